@@ -1,0 +1,1 @@
+"""Contract records, one module per contract; each calls ``registry.register``."""

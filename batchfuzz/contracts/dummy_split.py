@@ -1,0 +1,171 @@
+"""Contract A: dummy token split (SPEC.md, contract A)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from batchfuzz import registry
+from batchfuzz.case import Case
+from batchfuzz.checks import PropertyViolation, as_int_array, assert_array_equal, assert_non_decreasing, require
+from batchfuzz.registry import Contract, ErrorInput, Property, Target, Variant
+from batchfuzz.variants import dummy as bugs
+from impl import dummy_numpy, dummy_torch, engine_paths
+from impl.torch_common import to_numpy
+from reference import dummy as oracle
+from strategies.dummy import dummy_split_cases
+
+
+def _split(target: Target, case: Case) -> np.ndarray:
+    r, n = case.args["num_reqs"], case.args["num_tokens"]
+    out = as_int_array(target(r, n), "split_dummy_tokens result")
+    require(out.shape == (r,), f"result has shape {out.shape}, expected ({r},) for num_reqs={r}")
+    return out
+
+
+def _matches_oracle(target: Target, case: Case) -> None:
+    expected = oracle.split_dummy_tokens(**case.args)
+    assert_array_equal(_split(target, case), expected, "split_dummy_tokens")
+
+
+def _sum(target: Target, case: Case) -> None:
+    n = _split(target, case)
+    require(int(n.sum()) == case.args["num_tokens"], f"sum(n) = {int(n.sum())} != num_tokens = {case.args['num_tokens']}; n = {n.tolist()}")
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _max(target: Target, case: Case) -> None:
+    n = _split(target, case)
+    r, total = case.args["num_reqs"], case.args["num_tokens"]
+    require(int(n.max()) == _ceil_div(total, r), f"max(n) = {int(n.max())} != ceil(N / R) = {_ceil_div(total, r)}")
+
+
+def _min(target: Target, case: Case) -> None:
+    n = _split(target, case)
+    r, total = case.args["num_reqs"], case.args["num_tokens"]
+    require(int(n.min()) == total // r, f"min(n) = {int(n.min())} != N // R = {total // r}")
+
+
+def _sorted(target: Target, case: Case) -> None:
+    assert_non_decreasing(_split(target, case), "n")
+
+
+def _positive(target: Target, case: Case) -> None:
+    n = _split(target, case)
+    if (n < 1).any():
+        i = int(np.argmax(n < 1))
+        raise PropertyViolation(f"n[{i}] = {int(n[i])} < 1: a dummy request without tokens")
+
+
+def _max_model_len(target: Target, case: Case) -> None:
+    n = _split(target, case)
+    limit = case.context["max_model_len"]
+    i = int(np.argmax(n))
+    require(int(n[i]) <= limit, f"request {i} gets {int(n[i])} tokens > max_model_len = {limit} (N = {case.args['num_tokens']} <= R * L)")
+
+
+PROPERTIES = (
+    Property("matches_oracle", "n[i] = N // R + (1 if i >= R - N % R else 0)", _matches_oracle),
+    Property("sum_is_num_tokens", "sum(n) == N", _sum),
+    Property("max_is_ceil", "max(n) == ceil(N / R)", _max),
+    Property("min_is_floor", "min(n) == N // R", _min),
+    Property("non_decreasing", "non-decreasing (the extra tokens sit at the tail)", _sorted),
+    Property("every_request_has_a_token", "every n[i] >= 1", _positive),
+    Property("within_max_model_len", "for any max_model_len L with N <= R * L, max(n) <= L", _max_model_len),
+)
+
+
+def _torch_binder(device: str) -> Target:
+    def call(num_reqs: Any, num_tokens: Any) -> np.ndarray:
+        return to_numpy(dummy_torch.split_dummy_tokens(num_reqs, num_tokens, device=device))
+
+    return call
+
+
+IMPLEMENTATIONS = (
+    registry.numpy_impl("numpy", dummy_numpy.split_dummy_tokens, "vectorised numpy, int64"),
+    registry.torch_impl("torch", _torch_binder, "torch, int64, CPU and CUDA"),
+    registry.numpy_impl("engine.input_batch", engine_paths.input_batch_builder, "dummy input-batch builder (int32)"),
+    registry.python_impl("engine.dummy_run", engine_paths.dummy_run, "model runner dummy run (list)"),
+    registry.python_impl("engine.lora_hook", engine_paths.lora_capture_hook, "LoRA capture hook (CPU tensor)"),
+)
+
+_SHIPPED = ("max_is_ceil", "within_max_model_len", "matches_oracle")
+VARIANTS = (
+    Variant("remainder_to_last.input_batch", "input-batch builder puts the whole remainder on the last request (shipped)",
+            bugs.remainder_to_last_input_batch, "shipped", _SHIPPED, {"num_reqs": 3, "num_tokens": 5}),
+    Variant("remainder_to_last.dummy_run", "model runner dummy run puts the whole remainder on the last request (shipped)",
+            bugs.remainder_to_last_dummy_run, "shipped", _SHIPPED, {"num_reqs": 3, "num_tokens": 5}),
+    Variant("remainder_to_last.lora_hook", "LoRA capture hook puts the whole remainder on the last request (shipped)",
+            bugs.remainder_to_last_lora_hook, "shipped", _SHIPPED, {"num_reqs": 3, "num_tokens": 5}),
+    Variant("remainder_to_last.v1_runner", "v1 model runner's dummy run, still remainder-to-last as of vLLM 0.33.0 (shipped)",
+            bugs.remainder_to_last_v1_runner, "shipped", _SHIPPED, {"num_reqs": 3, "num_tokens": 5}),
+    Variant("remainder_to_first", "extras on the first N % R requests (wrong end)",
+            bugs.remainder_to_first, "mutant", ("non_decreasing", "matches_oracle"), {"num_reqs": 2, "num_tokens": 3}),
+    Variant("drop_remainder", "forgets the remainder: sum falls short of N",
+            bugs.drop_remainder, "mutant", ("sum_is_num_tokens", "max_is_ceil", "matches_oracle"), {"num_reqs": 2, "num_tokens": 3}),
+    Variant("tail_off_by_one", "i > R - N % R instead of >=: one extra token lost",
+            bugs.tail_off_by_one, "mutant", ("sum_is_num_tokens", "matches_oracle"), {"num_reqs": 2, "num_tokens": 3}),
+    Variant("ceil_then_trim_last", "everyone gets ceil(N/R) and the last takes what is left (can be 0)",
+            bugs.ceil_then_trim_last, "mutant", ("min_is_floor", "every_request_has_a_token", "non_decreasing", "matches_oracle"),
+            {"num_reqs": 3, "num_tokens": 4}),
+    Variant("int16_counts", "per-request counts stored as int16: wrap past 32767 tokens",
+            bugs.int16_counts, "mutant", ("sum_is_num_tokens", "matches_oracle"), {"num_reqs": 1, "num_tokens": 32768}),
+    Variant("uneven_spread", "extras spread over every other request: right total, not sorted",
+            bugs.uneven_spread, "mutant", ("non_decreasing", "matches_oracle"), {"num_reqs": 3, "num_tokens": 5}),
+)
+
+ERROR_INPUTS = (
+    ErrorInput({"num_reqs": 0, "num_tokens": 4}, ValueError, r"num_reqs must be >= 1, got 0"),
+    ErrorInput({"num_reqs": -3, "num_tokens": 4}, ValueError, r"num_reqs must be >= 1, got -3"),
+    ErrorInput({"num_reqs": 5, "num_tokens": 4}, ValueError, r"num_tokens must be >= num_reqs.*num_tokens=4 < num_reqs=5"),
+    ErrorInput({"num_reqs": 1, "num_tokens": 0}, ValueError, r"num_tokens must be >= 1, got 0"),
+    ErrorInput({"num_reqs": 2.0, "num_tokens": 4}, TypeError, r"num_reqs must be an int, got float 2.0"),
+    ErrorInput({"num_reqs": 2, "num_tokens": "4"}, TypeError, r"num_tokens must be an int, got str '4'"),
+    ErrorInput({"num_reqs": True, "num_tokens": 4}, TypeError, r"num_reqs must be an int, got bool True"),
+)
+
+EXAMPLES = (
+    # The reported crash: capture size 496, max_num_seqs 256, max_model_len 16.
+    Case({"num_reqs": 256, "num_tokens": 496}, {"max_model_len": 16}),
+    Case({"num_reqs": 1, "num_tokens": 1}, {"max_model_len": 1}),
+    Case({"num_reqs": 1024, "num_tokens": 65535}, {"max_model_len": 64}),
+)
+
+
+def _labels(case: Case) -> list[str]:
+    r, n = case.args["num_reqs"], case.args["num_tokens"]
+    rem = n % r
+    out = [f"N % R == {'0' if rem == 0 else '1' if rem == 1 else 'R-1' if rem == r - 1 else 'other'}"]
+    if r == 1:
+        out.append("R == 1")
+    if r == n:
+        out.append("R == N")
+    if case.context.get("max_model_len") == _ceil_div(n, r):
+        out.append("max_model_len tight")
+    if n > 32767:
+        out.append("N > int16 max")
+    return out
+
+
+CONTRACT = registry.register(Contract(
+    name="split_dummy_tokens",
+    title="Dummy token split",
+    spec_section="A",
+    signature="split_dummy_tokens(num_reqs: int, num_tokens: int) -> int sequence",
+    oracle=oracle.split_dummy_tokens,
+    implementations=IMPLEMENTATIONS,
+    strategy=dummy_split_cases,
+    properties=PROPERTIES,
+    error_inputs=ERROR_INPUTS,
+    variants=VARIANTS,
+    examples=EXAMPLES,
+    labels=_labels,
+    size=lambda case: (case.args["num_reqs"], case.args["num_tokens"]),
+    notes="Integer results compare exactly; any integer dtype is accepted from a target. "
+          "In-project numpy/torch implementations return int64, engine.input_batch int32.",
+))

@@ -1,0 +1,64 @@
+"""Hypothesis profiles: dev, ci, nightly, mutation.
+
+Selected by pytest's ``--hypothesis-profile NAME`` or the environment variable
+``BATCHFUZZ_PROFILE``. Under ``CI=true`` Hypothesis would silently load its
+own built-in ``ci`` profile; ours replaces it (same name), and ``nightly``
+switches randomness and the database back on explicitly, whatever ``CI`` says.
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis.database import DirectoryBasedExampleDatabase
+
+PROFILES = ("dev", "ci", "nightly", "mutation")
+ENV_VAR = "BATCHFUZZ_PROFILE"
+DATABASE_ENV_VAR = "BATCHFUZZ_DATABASE"
+DEFAULT_DATABASE = ".hypothesis/batchfuzz"
+
+_SLOW = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example]
+
+
+def database_path() -> str:
+    return os.environ.get(DATABASE_ENV_VAR) or DEFAULT_DATABASE
+
+
+def register_profiles() -> None:
+    settings.register_profile(
+        "dev", max_examples=40, deadline=None, suppress_health_check=_SLOW,
+        database=DirectoryBasedExampleDatabase(database_path()),
+    )
+    settings.register_profile(
+        # Derandomized and bounded: the whole suite stays well under 10 minutes on 2 cores.
+        "ci", max_examples=25, deadline=None, derandomize=True, database=None, print_blob=True,
+        suppress_health_check=_SLOW,
+    )
+    settings.register_profile(
+        "nightly", max_examples=5000, deadline=None, derandomize=False, print_blob=True,
+        database=DirectoryBasedExampleDatabase(database_path()), phases=tuple(Phase),
+        suppress_health_check=_SLOW,
+    )
+    settings.register_profile(
+        "mutation", max_examples=200, deadline=None, derandomize=True, database=None,
+        suppress_health_check=_SLOW,
+    )
+
+
+def default_profile() -> str:
+    name = os.environ.get(ENV_VAR)
+    if name:
+        if name not in PROFILES:
+            raise ValueError(f"{ENV_VAR}={name!r} is not a profile; choose one of {', '.join(PROFILES)}")
+        return name
+    return "ci" if os.environ.get("CI", "").lower() in ("1", "true", "yes") else "dev"
+
+
+def load(name: str | None = None) -> settings:
+    register_profiles()
+    name = name or default_profile()
+    if name not in PROFILES:
+        raise ValueError(f"profile {name!r} is not one of {', '.join(PROFILES)}")
+    settings.load_profile(name)
+    return settings.get_profile(name)

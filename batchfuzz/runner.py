@@ -1,0 +1,180 @@
+"""Run a contract's properties against a target with Hypothesis.
+
+The same code serves the generated tests, ``batchfuzz check`` and
+``batchfuzz fuzz``: ``hunt`` runs one property once with given settings and
+returns the shrunk counterexample, if any; ``hunt_for`` repeats rounds with
+fresh seeds until a wall-clock budget is spent.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import event, given, settings
+from hypothesis import seed as hypothesis_seed
+from hypothesis.errors import HypothesisException
+
+from batchfuzz.case import Case
+from batchfuzz.checks import PropertyViolation
+from batchfuzz.codec import call_literal, encode_case
+from batchfuzz.registry import Contract, Property, Target
+
+
+@dataclass
+class Failure:
+    contract: str
+    target: str
+    property: str
+    spec: str
+    case: Case
+    error_type: str
+    message: str
+    traceback: str = ""
+
+    @property
+    def kind(self) -> str:
+        return "violation" if self.error_type == PropertyViolation.__name__ else "exception"
+
+    def reproduction(self, import_line: str | None = None) -> str:
+        """A copy-paste Python reproduction of the shrunk case."""
+        imports: set[str] = set()
+        call = call_literal(self.contract, self.case, imports)
+        lines = sorted(imports)
+        if import_line:
+            lines.append(import_line)
+        if self.case.context:
+            lines.append(f"# context: {self.case.context!r}")
+        lines.append(f"result = {call}")
+        lines.append(f"# violates {self.property}: {self.spec}")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "contract": self.contract, "target": self.target, "property": self.property,
+            "spec": self.spec, "case": encode_case(self.case), "error_type": self.error_type,
+            "message": self.message,
+        }
+
+
+@dataclass
+class HuntResult:
+    property: str
+    examples: int = 0
+    seconds: float = 0.0
+    failure: Failure | None = None
+    events: Counter[str] = field(default_factory=Counter)
+
+
+def hunt(
+    contract: Contract,
+    target: Target,
+    prop: Property,
+    *,
+    target_name: str,
+    run_settings: settings,
+    seed: int | None = None,
+    extra_examples: tuple[Case, ...] = (),
+    on_example: Callable[[], None] | None = None,
+) -> HuntResult:
+    """Run ``prop`` against ``target`` once under ``run_settings``.
+
+    Returns the number of examples run and, on failure, the shrunk case (the
+    last failing case Hypothesis replays is its minimal one, since
+    ``report_multiple_bugs`` is off).
+    """
+    result = HuntResult(prop.name)
+    last_failure: list[tuple[Case, BaseException]] = []
+
+    def body(case: Case) -> None:
+        result.examples += 1
+        for label in contract.labels(case):
+            event(label)
+            result.events[label] += 1
+        snapshot = case.copy()
+        try:
+            prop.check(target, case)
+        except HypothesisException:
+            raise
+        except Exception as exc:
+            last_failure.append((snapshot, exc))
+            raise
+        if on_example is not None:
+            on_example()
+
+    test = given(case=contract.strategy())(body)
+    for ex in reversed(extra_examples):
+        from hypothesis import example
+
+        test = example(case=ex)(test)
+    test = settings(run_settings, report_multiple_bugs=False)(test)
+    if seed is not None and not run_settings.derandomize:
+        test = hypothesis_seed(seed)(test)
+    start = time.perf_counter()
+    try:
+        test()
+    except HypothesisException:
+        raise
+    except Exception as exc:
+        if not last_failure:
+            raise
+        case, err = last_failure[-1]
+        result.failure = Failure(
+            contract=contract.name, target=target_name, property=prop.name, spec=prop.spec, case=case,
+            error_type=type(err).__name__, message=str(err),
+            traceback="".join(traceback.format_exception(type(err), err, err.__traceback__)) if err.__traceback__ else str(exc),
+        )
+    finally:
+        result.seconds = time.perf_counter() - start
+    return result
+
+
+def hunt_for(
+    contract: Contract,
+    target: Target,
+    properties: tuple[Property, ...],
+    *,
+    target_name: str,
+    budget_s: float,
+    base_settings: settings,
+    seed: int = 0,
+    round_examples: int = 50,
+    stop_on_failure: bool = True,
+    deadline: float | None = None,
+) -> list[HuntResult]:
+    """Round-robin over ``properties`` with fresh seeds until ``budget_s`` is spent.
+
+    Each round runs every still-passing property with ``round_examples``
+    examples; a derandomized profile runs a single round of its own size, since
+    a repeated round would replay the same examples.
+    """
+    results = {p.name: HuntResult(p.name) for p in properties}
+    end = deadline if deadline is not None else time.monotonic() + budget_s
+    round_no = 0
+    while True:
+        live = [p for p in properties if results[p.name].failure is None]
+        if not live:
+            break
+        for p in live:
+            if time.monotonic() >= end and round_no > 0:
+                break
+            rs = base_settings if base_settings.derandomize else settings(base_settings, max_examples=round_examples)
+            r = hunt(contract, target, p, target_name=target_name, run_settings=rs,
+                     seed=hash((seed, contract.name, p.name, round_no)) & 0xFFFFFFFF,
+                     extra_examples=contract.examples if round_no == 0 else ())
+            acc = results[p.name]
+            acc.examples += r.examples
+            acc.seconds += r.seconds
+            acc.events.update(r.events)
+            if r.failure is not None:
+                acc.failure = r.failure
+                if stop_on_failure:
+                    return list(results.values())
+        round_no += 1
+        if base_settings.derandomize or time.monotonic() >= end:
+            break
+    return list(results.values())

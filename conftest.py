@@ -1,0 +1,38 @@
+"""pytest configuration: Hypothesis profiles, the --device option, markers.
+
+Profiles (see batchfuzz/profiles.py) are registered here, before Hypothesis's
+pytest plugin applies ``--hypothesis-profile``; without that option the
+profile comes from ``BATCHFUZZ_PROFILE``, else ``ci`` under ``CI=true``, else
+``dev``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from batchfuzz import profiles
+
+profiles.load()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--device", action="store", default="all", choices=("cpu", "cuda", "all"),
+        help="devices for torch implementations: all (default; cuda cases skip without a GPU), cpu, or cuda",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "gpu: needs a CUDA device; skipped when none is present")
+    config.addinivalue_line("markers", "slow: long-running; excluded from the CI suite by -m 'not slow'")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="no CUDA device (torch.cuda.is_available() is False)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

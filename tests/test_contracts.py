@@ -1,0 +1,80 @@
+"""Tests generated from the registry: oracle and implementations against every
+property, error inputs, and known buggy variants. No contract is named here:
+adding a contract to the registry adds its tests."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import settings
+
+from batchfuzz import registry, runner
+from batchfuzz.registry import Contract, ErrorInput, Implementation, Property, Variant
+from tests.generate import error_params, impl_params, oracle_params, variant_params
+
+
+def _fail_with(result: runner.HuntResult) -> None:
+    f = result.failure
+    assert f is not None
+    pytest.fail(
+        f"{f.contract}/{f.target}: property {f.property} failed ({f.error_type}): {f.message}\n"
+        f"--- reproduction ---\n{f.reproduction()}",
+        pytrace=False,
+    )
+
+
+@pytest.mark.parametrize(("contract", "prop"), oracle_params())
+def test_oracle_satisfies(contract: Contract, prop: Property) -> None:
+    r = runner.hunt(contract, contract.oracle, prop, target_name="oracle", run_settings=settings(),
+                    extra_examples=contract.examples)
+    if r.failure:
+        _fail_with(r)
+    assert r.examples > 0
+
+
+@pytest.mark.parametrize(("contract", "impl", "device", "prop"), impl_params())
+def test_implementation_satisfies(contract: Contract, impl: Implementation, device: str, prop: Property) -> None:
+    r = runner.hunt(contract, impl.for_device(device), prop, target_name=f"{impl.name}@{device}",
+                    run_settings=settings(), extra_examples=contract.examples)
+    if r.failure:
+        _fail_with(r)
+    assert r.examples > 0
+
+
+@pytest.mark.parametrize(("contract", "target", "device", "error_input"), error_params())
+def test_error_inputs(contract: Contract, target: object, device: str, error_input: ErrorInput) -> None:
+    fn = target.for_device(device) if isinstance(target, Implementation) else target
+    assert callable(fn)
+    with pytest.raises(error_input.error, match=error_input.match):
+        fn(*error_input.args.values())
+
+
+@pytest.mark.parametrize(("contract", "variant"), variant_params())
+def test_variant_is_caught_by_its_first_property(contract: Contract, variant: Variant) -> None:
+    prop = contract.property(variant.caught_by[0])
+    r = runner.hunt(contract, variant.fn, prop, target_name=f"variant:{variant.name}",
+                    run_settings=settings(settings(), max_examples=max(settings().max_examples, 200)))
+    assert r.failure is not None, f"variant {variant.name} ({variant.description}) was not caught by {prop.name}"
+
+
+@pytest.mark.parametrize(("contract", "prop"), oracle_params())
+def test_every_property_can_fail(contract: Contract, prop: Property) -> None:
+    """A property that no registered variant breaks is a defect."""
+    killers = [v for v in contract.variants if prop.name in v.caught_by]
+    assert killers, f"no registered variant of {contract.name} claims to break {prop.name}"
+    for v in killers:
+        r = runner.hunt(contract, v.fn, prop, target_name=f"variant:{v.name}",
+                        run_settings=settings(settings(), max_examples=max(settings().max_examples, 200)))
+        if r.failure is not None:
+            return
+    pytest.fail(f"{prop.name} caught none of {[v.name for v in killers]}")
+
+
+def test_registry_is_complete() -> None:
+    for c in registry.contracts():
+        assert c.implementations, c.name
+        assert c.properties, c.name
+        assert c.error_inputs, c.name
+        assert len([v for v in c.variants if v.origin == "mutant"]) >= 5, c.name
+        for v in c.variants:
+            for name in v.caught_by:
+                c.property(name)  # raises on a typo
