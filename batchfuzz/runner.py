@@ -36,7 +36,6 @@ class Failure:
     message: str
     traceback: str = ""
 
-    @property
     def kind(self) -> str:
         return "violation" if self.error_type == PropertyViolation.__name__ else "exception"
 

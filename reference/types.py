@@ -80,4 +80,4 @@ class Step:
 
     @property
     def num_reqs(self) -> int:
-        return int(len(self.num_scheduled_tokens))
+        return len(self.num_scheduled_tokens)

@@ -178,7 +178,8 @@ def _zeros(r: int, t: int) -> DummyBuffers:
 
 ERROR_INPUTS = (
     ErrorInput({"num_reqs": 5, "num_tokens": 8, "buffers": _zeros(4, 16)}, ValueError, r"num_reqs=5 exceeds the buffers' max_num_reqs=4"),
-    ErrorInput({"num_reqs": 2, "num_tokens": 17, "buffers": _zeros(4, 16)}, ValueError, r"num_tokens=17 exceeds the buffers' max_num_tokens=16"),
+    ErrorInput({"num_reqs": 2, "num_tokens": 17, "buffers": _zeros(4, 16)}, ValueError,
+               r"num_tokens=17 exceeds the buffers. max_num_tokens=16"),
     ErrorInput({"num_reqs": 0, "num_tokens": 8, "buffers": _zeros(4, 16)}, ValueError, r"num_reqs must be >= 1, got 0"),
     ErrorInput({"num_reqs": 3, "num_tokens": 2, "buffers": _zeros(4, 16)}, ValueError, r"num_tokens must be >= num_reqs"),
     ErrorInput({"num_reqs": 1, "num_tokens": 2, "buffers": {"seq_lens": []}}, TypeError, r"buffers must be a DummyBuffers, got dict"),
