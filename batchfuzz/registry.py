@@ -91,6 +91,9 @@ class Contract:
     examples: tuple[Case, ...] = ()
     labels: Callable[[Case], Sequence[str]] = lambda case: ()
     size: Callable[[Case], tuple[int, ...]] = lambda case: ()
+    # Optional per-example scores summed over a run and reported, not failed on
+    # (e.g. how often a conservative decision vetoes a safe step: precision).
+    scores: Callable[[Target, Case], dict[str, int]] | None = None
     notes: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
