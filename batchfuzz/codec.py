@@ -128,6 +128,12 @@ def literal(value: Any, imports: set[str] | None = None) -> str:
 
 
 def call_literal(function_name: str, case: Case, imports: set[str] | None = None) -> str:
+    """``f(arg, ...)``: positional in canonical order, each named in a comment
+    when the call spans lines."""
     imports = imports if imports is not None else set()
-    args = ", ".join(f"{k}={literal(v, imports)}" for k, v in case.args.items())
-    return f"{function_name}({args})"
+    parts = [(k, literal(v, imports)) for k, v in case.args.items()]
+    one_line = f"{function_name}(" + ", ".join(v for _, v in parts) + ")"
+    if len(one_line) <= 100:
+        return one_line + "  # " + ", ".join(k for k, _ in parts)
+    body = "".join(f"\n    {v},  # {k}" for k, v in parts)
+    return f"{function_name}({body}\n)"

@@ -15,13 +15,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from hypothesis import event, given, settings
+from hypothesis import Phase, event, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis.errors import HypothesisException
 
 from batchfuzz.case import Case
 from batchfuzz.checks import PropertyViolation
-from batchfuzz.codec import call_literal, encode_case
+from batchfuzz.codec import call_literal, encode_case, literal
 from batchfuzz.registry import Contract, Property, Target
 
 
@@ -39,17 +39,23 @@ class Failure:
     def kind(self) -> str:
         return "violation" if self.error_type == PropertyViolation.__name__ else "exception"
 
-    def reproduction(self, import_line: str | None = None) -> str:
-        """A copy-paste Python reproduction of the shrunk case."""
+    def reproduction(self, function_name: str | None = None, import_line: str | None = None) -> str:
+        """A copy-paste Python reproduction of the shrunk case.
+
+        The call is positional (the canonical argument order of SPEC.md), so it
+        works whatever the target names its parameters.
+        """
         imports: set[str] = set()
-        call = call_literal(self.contract, self.case, imports)
+        call = call_literal(function_name or self.contract, self.case, imports)
+        context = {k: literal(v, imports) for k, v in self.case.context.items()}
         lines = sorted(imports)
         if import_line:
             lines.append(import_line)
-        if self.case.context:
-            lines.append(f"# context: {self.case.context!r}")
+        for k, v in context.items():
+            lines.append(f"{k} = {v}  # context the property uses")
         lines.append(f"result = {call}")
         lines.append(f"# violates {self.property}: {self.spec}")
+        lines.append(f"# {self.error_type}: {self.message.splitlines()[0] if self.message else ''}")
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
@@ -67,6 +73,7 @@ class HuntResult:
     seconds: float = 0.0
     failure: Failure | None = None
     events: Counter[str] = field(default_factory=Counter)
+    scores: Counter[str] = field(default_factory=Counter)
 
 
 def hunt(
@@ -102,6 +109,8 @@ def hunt(
         except Exception as exc:
             last_failure.append((snapshot, exc))
             raise
+        if contract.scores is not None:
+            result.scores.update(contract.scores(target, snapshot))
         if on_example is not None:
             on_example()
 
@@ -163,12 +172,12 @@ def hunt_for(
                 break
             rs = base_settings if base_settings.derandomize else settings(base_settings, max_examples=round_examples)
             r = hunt(contract, target, p, target_name=target_name, run_settings=rs,
-                     seed=hash((seed, contract.name, p.name, round_no)) & 0xFFFFFFFF,
-                     extra_examples=contract.examples if round_no == 0 else ())
+                     seed=_round_seed(seed, contract.name, p.name, round_no))
             acc = results[p.name]
             acc.examples += r.examples
             acc.seconds += r.seconds
             acc.events.update(r.events)
+            acc.scores.update(r.scores)
             if r.failure is not None:
                 acc.failure = r.failure
                 if stop_on_failure:
@@ -176,4 +185,39 @@ def hunt_for(
         round_no += 1
         if base_settings.derandomize or time.monotonic() >= end:
             break
+    # The contract's explicit regression examples run last: a failure there is
+    # not shrunk by Hypothesis, so generated search gets the first chance to
+    # report a minimal case.
+    if contract.examples:
+        for p in properties:
+            acc = results[p.name]
+            if acc.failure is not None:
+                continue
+            r = hunt(contract, target, p, target_name=target_name, extra_examples=contract.examples,
+                     run_settings=settings(base_settings, phases=[Phase.explicit], database=None))
+            acc.examples += r.examples
+            acc.seconds += r.seconds
+            if r.failure is not None:
+                acc.failure = r.failure
+                if stop_on_failure:
+                    break
     return list(results.values())
+
+
+def _round_seed(seed: int, *parts: object) -> int:
+    """A stable 32-bit seed per (run seed, contract, property, round): unlike
+    ``hash()``, independent of PYTHONHASHSEED, so ``--seed`` replays a run."""
+    import zlib
+
+    return zlib.crc32(repr((seed, *parts)).encode()) & 0xFFFFFFFF
+
+
+def violated_properties(contract: Contract, target: Target, case: Case) -> list[str]:
+    """Every property of ``contract`` that ``case`` violates (or crashes) on ``target``."""
+    out = []
+    for p in contract.properties:
+        try:
+            p.check(target, case.copy())
+        except Exception:
+            out.append(p.name)
+    return out

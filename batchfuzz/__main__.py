@@ -1,0 +1,5 @@
+import sys
+
+from batchfuzz.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""Subcommands of the batchfuzz CLI, one module each."""

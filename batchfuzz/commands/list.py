@@ -1,0 +1,26 @@
+"""``batchfuzz list``: the registered contracts, implementations, properties, variants."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from batchfuzz import registry
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("list", help="list contracts, implementations, properties and known variants")
+    p.add_argument("--variants", action="store_true", help="also list the known buggy variants")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    for c in registry.contracts():
+        print(f"{c.spec_section:3} {c.name}: {c.title}\n    {c.signature}")
+        print("    implementations: " + ", ".join(f"{i.name} [{'/'.join(i.devices)}]" for i in c.implementations))
+        for p in c.properties:
+            print(f"    property {p.name}: {p.spec}")
+        if args.variants:
+            for v in c.variants:
+                print(f"    variant {v.name} ({v.origin}): {v.description}")
+    return 0
