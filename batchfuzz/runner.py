@@ -114,6 +114,10 @@ def hunt(
         if on_example is not None:
             on_example()
 
+    # One database key per (contract, target, property): the inner function is
+    # the same for every hunt, so without this every hunt would share a key and
+    # replay each other's saved failures against the wrong strategy.
+    body._hypothesis_internal_add_digest = repr((contract.name, target_name, prop.name)).encode()  # type: ignore[attr-defined]
     test = given(case=contract.strategy())(body)
     for ex in reversed(extra_examples):
         from hypothesis import example
@@ -153,12 +157,21 @@ def hunt_for(
     round_examples: int = 50,
     stop_on_failure: bool = True,
     deadline: float | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    on_result: Callable[[HuntResult, HuntResult], None] | None = None,
+    max_rounds: int | None = None,
 ) -> list[HuntResult]:
     """Round-robin over ``properties`` with fresh seeds until ``budget_s`` is spent.
 
     Each round runs every still-passing property with ``round_examples``
     examples; a derandomized profile runs a single round of its own size, since
     a repeated round would replay the same examples.
+
+    ``should_stop`` is polled before every hunt (an interrupted run stops at
+    the next hunt boundary and returns what it has); ``on_result(round_result,
+    accumulated)`` is called after every hunt, so a caller can persist a
+    failure the moment it is found; ``max_rounds`` caps the rounds (with a
+    fixed ``seed`` that makes a run replayable example for example).
     """
     results = {p.name: HuntResult(p.name) for p in properties}
     end = deadline if deadline is not None else time.monotonic() + budget_s
@@ -168,6 +181,8 @@ def hunt_for(
         if not live:
             break
         for p in live:
+            if should_stop is not None and should_stop():
+                return list(results.values())
             if time.monotonic() >= end and round_no > 0:
                 break
             rs = base_settings if base_settings.derandomize else settings(base_settings, max_examples=round_examples)
@@ -180,11 +195,15 @@ def hunt_for(
             acc.scores.update(r.scores)
             if r.failure is not None:
                 acc.failure = r.failure
-                if stop_on_failure:
-                    return list(results.values())
+            if on_result is not None:
+                on_result(r, acc)
+            if r.failure is not None and stop_on_failure:
+                return list(results.values())
         round_no += 1
-        if base_settings.derandomize or time.monotonic() >= end:
+        if base_settings.derandomize or time.monotonic() >= end or (max_rounds is not None and round_no >= max_rounds):
             break
+    if should_stop is not None and should_stop():
+        return list(results.values())
     # The contract's explicit regression examples run last: a failure there is
     # not shrunk by Hypothesis, so generated search gets the first chance to
     # report a minimal case.
@@ -199,8 +218,10 @@ def hunt_for(
             acc.seconds += r.seconds
             if r.failure is not None:
                 acc.failure = r.failure
-                if stop_on_failure:
-                    break
+            if on_result is not None:
+                on_result(r, acc)
+            if r.failure is not None and stop_on_failure:
+                break
     return list(results.values())
 
 
