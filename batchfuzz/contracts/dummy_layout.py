@@ -13,6 +13,7 @@ from batchfuzz.codec import register_dataclass
 from batchfuzz.registry import Contract, ErrorInput, Property, Target, Variant
 from batchfuzz.variants import dummy as bugs
 from impl import dummy_numpy, dummy_torch
+from impl.graph_torch import make_dummy_graph
 from impl.torch_common import buffers_to_device, copy_back, to_numpy
 from reference import dummy as oracle
 from reference.types import DUMMY_BATCH_FIELDS, DummyBatch, DummyBuffers
@@ -141,34 +142,65 @@ def _torch_binder(device: str) -> Target:
     return call
 
 
+def _graph_binder(device: str) -> Target:
+    """The CUDA-graph form: sizes go to the device as 0-d tensors, validated on
+    the host first; outputs are the full persistent buffers, sliced here."""
+
+    def call(num_reqs: Any, num_tokens: Any, buffers: DummyBuffers) -> DummyBatch:
+        import torch
+
+        r, n = oracle.check_dummy_args(num_reqs, num_tokens, buffers)
+        dev = buffers_to_device(buffers, device)
+        qsl = dev.query_start_loc
+        nst = torch.full((buffers.max_num_reqs,), -7, dtype=qsl.dtype, device=device)  # stale on purpose
+        make_dummy_graph(torch.tensor(r, device=device), torch.tensor(n, device=device), dev, nst)
+        copy_back(dev, buffers)
+        return DummyBatch(
+            num_scheduled_tokens=to_numpy(nst[:r]), seq_lens=to_numpy(dev.seq_lens), query_start_loc=to_numpy(qsl),
+            positions=to_numpy(dev.positions[:n]), input_ids=to_numpy(dev.input_ids[:n]),
+            idx_mapping=np.arange(r), logits_indices=to_numpy(qsl[1 : r + 1] - 1), cu_num_logits=np.arange(r + 1),
+        )
+
+    return call
+
+
 IMPLEMENTATIONS = (
     registry.numpy_impl("numpy", dummy_numpy.make_dummy, "numpy over numpy buffers"),
-    registry.torch_impl("torch", _torch_binder, "torch over device buffers (CUDA-graph capturable)"),
+    registry.torch_impl("torch", _torch_binder, "torch over device buffers"),
+    registry.torch_impl("torch.graph", _graph_binder, "CUDA-graph form: sizes in device scalars, masks, no host sync"),
 )
 
-_SMALL = {"num_reqs": 3, "num_tokens": 5}
+# Canonical forms are complete: (R, N) and the buffers the strategy shrinks to
+# (int32, capacity R or R + 1 where a padded slot is needed, zeros unless a
+# stale value is what exposes the bug).
+_B = bugs.canonical_buffers
+_SMALL = {"num_reqs": 3, "num_tokens": 5, "buffers": _B(3, 5)}
+_ONE = {"num_reqs": 1, "num_tokens": 1, "buffers": _B(1, 1)}
+_ONE_PADDED = {"num_reqs": 1, "num_tokens": 1, "buffers": _B(2, 1)}
 VARIANTS = (
     Variant("remainder_to_last", "make_dummy on the shipped remainder-to-last split (shipped)", bugs.layout_remainder_to_last,
             "shipped", ("num_scheduled_tokens_is_split", "seq_lens_within_max_model_len", "matches_oracle"), _SMALL),
     Variant("v1_seq_lens_total", "v1 dummy run: every seq_len is the whole token count, past max_model_len (shipped)",
             bugs.v1_seq_lens_total, "shipped", ("seq_lens_layout", "seq_lens_within_max_model_len", "matches_oracle"),
-            {"num_reqs": 2, "num_tokens": 2}),
+            {"num_reqs": 2, "num_tokens": 2, "buffers": _B(2, 2)}),
     Variant("qsl_tail_unwritten", "query_start_loc padding left unwritten in the reused buffer (shipped)",
             bugs.qsl_tail_unwritten, "shipped", ("query_start_loc_layout", "query_start_loc_non_decreasing",
                                                   "independent_of_stale_buffers", "matches_oracle"),
-            {"num_reqs": 1, "num_tokens": 1}),
+            _ONE_PADDED),
     Variant("qsl_tail_zero", "pads query_start_loc with 0 instead of N", bugs.qsl_tail_zero, "mutant",
-            ("query_start_loc_non_decreasing", "query_start_loc_layout", "matches_oracle"), {"num_reqs": 1, "num_tokens": 1}),
+            ("query_start_loc_non_decreasing", "query_start_loc_layout", "matches_oracle"), _ONE_PADDED),
     Variant("seq_lens_tail_stale", "seq_lens[R:] not zeroed: padded slots keep old lengths", bugs.seq_lens_tail_stale, "mutant",
-            ("seq_lens_layout", "independent_of_stale_buffers", "matches_oracle"), {"num_reqs": 1, "num_tokens": 1}),
+            ("seq_lens_layout", "independent_of_stale_buffers", "matches_oracle"),
+            {"num_reqs": 1, "num_tokens": 1, "buffers": _B(2, 1, seq_lens=1)}),
     Variant("positions_stale", "positions[:N] not cleared", bugs.positions_stale, "mutant",
-            ("positions_and_input_ids_zero", "independent_of_stale_buffers", "matches_oracle"), {"num_reqs": 1, "num_tokens": 1}),
+            ("positions_and_input_ids_zero", "independent_of_stale_buffers", "matches_oracle"),
+            {"num_reqs": 1, "num_tokens": 1, "buffers": _B(1, 1, positions=1)}),
     Variant("qsl_exclusive_sum", "running sum shifted by one request (exclusive instead of inclusive)", bugs.qsl_exclusive_sum,
-            "mutant", ("query_start_loc_diff", "query_start_loc_layout", "matches_oracle"), {"num_reqs": 1, "num_tokens": 1}),
+            "mutant", ("query_start_loc_diff", "query_start_loc_layout", "matches_oracle"), _ONE),
     Variant("logits_off_by_one", "logits_indices point one past each request's last token", bugs.logits_off_by_one, "mutant",
-            ("index_arrays", "matches_oracle"), {"num_reqs": 1, "num_tokens": 1}),
+            ("index_arrays", "matches_oracle"), _ONE),
     Variant("int16_query_start_loc", "running sum accumulated in int16: wraps past 32767 tokens", bugs.int16_query_start_loc,
-            "mutant", ("query_start_loc_layout", "matches_oracle"), {"num_reqs": 1, "num_tokens": 32768}),
+            "mutant", ("query_start_loc_layout", "matches_oracle"), {"num_reqs": 1, "num_tokens": 32768, "buffers": _B(1, 32768)}),
 )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -68,6 +69,36 @@ def _max_model_len(target: Target, case: Case) -> None:
     require(int(n[i]) <= limit, f"request {i} gets {int(n[i])} tokens > max_model_len = {limit} (N = {case.args['num_tokens']} <= R * L)")
 
 
+KERNEL_BLOCK_SIZE = 16
+
+
+def _attention_in_bounds(target: Target, case: Case) -> None:
+    """Run an attention-like gather over the dummy batch (impl/attention_gather.py).
+
+    The block table has ceil(max_model_len / 16) columns per request, as the
+    engine sizes it. The kernel runs on ``BATCHFUZZ_KERNEL_DEVICE`` (default
+    cpu): on the CPU a read past a row is an IndexError, reported here as a
+    violation; on CUDA it is a device fault, which only an isolated worker
+    (batchfuzz/isolate.py) survives.
+    """
+    import torch
+
+    from impl.attention_gather import dummy_block_table, gather_block_ids
+
+    n = _split(target, case)
+    r, limit = case.args["num_reqs"], case.context["max_model_len"]
+    device = os.environ.get("BATCHFUZZ_KERNEL_DEVICE", "cpu")
+    table = dummy_block_table(r, limit, KERNEL_BLOCK_SIZE, device)
+    try:
+        ids = gather_block_ids(torch.as_tensor(n), table, KERNEL_BLOCK_SIZE)
+    except IndexError as exc:
+        raise PropertyViolation(f"attention over the dummy batch reads past a block-table row "
+                                f"({table.shape[1]} blocks of {KERNEL_BLOCK_SIZE} for max_model_len={limit}): {exc}") from None
+    owner = torch.div(ids.to(torch.int64) - 1, table.shape[1], rounding_mode="floor").cpu().numpy()
+    expected_owner = np.repeat(np.arange(r), n)
+    assert_array_equal(owner, expected_owner, "request whose blocks each token reads")
+
+
 PROPERTIES = (
     Property("matches_oracle", "n[i] = N // R + (1 if i >= R - N % R else 0)", _matches_oracle),
     Property("sum_is_num_tokens", "sum(n) == N", _sum),
@@ -76,6 +107,8 @@ PROPERTIES = (
     Property("non_decreasing", "non-decreasing (the extra tokens sit at the tail)", _sorted),
     Property("every_request_has_a_token", "every n[i] >= 1", _positive),
     Property("within_max_model_len", "for any max_model_len L with N <= R * L, max(n) <= L", _max_model_len),
+    Property("dummy_attention_in_bounds", "attention on the dummy batch reads only each request's own block-table row "
+             "(consequence of max(n) <= max_model_len; the shipped crash)", _attention_in_bounds),
 )
 
 
@@ -94,7 +127,7 @@ IMPLEMENTATIONS = (
     registry.python_impl("engine.lora_hook", engine_paths.lora_capture_hook, "LoRA capture hook (CPU tensor)"),
 )
 
-_SHIPPED = ("max_is_ceil", "within_max_model_len", "matches_oracle")
+_SHIPPED = ("max_is_ceil", "within_max_model_len", "matches_oracle", "dummy_attention_in_bounds")
 VARIANTS = (
     Variant("remainder_to_last.input_batch", "input-batch builder puts the whole remainder on the last request (shipped)",
             bugs.remainder_to_last_input_batch, "shipped", _SHIPPED, {"num_reqs": 3, "num_tokens": 5}),
