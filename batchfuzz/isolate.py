@@ -50,7 +50,7 @@ def resolve_target(contract: Contract, ref: str, device: str) -> Target:
 
 def _is_device_fault(message: str) -> bool:
     m = message.lower()
-    return "cuda error" in m or "device-side assert" in m or "illegal memory access" in m or "accelerator" in m and "error" in m
+    return "cuda error" in m or "device-side assert" in m or "illegal memory access" in m or ("accelerator" in m and "error" in m)
 
 
 def _serve() -> None:
@@ -134,8 +134,6 @@ class IsolatedRunner:
         if proc is None:
             return ""
         try:
-            if proc.stdin:
-                proc.stdin.close()
             _, err = proc.communicate(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()

@@ -1,0 +1,28 @@
+"""The exhaustive contract-A sweep on the CPU, over a smaller domain, and its
+power to fail: a batched remainder-to-last split is caught."""
+
+from __future__ import annotations
+
+import torch
+
+from batchfuzz.sweep import sweep_split
+from impl.dummy_torch import split_dummy_tokens_batched
+
+
+def test_cpu_sweep_all_properties_hold() -> None:
+    res = sweep_split(split_dummy_tokens_batched, max_reqs=256, max_tokens=4096, device="cpu")
+    assert res.ok, res.failures
+    assert res.pairs == sum(4096 - r + 1 for r in range(1, 257))
+
+
+def _remainder_to_last(num_reqs: int, num_tokens: torch.Tensor) -> torch.Tensor:
+    n = num_tokens.to(torch.int64).unsqueeze(1)
+    out = (n // num_reqs).repeat(1, num_reqs)
+    out[:, -1] += (n % num_reqs).squeeze(1)
+    return out
+
+
+def test_sweep_catches_the_shipped_split() -> None:
+    res = sweep_split(_remainder_to_last, max_reqs=8, max_tokens=64, device="cpu")
+    assert set(res.failures) == {"matches_oracle", "max_is_ceil", "within_max_model_len"}
+    assert res.failures["max_is_ceil"] == (3, 5)
