@@ -30,6 +30,14 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     import torch
 
+    device = config.getoption("--device")
+    if device != "all":
+        # --device cuda keeps only the GPU tests; --device cpu drops them.
+        keep = [i for i in items if ("gpu" in i.keywords) == (device == "cuda")]
+        dropped = [i for i in items if ("gpu" in i.keywords) != (device == "cuda")]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = keep
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="no CUDA device (torch.cuda.is_available() is False)")
