@@ -188,3 +188,13 @@ def int16_query_start_loc(num_reqs: int, num_tokens: int, buffers: DummyBuffers)
     buffers.query_start_loc[1 : r + 1] = np.cumsum(nst16, dtype=np.int16)
     batch.logits_indices = buffers.query_start_loc[1 : r + 1] - 1
     return batch
+
+
+def canonical_buffers(max_num_reqs: int, max_num_tokens: int, *, seq_lens: int = 0, positions: int = 0) -> DummyBuffers:
+    """A documented minimal counterexample's buffers (``Variant.canonical``):
+    int32 (the strategy's first dtype), zeros except where a stale value is
+    what exposes the bug (``seq_lens``/``positions`` filled with that value)."""
+    b = DummyBuffers.zeros(max_num_reqs, max_num_tokens, np.int32)
+    b.seq_lens[:] = seq_lens
+    b.positions[:] = positions
+    return b
