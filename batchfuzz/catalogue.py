@@ -1,0 +1,521 @@
+"""The known-bug catalogue: every registered variant, hunted, shrunk and timed.
+
+For each :class:`~batchfuzz.registry.Variant` of every contract the catalogue
+
+1. runs the variant's primary property (``caught_by[0]``) with
+   :func:`batchfuzz.runner.hunt`, the same code path as the generated tests
+   and ``batchfuzz check``, under the ``ci`` profile (derandomized, no
+   database) with ``max_examples`` raised to :data:`MAX_EXAMPLES`;
+2. records how many examples (and seconds) it took to *find* a failure, and
+   the totals including shrinking;
+3. compares the shrunk case with the variant's documented ``canonical`` form
+   (:func:`compare`): ``equal``, ``smaller`` (no larger, where shrinking is
+   not unique), or ``larger``;
+4. checks that every property in ``caught_by`` really fails on the variant:
+   replayed on the shrunk case first, and by a separate search (same
+   settings) for any property the shrunk case does not violate.
+
+A variant passes (:attr:`Entry.ok`) when it is found, its shrunk case is no
+larger than its canonical form, and every ``caught_by`` property fails on it.
+``batchfuzz catalogue`` prints and writes the table; ``tests/test_catalogue.py``
+asserts :attr:`Entry.ok` per variant. Nothing here names a contract: both are
+driven by the registry.
+
+Comparison rules (:func:`compare`), for a canonical dict that may be partial:
+
+- only the keys present in ``canonical`` are compared; a missing key means
+  "anything" (prefer complete forms where shrinking is unique);
+- ``equal``: every present key has the same value. Arrays and sequences
+  compare by shape and values; a canonical numpy array also pins the dtype,
+  a plain list leaves it free. Dataclasses compare field by field.
+- ``smaller`` ("no larger"): not equal, but every present key is no larger:
+  integers by magnitude (positive before negative, as Hypothesis orders
+  them); flat integer sequences by length, then sum of magnitudes, then
+  lexicographically; nested sequences of equal length element by element;
+  dataclasses and dicts field by field. Where the contract defines
+  ``size(case)``, the shrunk case's size must also be componentwise no larger
+  than the size of the case with the canonical values substituted in.
+- ``larger`` otherwise (the detail names the first key that is larger).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from hypothesis import settings
+
+from batchfuzz import profiles, registry, runner
+from batchfuzz.case import Case
+from batchfuzz.codec import encode, encode_case, literal
+from batchfuzz.registry import Contract, Property, Target, Variant
+
+# The catalogue's search budget: the ``ci`` profile with more examples. Only a
+# variant that is not found pays for all of them; a found one stops at its
+# first failure and then shrinks.
+MAX_EXAMPLES = 300
+
+
+def catalogue_settings(max_examples: int = MAX_EXAMPLES) -> settings:
+    """The ``ci`` profile (derandomized, no database) with ``max_examples``.
+
+    Independent of the environment's active profile, so the table, the tests
+    and a developer's run agree example for example.
+    """
+    profiles.register_profiles()
+    return settings(settings.get_profile("ci"), max_examples=max_examples, database=None)
+
+
+# ---------------------------------------------------------------- comparison
+
+
+def _plain(value: Any) -> Any:
+    """Tensors to numpy, numpy scalars to ints."""
+    if type(value).__module__.startswith("torch") and hasattr(value, "detach"):
+        value = value.detach().cpu().numpy()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer))
+
+
+def _is_seq(value: Any) -> bool:
+    return isinstance(value, (list, tuple, np.ndarray))
+
+
+def _items(value: Any) -> list[Any]:
+    return value.tolist() if isinstance(value, np.ndarray) else list(value)
+
+
+def _int_key(x: int) -> tuple[int, bool]:
+    """Hypothesis's order of integers: by magnitude, positive first."""
+    return (abs(int(x)), int(x) < 0)
+
+
+def same_value(actual: Any, canonical: Any) -> bool:
+    """Structural equality; see the module docstring for arrays and dtypes."""
+    actual, canonical = _plain(actual), _plain(canonical)
+    if canonical is None or actual is None:
+        return actual is canonical
+    if isinstance(canonical, bool) or isinstance(actual, bool):
+        return type(actual) is type(canonical) and actual == canonical
+    if _is_int(canonical):
+        return _is_int(actual) and int(actual) == int(canonical)
+    if _is_seq(canonical):
+        if not _is_seq(actual):
+            return False
+        if isinstance(canonical, np.ndarray):
+            if not isinstance(actual, np.ndarray) or actual.dtype != canonical.dtype:
+                return False
+            return actual.shape == canonical.shape and bool(np.array_equal(actual, canonical))
+        a, c = _items(actual), _items(canonical)
+        return len(a) == len(c) and all(same_value(x, y) for x, y in zip(a, c, strict=True))
+    if dataclasses.is_dataclass(canonical) and not isinstance(canonical, type):
+        return type(actual) is type(canonical) and all(
+            same_value(getattr(actual, f.name), getattr(canonical, f.name)) for f in dataclasses.fields(canonical))
+    if isinstance(canonical, dict):
+        return isinstance(actual, dict) and set(actual) == set(canonical) and all(
+            same_value(actual[k], canonical[k]) for k in canonical)
+    return bool(actual == canonical)
+
+
+def no_larger(actual: Any, canonical: Any) -> bool:
+    """``actual`` is no larger than ``canonical`` (module docstring rules)."""
+    actual, canonical = _plain(actual), _plain(canonical)
+    if canonical is None or actual is None:
+        return actual is None
+    if _is_int(canonical) and _is_int(actual):
+        return _int_key(actual) <= _int_key(canonical)
+    if _is_seq(canonical) and _is_seq(actual):
+        a, c = _items(actual), _items(canonical)
+        if len(a) != len(c):
+            return len(a) < len(c)
+        if all(_is_int(x) for x in a + c):
+            ka = (sum(abs(int(x)) for x in a), tuple(_int_key(x) for x in a))
+            kc = (sum(abs(int(x)) for x in c), tuple(_int_key(x) for x in c))
+            return ka <= kc
+        return all(no_larger(x, y) for x, y in zip(a, c, strict=True))
+    if dataclasses.is_dataclass(canonical) and not isinstance(canonical, type):
+        return type(actual) is type(canonical) and all(
+            no_larger(getattr(actual, f.name), getattr(canonical, f.name)) for f in dataclasses.fields(canonical))
+    if isinstance(canonical, dict) and isinstance(actual, dict):
+        return all(k in actual and no_larger(actual[k], v) for k, v in canonical.items())
+    return same_value(actual, canonical)
+
+
+def _size(contract: Contract, case: Case) -> tuple[int, ...] | None:
+    try:
+        s = tuple(int(x) for x in contract.size(case))
+    except Exception:
+        return None
+    return s or None
+
+
+def compare(contract: Contract, case: Case, canonical: dict[str, Any] | None) -> tuple[str, str]:
+    """``(verdict, detail)``; verdict is ``equal``, ``smaller``, ``larger`` or
+    ``undocumented`` (no canonical form registered)."""
+    if canonical is None:
+        return "undocumented", "the variant documents no canonical counterexample"
+    unknown = [k for k in canonical if k not in case.args]
+    if unknown:
+        return "larger", f"canonical names argument(s) {unknown} the case does not have (has {list(case.args)})"
+    if all(same_value(case.args[k], v) for k, v in canonical.items()):
+        return "equal", ""
+    for k, v in canonical.items():
+        if not no_larger(case.args[k], v):
+            return "larger", f"{k} = {compact(case.args[k])} is larger than the canonical {compact(v)}"
+    shrunk_size = _size(contract, case)
+    canon_size = _size(contract, Case({**case.args, **canonical}, case.context))
+    if shrunk_size is not None and canon_size is not None and len(shrunk_size) == len(canon_size):
+        if any(a > b for a, b in zip(shrunk_size, canon_size, strict=True)):
+            return "larger", f"size {shrunk_size} exceeds the canonical form's size {canon_size}"
+    differ = [k for k, v in canonical.items() if not same_value(case.args[k], v)]
+    return "smaller", "smaller in " + ", ".join(differ)
+
+
+# ---------------------------------------------------------------- formatting
+
+
+def _run_length(items: list[Any]) -> list[str]:
+    out: list[str] = []
+    i = 0
+    while i < len(items):
+        j = i
+        while j + 1 < len(items) and items[j + 1] == items[i]:
+            j += 1
+        n = j - i + 1
+        text = compact(items[i])
+        out.extend([f"{text}×{n}"] if n >= 4 else [text] * n)
+        i = j + 1
+    return out
+
+
+def compact(value: Any, limit: int = 12) -> str:
+    """A short human rendering of a case value for tables: arrays as lists
+    (dtype omitted; the JSON report keeps it), runs of four or more equal
+    entries as ``v×n``, long lists elided with their length."""
+    value = _plain(value)
+    if isinstance(value, np.ndarray) and value.ndim > 1:
+        return "[" + ", ".join(compact(row, limit) for row in value) + "]"
+    if _is_seq(value):
+        parts = _run_length(_items(value))
+        if len(parts) > limit:
+            parts = parts[: limit - 2] + ["…", *parts[-1:]]
+            return "[" + ", ".join(parts) + f"] (len {len(_items(value))})"
+        text = "[" + ", ".join(parts) + "]"
+        return text if not isinstance(value, tuple) else "(" + text[1:-1] + ("," if len(value) == 1 else "") + ")"
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        inner = ", ".join(f"{f.name}={compact(getattr(value, f.name), limit)}" for f in dataclasses.fields(value))
+        return f"{type(value).__name__}({inner})"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {compact(v, limit)}" for k, v in value.items()) + "}"
+    return repr(value)
+
+
+def compact_args(args: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={compact(v)}" for k, v in args.items())
+
+
+# ---------------------------------------------------------------- running
+
+
+@dataclass
+class Search:
+    """One property hunted against one variant."""
+
+    property: str
+    found: bool
+    examples_to_find: int | None  # examples run up to and including the first failure
+    seconds_to_find: float | None
+    examples: int  # all examples, shrinking included
+    seconds: float
+    failure: runner.Failure | None = None
+
+
+@dataclass
+class Entry:
+    """One catalogue row."""
+
+    contract: str
+    spec_section: str
+    variant: str
+    origin: str
+    description: str
+    caught_by: tuple[str, ...]
+    canonical: dict[str, Any] | None
+    primary: Search
+    verdict: str = "not found"
+    verdict_detail: str = ""
+    violated: list[str] = field(default_factory=list)  # every property the shrunk case violates
+    separate: list[Search] = field(default_factory=list)  # caught_by properties searched for on their own
+    missing: list[str] = field(default_factory=list)  # caught_by properties that never failed
+
+    @property
+    def found(self) -> bool:
+        return self.primary.found
+
+    @property
+    def case(self) -> Case | None:
+        return self.primary.failure.case if self.primary.failure is not None else None
+
+    @property
+    def ok(self) -> bool:
+        return self.found and self.verdict in ("equal", "smaller") and not self.missing
+
+    def problems(self) -> list[str]:
+        out = []
+        if not self.found:
+            out.append(f"not caught by its primary property {self.caught_by[0]} in {self.primary.examples} examples")
+        elif self.verdict not in ("equal", "smaller"):
+            out.append(f"shrunk case {compact_args(self.case.args) if self.case else '?'} is {self.verdict} "
+                       f"than the documented canonical form: {self.verdict_detail}")
+        if self.missing:
+            out.append(f"listed in caught_by but never failed: {', '.join(self.missing)}")
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        f = self.primary.failure
+        return {
+            "contract": self.contract, "spec_section": self.spec_section, "variant": self.variant,
+            "origin": self.origin, "description": self.description, "caught_by": list(self.caught_by),
+            "found": self.found, "ok": self.ok, "problems": self.problems(),
+            "property": self.caught_by[0],
+            "error_type": f.error_type if f else None, "message": f.message if f else None,
+            "case": encode_case(f.case) if f else None,
+            "case_literal": {k: literal(v) for k, v in f.case.args.items()} if f else None,
+            "reproduction": f.reproduction(function_name=f"variant_{self.variant.replace('.', '_')}") if f else None,
+            "canonical": {k: encode(v) for k, v in self.canonical.items()} if self.canonical is not None else None,
+            "verdict": self.verdict, "verdict_detail": self.verdict_detail,
+            "violated_by_shrunk_case": self.violated,
+            "examples_to_find": self.primary.examples_to_find, "seconds_to_find": _round(self.primary.seconds_to_find),
+            "examples": self.primary.examples, "seconds": _round(self.primary.seconds),
+            "separate_searches": [
+                {"property": s.property, "found": s.found, "examples_to_find": s.examples_to_find,
+                 "seconds_to_find": _round(s.seconds_to_find), "examples": s.examples, "seconds": _round(s.seconds),
+                 "case": encode_case(s.failure.case) if s.failure else None}
+                for s in self.separate
+            ],
+            "missing": self.missing,
+        }
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
+
+
+def search(contract: Contract, target: Target, prop: Property, *, target_name: str, run_settings: settings) -> Search:
+    """``runner.hunt`` with the first failure's example index and time recorded.
+
+    The property is wrapped, not changed: the wrapper counts calls and notes
+    when the first one raises, then re-raises, so Hypothesis and the runner
+    see exactly the user's property.
+    """
+    calls = 0
+    first: list[tuple[int, float]] = []
+    start = time.perf_counter()
+
+    def check(t: Target, case: Case) -> None:
+        nonlocal calls
+        calls += 1
+        try:
+            prop.check(t, case)
+        except Exception:
+            if not first:
+                first.append((calls, time.perf_counter() - start))
+            raise
+
+    wrapped = Property(prop.name, prop.spec, check)
+    r = runner.hunt(contract, target, wrapped, target_name=target_name, run_settings=run_settings)
+    found = r.failure is not None
+    return Search(
+        property=prop.name, found=found,
+        examples_to_find=first[0][0] if found and first else None,
+        seconds_to_find=first[0][1] if found and first else None,
+        examples=r.examples, seconds=r.seconds, failure=r.failure,
+    )
+
+
+def run_variant(contract: Contract, variant: Variant, *, run_settings: settings | None = None,
+                check_all: bool = True) -> Entry:
+    """Hunt ``variant`` with its primary property, compare the shrunk case with
+    its canonical form, and (``check_all``) confirm every ``caught_by`` property."""
+    rs = run_settings if run_settings is not None else catalogue_settings()
+    name = f"variant:{variant.name}"
+    primary = search(contract, variant.fn, contract.property(variant.caught_by[0]), target_name=name, run_settings=rs)
+    entry = Entry(contract=contract.name, spec_section=contract.spec_section, variant=variant.name, origin=variant.origin,
+                  description=variant.description, caught_by=variant.caught_by, canonical=variant.canonical, primary=primary)
+    if primary.failure is None:
+        entry.missing = [variant.caught_by[0]] if check_all else []
+        return entry
+    case = primary.failure.case
+    entry.verdict, entry.verdict_detail = compare(contract, case, variant.canonical)
+    entry.violated = runner.violated_properties(contract, variant.fn, case)
+    if check_all:
+        for pname in variant.caught_by[1:]:
+            if pname in entry.violated:
+                continue
+            s = search(contract, variant.fn, contract.property(pname), target_name=name, run_settings=rs)
+            entry.separate.append(s)
+            if not s.found:
+                entry.missing.append(pname)
+    return entry
+
+
+def variants(contract_names: Iterable[str] | None = None) -> list[tuple[Contract, Variant]]:
+    """Every registered (contract, variant), in SPEC order; ``contract_names``
+    (contract names or SPEC section letters) selects contracts."""
+    cs = registry.contracts()
+    if contract_names is not None:
+        wanted = set(contract_names)
+        known = {c.name for c in cs} | {c.spec_section for c in cs}
+        unknown = sorted(wanted - known)
+        if unknown:
+            raise KeyError(f"unknown contract(s) {unknown}; known: {', '.join(sorted(c.name for c in cs))}")
+        cs = [c for c in cs if c.name in wanted or c.spec_section in wanted]
+    return [(c, v) for c in cs for v in c.variants]
+
+
+def run_catalogue(contract_names: Iterable[str] | None = None, *, run_settings: settings | None = None,
+                  check_all: bool = True, on_entry: Callable[[int, int, Entry], None] | None = None) -> list[Entry]:
+    items = variants(contract_names)
+    rs = run_settings if run_settings is not None else catalogue_settings()
+    out = []
+    for k, (c, v) in enumerate(items):
+        e = run_variant(c, v, run_settings=rs, check_all=check_all)
+        out.append(e)
+        if on_entry is not None:
+            on_entry(k + 1, len(items), e)
+    return out
+
+
+def kill_matrix(entries: Sequence[Entry], contract: Contract) -> dict[str, list[str]]:
+    """Property -> the variants that fail it (as primary, on the shrunk case,
+    or in a separate search)."""
+    out: dict[str, list[str]] = {p.name: [] for p in contract.properties}
+    for e in entries:
+        if e.contract != contract.name:
+            continue
+        killed = set(e.violated) | {s.property for s in e.separate if s.found}
+        if e.found:
+            killed.add(e.caught_by[0])
+        for p in killed:
+            out.setdefault(p, []).append(e.variant)
+    return out
+
+
+# ---------------------------------------------------------------- tables
+
+BEGIN_MARKER = "<!-- batchfuzz catalogue: begin (generated by `batchfuzz catalogue --markdown`; do not edit by hand) -->"
+END_MARKER = "<!-- batchfuzz catalogue: end -->"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _verdict_cell(e: Entry) -> str:
+    if not e.found:
+        return "**NOT FOUND**"
+    if e.verdict == "equal":
+        return "= documented"
+    if e.verdict == "smaller":
+        assert e.canonical is not None
+        return f"≤ documented `{_cell(compact_args(e.canonical))}`"
+    if e.verdict == "undocumented":
+        return "**no canonical form**"
+    assert e.canonical is not None
+    return f"**LARGER** than `{_cell(compact_args(e.canonical))}`"
+
+
+def _caught_cell(e: Entry) -> str:
+    primary = e.caught_by[0]
+    others = [p for p in e.violated if p != primary]
+    found_apart = [s.property for s in e.separate if s.found]
+    text = f"`{primary}`"
+    if others:
+        text += "; shrunk case also fails " + ", ".join(f"`{p}`" for p in others)
+    if found_apart:
+        text += "; found separately: " + ", ".join(f"`{p}`" for p in found_apart)
+    if e.missing:
+        text += "; **never failed: " + ", ".join(f"`{p}`" for p in e.missing) + "**"
+    return text
+
+
+def _seconds(x: float | None) -> str:
+    return "–" if x is None else f"{x:.2f}"
+
+
+def markdown_table(entries: Sequence[Entry], run_settings: settings | None = None) -> str:
+    """The catalogue as Markdown: one table per contract, between markers."""
+    import hypothesis
+
+    rs = run_settings if run_settings is not None else catalogue_settings()
+    ok = sum(e.ok for e in entries)
+    lines = [
+        BEGIN_MARKER,
+        "",
+        f"{len(entries)} variants, {ok} caught with a counterexample no larger than the documented one. "
+        f"Profile `ci` (derandomized, no database), `max_examples={rs.max_examples}`, Hypothesis {hypothesis.__version__}. "
+        "*Examples* and *s to find*: examples run, and seconds, up to the first failing one; "
+        "*s total*: with shrinking. Arrays are shown without their dtype (the JSON report keeps it); `v×n` is n copies of v.",
+        "",
+    ]
+    by_contract: dict[str, list[Entry]] = {}
+    for e in entries:
+        by_contract.setdefault(e.contract, []).append(e)
+    for name, rows in by_contract.items():
+        c = registry.get(name)
+        lines += [
+            f"#### Contract {c.spec_section}: {c.title} (`{c.name}`)",
+            "",
+            "| variant | origin | what it models | caught by | shrunk counterexample | vs documented | examples | s to find | s total |",
+            "|---|---|---|---|---|---|---:|---:|---:|",
+        ]
+        for e in rows:
+            case = f"`{_cell(compact_args(e.case.args))}`" if e.case is not None else "–"
+            lines.append(
+                f"| `{e.variant}` | {e.origin} | {_cell(e.description)} | {_caught_cell(e)} | {case} | {_verdict_cell(e)} | "
+                f"{e.primary.examples_to_find if e.primary.examples_to_find is not None else e.primary.examples} | "
+                f"{_seconds(e.primary.seconds_to_find)} | {_seconds(e.primary.seconds)} |"
+            )
+        lines.append("")
+    lines.append(END_MARKER)
+    return "\n".join(lines) + "\n"
+
+
+def splice_markdown(existing: str | None, table: str) -> str:
+    """Put ``table`` (which carries its own markers) into ``existing``: between
+    the markers when the text has them, as the whole text when there is none.
+    Raises ValueError for a text without markers (it would be overwritten)."""
+    if existing is None or not existing.strip():
+        return table
+    begin, end = existing.find(BEGIN_MARKER), existing.find(END_MARKER)
+    if begin < 0 or end < begin:
+        raise ValueError(
+            "the file exists and has no catalogue markers; put these two lines where the table goes:\n"
+            f"{BEGIN_MARKER}\n{END_MARKER}")
+    return existing[:begin] + table.rstrip("\n") + existing[end + len(END_MARKER):]
+
+
+def text_table(entries: Sequence[Entry]) -> str:
+    """The catalogue for a terminal."""
+    rows = [("contract", "variant", "origin", "caught by", "verdict", "examples", "s find", "s total", "shrunk counterexample")]
+    for e in entries:
+        rows.append((
+            e.contract, e.variant, e.origin, e.caught_by[0],
+            ("ok " if e.ok else "BAD ") + (e.verdict if e.found else "not found"),
+            str(e.primary.examples_to_find if e.primary.examples_to_find is not None else e.primary.examples),
+            _seconds(e.primary.seconds_to_find), _seconds(e.primary.seconds),
+            compact_args(e.case.args) if e.case is not None else "-",
+        ))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    return "\n".join(
+        "  ".join(col.ljust(w) for col, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1] for r in rows
+    )

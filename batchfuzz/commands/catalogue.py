@@ -1,0 +1,110 @@
+"""``batchfuzz catalogue``: hunt every registered buggy variant and tabulate it.
+
+Each variant is run against its primary property under the ``ci`` profile
+(derandomized, no database) with ``max_examples`` raised (default 300, see
+``batchfuzz.catalogue.MAX_EXAMPLES``); its shrunk counterexample is compared
+with the documented canonical form, and every property it lists in
+``caught_by`` is confirmed to fail on it. Prints a table; ``--markdown``
+writes it as Markdown (between markers, so it can live inside README.md) and
+``--json`` writes the full report (cases with dtypes, reproductions).
+
+Exit codes: 0 every variant caught with a counterexample no larger than the
+documented one, 1 otherwise, 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import hypothesis
+
+from batchfuzz import catalogue
+from batchfuzz.cli import UsageError
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("catalogue", help="hunt every known buggy variant; print and write the table",
+                       description="Run every registered variant (shipped engine bugs and planted mutants) against its "
+                                   "properties under the ci profile and report what catches it, its shrunk counterexample "
+                                   "and how long the search took.")
+    p.add_argument("--contract", action="append", default=None, metavar="NAME",
+                   help="only this contract (name or SPEC section letter; repeatable)")
+    p.add_argument("--variant", action="append", default=None, metavar="NAME", help="only this variant name (repeatable)")
+    p.add_argument("--markdown", metavar="PATH",
+                   help="write the Markdown table here (between the catalogue markers when the file already has them)")
+    p.add_argument("--json", dest="json_path", metavar="PATH", help="write the full JSON report here")
+    p.add_argument("--max-examples", type=int, default=catalogue.MAX_EXAMPLES,
+                   help=f"examples per search before a variant counts as not found (default {catalogue.MAX_EXAMPLES})")
+    p.add_argument("--primary-only", action="store_true",
+                   help="skip confirming the other caught_by properties (faster; the table then shows fewer)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.max_examples < 1:
+        raise UsageError(f"--max-examples must be >= 1, got {args.max_examples}")
+    try:
+        items = catalogue.variants(args.contract)
+    except KeyError as exc:
+        raise UsageError(str(exc).strip("'\"")) from None
+    if args.variant:
+        known = {v.name for _, v in items}
+        unknown = sorted(set(args.variant) - known)
+        if unknown:
+            raise UsageError(f"--variant {unknown} not registered; known: {', '.join(sorted(known))}")
+        items = [(c, v) for c, v in items if v.name in args.variant]
+    if args.markdown and os.path.exists(args.markdown):
+        with open(args.markdown) as fh:
+            before = fh.read()
+        if before.strip() and catalogue.BEGIN_MARKER not in before:
+            raise UsageError(f"--markdown {args.markdown}: the file exists and has no catalogue markers; put these two "
+                             f"lines where the table goes:\n{catalogue.BEGIN_MARKER}\n{catalogue.END_MARKER}")
+    rs = catalogue.catalogue_settings(args.max_examples)
+    print(f"batchfuzz catalogue: {len(items)} variants, profile ci (derandomized, no database), "
+          f"max_examples={args.max_examples}", flush=True)
+    start = time.monotonic()
+    entries = []
+    try:
+        for k, (c, v) in enumerate(items):
+            e = catalogue.run_variant(c, v, run_settings=rs, check_all=not args.primary_only)
+            entries.append(e)
+            mark = "ok " if e.ok else "BAD"
+            what = catalogue.compact_args(e.case.args) if e.case is not None else "not found"
+            print(f"[{k + 1}/{len(items)}] {mark} {c.name}/{v.name}: {e.verdict} in {e.primary.seconds:.1f}s  {what}", flush=True)
+            for problem in e.problems():
+                print(f"      {problem}", flush=True)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    seconds = time.monotonic() - start
+    print()
+    print(catalogue.text_table(entries))
+    bad = [e for e in entries if not e.ok]
+    print(f"\n{len(entries) - len(bad)}/{len(entries)} variants caught with a counterexample no larger than the "
+          f"documented one ({seconds:.1f}s)")
+    for e in bad:
+        print(f"  BAD {e.contract}/{e.variant}: " + "; ".join(e.problems()))
+    if args.markdown:
+        table = catalogue.markdown_table(entries, rs)
+        existing: str | None = None
+        if os.path.exists(args.markdown):
+            with open(args.markdown) as fh:
+                existing = fh.read()
+        with open(args.markdown, "w") as fh:
+            fh.write(catalogue.splice_markdown(existing, table))
+        print(f"wrote {args.markdown}")
+    if args.json_path:
+        report = {
+            "profile": "ci", "max_examples": args.max_examples, "hypothesis": hypothesis.__version__,
+            "seconds": round(seconds, 3), "variants": len(entries), "ok": len(entries) - len(bad),
+            "entries": [e.to_json() for e in entries],
+        }
+        with open(args.json_path, "w") as fh:
+            json.dump(report, fh, indent=2)
+        print(f"wrote {args.json_path}")
+    return 1 if bad else 0
