@@ -126,9 +126,12 @@ def hunt(
         from hypothesis import example
 
         test = example(case=ex)(test)
-    test = settings(run_settings, report_multiple_bugs=False)(test)
     if seed is not None and not run_settings.derandomize:
+        # @seed switches the example database off; applying the settings
+        # after it switches it back on, so a seeded hunt (every round of
+        # hunt_for) still saves and replays failures.
         test = hypothesis_seed(seed)(test)
+    test = settings(run_settings, report_multiple_bugs=False)(test)
     start = time.perf_counter()
     try:
         test()
