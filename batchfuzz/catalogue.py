@@ -188,7 +188,7 @@ def _run_length(items: list[Any]) -> list[str]:
     i = 0
     while i < len(items):
         j = i
-        while j + 1 < len(items) and items[j + 1] == items[i]:
+        while j + 1 < len(items) and _is_int(items[i]) and _is_int(items[j + 1]) and items[j + 1] == items[i]:
             j += 1
         n = j - i + 1
         text = compact(items[i])
