@@ -1,0 +1,150 @@
+"""Progress of a fuzz run: a live per-contract table on a terminal, plain lines otherwise.
+
+It reads the item state files the workers write (:mod:`batchfuzz.fuzzjob`)
+from a background thread, so it works the same with one worker (in-process)
+or many (pytest-xdist), and costs the workers nothing.
+
+- On a terminal: a table (contract, items done/total, examples, failures,
+  cases per second, what is running) redrawn in place every half second with
+  ANSI cursor movement, under a header with the time elapsed and left.
+- Otherwise (CI logs, pipes): one line when an item finishes, one line per
+  failure the moment it is found, and a heartbeat line every ``heartbeat_s``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, TextIO
+
+from batchfuzz.fuzzjob import Job, read_states
+
+_DONE = ("passed", "failed", "error", "interrupted", "not run")
+
+
+class Progress:
+    def __init__(self, stream: TextIO, job: Job, started: float, *, tty: bool | None = None,
+                 interval: float = 0.5, heartbeat_s: float = 30.0) -> None:
+        self.stream = stream
+        self.job = job
+        self.started = started
+        self.tty = stream.isatty() if tty is None else tty
+        self.interval = interval
+        self.heartbeat_s = heartbeat_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lines_drawn = 0
+        self._seen_done: set[int] = set()
+        self._seen_failures: set[tuple[int, str]] = set()
+        self._last_heartbeat = started
+        self._lock = threading.Lock()
+
+    # -- lifecycle
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="batchfuzz-progress", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self.update()  # the final state
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.update()
+            except Exception:  # never let the display kill a run
+                pass
+
+    # -- rendering
+    def update(self) -> None:
+        with self._lock:
+            states = read_states(self.job.items_dir)
+            if self.tty:
+                self._draw_table(states)
+            else:
+                self._print_lines(states)
+            self.stream.flush()
+
+    def message(self, text: str) -> None:
+        """A line printed above the live table (or just a line)."""
+        with self._lock:
+            if self.tty and self._lines_drawn:
+                self.stream.write(f"\x1b[{self._lines_drawn}F\x1b[J")
+                self._lines_drawn = 0
+            self.stream.write(text + "\n")
+            self.stream.flush()
+
+    def _elapsed_left(self) -> tuple[float, float]:
+        now = time.time()
+        return now - self.started, max(0.0, self.job.deadline - now)
+
+    def rows(self, states: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
+        rows: dict[str, dict[str, Any]] = {}
+        for item in self.job.items:
+            r = rows.setdefault(item.contract, {"contract": item.contract, "items": 0, "done": 0, "examples": 0,
+                                                "failures": 0, "seconds": 0.0, "running": []})
+            r["items"] += 1
+            s = states.get(item.index)
+            if s is None:
+                continue
+            r["examples"] += int(s.get("examples", 0))
+            r["failures"] += len(s.get("failures", []))
+            r["seconds"] += float(s.get("seconds", 0.0)) if s.get("status") in _DONE else time.time() - float(s["started"])
+            if s.get("status") in _DONE:
+                r["done"] += 1
+            elif s.get("status") == "running":
+                r["running"].append(item.name)
+        return list(rows.values())
+
+    def _draw_table(self, states: dict[int, dict[str, Any]]) -> None:
+        elapsed, left = self._elapsed_left()
+        lines = [
+            f"batchfuzz fuzz  {elapsed:5.0f}s elapsed  {left:5.0f}s left  "
+            f"({self.job.workers} worker(s), profile {self.job.profile}, seed {self.job.seed})",
+            f"  {'contract':26} {'items':>7} {'examples':>9} {'failures':>8} {'cases/s':>8}  now",
+        ]
+        for r in self.rows(states):
+            rate = f"{r['examples'] / r['seconds']:.0f}" if r["seconds"] > 0 else "-"
+            now = ", ".join(r["running"]) if r["running"] else ("done" if r["done"] == r["items"] else "waiting")
+            fail = f"{r['failures']}" + (" !" if r["failures"] else "")
+            lines.append(f"  {r['contract'][:26]:26} {r['done']:>3}/{r['items']:<3} {r['examples']:9d} {fail:>8} {rate:>8}  {now[:40]}")
+        out = []
+        if self._lines_drawn:
+            out.append(f"\x1b[{self._lines_drawn}F")
+        for line in lines:
+            out.append("\x1b[2K" + line + "\n")
+        self.stream.write("".join(out))
+        self._lines_drawn = len(lines)
+
+    def _print_lines(self, states: dict[int, dict[str, Any]]) -> None:
+        elapsed, left = self._elapsed_left()
+        total = len(self.job.items)
+        for idx in sorted(states):
+            s = states[idx]
+            for f in s.get("failures", []):
+                key = (idx, str(f.get("id")))
+                if key in self._seen_failures:
+                    continue
+                self._seen_failures.add(key)
+                where = f.get("corpus_file") or f.get("corpus_error")
+                self.stream.write(f"FAILURE {s['contract']} {s['name']} {f['property']}: {f['error_type']}: "
+                                  f"{(f['message'] or '').splitlines()[0] if f.get('message') else ''} "
+                                  f"-> {where} ({'new' if f.get('new') else 'known'})\n")
+            if s.get("status") in _DONE and idx not in self._seen_done:
+                self._seen_done.add(idx)
+                seconds = float(s.get("seconds", 0.0))
+                rate = s["examples"] / seconds if seconds > 0 else 0.0
+                self.stream.write(f"[{len(self._seen_done)}/{total}] {s['contract']:24} {s['name']:28} "
+                                  f"{s['examples']:8d} examples {len(s.get('failures', [])):3d} failures "
+                                  f"{rate:7.0f}/s  {s['status']}{' (' + s['reason'] + ')' if s.get('reason') else ''}  "
+                                  f"({left:.0f}s left)\n")
+        now = time.time()
+        if now - self._last_heartbeat >= self.heartbeat_s:
+            self._last_heartbeat = now
+            examples = sum(int(s.get("examples", 0)) for s in states.values())
+            failures = sum(len(s.get("failures", [])) for s in states.values())
+            running = sum(1 for s in states.values() if s.get("status") == "running")
+            self.stream.write(f"... {elapsed:.0f}s elapsed, {left:.0f}s left: {examples} examples, {failures} failures, "
+                              f"{len(self._seen_done)}/{total} items done, {running} running\n")

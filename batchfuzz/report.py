@@ -1,0 +1,237 @@
+"""Reports of a fuzz run: ``summary.json``, ``summary.md`` and ``junit.xml``.
+
+All three are built from the per-item state files the workers write
+(:mod:`batchfuzz.fuzzjob`), so an interrupted run gets the same reports,
+marked ``"partial": true``.
+
+Rates: an item's ``cases_per_second`` is examples over the seconds that item
+ran (one worker, one core); a contract's is its examples over the seconds its
+items ran; the run's ``throughput`` is all examples over the run's wall time,
+the figure that scales with ``--workers``.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+from batchfuzz.corpus import versions, write_json_atomic
+from batchfuzz.fuzzjob import Job
+
+NOT_RUN = "not run"
+
+
+def _rate(examples: int, seconds: float) -> float:
+    return round(examples / seconds, 1) if seconds > 0 else 0.0
+
+
+def _coverage(events: dict[str, int], examples: int) -> dict[str, Any]:
+    """Input classes (the contract's ``labels``, recorded with ``hypothesis.event``)."""
+    return {
+        label: {"examples": n, "fraction": round(n / examples, 4) if examples else 0.0}
+        for label, n in sorted(events.items(), key=lambda kv: (-kv[1], kv[0]))
+    }
+
+
+def build_summary(
+    job: Job,
+    states: dict[int, dict[str, Any]],
+    *,
+    started: float,
+    finished: float,
+    partial: bool,
+    interrupted_by: str | None = None,
+    notes: list[str] | None = None,
+) -> dict[str, Any]:
+    """The whole run as one JSON-able dict (the content of ``summary.json``)."""
+    contracts: dict[str, dict[str, Any]] = {}
+    failures: list[dict[str, Any]] = []
+    errors: list[dict[str, Any]] = []
+    for item in job.items:
+        s = states.get(item.index)
+        c = contracts.setdefault(item.contract, {
+            "examples": 0, "seconds": 0.0, "cases_per_second": 0.0, "failures": 0, "errors": 0,
+            "items": 0, "items_run": 0, "coverage": {}, "implementations": {}, "_events": {},
+        })
+        c["items"] += 1
+        if s is None:
+            c["implementations"][item.name] = {
+                "status": NOT_RUN, "reason": "interrupted before it started" if partial else "never started",
+                "examples": 0, "seconds": 0.0, "cases_per_second": 0.0, "failures": [], "properties": {}, "coverage": {},
+            }
+            continue
+        status = s["status"]
+        if status == "running":  # killed mid-item: what it wrote is what it found
+            status = "interrupted"
+        examples, seconds = int(s.get("examples", 0)), float(s.get("seconds", 0.0))
+        item_failures = []
+        for f in s.get("failures", []):
+            rec = {"contract": item.contract, "implementation": item.name, **f}
+            failures.append(rec)
+            item_failures.append({k: f.get(k) for k in ("property", "error_type", "message", "corpus_file", "new", "id")})
+        if s.get("error"):
+            errors.append({"contract": item.contract, "implementation": item.name, **s["error"]})
+            c["errors"] += 1
+        c["implementations"][item.name] = {
+            "status": status, "reason": s.get("reason", ""), "worker": s.get("worker"), "examples": examples,
+            "seconds": round(seconds, 3), "slice_seconds": s.get("slice_seconds"),
+            "cases_per_second": _rate(examples, seconds), "failures": item_failures,
+            "properties": s.get("properties", {}), "coverage": _coverage(s.get("events", {}), examples),
+            "scores": s.get("scores", {}), "settings": s.get("settings", {}),
+        }
+        c["examples"] += examples
+        c["seconds"] += seconds
+        c["failures"] += len(item_failures)
+        if status != NOT_RUN:
+            c["items_run"] += 1
+        for k, v in s.get("events", {}).items():
+            c["_events"][k] = c["_events"].get(k, 0) + int(v)
+    for c in contracts.values():
+        c["seconds"] = round(c["seconds"], 3)
+        c["cases_per_second"] = _rate(c["examples"], c["seconds"])
+        c["coverage"] = _coverage(c.pop("_events"), c["examples"])
+    examples = sum(c["examples"] for c in contracts.values())
+    wall = max(0.0, finished - started)
+    not_run = [f"{n}/{name}" for n, c in contracts.items() for name, i in c["implementations"].items() if i["status"] == NOT_RUN]
+    return {
+        "tool": "batchfuzz",
+        "partial": partial,
+        "interrupted_by": interrupted_by,
+        "status": "interrupted" if partial else ("failed" if failures or errors else "passed"),
+        "started": _iso(started),
+        "finished": _iso(finished),
+        "wall_seconds": round(wall, 3),
+        "budget_seconds": job.budget_s,
+        "profile": job.profile,
+        "seed": job.seed,
+        "rounds": job.rounds,
+        "workers": job.workers,
+        "device": job.items[0].device if job.items else None,
+        "database": job.database,
+        "corpus": job.corpus_dir,
+        "replay_command": job.extra.get("replay_command"),
+        "versions": versions(),
+        "host": {"platform": platform.platform(), "cpus": os.cpu_count()},
+        "totals": {
+            "examples": examples,
+            "failures": len(failures),
+            "new_corpus_entries": sum(1 for f in failures if f.get("new")),
+            "errors": len(errors),
+            "items": len(job.items),
+            "items_not_run": len(not_run),
+            "throughput": _rate(examples, wall),
+        },
+        "notes": list(notes or []),
+        "contracts": contracts,
+        "failures": failures,
+        "errors": errors,
+    }
+
+
+def _iso(t: float) -> str:
+    import datetime as _dt
+
+    return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).replace(microsecond=0).isoformat()
+
+
+def render_markdown(summary: dict[str, Any]) -> str:
+    """A human-readable report, ready to paste into an issue."""
+    t = summary["totals"]
+    head = "PARTIAL (interrupted by " + str(summary["interrupted_by"]) + ")" if summary["partial"] else summary["status"]
+    lines = [
+        f"## batchfuzz fuzz: {head}",
+        "",
+        f"- {t['examples']} examples in {summary['wall_seconds']:.0f}s (budget {summary['budget_seconds']:g}s), "
+        f"{t['throughput']:.0f} examples/s with {summary['workers']} worker(s) on {summary['device']}",
+        f"- profile `{summary['profile']}`, seed `{summary['seed']}`"
+        + (f", replay with `{summary['replay_command']}`" if summary.get("replay_command") else ""),
+        f"- failures: {t['failures']} ({t['new_corpus_entries']} new in the corpus), errors: {t['errors']}"
+        + (f", items not run: {t['items_not_run']}" if t["items_not_run"] else ""),
+        "- versions: " + ", ".join(f"{k} {v}" for k, v in summary["versions"].items()),
+    ]
+    for n in summary.get("notes", []):
+        lines.append(f"- note: {n}")
+    lines += ["", "| contract | implementation | status | examples | cases/s | failures |", "|---|---|---|---:|---:|---:|"]
+    for cname, c in summary["contracts"].items():
+        for iname, i in c["implementations"].items():
+            lines.append(f"| {cname} | `{iname}` | {i['status']} | {i['examples']} | {i['cases_per_second']:.0f} | "
+                         f"{len(i['failures'])} |")
+    lines += ["", "### Input classes covered (labels recorded with `event()`)", ""]
+    for cname, c in summary["contracts"].items():
+        if not c["coverage"]:
+            lines.append(f"- {cname}: no labels recorded")
+            continue
+        top = ", ".join(f"{label} {v['fraction'] * 100:.0f}%" for label, v in c["coverage"].items())
+        lines.append(f"- {cname} ({c['examples']} examples): {top}")
+    if summary["failures"]:
+        lines += ["", "### Failures", ""]
+        for f in summary["failures"]:
+            first = f["message"].splitlines()[0] if f.get("message") else ""
+            lines += [
+                f"**{f['contract']} / `{f['implementation']}`: {f['property']}** ({f.get('spec', '')})",
+                "",
+                f"{f['error_type']}: {first}",
+                "",
+                f"Corpus: `{f.get('corpus_file')}`" + (" (new)" if f.get("new") else " (already known)"),
+                "",
+                "```python",
+                f.get("reproduction", ""),
+                "```",
+                "",
+            ]
+    if summary["errors"]:
+        lines += ["", "### Errors (the harness could not run an item)", ""]
+        for e in summary["errors"]:
+            first = e["message"].splitlines()[0] if e["message"] else ""
+            lines.append(f"- {e['contract']} / `{e['implementation']}`: {e['type']}: {first}")
+    return "\n".join(lines) + "\n"
+
+
+def render_junit(summary: dict[str, Any]) -> str:
+    """JUnit XML: a testsuite per contract, a testcase per (implementation, property)."""
+    root = ET.Element("testsuites", name="batchfuzz fuzz", time=f"{summary['wall_seconds']:.3f}")
+    for cname, c in summary["contracts"].items():
+        suite = ET.SubElement(root, "testsuite", name=cname)
+        counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+        for iname, i in c["implementations"].items():
+            failed = {f["property"]: f for f in i["failures"]}
+            props = i["properties"] or {"(all properties)": {"examples": 0, "seconds": 0.0, "status": i["status"]}}
+            for pname, p in props.items():
+                case = ET.SubElement(suite, "testcase", classname=f"{cname}.{iname}", name=pname,
+                                     time=f"{float(p.get('seconds', 0.0)):.3f}")
+                ET.SubElement(ET.SubElement(case, "properties"), "property", name="examples", value=str(p.get("examples", 0)))
+                counts["tests"] += 1
+                if pname in failed:
+                    f = failed[pname]
+                    first = f["message"].splitlines()[0] if f.get("message") else ""
+                    el = ET.SubElement(case, "failure", message=f"{f['error_type']}: {first}", type=str(f["error_type"]))
+                    el.text = f"{f['message']}\ncorpus: {f.get('corpus_file')}"
+                    counts["failures"] += 1
+                elif i["status"] == NOT_RUN:
+                    ET.SubElement(case, "skipped", message=i.get("reason") or NOT_RUN)
+                    counts["skipped"] += 1
+                elif i["status"] == "error":
+                    ET.SubElement(case, "error", message="the harness could not run this item")
+                    counts["errors"] += 1
+                elif i["status"] == "interrupted":
+                    ET.SubElement(case, "system-out").text = f"partial: interrupted after {p.get('examples', 0)} examples"
+        for k, v in counts.items():
+            suite.set(k, str(v))
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def write_reports(report_dir: Path | str, summary: dict[str, Any]) -> list[Path]:
+    """Write the three reports atomically; return their paths."""
+    d = Path(report_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    out = [d / "summary.json", d / "summary.md", d / "junit.xml"]
+    write_json_atomic(out[0], summary)
+    for path, text in ((out[1], render_markdown(summary)), (out[2], render_junit(summary))):
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    return out
