@@ -1,0 +1,367 @@
+"""Contract C: padded ``query_start_loc`` (SPEC.md, contract C).
+
+Every property runs the target in the forms a caller uses: fresh
+(``out=None``) and into a stale persistent buffer (``out=`` the case's
+``context["out"]``), so ``batchfuzz check`` catches a target that forgets the
+padding in a reused buffer. ``persistent_buffer`` also replays the case's
+``context["history"]`` (earlier steps) on one buffer before the final step,
+which is the form the shipped bug lived in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from batchfuzz import registry
+from batchfuzz.case import Case
+from batchfuzz.checks import PropertyViolation, as_int_array, assert_array_equal, assert_non_decreasing, require
+from batchfuzz.registry import Contract, ErrorInput, Property, Target, Variant
+from batchfuzz.variants import query_start_loc as bugs
+from impl import query_start_loc_numpy, query_start_loc_torch
+from impl.torch_common import to_numpy
+from reference import query_start_loc as oracle
+from reference.query_start_loc import check_pad_args
+from strategies.query_start_loc import pad_query_start_loc_cases
+
+
+@dataclass
+class _Result:
+    """One call of the target: its form, inputs, and the result as int64."""
+
+    form: str
+    nst: np.ndarray
+    p: int
+    q: np.ndarray
+
+    @property
+    def where(self) -> str:
+        return f"[{self.form}] nst={self.nst.tolist()}, P={self.p}"
+
+
+def _normalise(result: Any, p: int, form: str) -> np.ndarray:
+    q = as_int_array(result, f"pad_query_start_loc result ({form})")
+    require(q.shape == (p + 1,), f"[{form}] result has shape {q.shape}, expected ({p + 1},) = (num_reqs_padded + 1,)")
+    return q
+
+
+def _fresh(target: Target, case: Case) -> _Result:
+    nst, p = case.args["num_scheduled_tokens"], case.args["num_reqs_padded"]
+    q = _normalise(target(nst.copy(), p), p, "fresh, out=None")
+    return _Result("fresh, out=None", nst.astype(np.int64), p, q)
+
+
+def _stale_out(target: Target, case: Case) -> tuple[_Result, Any, np.ndarray, np.ndarray]:
+    """Call with ``out=`` a copy of the stale buffer; returns the result, the raw
+    return value, the buffer before and after."""
+    nst, p = case.args["num_scheduled_tokens"], case.args["num_reqs_padded"]
+    before = case.context["out"]
+    buf = before.copy()
+    raw = target(nst.copy(), p, buf)
+    form = f"out=stale buffer of {before.size} {before.dtype}"
+    return _Result(form, nst.astype(np.int64), p, _normalise(raw, p, form)), raw, before, buf
+
+
+def _forms(target: Target, case: Case) -> list[_Result]:
+    """The fresh form and the stale-``out`` form of the call."""
+    return [_fresh(target, case), _stale_out(target, case)[0]]
+
+
+def _each(check: Callable[[_Result], None]) -> Callable[[Target, Case], None]:
+    def prop(target: Target, case: Case) -> None:
+        for res in _forms(target, case):
+            check(res)
+
+    return prop
+
+
+# ---------------------------------------------------------------- properties
+
+
+def _matches_oracle(res: _Result) -> None:
+    assert_array_equal(res.q, oracle.pad_query_start_loc(res.nst, res.p), f"query_start_loc {res.where}")
+
+
+def _starts_at_zero(res: _Result) -> None:
+    require(int(res.q[0]) == 0, f"q[0] = {int(res.q[0])} != 0 {res.where}; q = {res.q.tolist()[:24]}")
+
+
+def _non_decreasing(res: _Result) -> None:
+    assert_non_decreasing(res.q, f"query_start_loc {res.where}")
+
+
+def _diff_real(res: _Result) -> None:
+    r = res.nst.size
+    assert_array_equal(np.diff(res.q)[:r], res.nst, f"diff(q)[:R] (R = {r}) vs num_scheduled_tokens {res.where}")
+
+
+def _diff_padding(res: _Result) -> None:
+    r = res.nst.size
+    d = np.diff(res.q)[r:]
+    assert_array_equal(d, np.zeros_like(d), f"diff(q)[R:] (padded slots {r}..{res.p - 1} must be empty) {res.where}")
+
+
+def _last_is_total(res: _Result) -> None:
+    total = int(res.nst.sum())
+    require(int(res.q[res.p]) == total, f"q[P] = q[{res.p}] = {int(res.q[res.p])} != sum(nst) = {total} {res.where}")
+
+
+def _check_token_map(res: _Result, consumer: str, build: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> None:
+    """A consumer's token-to-request map ``repeat(arange(P), diff(q))`` must
+    exist, have ``sum(nst)`` entries, be non-decreasing and send every token
+    to the request that owns it (the oracle's ``token_ranges``)."""
+    total = int(res.nst.sum())
+    counts = np.diff(res.q)
+    span = int(res.q[-1]) - int(res.q[0])
+    positive = int(counts[counts > 0].sum()) if counts.size else 0
+    if positive > 4 * (total + res.p) + 1024:
+        # Do not materialise a huge map: its length alone is wrong.
+        raise PropertyViolation(f"{consumer}: the map would have {span} tokens, sum(nst) = {total} {res.where}")
+    try:
+        m = build(np.arange(res.p, dtype=np.int64), counts)
+    except (ValueError, RuntimeError) as exc:
+        j = int(np.argmax(counts < 0)) if (counts < 0).any() else -1
+        raise PropertyViolation(
+            f"{consumer} fails: {exc} (diff(q)[{j}] = {int(counts[j]) if j >= 0 else '?'}) {res.where}; q = {res.q.tolist()[:24]}"
+        ) from exc
+    require(m.size == total, f"{consumer} has {m.size} tokens, expected sum(nst) = {total} {res.where}")
+    assert_non_decreasing(m, f"{consumer} {res.where}")
+    for i, (start, stop) in enumerate(oracle.token_ranges(res.nst)):
+        wrong = np.flatnonzero(m[start:stop] != i)
+        if wrong.size:
+            t = start + int(wrong[0])
+            raise PropertyViolation(
+                f"{consumer} sends token {t} to request {int(m[t])}, but request {i} owns tokens [{start}, {stop}) {res.where}"
+            )
+
+
+def _numpy_map(slots: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    return np.repeat(slots, counts)
+
+
+def _torch_map(slots: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    return torch.repeat_interleave(torch.from_numpy(slots), torch.from_numpy(counts)).numpy()
+
+
+def _token_map_numpy(res: _Result) -> None:
+    _check_token_map(res, "np.repeat(arange(P), diff(q))", _numpy_map)
+
+
+def _token_map_torch(res: _Result) -> None:
+    _check_token_map(res, "torch.repeat_interleave(arange(P), diff(q))", _torch_map)
+
+
+def _out_form(target: Target, case: Case) -> None:
+    """``out`` given: ``out[:P+1]`` holds the result, ``out[P+1:]`` is untouched,
+    and the returned value is ``out[:P+1]`` (a numpy result must be a view of it)."""
+    res, raw, before, after = _stale_out(target, case)
+    p = res.p
+    assert_array_equal(after[p + 1 :], before[p + 1 :], f"out[P+1:] = out[{p + 1}:] must be left untouched {res.where}")
+    assert_array_equal(after[: p + 1], res.q, f"out[:P+1] after the call vs the returned value {res.where}")
+    if isinstance(raw, np.ndarray):
+        require(np.shares_memory(raw, after) and raw.__array_interface__["data"][0] == after.__array_interface__["data"][0],
+                f"the returned array is not out[:P+1] (a view of out) {res.where}")
+
+
+def _persistent_buffer(target: Target, case: Case) -> None:
+    """History steps, then this step, on one buffer: after every step its first
+    ``P + 1`` entries are the oracle's and the rest are untouched."""
+    buf = case.context["out"].copy()
+    steps = [*case.context["history"], (case.args["num_scheduled_tokens"], case.args["num_reqs_padded"])]
+    done: list[str] = []
+    for k, (nst, p) in enumerate(steps):
+        before = buf.copy()
+        raw = target(nst.copy(), p, buf)
+        where = f"step {k + 1} of {len(steps)} on one persistent {buf.dtype} buffer of {buf.size} (earlier: {done or 'none'})"
+        q = _normalise(raw, p, where)
+        expected = oracle.pad_query_start_loc(nst, p)
+        assert_array_equal(q, expected, f"query_start_loc at {where}, nst={nst.tolist()}, P={p}")
+        assert_array_equal(buf[: p + 1], expected, f"buffer[:P+1] at {where}")
+        assert_array_equal(buf[p + 1 :], before[p + 1 :], f"buffer[P+1:] at {where}")
+        done.append(f"(nst={nst.tolist()}, P={p})")
+
+
+PROPERTIES = (
+    Property("matches_oracle", "q[0] = 0; q[i+1] = q[i] + nst[i] for i < R; q[j] = sum(nst) for R < j <= P (fresh and into a stale out)",
+             _each(_matches_oracle)),
+    Property("starts_at_zero", "q[0] == 0", _each(_starts_at_zero)),
+    Property("non_decreasing", "q is non-decreasing", _each(_non_decreasing)),
+    Property("diff_real_is_num_scheduled_tokens", "diff(q)[:R] == nst", _each(_diff_real)),
+    Property("diff_padding_is_zero", "diff(q)[R:] == 0 (padded slots are empty)", _each(_diff_padding)),
+    Property("last_is_total", "q[P] == sum(nst)", _each(_last_is_total)),
+    Property("token_map_numpy", "np.repeat(arange(P), diff(q)) exists, has sum(nst) entries, is non-decreasing, "
+             "sends each token to its owner", _each(_token_map_numpy)),
+    Property("token_map_torch", "torch.repeat_interleave(arange(P), diff(q)) exists, has sum(nst) entries, is non-decreasing, "
+             "sends each token to its owner", _each(_token_map_torch)),
+    Property("out_form", "with out: writes out[:P+1], leaves out[P+1:] untouched, returns out[:P+1]", _out_form),
+    Property("persistent_buffer", "one buffer over a sequence of steps: after each, buffer[:P+1] obeys the contract "
+             "whatever earlier steps left", _persistent_buffer),
+)
+
+
+# ---------------------------------------------------------------- implementations
+
+
+def _torch_binder(device: str) -> Target:
+    """numpy in, numpy out. Values are checked on the host (as an engine checks
+    its staging array); the torch function itself only reads metadata. With
+    ``out``, the stale buffer travels to the device and the whole buffer comes
+    back, so a write past ``P`` would show."""
+
+    def call(num_scheduled_tokens: Any, num_reqs_padded: Any, out: Any = None) -> np.ndarray:
+        nst, _, p, _, _ = check_pad_args(num_scheduled_tokens, num_reqs_padded, out)
+        t_nst = torch.from_numpy(np.ascontiguousarray(nst)).to(device)
+        if out is None:
+            return to_numpy(query_start_loc_torch.pad_query_start_loc(t_nst, p))
+        t_out = torch.from_numpy(np.ascontiguousarray(out).copy()).to(device)
+        query_start_loc_torch.pad_query_start_loc(t_nst, p, t_out)
+        out[...] = t_out.cpu().numpy()
+        return out[: p + 1]
+
+    return call
+
+
+IMPLEMENTATIONS = (
+    registry.numpy_impl("numpy", query_start_loc_numpy.pad_query_start_loc, "vectorised numpy; nst's dtype, or out's"),
+    registry.torch_impl("torch", _torch_binder, "torch, CUDA-graph capturable (no host sync), CPU and CUDA"),
+)
+
+
+# ---------------------------------------------------------------- variants
+
+
+def _nst(*values: int) -> np.ndarray:
+    return np.array(values, dtype=np.int32)
+
+
+_STALE = ("matches_oracle", "non_decreasing", "diff_padding_is_zero", "last_is_total",
+          "token_map_numpy", "token_map_torch", "persistent_buffer")
+VARIANTS = (
+    Variant("padding_unwritten", "padded entries out[R+1:P+1] keep an earlier step's values in the reused buffer (shipped)",
+            bugs.padding_unwritten, "shipped", _STALE, {"num_scheduled_tokens": _nst(), "num_reqs_padded": 1}),
+    Variant("pads_with_padded_token_count", "pads with the padded token count (capture size) instead of sum(nst)",
+            bugs.pads_with_padded_token_count, "mutant",
+            ("last_is_total", "diff_padding_is_zero", "token_map_numpy", "token_map_torch", "matches_oracle", "persistent_buffer"),
+            {"num_scheduled_tokens": _nst(), "num_reqs_padded": 1}),
+    Variant("writes_first_p_only", "off by one: writes q[:P], q[P] keeps its old value",
+            bugs.writes_first_p_only, "mutant", ("matches_oracle", "last_is_total", "starts_at_zero"),
+            {"num_scheduled_tokens": _nst(1), "num_reqs_padded": 1}),
+    Variant("pads_from_r_plus_2", "off by one: pads from R + 2, the first padded slot keeps its old value",
+            bugs.pads_from_r_plus_2, "mutant", ("matches_oracle", "non_decreasing", "diff_padding_is_zero"),
+            {"num_scheduled_tokens": _nst(), "num_reqs_padded": 1}),
+    Variant("int16_cumsum", "running sum accumulated in int16: wraps past 32767 tokens",
+            bugs.int16_cumsum, "mutant", ("diff_real_is_num_scheduled_tokens", "matches_oracle", "non_decreasing"),
+            {"num_scheduled_tokens": _nst(32768), "num_reqs_padded": 1}),
+    Variant("pads_with_zero", "pads with 0 instead of sum(nst): the consumer's repeat count goes negative",
+            bugs.pads_with_zero, "mutant", ("token_map_torch", "token_map_numpy", "non_decreasing", "last_is_total", "matches_oracle"),
+            {"num_scheduled_tokens": _nst(1), "num_reqs_padded": 2}),
+    Variant("exclusive_cumsum", "exclusive scan: every request gets its predecessor's token range",
+            bugs.exclusive_cumsum, "mutant", ("token_map_numpy", "diff_real_is_num_scheduled_tokens", "token_map_torch", "matches_oracle"),
+            {"num_scheduled_tokens": _nst(1), "num_reqs_padded": 1}),
+    Variant("no_leading_zero", "inclusive scan written from q[0]: q[0] = nst[0]",
+            bugs.no_leading_zero, "mutant", ("starts_at_zero", "diff_real_is_num_scheduled_tokens", "matches_oracle"),
+            {"num_scheduled_tokens": _nst(1), "num_reqs_padded": 1}),
+    Variant("fills_whole_tail", "pads every slot of out past R, overwriting out[P+1:]",
+            bugs.fills_whole_tail, "mutant", ("out_form", "persistent_buffer"), {"num_scheduled_tokens": _nst(), "num_reqs_padded": 0}),
+    Variant("rebinds_out", "returns a new array and never writes the caller's out",
+            bugs.rebinds_out, "mutant", ("out_form", "persistent_buffer"), {"num_scheduled_tokens": _nst(), "num_reqs_padded": 0}),
+)
+
+
+# ---------------------------------------------------------------- errors, examples, labels
+
+
+def _i32(*values: int) -> np.ndarray:
+    return np.array(values, dtype=np.int32)
+
+
+ERROR_INPUTS = (
+    ErrorInput({"num_scheduled_tokens": _i32(2, -1), "num_reqs_padded": 2}, ValueError,
+               r"num_scheduled_tokens\[1\] must be >= 0, got -1", "negative count"),
+    ErrorInput({"num_scheduled_tokens": _i32(1, 2, 3), "num_reqs_padded": 2}, ValueError,
+               r"num_reqs_padded must be >= the number of requests R = len\(num_scheduled_tokens\) = 3, got num_reqs_padded=2",
+               "P < R"),
+    ErrorInput({"num_scheduled_tokens": _i32(), "num_reqs_padded": -1}, ValueError, r"num_reqs_padded must be >= 0, got -1"),
+    ErrorInput({"num_scheduled_tokens": _i32(1, 2), "num_reqs_padded": 3, "out": np.zeros(3, dtype=np.int32)}, ValueError,
+               r"out has 3 entries, needs at least num_reqs_padded \+ 1 = 4", "out too short"),
+    ErrorInput({"num_scheduled_tokens": _i32(1, 2), "num_reqs_padded": 3, "out": np.zeros(8, dtype=np.int16)}, TypeError,
+               r"out must have dtype int32 or int64, got int16", "out of a wrong dtype"),
+    ErrorInput({"num_scheduled_tokens": _i32(1), "num_reqs_padded": 1, "out": np.zeros(4)}, TypeError,
+               r"out must have dtype int32 or int64, got float64"),
+    ErrorInput({"num_scheduled_tokens": _i32(1), "num_reqs_padded": 1, "out": [0, 0, 0]}, TypeError,
+               r"out must be a numpy array or None, got list"),
+    ErrorInput({"num_scheduled_tokens": _i32(1), "num_reqs_padded": 1, "out": np.zeros((2, 2), dtype=np.int64)}, ValueError,
+               r"out must be 1-D, got shape \(2, 2\)"),
+    ErrorInput({"num_scheduled_tokens": np.array([1.0, 2.0]), "num_reqs_padded": 2}, TypeError,
+               r"num_scheduled_tokens must have dtype int32 or int64, got float64"),
+    ErrorInput({"num_scheduled_tokens": _i32(1), "num_reqs_padded": 2.0}, TypeError, r"num_reqs_padded must be an int, got float 2.0"),
+    ErrorInput({"num_scheduled_tokens": _i32(2**31 - 1, 1), "num_reqs_padded": 2}, ValueError,
+               r"sum\(num_scheduled_tokens\) = 2147483648 does not fit in num_scheduled_tokens's dtype int32",
+               "an int32 result would wrap"),
+    ErrorInput({"num_scheduled_tokens": np.array([2**31], dtype=np.int64), "num_reqs_padded": 1,
+                "out": np.zeros(2, dtype=np.int32)}, ValueError,
+               r"sum\(num_scheduled_tokens\) = 2147483648 does not fit in out's dtype int32", "fits nst's int64, not out's int32"),
+)
+
+
+EXAMPLES = (
+    # The shipped scenario: a large decode step, then a smaller padded one on the same buffer.
+    Case({"num_scheduled_tokens": _i32(3), "num_reqs_padded": 4},
+         {"max_num_reqs": 4, "out": np.zeros(5, dtype=np.int32), "history": [(_i32(5, 5, 5, 5), 4)], "kind": "shipped scenario"}),
+    # Empty step padded to the whole buffer, int64 out behind int32 counts.
+    Case({"num_scheduled_tokens": _i32(), "num_reqs_padded": 8},
+         {"max_num_reqs": 8, "out": np.arange(9, 0, -1, dtype=np.int64), "history": [], "kind": "R==0"}),
+    # A chunked prefill filling a 65536-token budget (past int16).
+    Case({"num_scheduled_tokens": np.array([1, 1, 65534], dtype=np.int64), "num_reqs_padded": 3},
+         {"max_num_reqs": 256, "out": np.zeros(257, dtype=np.int32), "history": [], "kind": "eager"}),
+)
+
+
+def _labels(case: Case) -> list[str]:
+    nst, p = case.args["num_scheduled_tokens"], case.args["num_reqs_padded"]
+    r, cap, out = nst.size, case.context["max_num_reqs"], case.context["out"]
+    labels = [f"kind: {case.context['kind']}"]
+    if p == r:
+        labels.append("P == R")
+    if p == r + 1:
+        labels.append("P == R + 1")
+    if p == cap:
+        labels.append("P == max_num_reqs")
+    if r == 0:
+        labels.append("R == 0")
+    if int(nst.sum()) > 32767:
+        labels.append("sum(nst) > int16 max")
+    if out.size > p + 1:
+        labels.append("out has a tail past P + 1")
+    if out.dtype != nst.dtype:
+        labels.append("out dtype != nst dtype")
+    if np.any(np.diff(out[: p + 1].astype(np.int64)) < 0):
+        labels.append("stale out[:P+1] not monotone")
+    if case.context["history"]:
+        labels.append(f"history of {len(case.context['history'])} steps")
+    return labels
+
+
+CONTRACT = registry.register(Contract(
+    name="pad_query_start_loc",
+    title="Padded query_start_loc",
+    spec_section="C",
+    signature="pad_query_start_loc(num_scheduled_tokens, num_reqs_padded: int, out=None) -> int array of length P + 1",
+    oracle=oracle.pad_query_start_loc,
+    implementations=IMPLEMENTATIONS,
+    strategy=pad_query_start_loc_cases,
+    properties=PROPERTIES,
+    error_inputs=ERROR_INPUTS,
+    variants=VARIANTS,
+    examples=EXAMPLES,
+    labels=_labels,
+    size=lambda case: (case.args["num_scheduled_tokens"].size, case.args["num_reqs_padded"], len(case.context["history"])),
+    notes="Dtype rule: without out the result has num_scheduled_tokens's dtype (int32 or int64; a list counts as int64); "
+          "with out it is out's dtype, which must be int32 or int64 (TypeError naming out otherwise). sum(nst) must fit "
+          "that dtype (ValueError otherwise). Values compare exactly as int64. Every property runs the target fresh and "
+          "into a stale out (context['out']); persistent_buffer replays context['history'] on one buffer first.",
+))
