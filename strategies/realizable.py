@@ -63,7 +63,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -357,14 +357,15 @@ class SchedulerModel:
         if hit is None:
             for g, b in to_drop:
                 self.pools[self._pool(g)].release(b)
+        if hit is not None:  # touch every group's hit blocks before any allocation can evict them
+            for g in range(len(cfg.groups)):
+                for b in kept[g]:
+                    if b != 0:
+                        self.pools[self._pool(g)].touch(b)
+                req.num_cached_blocks[g] = len(kept[g])
         for g, spec in enumerate(cfg.groups):
             pool = self.pools[self._pool(g)]
             row = kept[g]
-            if hit is not None:
-                for b in row:
-                    if b != 0:
-                        pool.touch(b)
-                req.num_cached_blocks[g] = len(row)
             while len(row) < _cdiv(end, spec.block_size):
                 row.append(pool.allocate())
             req.blocks[g] = row
@@ -396,11 +397,14 @@ class SchedulerModel:
         self.any_preemption = True
         return victim
 
-    def schedule(self) -> _Scheduled:
-        """Schedule one step (allocating and registering blocks); does not run it."""
+    def schedule(self, token_budget: int | None = None) -> _Scheduled:
+        """Schedule one step (allocating and registering blocks); does not run it.
+
+        ``token_budget`` overrides the configured budget for this step only.
+        """
         cfg = self.cfg
         self._writers = {}
-        budget = cfg.token_budget
+        budget = cfg.token_budget if token_budget is None else token_budget
         entries: list[tuple[_Request, int]] = []
         computed: dict[int, int] = {}
         preempted = False
@@ -500,8 +504,9 @@ class SchedulerModel:
 # ---------------------------------------------------------------------------
 
 
-def _emit(model: SchedulerModel, sched: _Scheduled, widths: Sequence[int] | None, dtype: Any,
-          table_dtype: Any) -> tuple[Step, dict[str, Any]]:
+def _emit(model: SchedulerModel, sched: _Scheduled, pad: str, dtype: Any, table_dtype: Any) -> tuple[Step, dict[str, Any]]:
+    """The scheduled step as contract E sees it. ``pad``: table widths are the
+    widest row ("tight"), one more ("plus one") or ``cdiv(max_model_len, B)``."""
     cfg = model.cfg
     order, moved = model.batch_order(sched)
     q_of = {req.rid: n for req, n in sched.entries}
@@ -511,7 +516,7 @@ def _emit(model: SchedulerModel, sched: _Scheduled, widths: Sequence[int] | None
     tables = []
     for g in range(len(cfg.groups)):
         need = max((len(req.blocks[g]) for req in order), default=0)
-        w = need if widths is None else max(need, widths[g])
+        w = {"tight": need, "plus one": need + 1}.get(pad, max(need, _cdiv(cfg.max_model_len, cfg.groups[g].block_size)))
         t = np.zeros((r, w), dtype=table_dtype)
         for i, req in enumerate(order):
             t[i, : len(req.blocks[g])] = req.blocks[g]
@@ -618,7 +623,7 @@ class Workload:
 
     max_prompt_len: int
     max_output_len: int
-    prompt_kinds: tuple[str, ...] = ("fresh", "parallel", "prefix", "copy", "parallel", "followup", "prefix", "copy")
+    prompt_kinds: tuple[str, ...] = ("fresh", "parallel", "copy", "prefix", "parallel", "followup", "copy", "prefix", "parallel")
     length_shapes: tuple[str, ...] = ("any", "k*A+1", "k*A", "k*A+1")
     max_parallel: int = 4
     long_prompt_len: int = 0  # > 0: prompt lengths drawn up to this from a long tail
@@ -662,7 +667,7 @@ class _Arrivals:
         limit = model.cfg.max_model_len - 1
         copies = 1
         if kind in ("copy", "prefix") and self.prompts:
-            parent = self.prompts[src.integers(0, len(self.prompts) - 1)]
+            parent = self.prompts[len(self.prompts) - 1 - src.integers(0, len(self.prompts) - 1)]  # recent first
             if kind == "copy":
                 prompt = list(parent)
             else:
@@ -678,8 +683,8 @@ class _Arrivals:
                 suffix = _draw_len(src, w, align, 1, room) if room >= 1 else 0
                 prompt = (parent[:keep] + model.fresh_tokens(suffix))[:limit]
         elif kind == "followup" and model.requests:
-            parent_req = model.requests[src.integers(0, len(model.requests) - 1)]
-            base = parent_req.tokens[:limit - 1]
+            parent_req = model.requests[len(model.requests) - 1 - src.integers(0, len(model.requests) - 1)]
+            base = parent_req.tokens[: min(limit - 1, 2 * w.max_prompt_len)]
             room = min(w.max_prompt_len + len(base), limit) - len(base)
             prompt = base + model.fresh_tokens(max(1, min(room, _draw_len(src, w, 1, 1, max(1, room)))))
             prompt = prompt[:limit]
@@ -739,7 +744,7 @@ def _draw_config(src: Source, *, max_reqs: int, max_prompt_len: int, max_output_
     thr = reorder_batch_threshold if reorder_batch_threshold is not None else src.sampled((1, 2, 4, 16))
     order = reorder if reorder is not None else src.sampled(("stable", "swap"))
     pool_shared = shared_pool if shared_pool is not None else src.sampled((True, False))
-    max_num_seqs = max_reqs - src.integers(0, max_reqs - 1)
+    max_num_seqs = max_reqs if src.integers(0, 3) > 0 else src.integers(1, max_reqs)
     budget = max_token_budget - src.integers(0, max_token_budget - 1)
     if src.integers(0, 3) == 0:  # small budgets make chunked prefill common
         budget = min(budget, src.integers(1, max(1, max_prompt_len // 2)))
@@ -747,35 +752,67 @@ def _draw_config(src: Source, *, max_reqs: int, max_prompt_len: int, max_output_
     one_request = sum(_cdiv(max_model_len, g.block_size) for g in groups) + 1
     ample = one_request * (max_reqs + 2) + 2 * max_reqs * (max_prompt_len // min_b + 2)
     # Tight pools force preemption and eviction; the smallest still fits one longest request.
-    num_blocks = ample - src.integers(0, ample - one_request)
+    if src.integers(0, 2) < 2:
+        num_blocks = ample
+    else:
+        num_blocks = one_request + src.integers(0, one_request // 2)
     return EngineConfig(tuple(groups), num_blocks, pool_shared, budget, max_num_seqs, max_model_len, thr, order)
 
 
+_SMALL_BOUNDS: dict[str, Any] = {
+    "max_reqs": 12, "max_prompt_len": 128, "max_output_len": 12, "min_block_size": 1, "max_block_size": 32,
+    "max_groups": 3, "max_steps": 5, "sliding": True, "max_token_budget": 512, "reorder_batch_threshold": 1,
+    "reorder": "stable", "shared_pool": None, "pad_tables": True,
+}
+
+
+def _draw_small_step(src: Source, bounds: dict[str, Any]) -> tuple[Step, dict[str, Any]]:
+    unknown = set(bounds) - set(_SMALL_BOUNDS)
+    if unknown:
+        raise TypeError(f"unknown bounds {sorted(unknown)}; known: {sorted(_SMALL_BOUNDS)}")
+    b = {**_SMALL_BOUNDS, **bounds}
+    for name in ("max_reqs", "max_prompt_len", "max_output_len", "min_block_size", "max_groups", "max_steps",
+                 "max_token_budget"):
+        if not isinstance(b[name], int) or b[name] < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {b[name]!r}")
+    if b["max_block_size"] < b["min_block_size"]:
+        raise ValueError(f"max_block_size={b['max_block_size']} < min_block_size={b['min_block_size']}")
+    cfg = _draw_config(src, max_reqs=b["max_reqs"], max_prompt_len=b["max_prompt_len"], max_output_len=b["max_output_len"],
+                       min_block_size=b["min_block_size"], max_block_size=b["max_block_size"], max_groups=b["max_groups"],
+                       sliding=b["sliding"], max_token_budget=b["max_token_budget"],
+                       reorder_batch_threshold=b["reorder_batch_threshold"], reorder=b["reorder"], shared_pool=b["shared_pool"])
+    model = SchedulerModel(cfg)
+    w = Workload(max_prompt_len=b["max_prompt_len"], max_output_len=b["max_output_len"])
+    arrivals = _Arrivals(src, model, w)
+    budget_reqs = [2 * b["max_reqs"]]
+    num_steps = src.integers(1, b["max_steps"])
+    for s in range(num_steps):
+        # Arrival events per step; the emitted step mostly has some (same-step hits need them).
+        count = src.integers(1 if s == 0 else 0, 3) if s < num_steps - 1 else src.sampled((2, 1, 3, 2, 0, 4))
+        arrivals.arrive(count, budget_reqs)
+        if s == num_steps - 1:
+            break
+        model.run(model.schedule())
+    sched = _finish_step(src, model, arrivals, budget_reqs)
+    pad = src.sampled(("tight", "plus one", "max_model_len")) if b["pad_tables"] else "tight"
+    dtype = src.sampled((np.int64, np.int32))
+    table_dtype = src.sampled((np.int32, np.int64))
+    return _emit(model, sched, pad, dtype, table_dtype)
+
+
 @st.composite
-def realizable_steps(
-    draw: st.DrawFn,
-    *,
-    max_reqs: int = 12,
-    max_prompt_len: int = 128,
-    max_output_len: int = 12,
-    min_block_size: int = 1,
-    max_block_size: int = 32,
-    max_groups: int = 3,
-    max_steps: int = 5,
-    sliding: bool = True,
-    max_token_budget: int = 512,
-    reorder_batch_threshold: int | None = 1,
-    reorder: str | None = "stable",
-    shared_pool: bool | None = None,
-    pad_tables: bool = True,
-) -> tuple[Step, dict[str, Any]]:
+def realizable_steps(draw: st.DrawFn, **bounds: Any) -> tuple[Step, dict[str, Any]]:
     """A contract E step as a prefix-caching scheduler produces it, with its labels.
 
-    ``bounds`` scale the model: at most ``max_reqs`` requests scheduled
-    (``max_num_seqs``), prompts of at most ``max_prompt_len`` tokens, block
-    sizes in ``[min_block_size, max_block_size]``, up to ``max_groups`` KV
-    groups, up to ``max_steps`` scheduler steps (the last is emitted). ``None``
-    for ``reorder_batch_threshold``, ``reorder`` or ``shared_pool`` draws it.
+    ``bounds`` (keyword arguments, defaults in brackets) scale the model:
+    ``max_reqs`` [12] caps ``max_num_seqs``; ``max_prompt_len`` [128];
+    ``max_output_len`` [12]; block sizes in ``[min_block_size,
+    max_block_size]`` [1, 32]; up to ``max_groups`` [3] KV groups, sliding
+    windows allowed when ``sliding`` [True]; up to ``max_steps`` [5] scheduler
+    steps (the last is emitted); token budget up to ``max_token_budget``
+    [512]; ``reorder_batch_threshold`` [1], ``reorder`` ["stable"] and
+    ``shared_pool`` [drawn]: ``None`` draws them; ``pad_tables`` [True] draws
+    table widths (tight, one spare column, or ``cdiv(max_model_len, B)``).
 
     Returns ``(Step, info)``; ``info["labels"]`` lists the scheduler-level
     input classes (see ``LABELS``), ``info["reorder_batch_threshold"]`` the
@@ -784,31 +821,16 @@ def realizable_steps(
     ``token_ids`` per row, group kinds, windows, ...).
 
     Shrinks towards one step, one short fresh request, one group of block
-    size 2, ample budget and pool.
+    size 2, ample budget, pool and ``max_num_seqs``, tight tables.
     """
-    src = HypothesisSource(draw)
-    cfg = _draw_config(src, max_reqs=max_reqs, max_prompt_len=max_prompt_len, max_output_len=max_output_len,
-                       min_block_size=min_block_size, max_block_size=max_block_size, max_groups=max_groups,
-                       sliding=sliding, max_token_budget=max_token_budget,
-                       reorder_batch_threshold=reorder_batch_threshold, reorder=reorder, shared_pool=shared_pool)
-    model = SchedulerModel(cfg)
-    w = Workload(max_prompt_len=max_prompt_len, max_output_len=max_output_len)
-    arrivals = _Arrivals(src, model, w)
-    budget_reqs = [2 * max_reqs]
-    num_steps = src.integers(1, max_steps)
-    for s in range(num_steps):
-        arrivals.arrive(src.integers(1 if s == 0 else 0, 3), budget_reqs)
-        if s == num_steps - 1:
-            break
-        model.run(model.schedule())
-    sched = _finish_step(src, model, arrivals, budget_reqs)
-    widths = None
-    if pad_tables:
-        extra = src.integers(0, 2)
-        widths = [_cdiv(cfg.max_model_len, g.block_size) if extra == 2 else 0 for g in cfg.groups]
-    dtype = src.sampled((np.int64, np.int32))
-    table_dtype = src.sampled((np.int32, np.int64))
-    return _emit(model, sched, widths, dtype, table_dtype)
+    return _draw_small_step(HypothesisSource(draw), bounds)
+
+
+def sample_small_step(rng: np.random.Generator | int, **bounds: Any) -> tuple[Step, dict[str, Any]]:
+    """The same draw as :func:`realizable_steps`, from a numpy Generator (seeded loops)."""
+    if not isinstance(rng, np.random.Generator):
+        rng = np.random.default_rng(rng)
+    return _draw_small_step(RngSource(rng), bounds)
 
 
 # ---------------------------------------------------------------------------
@@ -817,15 +839,22 @@ def realizable_steps(
 
 PROFILES = ("decode-heavy", "prefill-heavy", "mixed")
 
+# Per profile: token budget of the emitted step, share of max_num_seqs already
+# running (decoding) before it, typical new prompt length (tokens).
+_PROFILE_SHAPE = {
+    "decode-heavy": (8192, 0.97, 1024),
+    "mixed": (16384, 0.75, 1024),
+    "prefill-heavy": (65536, 0.125, 512),
+}
+
 
 def default_groups(num_groups: int, base_block_size: int = 16) -> tuple[GroupSpec, ...]:
     """1: full attention B=16; 2: plus sliding window (B=32, window 1024);
     3: plus full attention with B=8."""
-    b = base_block_size
-    groups = [GroupSpec(b), GroupSpec(2 * b, 1024), GroupSpec(max(1, b // 2))]
     if not 1 <= num_groups <= 3:
         raise ValueError(f"num_groups must be in 1..3, got {num_groups}")
-    return tuple(groups[:num_groups])
+    b = base_block_size
+    return (GroupSpec(b), GroupSpec(2 * b, 1024), GroupSpec(max(1, b // 2)))[:num_groups]
 
 
 def sample_realizable_step(
@@ -836,71 +865,68 @@ def sample_realizable_step(
     num_groups: int = 1,
     groups: Sequence[GroupSpec] | None = None,
     reorder_batch_threshold: int = 1,
-    max_steps: int = 4000,
+    num_waves: int = 8,
     dtype: Any = np.int32,
 ) -> tuple[Step, dict[str, Any]]:
     """A realistic large step from the same scheduler model (no Hypothesis).
 
-    ``num_reqs`` is ``max_num_seqs``; the emitted step schedules close to it.
-    Block tables are ``cdiv(max_model_len, B_g)`` wide, with
-    ``max_model_len = max_blocks_per_req * B_0``. Profiles:
+    ``num_reqs`` is ``max_num_seqs``; ``max_model_len = max_blocks_per_req *
+    B_0`` and every block table is ``cdiv(max_model_len, B_g)`` columns wide
+    (the engine's persistent table width). History: ``num_waves`` waves of
+    long-running requests (prompts sharing a few system prompts, parallel
+    sampling, follow-up turns), each prefilled and then decoded for a drawn
+    number of steps, so that context lengths differ; the history runs with an
+    unlimited token budget (a budget is per step; this only shortens the
+    simulation). Then one step with long prompts under the profile's budget
+    (leaving chunked prefills), then new arrivals and the emitted step under
+    the profile's budget:
 
-    - ``decode-heavy``: long outputs; the step is emitted once most scheduled
-      requests decode (budget 8192);
-    - ``prefill-heavy``: a burst of arrivals sharing system prompts, many
-      of them cache hits, budget 32768;
-    - ``mixed``: continuous arrivals, roughly half decodes (budget 16384).
+    - ``decode-heavy``: ~97% of ``max_num_seqs`` already decoding, budget 8192;
+    - ``mixed``: ~75% decoding, budget 16384;
+    - ``prefill-heavy``: ~12% decoding, a burst of new prompts, budget 65536.
+
+    The step schedules up to ``num_reqs`` requests (fewer when the budget runs out).
     """
     if profile not in PROFILES:
         raise ValueError(f"profile must be one of {PROFILES}, got {profile!r}")
-    if num_reqs < 1 or max_blocks_per_req < 1:
-        raise ValueError(f"num_reqs and max_blocks_per_req must be >= 1, got {num_reqs}, {max_blocks_per_req}")
+    if num_reqs < 1 or max_blocks_per_req < 2:
+        raise ValueError(f"num_reqs must be >= 1 and max_blocks_per_req >= 2, got {num_reqs}, {max_blocks_per_req}")
     if not isinstance(rng, np.random.Generator):
         rng = np.random.default_rng(rng)
     src = RngSource(rng)
     gs = tuple(groups) if groups is not None else default_groups(num_groups)
+    budget, running_share, prompt_len = _PROFILE_SHAPE[profile]
     max_model_len = max_blocks_per_req * gs[0].block_size
-    cap_prompt = max(2, min(max_model_len // 2, 4096))
-    if profile == "decode-heavy":
-        budget, out_len, arrival_steps, prompt_len = 8192, 4 * cap_prompt, 8, cap_prompt
-    elif profile == "prefill-heavy":
-        budget, out_len, arrival_steps, prompt_len = 32768, 64, 1, cap_prompt // 4
-    else:
-        budget, out_len, arrival_steps, prompt_len = 16384, 256, 24, cap_prompt // 2
-    out_len = max(2, min(out_len, max_model_len - prompt_len - 1))
-    pool_blocks = sum(_cdiv(max_model_len, g.block_size) for g in gs) * 2 + sum(
-        _cdiv(prompt_len + out_len, g.block_size) + 1 for g in gs) * num_reqs * 2
+    prompt_len = max(1, min(prompt_len, max_model_len // 4))
+    pool_blocks = sum(_cdiv(max_model_len, g.block_size) + 1 for g in gs) * (num_reqs + 8) * 2
     cfg = EngineConfig(gs, pool_blocks, True, budget, num_reqs, max_model_len, reorder_batch_threshold, "stable")
     model = SchedulerModel(cfg)
-    w = Workload(max_prompt_len=max(1, prompt_len), max_output_len=out_len, prompt_kinds=(
-        "fresh", "fresh", "prefix", "parallel", "copy", "followup"), length_shapes=("any", "any", "any", "k*A+1"),
-        num_roots=4, root_len=(1, max(1, prompt_len // 2)))
+    w = Workload(max_prompt_len=prompt_len, max_output_len=max_model_len, prompt_kinds=(
+        "fresh", "fresh", "prefix", "parallel", "copy", "followup", "prefix"),
+        length_shapes=("any", "any", "any", "k*A+1"), max_parallel=4, num_roots=4,
+        root_len=(min(16, prompt_len), max(min(16, prompt_len), prompt_len)))
     arrivals = _Arrivals(src, model, w)
-    budget_reqs = [10**9]
-
-    def decode_fraction(sched: _Scheduled) -> float:
-        return sum(1 for req, n in sched.entries if n == 1 and sched.computed[req.rid] >= len(req.prompt)) / max(
-            1, len(sched.entries))
-
-    target = max(1, int(0.9 * num_reqs))
-    done: Callable[[_Scheduled, int], bool]
-    if profile == "decode-heavy":
-        done = lambda s, k: len(s.entries) >= target and decode_fraction(s) >= 0.9
-    elif profile == "prefill-heavy":
-        done = lambda s, k: k >= 2 and len(s.entries) >= target and decode_fraction(s) <= 0.3
-    else:
-        done = lambda s, k: len(s.entries) >= target and 0.35 <= decode_fraction(s) <= 0.75
-    for k in range(max_steps):
-        live = len(model.running) + len(model.waiting)
-        if profile == "decode-heavy":
-            want = num_reqs + 4 - live if k < arrival_steps else (2 if live < num_reqs + 4 else 0)
-        elif profile == "prefill-heavy":
-            want = (num_reqs // 4 if k == 0 else 0) + (num_reqs if k == 2 else 0)
-        else:
-            want = max(0, num_reqs + num_reqs // 4 - live) // (4 if k < arrival_steps else 8) + src.integers(0, 3)
-        arrivals.arrive(max(0, want), budget_reqs)
-        sched = _finish_step(src, model, arrivals, budget_reqs)
-        if done(sched, k) or k == max_steps - 1:
-            break
-        model.run(sched)
-    return _emit(model, sched, [_cdiv(max_model_len, g.block_size) for g in gs], dtype, dtype)
+    unlimited = 1 << 40
+    old = max(0, min(num_reqs - 1, round(running_share * num_reqs)))
+    for wave in range(num_waves):
+        want = old * (wave + 1) // num_waves - len(model.running) - len(model.waiting)
+        while want > 0:
+            before = len(model.requests)
+            arrivals.arrive(1, [want])
+            want -= len(model.requests) - before
+        for _ in range(src.integers(1, 24)):
+            model.run(model.schedule(unlimited))
+    # Long prompts cut by the budget: chunked prefills still running in the emitted step.
+    long_len = min(max_model_len - 1, budget + src.integers(0, budget // 2))
+    model.add_request(model.fresh_tokens(long_len), max_model_len)
+    model.run(model.schedule())
+    w_new = Workload(max_prompt_len=prompt_len, max_output_len=max_model_len, prompt_kinds=(
+        "parallel", "prefix", "copy", "fresh", "followup", "prefix"), length_shapes=("any", "k*A+1", "k*A"),
+        max_parallel=4)
+    new_arrivals = _Arrivals(src, model, w_new)
+    new_arrivals.prompts = list(arrivals.prompts)
+    budget_reqs = [num_reqs - len(model.running) + num_reqs // 8]
+    while budget_reqs[0] > 0:
+        new_arrivals.arrive(1, budget_reqs)
+    sched = _finish_step(src, model, new_arrivals, [1])
+    return _emit(model, sched, "max_model_len", dtype, dtype)
