@@ -1,0 +1,372 @@
+"""``batchfuzz bench``: cost of the microbatch-conflict checks on realistic steps.
+
+Steps come from the prefix-caching scheduler model (``strategies.realizable.
+sample_realizable_step``): by default 256 requests (``max_num_seqs``), block
+tables ``cdiv(max_model_len, B)`` wide with 2048 columns in group 0, 1 to 3
+KV groups, decode-heavy, prefill-heavy and mixed. On each step, in one
+process, interleaved (every repetition times every variant once, in a
+rotating order), it times:
+
+- ``exact numpy``: ``impl.conflicts_numpy.allow_microbatching`` (the exact,
+  split-agnostic detector);
+- ``exact numpy find``: ``impl.conflicts_numpy.find_conflicts`` (the whole
+  conflict set);
+- ``shipped numpy``: the engine's shipped check (SPEC.md, "What the engine
+  ships") vectorised here as an engine would write it; checked on every step
+  to decide exactly as ``shipped loops``;
+- ``shipped loops``: ``batchfuzz.variants.microbatch.shipped_allow_microbatching``
+  (the registry's plain-loop re-expression);
+- ``exact torch <device>``: ``impl.conflicts_torch`` through its canonical
+  binder (numpy in: validation and host-to-device copy included), and
+  ``... resident`` with inputs already on the device (the kernel and the one
+  read of its result);
+- ``oracle``: ``reference.conflicts.allow_microbatching`` (plain loops), on
+  ``--oracle-repeat`` repetitions only (default 1): it is the slow spec.
+
+Every variant is timed with ``time.perf_counter`` around one call; a cell is
+the median over repetitions and steps. The decisions are compared too:
+exact vs oracle must agree (a disagreement is reported and the exit code is
+1); shipped vs exact shows where the shipped check allows an unsafe split or
+vetoes a safe one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import gc
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from batchfuzz.cli import UsageError
+
+PROFILES = ("decode-heavy", "prefill-heavy", "mixed")
+GROUP_COUNTS = (1, 2, 3)
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("bench", help="time the exact conflict detector vs the shipped check vs the oracle",
+                       description="Time contract E's checks on realistic steps from the prefix-caching scheduler model.")
+    p.add_argument("--quick", action="store_true", help="small steps (16 requests, 64 columns), few repetitions: seconds")
+    p.add_argument("--repeat", type=int, default=None, help="timed repetitions per step and variant (default 7; quick 3)")
+    p.add_argument("--oracle-repeat", type=int, default=1, help="repetitions for the oracle (default 1)")
+    p.add_argument("--steps", type=int, default=None, help="steps per scenario, from different seeds (default 2; quick 1)")
+    p.add_argument("--num-reqs", type=int, default=None, help="max_num_seqs of the modelled engine (default 256; quick 16)")
+    p.add_argument("--width", type=int, default=None,
+                   help="block-table columns of group 0, i.e. max_model_len / B_0 (default 2048; quick 64)")
+    p.add_argument("--scenarios", default="*",
+                   help="comma-separated scenario names or globs, e.g. 'mixed/G1,decode-heavy/*' (default: all 9)")
+    p.add_argument("--devices", default="cpu", help="torch devices, comma-separated: cpu, cuda, or none (default cpu)")
+    p.add_argument("--torch-threads", type=int, default=1,
+                   help="torch intra-op CPU threads (default 1, like numpy; 0 keeps torch's default)")
+    p.add_argument("--no-oracle", action="store_true", help="skip the oracle")
+    p.add_argument("--seed", type=int, default=0, help="seed of the first step of each scenario (default 0)")
+    p.add_argument("--json", dest="json_path", metavar="PATH", help="write the measurements as JSON here")
+    p.set_defaults(func=run)
+
+
+# ---------------------------------------------------------------- the shipped check, vectorised
+
+
+def shipped_allow_numpy(c: np.ndarray, q: np.ndarray, tables: list[np.ndarray], sizes: list[int],
+                        reorder_batch_threshold: int = 1) -> bool:
+    """SPEC.md's shipped check as an engine would vectorise it: readers are the
+    requests with ``q > threshold`` and ``c > 0``; a reader reads its whole
+    blocks (columns ``[0, c // B)``); written are the columns ``[c // B,
+    ceil((c + q) / B))`` of every request, null entries included; veto when a
+    reader's whole block is written, in any group."""
+    c = np.asarray(c, dtype=np.int64)
+    q = np.asarray(q, dtype=np.int64)
+    readers = (q > reorder_batch_threshold) & (c > 0)
+    if not readers.any():
+        return True
+    for table, size in zip(tables, sizes, strict=True):
+        cols = np.arange(table.shape[1], dtype=np.int64)
+        first = (c // size)[:, None]
+        written = table[(cols >= first) & (cols < (-(-(c + q) // size))[:, None])]
+        read = table[readers][cols < first[readers]]
+        if read.size and written.size and np.isin(read, written).any():
+            return False
+    return True
+
+
+# ---------------------------------------------------------------- variants
+
+
+@dataclass
+class Variant:
+    name: str
+    call: Callable[[Any, dict[str, Any]], Any]  # (step, info) -> result
+    decision: bool = True  # the result is an allow/veto decision
+    oracle: bool = False
+    prepare: Callable[[Any], Any] | None = None  # per-step setup outside the timed call (device copies)
+
+
+def _variants(devices: list[str], oracle: bool) -> tuple[list[Variant], list[str]]:
+    """The variants available in this checkout, and notes on those that are not."""
+    out: list[Variant] = []
+    notes: list[str] = []
+
+    def canon(step: Any) -> tuple[Any, Any, list[Any], list[int]]:
+        return step.num_computed_tokens, step.num_scheduled_tokens, step.block_tables, step.block_sizes
+
+    try:
+        from impl import conflicts_numpy as cn
+
+        out.append(Variant("exact numpy", lambda s, i: bool(cn.allow_microbatching(*canon(s)))))
+        out.append(Variant("exact numpy find", lambda s, i: len(cn.find_conflicts(*canon(s))), decision=False))
+    except ImportError as exc:
+        notes.append(f"exact numpy unavailable: {exc}")
+    out.append(Variant("shipped numpy", lambda s, i: shipped_allow_numpy(*canon(s), i["reorder_batch_threshold"])))
+    try:
+        from batchfuzz.variants.microbatch import shipped_allow_microbatching as shipped_loops
+
+        out.append(Variant("shipped loops", lambda s, i: bool(shipped_loops(*canon(s), i["reorder_batch_threshold"]))))
+    except ImportError as exc:
+        notes.append(f"shipped loops unavailable: {exc}")
+    if devices:
+        try:
+            import torch
+
+            from impl import conflicts_torch as ct
+
+            for dev in devices:
+                if dev == "cuda" and not torch.cuda.is_available():
+                    notes.append("torch cuda skipped: no CUDA device")
+                    continue
+                bound: Callable[..., bool] = ct.bind_allow_microbatching(dev)
+
+                def binder(s: Any, i: dict[str, Any], f: Callable[..., bool] = bound) -> bool:
+                    return bool(f(*canon(s)))
+
+                out.append(Variant(f"exact torch {dev}", binder))
+
+                def move(step: Any, dev: str = dev) -> Any:
+                    def t(a: Any) -> Any:
+                        return torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)).to(dev)
+
+                    return (t(step.num_computed_tokens), t(step.num_scheduled_tokens),
+                            [t(x) for x in step.block_tables], list(step.block_sizes))
+
+                out.append(Variant(f"exact torch {dev} resident", lambda s, i: bool(ct.allow_microbatching(*s)), prepare=move))
+        except ImportError as exc:
+            notes.append(f"exact torch unavailable: {exc}")
+    if oracle:
+        try:
+            from reference import conflicts as ref
+
+            out.append(Variant("oracle", lambda s, i: bool(ref.allow_microbatching(*canon(s))), oracle=True))
+        except ImportError as exc:
+            notes.append(f"oracle unavailable: {exc}")
+    return out, notes
+
+
+# ---------------------------------------------------------------- scenarios
+
+
+@dataclass
+class Scenario:
+    name: str
+    profile: str
+    num_groups: int
+    steps: list[tuple[Any, dict[str, Any]]] = field(default_factory=list)
+    gen_seconds: float = 0.0
+
+
+def _select(patterns: str) -> list[tuple[str, str, int]]:
+    names = [(f"{p}/G{g}", p, g) for p in PROFILES for g in GROUP_COUNTS]
+    wanted = [w.strip() for w in patterns.split(",") if w.strip()]
+    chosen = [n for n in names if any(fnmatch.fnmatchcase(n[0], w) for w in wanted)]
+    if not chosen:
+        raise UsageError(f"--scenarios {patterns!r} matches none of {', '.join(n for n, _, _ in names)}")
+    return chosen
+
+
+def _summary(step: Any, info: dict[str, Any]) -> dict[str, Any]:
+    q = np.asarray(step.num_scheduled_tokens)
+    c = np.asarray(step.num_computed_tokens)
+    thr = info["reorder_batch_threshold"]
+    return {
+        "num_reqs": int(q.size), "num_tokens": int(q.sum()), "decodes": int((q <= thr).sum()),
+        "computed_tokens": int(c.sum()), "widths": [int(t.shape[1]) for t in step.block_tables],
+        "block_sizes": list(step.block_sizes), "group_kinds": info["group_kinds"],
+        "same_step_hits": len(info["same_step_hits"]), "labels": info["labels"],
+    }
+
+
+def _fmt_ms(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    ms = seconds * 1e3
+    return f"{ms:.3f}" if ms < 1 else f"{ms:.2f}" if ms < 100 else f"{ms:.0f}"
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return "-" if a is None or b is None or b == 0 else f"{a / b:.2f}x"
+
+
+def run(args: argparse.Namespace) -> int:
+    from strategies.realizable import sample_realizable_step
+
+    quick = bool(args.quick)
+    repeat = args.repeat if args.repeat is not None else (3 if quick else 7)
+    nsteps = args.steps if args.steps is not None else (1 if quick else 2)
+    num_reqs = args.num_reqs if args.num_reqs is not None else (16 if quick else 256)
+    width = args.width if args.width is not None else (64 if quick else 2048)
+    for name, value in (("--repeat", repeat), ("--steps", nsteps), ("--num-reqs", num_reqs), ("--oracle-repeat",
+                                                                                               args.oracle_repeat)):
+        if value < 1:
+            raise UsageError(f"{name} must be >= 1, got {value}")
+    if width < 2:
+        raise UsageError(f"--width must be >= 2, got {width}")
+    devices = [] if args.devices.strip() in ("", "none") else [d.strip() for d in args.devices.split(",") if d.strip()]
+    for d in devices:
+        if d not in ("cpu", "cuda"):
+            raise UsageError(f"--devices: unknown device {d!r} (cpu, cuda or none)")
+    if args.torch_threads < 0:
+        raise UsageError(f"--torch-threads must be >= 0, got {args.torch_threads}")
+    if devices and args.torch_threads:
+        import torch
+
+        torch.set_num_threads(args.torch_threads)
+    variants, notes = _variants(devices, not args.no_oracle)
+    scenarios = [Scenario(n, p, g) for n, p, g in _select(args.scenarios)]
+    for note in notes:
+        print(f"note: {note}")
+    print(f"batchfuzz bench: {len(scenarios)} scenarios x {nsteps} steps, max_num_seqs {num_reqs}, width {width}, "
+          f"repeat {repeat} (oracle {min(args.oracle_repeat, repeat)}); variants: {', '.join(v.name for v in variants)}")
+
+    for sc in scenarios:
+        t0 = time.perf_counter()
+        for k in range(nsteps):
+            sc.steps.append(sample_realizable_step(np.random.default_rng(args.seed + k), num_reqs=num_reqs,
+                                                   max_blocks_per_req=width, profile=sc.profile, num_groups=sc.num_groups))
+        sc.gen_seconds = time.perf_counter() - t0
+
+    report: dict[str, Any] = {
+        "command": "batchfuzz " + " ".join(sys.argv[1:]) if sys.argv and sys.argv[0].endswith("batchfuzz") else None,
+        "settings": {"quick": quick, "repeat": repeat, "oracle_repeat": min(args.oracle_repeat, repeat), "steps": nsteps,
+                     "num_reqs": num_reqs, "width": width, "devices": devices, "seed": args.seed},
+        "machine": {"python": platform.python_version(), "platform": platform.platform(), "processor": platform.processor(),
+                    "cpu_count": os.cpu_count(), "numpy": np.__version__},
+        "timing": "time.perf_counter around one call; median over repetitions x steps; variants interleaved in a "
+                  "rotating order within each repetition; the oracle runs on oracle_repeat repetitions only",
+        "notes": notes, "scenarios": [],
+    }
+    try:
+        import torch
+
+        report["machine"]["torch"] = torch.__version__
+        report["machine"]["torch_threads"] = torch.get_num_threads()
+        if torch.cuda.is_available():
+            report["machine"]["cuda_device"] = torch.cuda.get_device_name(0)
+    except ImportError:
+        pass
+
+    mismatch = False
+    rows = []
+    for sc in scenarios:
+        samples: dict[str, list[float]] = {v.name: [] for v in variants}
+        decisions: list[dict[str, Any]] = []
+        prepared = [{v.name: v.prepare(step) for v in variants if v.prepare} for step, _ in sc.steps]
+        for rep in range(repeat):
+            gc.collect()
+            for si, (step, info) in enumerate(sc.steps):
+                order = variants[rep % len(variants):] + variants[: rep % len(variants)]
+                results: dict[str, Any] = {}
+                for v in order:
+                    if v.oracle and rep >= args.oracle_repeat:
+                        continue
+                    arg = prepared[si][v.name] if v.prepare else step
+                    t0 = time.perf_counter()
+                    res = v.call(arg, info)
+                    samples[v.name].append(time.perf_counter() - t0)
+                    results[v.name] = res
+                if rep == 0:
+                    decisions.append(results)
+        med = {name: (statistics.median(xs) if xs else None) for name, xs in samples.items()}
+        steps_out = []
+        for (step, info), res in zip(sc.steps, decisions, strict=True):
+            d = {k: v for k, v in res.items()}
+            exact = d.get("exact numpy")
+            if "oracle" in d and exact is not None and d["oracle"] != exact:
+                mismatch = True
+                print(f"MISMATCH {sc.name}: exact numpy {exact} != oracle {d['oracle']}")
+            torch_ds = {k: v for k, v in d.items() if k.startswith("exact torch")}
+            if exact is not None and any(v != exact for v in torch_ds.values()):
+                mismatch = True
+                print(f"MISMATCH {sc.name}: exact numpy {exact} != {torch_ds}")
+            if "shipped loops" in d and d["shipped loops"] != d["shipped numpy"]:
+                mismatch = True
+                print(f"MISMATCH {sc.name}: shipped numpy {d['shipped numpy']} != shipped loops {d['shipped loops']}")
+            steps_out.append({**_summary(step, info), "results": d})
+        rows.append((sc, med, steps_out))
+        report["scenarios"].append({
+            "name": sc.name, "profile": sc.profile, "num_groups": sc.num_groups,
+            "generation_seconds": round(sc.gen_seconds, 3),
+            "median_seconds": med, "samples": {k: len(v) for k, v in samples.items()},
+            "ratios": {
+                "exact_numpy/shipped_numpy": _num_ratio(med.get("exact numpy"), med.get("shipped numpy")),
+                "exact_numpy/shipped_loops": _num_ratio(med.get("exact numpy"), med.get("shipped loops")),
+                "oracle/exact_numpy": _num_ratio(med.get("oracle"), med.get("exact numpy")),
+            },
+            "steps": steps_out,
+        })
+
+    _print_table(rows, variants)
+    if args.json_path:
+        with open(args.json_path, "w") as fh:
+            json.dump(report, fh, indent=2, default=_json_default)
+        print(f"wrote {args.json_path}")
+    return 1 if mismatch else 0
+
+
+def _num_ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None or b == 0 else round(a / b, 4)
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.bool_,)):
+        return bool(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def _decision(d: dict[str, Any], name: str) -> str:
+    v = d.get(name)
+    return "-" if v is None else ("allow" if v else "veto")
+
+
+def _print_table(rows: list[tuple[Scenario, dict[str, float | None], list[dict[str, Any]]]], variants: list[Variant]) -> None:
+    names = [v.name for v in variants]
+    head = ["scenario", "R", "tokens", "dec"] + [f"{n} ms" for n in names] + ["exact/shipped", "oracle/exact"]
+    table = [head]
+    for sc, med, steps in rows:
+        r = "/".join(str(s["num_reqs"]) for s in steps)
+        tok = "/".join(str(s["num_tokens"]) for s in steps)
+        dec = "/".join(str(s["decodes"]) for s in steps)
+        table.append([sc.name, r, tok, dec] + [_fmt_ms(med.get(n)) for n in names]
+                     + [_ratio(med.get("exact numpy"), med.get("shipped numpy")), _ratio(med.get("oracle"), med.get("exact numpy"))])
+    widths = [max(len(str(row[i])) for row in table) for i in range(len(head))]
+    for k, row in enumerate(table):
+        print("  ".join(str(cell).rjust(widths[i]) if i else str(cell).ljust(widths[i]) for i, cell in enumerate(row)))
+        if k == 0:
+            print("  ".join("-" * w for w in widths))
+    print("\ndecisions per step (exact / shipped / oracle) and conflicts found:")
+    for sc, _, steps in rows:
+        parts = []
+        for s in steps:
+            d = s["results"]
+            parts.append(f"{_decision(d, 'exact numpy')}/{_decision(d, 'shipped numpy')}/{_decision(d, 'oracle')}"
+                         f" conflicts={d.get('exact numpy find', '-')} same-step hits={s['same_step_hits']}")
+        print(f"  {sc.name:18} " + "; ".join(parts))
