@@ -160,7 +160,7 @@ def hunt_for(
     budget_s: float,
     base_settings: settings,
     seed: int = 0,
-    round_examples: int = 50,
+    round_examples: int | Callable[[int], int] = 50,
     stop_on_failure: bool = True,
     deadline: float | None = None,
     should_stop: Callable[[], bool] | None = None,
@@ -177,7 +177,9 @@ def hunt_for(
     the next hunt boundary and returns what it has); ``on_result(round_result,
     accumulated)`` is called after every hunt, so a caller can persist a
     failure the moment it is found; ``max_rounds`` caps the rounds (with a
-    fixed ``seed`` that makes a run replayable example for example).
+    fixed ``seed`` and a fixed ``round_examples`` that makes a run replayable
+    example for example). ``round_examples`` may be a function of the round
+    number, to size rounds to a time slice.
     """
     results = {p.name: HuntResult(p.name) for p in properties}
     end = deadline if deadline is not None else time.monotonic() + budget_s
@@ -186,12 +188,13 @@ def hunt_for(
         live = [p for p in properties if results[p.name].failure is None]
         if not live:
             break
+        n_examples = round_examples(round_no) if callable(round_examples) else round_examples
         for p in live:
             if should_stop is not None and should_stop():
                 return list(results.values())
             if time.monotonic() >= end and round_no > 0:
                 break
-            rs = base_settings if base_settings.derandomize else settings(base_settings, max_examples=round_examples)
+            rs = base_settings if base_settings.derandomize else settings(base_settings, max_examples=n_examples)
             r = hunt(contract, target, p, target_name=target_name, run_settings=rs,
                      seed=_round_seed(seed, contract.name, p.name, round_no))
             acc = results[p.name]
