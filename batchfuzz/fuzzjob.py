@@ -245,13 +245,10 @@ def run_item(job: Job, item: WorkItem) -> dict[str, Any]:
     slice_s = (job.deadline - now) / max(1, math.ceil(remaining / max(1, job.workers)))
     state["slice_seconds"] = round(slice_s, 3)
     base = _settings(job)
-    # A round runs every property once; a short slice gets short rounds, so
-    # that the first (always complete) round does not eat the next items' time.
-    round_examples = job.round_examples if slice_s >= 8 or job.rounds else max(5, min(job.round_examples, int(slice_s * 4)))
     state["settings"] = {
         "profile": job.profile, "derandomize": bool(base.derandomize),
         "database": repr(base.database) if base.database is not None else None,
-        "examples_per_round": int(base.max_examples if base.derandomize else round_examples),
+        "examples_per_round": int(base.max_examples) if base.derandomize else (job.round_examples if job.rounds else "adaptive"),
         "seed": job.seed, "ci_env": os.environ.get("CI"),
     }
     write()
@@ -262,6 +259,21 @@ def run_item(job: Job, item: WorkItem) -> dict[str, Any]:
     except Exception:  # pragma: no cover
         pass
     accumulated: dict[str, runner.HuntResult] = {}
+    slice_end = time.monotonic() + slice_s
+
+    def round_examples(round_no: int) -> int:
+        """Rounds sized to the slice: a round (every property once) should take
+        about an eighth of it (at most 30 s), measured from the rounds so far;
+        fixed with --rounds, so that a seeded run replays exactly."""
+        if job.rounds:
+            return job.round_examples
+        examples = sum(a.examples for a in accumulated.values())
+        seconds = sum(a.seconds for a in accumulated.values())
+        if round_no == 0 or examples == 0 or seconds <= 0:
+            return 10
+        per_round_s = min(30.0, max(0.5, slice_s / 8), max(0.5, slice_end - time.monotonic()))
+        n_props = max(1, len(accumulated))
+        return max(5, min(500, int(examples / seconds * per_round_s / n_props)))
 
     def on_result(r: runner.HuntResult, acc: runner.HuntResult) -> None:
         accumulated[acc.property] = acc
@@ -288,7 +300,7 @@ def run_item(job: Job, item: WorkItem) -> dict[str, Any]:
         runner.hunt_for(
             contract, target, contract.properties, target_name=item.name, budget_s=slice_s, base_settings=base,
             seed=job.seed, round_examples=round_examples, stop_on_failure=False,
-            deadline=time.monotonic() + slice_s, should_stop=lambda: stop_requested(job),
+            deadline=slice_end, should_stop=lambda: stop_requested(job),
             on_result=on_result, max_rounds=job.rounds,
         )
     except Exception as exc:
