@@ -207,7 +207,10 @@ def open_duplicate(root: Path | str, data: dict[str, Any], target: Any) -> Path 
     return None
 
 
-def write_json_atomic(path: Path | str, data: Any) -> None:
+def write_json_atomic(path: Path | str, data: Any, *, fsync: bool = True) -> None:
+    """Write JSON so that readers (and a killed writer) never see half a file;
+    ``fsync`` also makes it survive a machine crash (skipped for state that is
+    rewritten many times a second)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -217,7 +220,8 @@ def write_json_atomic(path: Path | str, data: Any) -> None:
             json.dump(data, fh, indent=2, sort_keys=False)
             fh.write("\n")
             fh.flush()
-            os.fsync(fh.fileno())
+            if fsync:
+                os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         try:

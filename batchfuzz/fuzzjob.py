@@ -230,7 +230,7 @@ def run_item(job: Job, item: WorkItem) -> dict[str, Any]:
 
     def write() -> None:
         state["seconds"] = round(time.time() - state["started"], 3)
-        corpus.write_json_atomic(path, state)
+        corpus.write_json_atomic(path, state, fsync=state["status"] != "running")
 
     now = time.time()
     if stop_requested(job):
