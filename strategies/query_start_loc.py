@@ -232,3 +232,18 @@ def pad_query_start_loc_cases(draw: st.DrawFn) -> Case:
         {"num_scheduled_tokens": np.asarray(nst_list, dtype=dtype), "num_reqs_padded": p},
         {"max_num_reqs": cap, "out": out, "history": history, "kind": kind},
     )
+
+
+@st.composite
+def dummy_runs(draw: st.DrawFn, max_num_reqs: int) -> Drawn:
+    """:func:`dummy_run_step` for a buffer of capacity ``max_num_reqs``."""
+    return dummy_run_step(draw, max_num_reqs)
+
+
+@st.composite
+def smaller_steps(draw: st.DrawFn, num_reqs: int, num_reqs_padded: int) -> tuple[list[int], int]:
+    """A step after a larger one: ``R' <= R``, ``R' <= P' <= P``, few tokens
+    each. This is where padded slots meet the larger step's leftovers.
+    Shrinks towards ``R' = P' = 0``."""
+    r = draw(st.integers(0, num_reqs))
+    return counts(draw, r, 0, 64), padded_num_reqs(draw, r, max(r, num_reqs_padded))

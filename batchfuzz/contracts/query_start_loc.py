@@ -62,7 +62,7 @@ def _stale_out(target: Target, case: Case) -> tuple[_Result, Any, np.ndarray, np
     before = case.context["out"]
     buf = before.copy()
     raw = target(nst.copy(), p, buf)
-    form = f"out=stale buffer of {before.size} {before.dtype}"
+    form = f"out=stale buffer of {before.size} {before.dtype}: target(num_scheduled_tokens, num_reqs_padded, out) on the context's out"
     return _Result(form, nst.astype(np.int64), p, _normalise(raw, p, form)), raw, before, buf
 
 
@@ -130,13 +130,19 @@ def _check_token_map(res: _Result, consumer: str, build: Callable[[np.ndarray, n
         ) from exc
     require(m.size == total, f"{consumer} has {m.size} tokens, expected sum(nst) = {total} {res.where}")
     assert_non_decreasing(m, f"{consumer} {res.where}")
-    for i, (start, stop) in enumerate(oracle.token_ranges(res.nst)):
-        wrong = np.flatnonzero(m[start:stop] != i)
-        if wrong.size:
-            t = start + int(wrong[0])
-            raise PropertyViolation(
-                f"{consumer} sends token {t} to request {int(m[t])}, but request {i} owns tokens [{start}, {stop}) {res.where}"
-            )
+    # The oracle's ownership: token t belongs to the request whose range
+    # [start, stop) holds it, that is the first request with stop > t.
+    ranges = oracle.token_ranges(res.nst)
+    stops = np.array([stop for _, stop in ranges], dtype=np.int64)
+    owner = np.searchsorted(stops, np.arange(total, dtype=np.int64), side="right")
+    wrong = np.flatnonzero(m != owner)
+    if wrong.size:
+        t = int(wrong[0])
+        start, stop = ranges[int(owner[t])]
+        raise PropertyViolation(
+            f"{consumer} sends token {t} to request {int(m[t])}, but request {int(owner[t])} owns tokens "
+            f"[{start}, {stop}) {res.where}"
+        )
 
 
 def _numpy_map(slots: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -144,7 +150,14 @@ def _numpy_map(slots: np.ndarray, counts: np.ndarray) -> np.ndarray:
 
 
 def _torch_map(slots: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    return torch.repeat_interleave(torch.from_numpy(slots), torch.from_numpy(counts)).numpy()
+    # Single-threaded: on a loaded 2-core runner torch's CPU thread pool costs
+    # milliseconds per call here, for arrays this small.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return torch.repeat_interleave(torch.from_numpy(slots), torch.from_numpy(counts)).numpy()
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _token_map_numpy(res: _Result) -> None:
@@ -183,6 +196,18 @@ def _persistent_buffer(target: Target, case: Case) -> None:
         assert_array_equal(buf[: p + 1], expected, f"buffer[:P+1] at {where}")
         assert_array_equal(buf[p + 1 :], before[p + 1 :], f"buffer[P+1:] at {where}")
         done.append(f"(nst={nst.tolist()}, P={p})")
+
+
+def check_query_start_loc(result: Any, num_scheduled_tokens: Any, num_reqs_padded: int, where: str) -> None:
+    """Every single-result property of SPEC.md on one ``query_start_loc``:
+    equal to the oracle, starts at 0, non-decreasing, ``diff`` right on real and
+    padded slots, ``q[P] == sum(nst)``, and both consumers' token-to-request
+    maps. Used by the state machine after every step."""
+    p = int(num_reqs_padded)
+    res = _Result(where, as_int_array(np.asarray(num_scheduled_tokens), "num_scheduled_tokens"), p, _normalise(result, p, where))
+    for check in (_matches_oracle, _starts_at_zero, _non_decreasing, _diff_real, _diff_padding, _last_is_total,
+                  _token_map_numpy, _token_map_torch):
+        check(res)
 
 
 PROPERTIES = (
@@ -242,7 +267,7 @@ _STALE = ("matches_oracle", "non_decreasing", "diff_padding_is_zero", "last_is_t
           "token_map_numpy", "token_map_torch", "persistent_buffer")
 VARIANTS = (
     Variant("padding_unwritten", "padded entries out[R+1:P+1] keep an earlier step's values in the reused buffer (shipped)",
-            bugs.padding_unwritten, "shipped", _STALE, {"num_scheduled_tokens": _nst(), "num_reqs_padded": 1}),
+            bugs.padding_unwritten, "shipped", _STALE, {"num_scheduled_tokens": _nst(1), "num_reqs_padded": 2}),
     Variant("pads_with_padded_token_count", "pads with the padded token count (capture size) instead of sum(nst)",
             bugs.pads_with_padded_token_count, "mutant",
             ("last_is_total", "diff_padding_is_zero", "token_map_numpy", "token_map_torch", "matches_oracle", "persistent_buffer"),
@@ -252,7 +277,7 @@ VARIANTS = (
             {"num_scheduled_tokens": _nst(1), "num_reqs_padded": 1}),
     Variant("pads_from_r_plus_2", "off by one: pads from R + 2, the first padded slot keeps its old value",
             bugs.pads_from_r_plus_2, "mutant", ("matches_oracle", "non_decreasing", "diff_padding_is_zero"),
-            {"num_scheduled_tokens": _nst(), "num_reqs_padded": 1}),
+            {"num_scheduled_tokens": _nst(1), "num_reqs_padded": 2}),
     Variant("int16_cumsum", "running sum accumulated in int16: wraps past 32767 tokens",
             bugs.int16_cumsum, "mutant", ("diff_real_is_num_scheduled_tokens", "matches_oracle", "non_decreasing"),
             {"num_scheduled_tokens": _nst(32768), "num_reqs_padded": 1}),
