@@ -176,7 +176,7 @@ def machine_for(target: Callable[..., Any], backend: Any) -> type[RuleBasedState
             self._run(f"runner_step[{kind}]", nst, p, runner_sequence=True)
 
         def _run(self, what: str, nst_list: list[int], p: int, *, runner_sequence: bool) -> None:
-            nst = np.asarray(nst_list, dtype=self.nst_dtype)
+            nst: np.ndarray = np.asarray(nst_list, dtype=self.nst_dtype)
             self.steps.append(f"{what}(nst={nst_list}, P={p})")
             before = backend.read(self.buf)
             r, total = nst.size, int(nst.sum())
@@ -399,12 +399,12 @@ _DTYPE_TARGETS = [
 @pytest.mark.parametrize("out_dtype", [None, *INT_DTYPES])
 def test_dtype_rule(target: Callable[..., Any], nst_dtype: type, out_dtype: type | None) -> None:
     """Without out: nst's dtype. With out: out's dtype, and the result is out[:P+1]."""
-    nst = np.array([2, 0, 5], dtype=nst_dtype)
+    nst: np.ndarray = np.array([2, 0, 5], dtype=nst_dtype)
     if out_dtype is None:
         q = target(nst, 5)
         assert q.dtype == np.dtype(nst_dtype)
     else:
-        out = np.full(8, -1, dtype=out_dtype)
+        out: np.ndarray = np.full(8, -1, dtype=out_dtype)
         q = target(nst, 5, out)
         assert q.dtype == np.dtype(out_dtype) and np.shares_memory(q, out)
         assert out[6:].tolist() == [-1, -1]
@@ -416,8 +416,11 @@ def test_a_list_of_ints_gives_int64(target: Callable[..., Any]) -> None:
     assert target([1, 2], 3).dtype == np.int64
 
 
+_untyped_pad: Callable[..., Any] = query_start_loc_torch.pad_query_start_loc  # called with wrong types on purpose
+
+
 @pytest.mark.parametrize(("call", "error", "match"), [
-    (lambda: query_start_loc_torch.pad_query_start_loc(np.array([1]), 1), TypeError,
+    (lambda: _untyped_pad(np.array([1]), 1), TypeError,
      r"num_scheduled_tokens must be a torch.Tensor, got ndarray"),
     (lambda: query_start_loc_torch.pad_query_start_loc(torch.tensor([1.0]), 1), TypeError,
      r"num_scheduled_tokens must have dtype int32 or int64, got torch.float32"),
@@ -427,7 +430,7 @@ def test_a_list_of_ints_gives_int64(target: Callable[..., Any]) -> None:
      r"out must have dtype int32 or int64, got torch.int16"),
     (lambda: query_start_loc_torch.pad_query_start_loc(torch.tensor([1]), 4, torch.zeros(3, dtype=torch.int64)), ValueError,
      r"out has 3 entries, needs at least num_reqs_padded \+ 1 = 5"),
-    (lambda: query_start_loc_torch.pad_query_start_loc(torch.tensor([1]), 1, np.zeros(3, dtype=np.int64)), TypeError,
+    (lambda: _untyped_pad(torch.tensor([1]), 1, np.zeros(3, dtype=np.int64)), TypeError,
      r"out must be a torch.Tensor or None, got ndarray"),
 ])
 def test_torch_native_errors_name_the_argument(call: Callable[[], Any], error: type[Exception], match: str) -> None:
