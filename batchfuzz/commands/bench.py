@@ -17,14 +17,17 @@ rotating order), it times:
 - ``shipped loops``: ``batchfuzz.variants.microbatch.shipped_allow_microbatching``
   (the registry's plain-loop re-expression);
 - ``exact torch <device>``: ``impl.conflicts_torch`` through its canonical
-  binder (numpy in: validation and host-to-device copy included), and
-  ``... resident`` with inputs already on the device (the kernel and the one
-  read of its result);
+  binder (numpy in: validation and host-to-device copy included), and, on
+  CUDA, ``... resident`` with inputs already on the device (the kernel and the
+  one read of its result);
 - ``oracle``: ``reference.conflicts.allow_microbatching`` (plain loops), on
   ``--oracle-repeat`` repetitions only (default 1): it is the slow spec.
 
 Every variant is timed with ``time.perf_counter`` around one call; a cell is
-the median over repetitions and steps. The decisions are compared too:
+the median over repetitions and steps. A variant whose first call takes more
+than ``--slow`` seconds (the torch CPU grid at full size) is timed on
+``--slow-repeat`` repetitions; the table shows ``(n=...)`` where a cell has
+fewer samples than the others. The decisions are compared too:
 exact vs oracle must agree (a disagreement is reported and the exit code is
 1); shipped vs exact shows where the shipped check allows an unsafe split or
 vetoes a safe one.
@@ -65,9 +68,15 @@ def register(sub: Any) -> None:
                    help="block-table columns of group 0, i.e. max_model_len / B_0 (default 2048; quick 64)")
     p.add_argument("--scenarios", default="*",
                    help="comma-separated scenario names or globs, e.g. 'mixed/G1,decode-heavy/*' (default: all 9)")
-    p.add_argument("--devices", default="cpu", help="torch devices, comma-separated: cpu, cuda, or none (default cpu)")
+    p.add_argument("--devices", default="auto",
+                   help="torch devices, comma-separated: cpu, cuda, none, or auto (default: cuda when present; with "
+                        "--quick also cpu). The torch version builds a dense (R, W*B) grid per group: at full size "
+                        "on CPU it costs tens of seconds per step, so cpu is opt-in there")
     p.add_argument("--torch-threads", type=int, default=1,
                    help="torch intra-op CPU threads (default 1, like numpy; 0 keeps torch's default)")
+    p.add_argument("--slow", type=float, default=0.5,
+                   help="a variant whose first call takes more seconds than this is timed on --slow-repeat repetitions")
+    p.add_argument("--slow-repeat", type=int, default=3, help="repetitions for slow variants (default 3)")
     p.add_argument("--no-oracle", action="store_true", help="skip the oracle")
     p.add_argument("--seed", type=int, default=0, help="seed of the first step of each scenario (default 0)")
     p.add_argument("--json", dest="json_path", metavar="PATH", help="write the measurements as JSON here")
@@ -157,7 +166,9 @@ def _variants(devices: list[str], oracle: bool) -> tuple[list[Variant], list[str
                     return (t(step.num_computed_tokens), t(step.num_scheduled_tokens),
                             [t(x) for x in step.block_tables], list(step.block_sizes))
 
-                out.append(Variant(f"exact torch {dev} resident", lambda s, i: bool(ct.allow_microbatching(*s)), prepare=move))
+                if dev != "cpu":  # on CPU "resident" is the same computation without the copy
+                    out.append(Variant(f"exact torch {dev} resident", lambda s, i: bool(ct.allow_microbatching(*s)),
+                                       prepare=move))
         except ImportError as exc:
             notes.append(f"exact torch unavailable: {exc}")
     if oracle:
@@ -228,10 +239,16 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"{name} must be >= 1, got {value}")
     if width < 2:
         raise UsageError(f"--width must be >= 2, got {width}")
-    devices = [] if args.devices.strip() in ("", "none") else [d.strip() for d in args.devices.split(",") if d.strip()]
-    for d in devices:
-        if d not in ("cpu", "cuda"):
-            raise UsageError(f"--devices: unknown device {d!r} (cpu, cuda or none)")
+    spec = args.devices.strip()
+    if spec == "auto":
+        import torch
+
+        devices = (["cpu"] if quick else []) + (["cuda"] if torch.cuda.is_available() else [])
+    else:
+        devices = [] if spec in ("", "none") else [d.strip() for d in spec.split(",") if d.strip()]
+    for dev in devices:
+        if dev not in ("cpu", "cuda"):
+            raise UsageError(f"--devices: unknown device {dev!r} (cpu, cuda, none or auto)")
     if args.torch_threads < 0:
         raise UsageError(f"--torch-threads must be >= 0, got {args.torch_threads}")
     if devices and args.torch_threads:
@@ -255,11 +272,13 @@ def run(args: argparse.Namespace) -> int:
     report: dict[str, Any] = {
         "command": "batchfuzz " + " ".join(sys.argv[1:]) if sys.argv and sys.argv[0].endswith("batchfuzz") else None,
         "settings": {"quick": quick, "repeat": repeat, "oracle_repeat": min(args.oracle_repeat, repeat), "steps": nsteps,
-                     "num_reqs": num_reqs, "width": width, "devices": devices, "seed": args.seed},
+                     "num_reqs": num_reqs, "width": width, "devices": devices, "seed": args.seed,
+                     "slow": args.slow, "slow_repeat": args.slow_repeat},
         "machine": {"python": platform.python_version(), "platform": platform.platform(), "processor": platform.processor(),
                     "cpu_count": os.cpu_count(), "numpy": np.__version__},
         "timing": "time.perf_counter around one call; median over repetitions x steps; variants interleaved in a "
-                  "rotating order within each repetition; the oracle runs on oracle_repeat repetitions only",
+                  "rotating order within each repetition; the oracle runs on oracle_repeat repetitions only, variants "
+                  "slower than `slow` seconds on their first call on slow_repeat",
         "notes": notes, "scenarios": [],
     }
     try:
@@ -273,18 +292,20 @@ def run(args: argparse.Namespace) -> int:
         pass
 
     mismatch = False
-    rows = []
+    rows: list[tuple[Scenario, dict[str, float | None], list[dict[str, Any]], dict[str, int]]] = []
     for sc in scenarios:
         samples: dict[str, list[float]] = {v.name: [] for v in variants}
         decisions: list[dict[str, Any]] = []
         prepared = [{v.name: v.prepare(step) for v in variants if v.prepare} for step, _ in sc.steps]
+        t_scenario = time.perf_counter()
+        cap = {v.name: (args.oracle_repeat if v.oracle else repeat) for v in variants}
         for rep in range(repeat):
             gc.collect()
             for si, (step, info) in enumerate(sc.steps):
                 order = variants[rep % len(variants):] + variants[: rep % len(variants)]
                 results: dict[str, Any] = {}
                 for v in order:
-                    if v.oracle and rep >= args.oracle_repeat:
+                    if rep >= cap[v.name]:
                         continue
                     arg = prepared[si][v.name] if v.prepare else step
                     t0 = time.perf_counter()
@@ -293,6 +314,12 @@ def run(args: argparse.Namespace) -> int:
                     results[v.name] = res
                 if rep == 0:
                     decisions.append(results)
+            if rep == 0:  # slow variants (a first call over --slow seconds) get fewer repetitions
+                for v in variants:
+                    if not v.oracle and samples[v.name] and max(samples[v.name]) > args.slow:
+                        cap[v.name] = min(cap[v.name], args.slow_repeat)
+        print(f"  {sc.name}: {len(sc.steps)} steps generated in {sc.gen_seconds:.1f}s, timed in "
+              f"{time.perf_counter() - t_scenario:.1f}s", file=sys.stderr, flush=True)
         med = {name: (statistics.median(xs) if xs else None) for name, xs in samples.items()}
         steps_out = []
         for (step, info), res in zip(sc.steps, decisions, strict=True):
@@ -309,7 +336,7 @@ def run(args: argparse.Namespace) -> int:
                 mismatch = True
                 print(f"MISMATCH {sc.name}: shipped numpy {d['shipped numpy']} != shipped loops {d['shipped loops']}")
             steps_out.append({**_summary(step, info), "results": d})
-        rows.append((sc, med, steps_out))
+        rows.append((sc, med, steps_out, {k: len(v) for k, v in samples.items()}))
         report["scenarios"].append({
             "name": sc.name, "profile": sc.profile, "num_groups": sc.num_groups,
             "generation_seconds": round(sc.gen_seconds, 3),
@@ -347,15 +374,18 @@ def _decision(d: dict[str, Any], name: str) -> str:
     return "-" if v is None else ("allow" if v else "veto")
 
 
-def _print_table(rows: list[tuple[Scenario, dict[str, float | None], list[dict[str, Any]]]], variants: list[Variant]) -> None:
+def _print_table(rows: list[tuple[Scenario, dict[str, float | None], list[dict[str, Any]], dict[str, int]]],
+                 variants: list[Variant]) -> None:
     names = [v.name for v in variants]
     head = ["scenario", "R", "tokens", "dec"] + [f"{n} ms" for n in names] + ["exact/shipped", "oracle/exact"]
     table = [head]
-    for sc, med, steps in rows:
+    for sc, med, steps, counts in rows:
+        full = max(counts.values())
         r = "/".join(str(s["num_reqs"]) for s in steps)
         tok = "/".join(str(s["num_tokens"]) for s in steps)
         dec = "/".join(str(s["decodes"]) for s in steps)
-        table.append([sc.name, r, tok, dec] + [_fmt_ms(med.get(n)) for n in names]
+        table.append([sc.name, r, tok, dec] + [_fmt_ms(med.get(n)) + (f" (n={counts[n]})" if counts[n] < full else "")
+                                               for n in names]
                      + [_ratio(med.get("exact numpy"), med.get("shipped numpy")), _ratio(med.get("oracle"), med.get("exact numpy"))])
     widths = [max(len(str(row[i])) for row in table) for i in range(len(head))]
     for k, row in enumerate(table):
@@ -363,7 +393,7 @@ def _print_table(rows: list[tuple[Scenario, dict[str, float | None], list[dict[s
         if k == 0:
             print("  ".join("-" * w for w in widths))
     print("\ndecisions per step (exact / shipped / oracle) and conflicts found:")
-    for sc, _, steps in rows:
+    for sc, _, steps, _ in rows:
         parts = []
         for s in steps:
             d = s["results"]
