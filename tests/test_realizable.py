@@ -219,3 +219,15 @@ def test_bad_bounds_named() -> None:
         sample_small_step(0, max_reqs=0)
     with pytest.raises(ValueError, match="profile must be one of"):
         sample_realizable_step(0, profile="decode")
+
+
+def test_conflict_set_is_the_same_step_hits() -> None:
+    """On realizable steps the contract E conflict set is exactly the model's
+    same-step hits, and the steps are well formed (no self-overlap, no slot
+    written twice): a cross-check of the model against the oracle."""
+    ref = pytest.importorskip("reference.conflicts")
+    for seed in range(40):
+        step, info = sample_small_step(seed, reorder=None, reorder_batch_threshold=None)
+        args = (step.num_computed_tokens, step.num_scheduled_tokens, step.block_tables, step.block_sizes)
+        assert ref.is_well_formed(step), seed
+        assert ref.find_conflicts(*args) == set(info["same_step_hits"]), seed
