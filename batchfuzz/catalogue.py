@@ -40,9 +40,10 @@ Comparison rules (:func:`compare`), for a canonical dict that may be partial:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,6 +69,74 @@ def catalogue_settings(max_examples: int = MAX_EXAMPLES) -> settings:
     """
     profiles.register_profiles()
     return settings(settings.get_profile("ci"), max_examples=max_examples, database=None)
+
+
+# The packages whose source files feed Hypothesis's constant pool in catalogue runs.
+PROJECT_PACKAGES = ("batchfuzz", "reference", "impl", "strategies")
+
+
+def project_constants() -> Any:
+    """Hypothesis's ``Constants`` harvested from every module file of
+    :data:`PROJECT_PACKAGES`, imported or not. Files whose name starts with
+    ``_`` (other than ``__init__.py``) are skipped: unfinished contract
+    records live there and change by the minute."""
+    import importlib.util
+    import types
+    from pathlib import Path
+
+    from hypothesis.internal.conjecture import providers
+    from hypothesis.internal.constants_ast import constants_from_module
+
+    pool = providers.Constants()
+    for pkg in PROJECT_PACKAGES:
+        spec = importlib.util.find_spec(pkg)
+        for root in (spec.submodule_search_locations or []) if spec is not None else []:
+            for path in sorted(Path(root).rglob("*.py")):
+                if path.name.startswith("_") and path.name != "__init__.py":
+                    continue
+                stand_in = types.ModuleType(path.stem)
+                stand_in.__file__ = str(path)
+                pool |= constants_from_module(stand_in)
+    return pool
+
+
+_PROJECT_CONSTANTS: Any = None
+
+
+@contextlib.contextmanager
+def pinned_source_constants() -> Iterator[None]:
+    """Hypothesis with a fixed pool of source constants.
+
+    Hypothesis (6.1xx) sometimes draws integers and strings found in the
+    source of the *local* modules in ``sys.modules`` (anything outside
+    site-packages and the standard library), re-scanned whenever
+    ``sys.modules`` grows. A derandomized run therefore depends on which
+    modules happen to be imported: an xdist worker's history, the CLI's
+    commands, a script's own file. Inside this context the pool is
+    :func:`project_constants` whatever is imported, so a catalogue row is the
+    same from the CLI and from any pytest worker. The pool, and with it the
+    example stream, still changes when someone adds a literal to the
+    project's code. Hypothesis is pinned (pyproject.toml); should the
+    internal hook move, this context does nothing.
+    """
+    global _PROJECT_CONSTANTS
+    from hypothesis.internal.conjecture import providers
+
+    original = getattr(providers, "_get_local_constants", None)
+    cache = getattr(providers, "CONSTANTS_CACHE", None)
+    if original is None or cache is None:
+        yield
+        return
+    if _PROJECT_CONSTANTS is None:
+        _PROJECT_CONSTANTS = project_constants()
+    pool = _PROJECT_CONSTANTS
+    providers._get_local_constants = lambda: pool
+    cache.cache.clear()
+    try:
+        yield
+    finally:
+        providers._get_local_constants = original
+        cache.cache.clear()
 
 
 # ---------------------------------------------------------------- comparison
@@ -332,7 +401,8 @@ def search(contract: Contract, target: Target, prop: Property, *, target_name: s
             raise
 
     wrapped = Property(prop.name, prop.spec, check)
-    r = runner.hunt(contract, target, wrapped, target_name=target_name, run_settings=run_settings)
+    with pinned_source_constants():
+        r = runner.hunt(contract, target, wrapped, target_name=target_name, run_settings=run_settings)
     found = r.failure is not None
     return Search(
         property=prop.name, found=found,
@@ -382,17 +452,50 @@ def variants(contract_names: Iterable[str] | None = None) -> list[tuple[Contract
     return [(c, v) for c in cs for v in c.variants]
 
 
-def run_catalogue(contract_names: Iterable[str] | None = None, *, run_settings: settings | None = None,
-                  check_all: bool = True, on_entry: Callable[[int, int, Entry], None] | None = None) -> list[Entry]:
-    items = variants(contract_names)
-    rs = run_settings if run_settings is not None else catalogue_settings()
-    out = []
-    for k, (c, v) in enumerate(items):
-        e = run_variant(c, v, run_settings=rs, check_all=check_all)
-        out.append(e)
-        if on_entry is not None:
-            on_entry(k + 1, len(items), e)
-    return out
+def _run_named(contract_name: str, variant_name: str, max_examples: int, check_all: bool) -> Entry:
+    """Worker entry point for ``jobs > 1`` (names and ints pickle; records do not)."""
+    c = registry.get(contract_name)
+    return run_variant(c, c.variant(variant_name), run_settings=catalogue_settings(max_examples), check_all=check_all)
+
+
+def run_catalogue(contract_names: Iterable[str] | None = None, *, max_examples: int = MAX_EXAMPLES,
+                  check_all: bool = True, jobs: int = 1,
+                  on_entry: Callable[[int, int, Entry], None] | None = None) -> list[Entry]:
+    """Every variant of the selected contracts (all by default); see :func:`run_items`."""
+    return run_items(variants(contract_names), max_examples=max_examples, check_all=check_all, jobs=jobs,
+                     on_entry=on_entry)
+
+
+def run_items(items: Sequence[tuple[Contract, Variant]], *, max_examples: int = MAX_EXAMPLES, check_all: bool = True,
+              jobs: int = 1, on_entry: Callable[[int, int, Entry], None] | None = None) -> list[Entry]:
+    """Each (contract, variant) through :func:`run_variant`, rows in the given order.
+
+    ``jobs > 1`` runs variants in that many worker processes (spawned, so
+    each imports the registry afresh); ``on_entry`` is called as each
+    finishes. Per-variant seconds are then measured under the load of the
+    other workers.
+    """
+    if jobs <= 1:
+        rs = catalogue_settings(max_examples)
+        out = []
+        for k, (c, v) in enumerate(items):
+            e = run_variant(c, v, run_settings=rs, check_all=check_all)
+            out.append(e)
+            if on_entry is not None:
+                on_entry(k + 1, len(items), e)
+        return out
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    results: dict[int, Entry] = {}
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {pool.submit(_run_named, c.name, v.name, max_examples, check_all): k for k, (c, v) in enumerate(items)}
+        for done, fut in enumerate(as_completed(futures)):
+            e = fut.result()
+            results[futures[fut]] = e
+            if on_entry is not None:
+                on_entry(done + 1, len(items), e)
+    return [results[k] for k in range(len(items))]
 
 
 def kill_matrix(entries: Sequence[Entry], contract: Contract) -> dict[str, list[str]]:

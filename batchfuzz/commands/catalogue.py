@@ -40,6 +40,8 @@ def register(sub: Any) -> None:
     p.add_argument("--json", dest="json_path", metavar="PATH", help="write the full JSON report here")
     p.add_argument("--max-examples", type=int, default=catalogue.MAX_EXAMPLES,
                    help=f"examples per search before a variant counts as not found (default {catalogue.MAX_EXAMPLES})")
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="run variants in N worker processes (default 1; seconds are then measured under shared load)")
     p.add_argument("--primary-only", action="store_true",
                    help="skip confirming the other caught_by properties (faster; the table then shows fewer)")
     p.set_defaults(func=run)
@@ -64,20 +66,23 @@ def run(args: argparse.Namespace) -> int:
         if before.strip() and catalogue.BEGIN_MARKER not in before:
             raise UsageError(f"--markdown {args.markdown}: the file exists and has no catalogue markers; put these two "
                              f"lines where the table goes:\n{catalogue.BEGIN_MARKER}\n{catalogue.END_MARKER}")
+    if args.jobs < 1:
+        raise UsageError(f"--jobs must be >= 1, got {args.jobs}")
     rs = catalogue.catalogue_settings(args.max_examples)
     print(f"batchfuzz catalogue: {len(items)} variants, profile ci (derandomized, no database), "
-          f"max_examples={args.max_examples}", flush=True)
+          f"max_examples={args.max_examples}" + (f", {args.jobs} worker processes" if args.jobs > 1 else ""), flush=True)
     start = time.monotonic()
-    entries = []
+
+    def progress(k: int, n: int, e: catalogue.Entry) -> None:
+        mark = "ok " if e.ok else "BAD"
+        what = catalogue.compact_args(e.case.args) if e.case is not None else "not found"
+        print(f"[{k}/{n}] {mark} {e.contract}/{e.variant}: {e.verdict} in {e.primary.seconds:.1f}s  {what}", flush=True)
+        for problem in e.problems():
+            print(f"      {problem}", flush=True)
+
     try:
-        for k, (c, v) in enumerate(items):
-            e = catalogue.run_variant(c, v, run_settings=rs, check_all=not args.primary_only)
-            entries.append(e)
-            mark = "ok " if e.ok else "BAD"
-            what = catalogue.compact_args(e.case.args) if e.case is not None else "not found"
-            print(f"[{k + 1}/{len(items)}] {mark} {c.name}/{v.name}: {e.verdict} in {e.primary.seconds:.1f}s  {what}", flush=True)
-            for problem in e.problems():
-                print(f"      {problem}", flush=True)
+        entries = catalogue.run_items(items, max_examples=args.max_examples, check_all=not args.primary_only,
+                                      jobs=args.jobs, on_entry=progress)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
