@@ -11,6 +11,9 @@ rotating order), it times:
   split-agnostic detector);
 - ``exact numpy find``: ``impl.conflicts_numpy.find_conflicts`` (the whole
   conflict set);
+- ``validation``: ``reference.conflicts.check_step``, the input validation
+  the exact implementations begin with (included in their times; the
+  shipped check validates nothing);
 - ``shipped numpy``: the engine's shipped check (SPEC.md, "What the engine
   ships") vectorised here as an engine would write it; checked on every step
   to decide exactly as ``shipped loops``;
@@ -133,6 +136,10 @@ def _variants(devices: list[str], oracle: bool) -> tuple[list[Variant], list[str
 
         out.append(Variant("exact numpy", lambda s, i: bool(cn.allow_microbatching(*canon(s)))))
         out.append(Variant("exact numpy find", lambda s, i: len(cn.find_conflicts(*canon(s))), decision=False))
+        from reference.conflicts import check_step
+
+        # The input validation both exact implementations start with (the shipped check does none).
+        out.append(Variant("validation", lambda s, i: check_step(*canon(s)) is not None, decision=False))
     except ImportError as exc:
         notes.append(f"exact numpy unavailable: {exc}")
     out.append(Variant("shipped numpy", lambda s, i: shipped_allow_numpy(*canon(s), i["reorder_batch_threshold"])))
@@ -270,7 +277,7 @@ def run(args: argparse.Namespace) -> int:
         sc.gen_seconds = time.perf_counter() - t0
 
     report: dict[str, Any] = {
-        "command": "batchfuzz " + " ".join(sys.argv[1:]) if sys.argv and sys.argv[0].endswith("batchfuzz") else None,
+        "arguments": {k: v for k, v in vars(args).items() if k != "func"},
         "settings": {"quick": quick, "repeat": repeat, "oracle_repeat": min(args.oracle_repeat, repeat), "steps": nsteps,
                      "num_reqs": num_reqs, "width": width, "devices": devices, "seed": args.seed,
                      "slow": args.slow, "slow_repeat": args.slow_repeat},
