@@ -8,11 +8,20 @@ profile comes from ``BATCHFUZZ_PROFILE``, else ``ci`` under ``CI=true``, else
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from batchfuzz import profiles
 
 profiles.load()
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Each xdist worker owns one core: torch's intra-op threads would only
+    # contend with the other workers (small ops get ~100x slower on 2 cores).
+    import torch
+
+    torch.set_num_threads(1)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -21,6 +21,9 @@ DEFAULT_DATABASE = ".hypothesis/batchfuzz"
 _SLOW = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example]
 
 
+_NO_EXPLAIN = tuple(p for p in Phase if p.name != "explain")
+
+
 def database_path() -> str:
     return os.environ.get(DATABASE_ENV_VAR) or DEFAULT_DATABASE
 
@@ -32,8 +35,10 @@ def register_profiles() -> None:
     )
     settings.register_profile(
         # Derandomized and bounded: the whole suite stays well under 10 minutes on 2 cores.
+        # No explain phase: it re-runs a failing case many times to annotate it,
+        # which costs more than the search itself on a caught variant.
         "ci", max_examples=25, deadline=None, derandomize=True, database=None, print_blob=True,
-        suppress_health_check=_SLOW,
+        suppress_health_check=_SLOW, phases=_NO_EXPLAIN,
     )
     settings.register_profile(
         "nightly", max_examples=5000, deadline=None, derandomize=False, print_blob=True,
@@ -42,7 +47,7 @@ def register_profiles() -> None:
     )
     settings.register_profile(
         "mutation", max_examples=200, deadline=None, derandomize=True, database=None,
-        suppress_health_check=_SLOW,
+        suppress_health_check=_SLOW, phases=_NO_EXPLAIN,
     )
 
 
