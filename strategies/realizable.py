@@ -89,10 +89,12 @@ PREEMPTION = "preempted and resumed"
 EVICTION = "evicted cache block reused"
 IDS_ACROSS_GROUPS = "block id in several groups"
 REORDERED = "decodes moved to the front"
+SPEC_DECODE = "spec decode (q = 1 + drafts)"
 
 LABELS = (
     SAME_STEP_HIT, READER_BEFORE_WRITER, FULLY_CACHED, PREFIX_HIT, DECODE, CHUNKED_PREFILL, SLIDING_NULLS,
     IDENTICAL_PROMPTS, SEVERAL_GROUPS, DIFFERENT_BLOCK_SIZES, PREEMPTION, EVICTION, IDS_ACROSS_GROUPS, REORDERED,
+    SPEC_DECODE,
 )
 
 
@@ -129,10 +131,13 @@ class EngineConfig:
     max_model_len: int
     reorder_batch_threshold: int = 1
     reorder: str = "stable"  # "stable" | "swap"
+    num_spec_tokens: int = 0  # draft tokens a decode schedules on top of its one token
 
     def __post_init__(self) -> None:
         if not self.groups or self.groups[0].window is not None:
             raise ValueError(f"groups must start with a full-attention group, got {self.groups!r}")
+        if self.num_spec_tokens < 0:
+            raise ValueError(f"num_spec_tokens must be >= 0, got {self.num_spec_tokens}")
         if self.reorder not in ("stable", "swap"):
             raise ValueError(f"reorder must be 'stable' or 'swap', got {self.reorder!r}")
         for g in self.groups:
@@ -370,12 +375,13 @@ class SchedulerModel:
                 row.append(pool.allocate())
             req.blocks[g] = row
             # Register the blocks this step fills completely, before the step runs.
-            full = end // spec.block_size
+            full = min(end, len(req.tokens)) // spec.block_size  # draft positions are never cached
             hs = self._hashes(req, g, full)
             for j in range(req.num_cached_blocks[g], full):
                 if row[j] != 0:
                     pool.register((g, hs[j]), row[j])
-                    self._writers[(self._pool(g), row[j])] = req.rid
+                    if (j + 1) * spec.block_size > c:  # written in this step (accepted drafts were written earlier)
+                        self._writers[(self._pool(g), row[j])] = req.rid
             req.num_cached_blocks[g] = max(req.num_cached_blocks[g], full)
         return True
 
@@ -411,7 +417,7 @@ class SchedulerModel:
         i = 0
         while i < len(self.running) and budget > 0:
             req = self.running[i]
-            n = min(len(req.tokens) - req.num_computed, budget)
+            n = min(len(req.tokens) - req.num_computed + self._num_drafts(req), budget)
             scheduled = True
             while not self._allocate(req, n, None):
                 preempted = True
@@ -447,13 +453,30 @@ class SchedulerModel:
             budget -= n
         return _Scheduled(entries, computed, new, hits, preempted)
 
+    def _num_drafts(self, req: _Request) -> int:
+        """Draft tokens a decode schedules (speculative decoding), within max_model_len."""
+        if self.cfg.num_spec_tokens == 0 or len(req.tokens) - req.num_computed != 1 or len(req.tokens) <= len(req.prompt):
+            return 0
+        return max(0, min(self.cfg.num_spec_tokens, self.cfg.max_model_len - len(req.tokens) - 1))
+
     def run(self, sched: _Scheduled) -> None:
-        """Run a scheduled step: advance, sample one token per finished prompt, retire."""
+        """Run a scheduled step: advance, sample one token per finished prompt
+        (a decode with drafts keeps a deterministic pseudo-random number of
+        them, plus one), retire finished requests."""
         for req, n in sched.entries:
-            req.num_computed += n
-            if req.num_computed == len(req.tokens):
+            need = len(req.tokens) - req.num_computed
+            new_tokens = 0
+            if n > need:  # a decode with n - 1 drafts: verification accepts `accepted` of them
+                accepted = (req.rid * 40503 + self.step_index * 2654435761) % n
+                req.num_computed += 1 + accepted
+                new_tokens = accepted + 1
+            else:
+                req.num_computed += n
+                new_tokens = 1 if req.num_computed == len(req.tokens) else 0
+            for _ in range(new_tokens):
                 req.tokens.append(self._output_token(req.stream, req.num_generated))
                 req.num_generated += 1
+            if new_tokens:
                 if req.num_generated >= req.max_tokens or len(req.tokens) >= self.cfg.max_model_len:
                     req.finished = True
                     self.running.remove(req)
@@ -558,6 +581,8 @@ def _emit(model: SchedulerModel, sched: _Scheduled, pad: str, dtype: Any, table_
             labels.append(IDS_ACROSS_GROUPS)
     if moved:
         labels.append(REORDERED)
+    if any(int(c[i] + q[i]) > len(req.tokens) for i, req in enumerate(order)):
+        labels.append(SPEC_DECODE)
     info: dict[str, Any] = {
         "labels": labels,
         "reorder_batch_threshold": cfg.reorder_batch_threshold,
@@ -568,7 +593,10 @@ def _emit(model: SchedulerModel, sched: _Scheduled, pad: str, dtype: Any, table_
         "same_step_hits": hits,  # (group, reader row, writer row, block) in batch order
         "new_request": new_flags,
         "prompt_lens": [len(req.prompt) for req in order],
-        "token_ids": [list(req.tokens[: int(c[i] + q[i])]) for i, req in enumerate(order)],
+        # Positions [0, c + q) per row; -1 marks a draft token (speculative decoding).
+        "token_ids": [list(req.tokens[: int(c[i] + q[i])]) + [-1] * max(0, int(c[i] + q[i]) - len(req.tokens))
+                      for i, req in enumerate(order)],
+        "num_spec_tokens": cfg.num_spec_tokens,
         "num_steps": model.step_index + 1,
         "token_budget": cfg.token_budget,
         "max_num_seqs": cfg.max_num_seqs,
@@ -727,7 +755,8 @@ _BLOCK_SIZES = (2, 4, 8, 16, 1, 3, 32, 5, 12)
 
 def _draw_config(src: Source, *, max_reqs: int, max_prompt_len: int, max_output_len: int, min_block_size: int,
                  max_block_size: int, max_groups: int, sliding: bool, max_token_budget: int,
-                 reorder_batch_threshold: int | None, reorder: str | None, shared_pool: bool | None) -> EngineConfig:
+                 reorder_batch_threshold: int | None, reorder: str | None, shared_pool: bool | None,
+                 max_spec_tokens: int) -> EngineConfig:
     allowed = [b for b in _BLOCK_SIZES if min_block_size <= b <= max_block_size] or [min_block_size]
     b0 = src.sampled(allowed)
     groups = [GroupSpec(b0)]
@@ -741,7 +770,9 @@ def _draw_config(src: Source, *, max_reqs: int, max_prompt_len: int, max_output_
             window = max(1, min(window, 4 * max_prompt_len))
         groups.append(GroupSpec(b, window))
     max_model_len = max_prompt_len + max_output_len + 1
-    thr = reorder_batch_threshold if reorder_batch_threshold is not None else src.sampled((1, 2, 4, 16))
+    spec = min(max_spec_tokens, src.sampled((0, 0, 0, 1, 2, 3, 4))) if max_spec_tokens > 0 else 0
+    # Backends that split decodes from prefills raise the threshold to 1 + drafts.
+    thr = reorder_batch_threshold if reorder_batch_threshold is not None else src.sampled((1, 2, 4, 16, 1 + spec))
     order = reorder if reorder is not None else src.sampled(("stable", "swap"))
     pool_shared = shared_pool if shared_pool is not None else src.sampled((True, False))
     max_num_seqs = max_reqs if src.integers(0, 3) > 0 else src.integers(1, max_reqs)
@@ -756,13 +787,13 @@ def _draw_config(src: Source, *, max_reqs: int, max_prompt_len: int, max_output_
         num_blocks = ample
     else:
         num_blocks = one_request + src.integers(0, one_request // 2)
-    return EngineConfig(tuple(groups), num_blocks, pool_shared, budget, max_num_seqs, max_model_len, thr, order)
+    return EngineConfig(tuple(groups), num_blocks, pool_shared, budget, max_num_seqs, max_model_len, thr, order, spec)
 
 
 _SMALL_BOUNDS: dict[str, Any] = {
     "max_reqs": 12, "max_prompt_len": 128, "max_output_len": 12, "min_block_size": 1, "max_block_size": 32,
     "max_groups": 3, "max_steps": 5, "sliding": True, "max_token_budget": 512, "reorder_batch_threshold": 1,
-    "reorder": "stable", "shared_pool": None, "pad_tables": True,
+    "reorder": "stable", "shared_pool": None, "pad_tables": True, "max_spec_tokens": 3,
 }
 
 
@@ -780,7 +811,8 @@ def _draw_small_step(src: Source, bounds: dict[str, Any]) -> tuple[Step, dict[st
     cfg = _draw_config(src, max_reqs=b["max_reqs"], max_prompt_len=b["max_prompt_len"], max_output_len=b["max_output_len"],
                        min_block_size=b["min_block_size"], max_block_size=b["max_block_size"], max_groups=b["max_groups"],
                        sliding=b["sliding"], max_token_budget=b["max_token_budget"],
-                       reorder_batch_threshold=b["reorder_batch_threshold"], reorder=b["reorder"], shared_pool=b["shared_pool"])
+                       reorder_batch_threshold=b["reorder_batch_threshold"], reorder=b["reorder"], shared_pool=b["shared_pool"],
+                       max_spec_tokens=b["max_spec_tokens"])
     model = SchedulerModel(cfg)
     w = Workload(max_prompt_len=b["max_prompt_len"], max_output_len=b["max_output_len"])
     arrivals = _Arrivals(src, model, w)
@@ -811,8 +843,10 @@ def realizable_steps(draw: st.DrawFn, **bounds: Any) -> tuple[Step, dict[str, An
     windows allowed when ``sliding`` [True]; up to ``max_steps`` [5] scheduler
     steps (the last is emitted); token budget up to ``max_token_budget``
     [512]; ``reorder_batch_threshold`` [1], ``reorder`` ["stable"] and
-    ``shared_pool`` [drawn]: ``None`` draws them; ``pad_tables`` [True] draws
-    table widths (tight, one spare column, or ``cdiv(max_model_len, B)``).
+    ``shared_pool`` [drawn]: ``None`` draws them (a drawn threshold may be
+    ``1 + drafts``); ``pad_tables`` [True] draws table widths (tight, one
+    spare column, or ``cdiv(max_model_len, B)``); ``max_spec_tokens`` [3]
+    bounds the draft tokens of speculative decoding (0 turns it off).
 
     Returns ``(Step, info)``; ``info["labels"]`` lists the scheduler-level
     input classes (see ``LABELS``), ``info["reorder_batch_threshold"]`` the

@@ -124,6 +124,19 @@ def test_realizable_steps_invariants_swap_reorder_small_blocks(case: tuple[Step,
 def test_seeded_small_steps_invariants() -> None:
     for seed in range(60):
         check_invariants(*sample_small_step(seed))
+        # Seed 30 here once recorded a same-step hit on a block filled by drafts accepted in the step before.
+        check_invariants(*sample_small_step(seed, reorder=None, reorder_batch_threshold=None))
+
+
+def test_spec_decode_drafts() -> None:
+    """A decode with drafts schedules 1 + k tokens; draft positions show as -1."""
+    model = SchedulerModel(EngineConfig((GroupSpec(4),), 32, True, 64, 8, 32, reorder_batch_threshold=3, num_spec_tokens=2))
+    model.add_request(model.fresh_tokens(5), 8)
+    model.run(model.schedule())
+    step, info = rz._emit(model, model.schedule(), "tight", np.int64, np.int64)
+    assert step.num_computed_tokens.tolist() == [5] and step.num_scheduled_tokens.tolist() == [3]
+    assert info["token_ids"][0][-2:] == [-1, -1] and rz.SPEC_DECODE in info["labels"]
+    check_invariants(step, info)
 
 
 @pytest.mark.parametrize("profile", rz.PROFILES)
