@@ -342,9 +342,11 @@ class Entry:
         out = []
         if not self.found:
             out.append(f"not caught by its primary property {self.caught_by[0]} in {self.primary.examples} examples")
+        elif self.verdict == "undocumented":
+            out.append(f"no canonical counterexample is documented; it shrinks to {compact_args(self.case.args) if self.case else '?'}")
         elif self.verdict not in ("equal", "smaller"):
-            out.append(f"shrunk case {compact_args(self.case.args) if self.case else '?'} is {self.verdict} "
-                       f"than the documented canonical form: {self.verdict_detail}")
+            out.append(f"shrunk case {compact_args(self.case.args) if self.case else '?'} is larger than the documented "
+                       f"canonical form: {self.verdict_detail}")
         if self.missing:
             out.append(f"listed in caught_by but never failed: {', '.join(self.missing)}")
         return out
