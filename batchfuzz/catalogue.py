@@ -590,7 +590,9 @@ def markdown_table(entries: Sequence[Entry], run_settings: settings | None = Non
                 f"{e.primary.examples_to_find if e.primary.examples_to_find is not None else e.primary.examples} | "
                 f"{_seconds(e.primary.seconds_to_find)} | {_seconds(e.primary.seconds)} |"
             )
-        lines.append("")
+        kills = kill_matrix(rows, c)
+        lines += ["", "Variants each property kills (in this table): " + ", ".join(
+            f"`{p}` {len(v)}" if v else f"`{p}` **0**" for p, v in kills.items()) + ".", ""]
     lines.append(END_MARKER)
     return "\n".join(lines) + "\n"
 

@@ -108,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
             "profile": "ci", "max_examples": args.max_examples, "hypothesis": hypothesis.__version__,
             "seconds": round(seconds, 3), "variants": len(entries), "ok": len(entries) - len(bad),
             "entries": [e.to_json() for e in entries],
+            "kills": {c.name: catalogue.kill_matrix(entries, c) for c in {c.name: c for c, _ in items}.values()},
         }
         with open(args.json_path, "w") as fh:
             json.dump(report, fh, indent=2)
