@@ -64,16 +64,22 @@ def build_summary(
             }
             continue
         status = s["status"]
-        if status == "running":  # killed mid-item: what it wrote is what it found
-            status = "interrupted"
+        error = s.get("error")
+        if status == "running":
+            if partial:  # stopped mid-item: what it wrote is what it found
+                status = "interrupted"
+            else:  # the run finished, this item never did: its worker died
+                status = "error"
+                error = {"type": "WorkerDied", "message": "the worker process died while running this item (a crash?)",
+                         "traceback": ""}
         examples, seconds = int(s.get("examples", 0)), float(s.get("seconds", 0.0))
         item_failures = []
         for f in s.get("failures", []):
             rec = {"contract": item.contract, "implementation": item.name, **f}
             failures.append(rec)
             item_failures.append({k: f.get(k) for k in ("property", "error_type", "message", "corpus_file", "new", "id")})
-        if s.get("error"):
-            errors.append({"contract": item.contract, "implementation": item.name, **s["error"]})
+        if error:
+            errors.append({"contract": item.contract, "implementation": item.name, **error})
             c["errors"] += 1
         c["implementations"][item.name] = {
             "status": status, "reason": s.get("reason", ""), "worker": s.get("worker"), "examples": examples,
@@ -100,7 +106,7 @@ def build_summary(
         "tool": "batchfuzz",
         "partial": partial,
         "interrupted_by": interrupted_by,
-        "status": "interrupted" if partial else ("failed" if failures or errors else "passed"),
+        "status": "interrupted" if partial else ("failed" if failures or errors else "passed" if examples else "no examples"),
         "started": _iso(started),
         "finished": _iso(finished),
         "wall_seconds": round(wall, 3),

@@ -74,7 +74,7 @@ def planted(tmp_path: Path) -> Path:
     return p
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _failure_of(prop: str) -> runner.Failure:
     """The planted bug's shrunk failure of ``prop``, found once per session."""
     namespace: dict[str, Any] = {}
@@ -180,7 +180,7 @@ def _valid(planted: Path) -> dict[str, Any]:
     (lambda d: {k: v for k, v in d.items() if k != "property"}, r"missing field 'property'"),
     (lambda d: dict(d, format="batchfuzz-corpus/0"), r"unsupported format"),
     (lambda d: dict(d, case="num_reqs=3"), r"field 'case' must be an object, got str"),
-    (lambda d: dict(d, case={"args": {"x": {"ndarray": [1], "dtype": "object"}}}), r"field 'case' does not decode: unsupported array dtype"),
+    (lambda d: dict(d, case={"args": {"x": {"ndarray": [1], "dtype": "object"}}}), r"'case' does not decode: unsupported array dtype"),
     (lambda d: dict(d, case={"args": {"x": {"dataclass": "Popen", "fields": {}}}}), r"does not decode: unknown dataclass 'Popen'"),
     (lambda d: dict(d, implementation="numpy"), r"exactly one of 'implementation' and 'target'"),
 ], ids=["json", "not-object", "missing", "format", "case-type", "dtype", "dataclass", "both-targets"])

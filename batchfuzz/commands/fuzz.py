@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import os
-import shutil
 import signal
 import sys
 import threading
@@ -107,10 +106,8 @@ def plan(args: argparse.Namespace) -> list[WorkItem]:
         contracts = [c for c in contracts if _match(c.name, args.contract)]
     selected = {c.name for c in contracts}
     items: list[WorkItem] = []
-    for c in contracts:
-        for impl in c.implementations:
-            if args.device in impl.devices:
-                items.append(WorkItem(len(items), c.name, args.device, implementation=impl.name))
+    # The user's own functions first (what they run the job for), then every
+    # implementation in SPEC order.
     for cname, spec in args.target:
         if cname not in names:
             raise UsageError(f"--target {cname}={spec}: unknown contract {cname!r}; known: {', '.join(names)}")
@@ -121,6 +118,10 @@ def plan(args: argparse.Namespace) -> list[WorkItem]:
         except TargetError as exc:
             raise UsageError(f"--target {cname}={spec}: {exc}") from None
         items.append(WorkItem(len(items), cname, args.device, target=spec))
+    for c in contracts:
+        for impl in c.implementations:
+            if args.device in impl.devices:
+                items.append(WorkItem(len(items), c.name, args.device, implementation=impl.name))
     if args.impl:
         for pat in args.impl:
             if not any(_match(i.implementation or f"target:{i.target}", [pat]) for i in items):
@@ -168,14 +169,29 @@ def _progress_stream() -> TextIO:
 
 
 def _prepare_report_dir(report_dir: Path) -> None:
+    """Create the report directory; remove what an earlier run of ours left
+    there (our file names only: the directory may be shared with other things)."""
+    import re
+
     report_dir.mkdir(parents=True, exist_ok=True)
     for name in ("summary.json", "summary.md", "junit.xml"):
         (report_dir / name).unlink(missing_ok=True)
-    for sub in ("items", ".run"):
-        if (report_dir / sub).is_dir():
-            shutil.rmtree(report_dir / sub)
-    (report_dir / "items").mkdir()
-    (report_dir / ".run").mkdir()
+    items = report_dir / "items"
+    if items.is_dir():
+        for p in items.iterdir():
+            if re.fullmatch(r"\d{3,}\.json", p.name):
+                p.unlink()
+    run_dir = report_dir / ".run"
+    if run_dir.is_dir():
+        started = run_dir / "started"
+        if started.is_dir():
+            for p in started.iterdir():
+                if p.name.isdigit():
+                    p.unlink()
+        for name in ("job.json", "pytest.ini", "pytest.log", "STOP"):
+            (run_dir / name).unlink(missing_ok=True)
+    items.mkdir(exist_ok=True)
+    run_dir.mkdir(exist_ok=True)
 
 
 def _pytest_args(job_path: Path, run_dir: Path, workers: int) -> list[str]:
@@ -262,6 +278,9 @@ def run(args: argparse.Namespace, stream: TextIO | None = None) -> int:
     report_dir = Path(args.report).absolute()
     corpus_dir = Path(args.corpus).absolute() if args.corpus else corpus.default_dir()
     _prepare_report_dir(report_dir)
+    corpus_dir.mkdir(parents=True, exist_ok=True)
+    if database:
+        Path(database).mkdir(parents=True, exist_ok=True)
     started = time.time()
     job = Job(items=items, report_dir=str(report_dir), corpus_dir=str(corpus_dir), database=database,
               profile=args.profile, seed=seed, workers=args.workers, budget_s=float(args.budget),
