@@ -153,7 +153,7 @@ def render_markdown(summary: dict[str, Any]) -> str:
         f"- {t['examples']} examples in {summary['wall_seconds']:.0f}s (budget {summary['budget_seconds']:g}s), "
         f"{t['throughput']:.0f} examples/s with {summary['workers']} worker(s) on {summary['device']}",
         f"- profile `{summary['profile']}`, seed `{summary['seed']}`"
-        + (f", replay with `{summary['replay_command']}`" if summary.get("replay_command") else ""),
+        + (f", rerun with `{summary['replay_command']}`" if summary.get("replay_command") else ""),
         f"- failures: {t['failures']} ({t['new_corpus_entries']} new in the corpus), errors: {t['errors']}"
         + (f", items not run: {t['items_not_run']}" if t["items_not_run"] else ""),
         "- versions: " + ", ".join(f"{k} {v}" for k, v in summary["versions"].items()),

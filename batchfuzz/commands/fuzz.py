@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -146,11 +147,12 @@ def _database(args: argparse.Namespace) -> str | None:
 
 
 def _replay_command(args: argparse.Namespace, seed: int) -> str:
+    q = shlex.quote
     parts = ["batchfuzz fuzz", f"--profile {args.profile}", f"--seed {seed}", f"--budget {args.budget:g}s",
              f"--workers {args.workers}", f"--device {args.device}"]
-    parts += [f"--contract {c}" for c in args.contract or []]
-    parts += [f"--impl '{i}'" for i in args.impl or []]
-    parts += [f"--target {c}={s}" for c, s in args.target]
+    parts += [f"--contract {q(c)}" for c in args.contract or []]
+    parts += [f"--impl {q(i)}" for i in args.impl or []]
+    parts += [f"--target {q(f'{c}={s}')}" for c, s in args.target]
     if args.rounds:
         parts.append(f"--rounds {args.rounds}")
     return " ".join(parts)
@@ -393,7 +395,7 @@ def finish(job: Job, ctl: _Controller, out: TextIO, *, partial: bool, note: str 
     for n in notes:
         out.write(f"note: {n}\n")
     out.write(f"reports: {', '.join(str(p) for p in paths)}" + (" (PARTIAL)" if partial else "") + "\n")
-    out.write(f"replay this run: {job.extra.get('replay_command')}\n")
+    out.write(f"rerun with the same seed: {job.extra.get('replay_command')}\n")
     out.flush()
     if partial:
         return 128 + ctl.signum if ctl.signum else 1
