@@ -261,11 +261,7 @@ def adversarial_split(draw: st.DrawFn, num_tokens: int) -> list[Range] | None:
     return cuts_to_split(cuts, num_tokens)
 
 
-@st.composite
-def step_cases(draw: st.DrawFn, raw: bool = True) -> Case:
-    """Contract E cases: the canonical arguments of a step, with splits and
-    the step's source and scheduler labels in the context."""
-    step, info = draw(contract_e_steps(raw))
+def _case(draw: st.DrawFn, step: Step, info: dict[str, Any]) -> Case:
     q = [int(v) for v in np.asarray(step.num_scheduled_tokens).tolist()]
     engine = [s for s in (engine_split(draw, q),) if s is not None]
     adversarial = [s for s in (adversarial_split(draw, sum(q)),) if s is not None]
@@ -275,3 +271,18 @@ def step_cases(draw: st.DrawFn, raw: bool = True) -> Case:
         {"engine_splits": engine, "adversarial_splits": adversarial, "source": info["source"],
          "labels": info["labels"]},
     )
+
+
+@st.composite
+def step_cases(draw: st.DrawFn, raw: bool = True) -> Case:
+    """Contract E cases: the canonical arguments of a step, with splits and
+    the step's source and scheduler labels in the context."""
+    step, info = draw(contract_e_steps(raw))
+    return _case(draw, step, info)
+
+
+@st.composite
+def realizable_step_cases(draw: st.DrawFn) -> Case:
+    """Contract E cases from realizable steps only (what a scheduler produces)."""
+    step, info = draw(realizable_steps_for_ci())
+    return _case(draw, step, {"source": "realizable", "labels": list(info.get("labels", []))})

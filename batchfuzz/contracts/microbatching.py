@@ -101,10 +101,10 @@ VARIANTS = (
             _k([1, 0], [1, 1], [[[1, 0], [1, 0]]], [1])),
     Variant("shipped_check", "vLLM's check since 0.28 as SPEC.md describes it: readers need q > 1 and c > 0, whole blocks "
             "only, written columns include nulls", bugs.shipped_allow_microbatching, "shipped", _SOUND,
-            # Realizable (docs/microbatch.md): a prompt whose first block request 1 fills in this step arrives with
-            # q == 1, c == 2, hits that block, and is moved to the front as a decode. Shrinking reaches a smaller,
-            # unrealizable step (two requests writing one block).
-            _k([2, 0], [1, 2], [[[1, 2], [1, 0]]], [2])),
+            # Realizable (docs/microbatch.md): two identical 3-token prompts; request 1 fills block 1 in this
+            # step, request 0 hits it (c == 2), recomputes its last token (q == 1) and is moved to the front as
+            # a decode. Shrinking over all steps reaches a smaller, unrealizable one (two requests writing one block).
+            _k([2, 0], [1, 3], [[[1, 3], [1, 2]]], [2])),
     Variant("first_group_only", "exact rule over KV-cache group 0 only", bugs.allow_first_group_only, "mutant", _SOUND,
             _k([1, 1], [1, 4], [[[0], [0]], [[1, 0], [0, 1]]], [8, 4])),
     Variant("whole_blocks_only", "exact rule, but a reader's partly computed block is ignored",
