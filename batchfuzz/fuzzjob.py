@@ -310,11 +310,11 @@ def run_item(job: Job, item: WorkItem) -> dict[str, Any]:
     if state["error"] is not None:
         state["status"] = "error"
     elif interrupted:
-        state["status"], state["reason"] = "interrupted", "stopped by a signal"
+        why = f"signal {_signalled[0]} to the worker" if _signalled else "the run was stopped (signal or watchdog)"
+        found = f", after finding {len(state['failures'])} failure(s)" if state["failures"] else ""
+        state["status"], state["reason"] = "interrupted", why + found
     else:
         state["status"] = "failed" if state["failures"] else "passed"
-    if interrupted and state["failures"] and state["status"] == "interrupted":
-        state["reason"] = "stopped by a signal (after finding failures)"
     state["finished"] = time.time()
     write()
     return state
