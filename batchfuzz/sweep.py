@@ -63,7 +63,7 @@ def sweep_split(split: BatchedSplit, *, max_reqs: int, max_tokens: int, device: 
         }
         flags = torch.stack([b.any() for b in bad.values()]).cpu()
         if bool(flags.any()):
-            for (name, b), hit in zip(bad.items(), flags.tolist()):
+            for (name, b), hit in zip(bad.items(), flags.tolist(), strict=True):
                 if hit and name not in res.failures:
                     first = int(torch.nonzero(b)[0, 0].item())
                     res.failures[name] = (r, int(n_vals[first].item()))

@@ -46,4 +46,4 @@ def load_target(spec: str) -> Callable[..., Any]:
         obj = getattr(obj, part)
     if not callable(obj):
         raise TargetError(f"{spec!r} is not callable (got {type(obj).__name__})")
-    return obj  # type: ignore[no-any-return]
+    return obj
