@@ -597,18 +597,28 @@ def markdown_table(entries: Sequence[Entry], run_settings: settings | None = Non
     return "\n".join(lines) + "\n"
 
 
+def marker_span(text: str) -> tuple[int, int] | None:
+    """``(start, stop)`` of the generated block in ``text`` (markers included),
+    or None when the text has no begin marker followed by an end marker."""
+    begin = text.find(BEGIN_MARKER)
+    if begin < 0:
+        return None
+    end = text.find(END_MARKER, begin + len(BEGIN_MARKER))
+    return None if end < 0 else (begin, end + len(END_MARKER))
+
+
 def splice_markdown(existing: str | None, table: str) -> str:
     """Put ``table`` (which carries its own markers) into ``existing``: between
     the markers when the text has them, as the whole text when there is none.
     Raises ValueError for a text without markers (it would be overwritten)."""
     if existing is None or not existing.strip():
         return table
-    begin, end = existing.find(BEGIN_MARKER), existing.find(END_MARKER)
-    if begin < 0 or end < begin:
+    span = marker_span(existing)
+    if span is None:
         raise ValueError(
             "the file exists and has no catalogue markers; put these two lines where the table goes:\n"
             f"{BEGIN_MARKER}\n{END_MARKER}")
-    return existing[:begin] + table.rstrip("\n") + existing[end + len(END_MARKER):]
+    return existing[: span[0]] + table.rstrip("\n") + existing[span[1]:]
 
 
 def text_table(entries: Sequence[Entry]) -> str:

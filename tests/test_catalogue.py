@@ -130,6 +130,9 @@ def test_splice_markdown_keeps_the_surrounding_text() -> None:
     out = catalogue.splice_markdown(doc, table)
     assert out.startswith("intro\n") and out.endswith("\n\noutro\n") and "NEW" in out and "OLD" not in out
     assert catalogue.splice_markdown(None, table) == table
+    # markers quoted in prose before the real block do not confuse it
+    quoted = f"see `{catalogue.END_MARKER}`\n\n" + doc
+    assert catalogue.splice_markdown(quoted, table) == f"see `{catalogue.END_MARKER}`\n\n" + out
     with pytest.raises(ValueError, match="no catalogue markers"):
         catalogue.splice_markdown("a README without markers\n", table)
 

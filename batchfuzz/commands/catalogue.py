@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     if args.markdown and os.path.exists(args.markdown):
         with open(args.markdown) as fh:
             before = fh.read()
-        if before.strip() and catalogue.BEGIN_MARKER not in before:
+        if before.strip() and catalogue.marker_span(before) is None:
             raise UsageError(f"--markdown {args.markdown}: the file exists and has no catalogue markers; put these two "
                              f"lines where the table goes:\n{catalogue.BEGIN_MARKER}\n{catalogue.END_MARKER}")
     if args.jobs < 1:
