@@ -18,6 +18,7 @@ whatever profile the session runs):
 from __future__ import annotations
 
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -35,14 +36,18 @@ def test_variant_is_caught_with_its_canonical_counterexample(contract: Contract,
     e = catalogue.run_variant(contract, variant)
     problems = e.problems()
     if not problems:
+        if e.stream > 1 and e.ci_case is not None:
+            warnings.warn(f"{contract.name}/{variant.name}: the ci stream shrank to {catalogue.compact_args(e.ci_case.args)}; "
+                          f"stream {e.stream} reached the documented form (the strategy shrinks this bug unreliably)",
+                          stacklevel=1)
         return
     lines = [f"{contract.name}/{variant.name} ({variant.description}):", *(f"  - {p}" for p in problems)]
     if e.case is not None:
         lines.append(f"  shrunk:    {catalogue.compact_args(e.case.args)}")
     if variant.canonical is not None:
         lines.append(f"  canonical: {catalogue.compact_args(variant.canonical)}")
-    if e.primary.failure is not None:
-        repro = e.primary.failure.reproduction(function_name=f"variant_{variant.name.replace('.', '_')}")
+    if e.failure is not None:
+        repro = e.failure.reproduction(function_name=f"variant_{variant.name.replace('.', '_')}")
         lines += ["--- reproduction ---", repro] if len(repro) <= 2000 else [
             f"(reproduction too long to print: `batchfuzz catalogue --contract {contract.name} --variant {variant.name} "
             "--json PATH` writes it)"]
