@@ -100,8 +100,9 @@ def run(args: argparse.Namespace) -> int:
         if os.path.exists(args.markdown):
             with open(args.markdown) as fh:
                 existing = fh.read()
+        text = catalogue.splice_markdown(existing, table)  # before opening for writing: a refusal must not truncate
         with open(args.markdown, "w") as fh:
-            fh.write(catalogue.splice_markdown(existing, table))
+            fh.write(text)
         print(f"wrote {args.markdown}")
     if args.json_path:
         report = {
