@@ -14,7 +14,12 @@ from hypothesis import strategies as st
 
 from batchfuzz.case import Case
 from reference.types import DummyBuffers
-from strategies.engine import MAX_NUM_BATCHED_TOKENS_COMMON, capture_size_lists, max_num_seqs
+from strategies.engine import (
+    MAX_NUM_BATCHED_TOKENS_COMMON,
+    capture_size_lists,
+    default_capture_sizes,
+    max_num_seqs,
+)
 
 MAX_REQS = 1024
 MAX_TOKENS = 131072
@@ -85,7 +90,8 @@ def stale_array(draw: st.DrawFn, size: int, dtype: type) -> np.ndarray:
     if kind == "zeros":
         return np.zeros(size, dtype=dtype)
     if kind == "constant":
-        return np.full(size, draw(st.integers(-(2**15), 2**20)), dtype=dtype)
+        # Non-zero (zeros is its own pattern), shrinking towards 1.
+        return np.full(size, draw(st.integers(1, 2**20) | st.integers(-(2**15), -1)), dtype=dtype)
     if kind == "decreasing":
         return np.arange(size, 0, -1, dtype=np.int64).astype(dtype)
     if kind == "larger_step":
@@ -108,14 +114,29 @@ def dummy_buffers(draw: st.DrawFn, max_num_reqs: int, max_num_tokens: int) -> Du
 
 
 @st.composite
+def _tokens_first(draw: st.DrawFn, max_tokens: int) -> tuple[int, int]:
+    """``N`` first (any count, or an engine size: a capture size or a token
+    budget), then any ``R <= min(N, 1024)``. ``N`` and ``R`` shrink
+    independently (towards 1),
+    so a failure that needs a large ``N`` (an int16 running sum) still shrinks
+    to ``R == 1``. The remainder edges are contract A's business."""
+    engine_sizes = sorted({s for s in default_capture_sizes(2048) + list(MAX_NUM_BATCHED_TOKENS_COMMON) if s <= max_tokens})
+    n = draw(st.integers(1, max_tokens) | st.sampled_from(engine_sizes))
+    r = draw(st.integers(1, min(n, MAX_REQS)))
+    return r, n
+
+
+@st.composite
 def dummy_layout_cases(draw: st.DrawFn, max_tokens: int = 65536) -> Case:
     """Contract B cases: ``(num_reqs, num_tokens, buffers)`` with stale buffers.
+
+    ``(R, N)`` come from ``_tokens_first``.
 
     Capacities are drawn first (``max_num_reqs >= R``, ``max_num_tokens >= N``),
     then the stale contents. ``N`` stays at or below ``max_tokens`` (65536, a
     common ``max_num_batched_tokens``) so buffers stay cheap to compare.
     """
-    r, n = draw(split_args().filter(lambda rn: rn[1] <= max_tokens))
+    r, n = draw(_tokens_first(max_tokens))
     max_num_reqs = r + draw(st.one_of(st.just(0), st.integers(0, 64)))
     max_num_tokens = n + draw(st.one_of(st.just(0), st.integers(0, 256)))
     buffers = draw(dummy_buffers(max_num_reqs, max_num_tokens))

@@ -174,6 +174,15 @@ IMPLEMENTATIONS = (
 # (int32, capacity R or R + 1 where a padded slot is needed, zeros unless a
 # stale value is what exposes the bug).
 _B = bugs.canonical_buffers
+
+
+def _stale_padded_seq_len() -> DummyBuffers:
+    """One padded request slot whose stale seq_len is 1. Shrinking ends on the
+    strategy's "decreasing" stale pattern, ``seq_lens == [2, 1]``: slot 0 is
+    overwritten by the call, the stale 1 in padded slot 1 is the bug."""
+    b = _B(2, 1)
+    b.seq_lens[:] = [2, 1]
+    return b
 _SMALL = {"num_reqs": 3, "num_tokens": 5, "buffers": _B(3, 5)}
 _ONE = {"num_reqs": 1, "num_tokens": 1, "buffers": _B(1, 1)}
 _ONE_PADDED = {"num_reqs": 1, "num_tokens": 1, "buffers": _B(2, 1)}
@@ -191,7 +200,7 @@ VARIANTS = (
             ("query_start_loc_non_decreasing", "query_start_loc_layout", "matches_oracle"), _ONE_PADDED),
     Variant("seq_lens_tail_stale", "seq_lens[R:] not zeroed: padded slots keep old lengths", bugs.seq_lens_tail_stale, "mutant",
             ("seq_lens_layout", "independent_of_stale_buffers", "matches_oracle"),
-            {"num_reqs": 1, "num_tokens": 1, "buffers": _B(2, 1, seq_lens=1)}),
+            {"num_reqs": 1, "num_tokens": 1, "buffers": _stale_padded_seq_len()}),
     Variant("positions_stale", "positions[:N] not cleared", bugs.positions_stale, "mutant",
             ("positions_and_input_ids_zero", "independent_of_stale_buffers", "matches_oracle"),
             {"num_reqs": 1, "num_tokens": 1, "buffers": _B(1, 1, positions=1)}),
