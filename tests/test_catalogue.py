@@ -185,4 +185,8 @@ def test_catalogue_command_usage_errors(tmp_path, capsys) -> None:  # type: igno
     readme.write_text("no markers here\n")
     assert main(["catalogue", "--contract", "A", "--variant", "drop_remainder", "--markdown", str(readme)]) == 2
     assert readme.read_text() == "no markers here\n"
+    backwards = f"{catalogue.END_MARKER}\n{catalogue.BEGIN_MARKER}\n"  # an end marker only before the begin marker
+    readme.write_text(backwards)
+    assert main(["catalogue", "--contract", "A", "--variant", "drop_remainder", "--markdown", str(readme)]) == 2
+    assert readme.read_text() == backwards
     assert "no catalogue markers" in capsys.readouterr().err
