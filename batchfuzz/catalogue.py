@@ -10,10 +10,16 @@ For each :class:`~batchfuzz.registry.Variant` of every contract the catalogue
    the totals including shrinking;
 3. compares the shrunk case with the variant's documented ``canonical`` form
    (:func:`compare`): ``equal``, ``smaller`` (no larger, where shrinking is
-   not unique), or ``larger``;
+   not unique), or ``larger``; on ``larger``, up to
+   :data:`EXTRA_SHRINK_STREAMS` seeded streams get a chance to shrink to a
+   case no larger (finding the bug stays the ci stream's job);
 4. checks that every property in ``caught_by`` really fails on the variant:
    replayed on the shrunk case first, and by a separate search (same
    settings) for any property the shrunk case does not violate.
+
+Every search runs with Hypothesis's source-constant pool pinned
+(:func:`pinned_source_constants`), so a row does not depend on what else the
+process imported.
 
 A variant passes (:attr:`Entry.ok`) when it is found, its shrunk case is no
 larger than its canonical form, and every ``caught_by`` property fails on it.
