@@ -267,7 +267,7 @@ _STALE = ("matches_oracle", "non_decreasing", "diff_padding_is_zero", "last_is_t
           "token_map_numpy", "token_map_torch", "persistent_buffer")
 VARIANTS = (
     Variant("padding_unwritten", "padded entries out[R+1:P+1] keep an earlier step's values in the reused buffer (shipped)",
-            bugs.padding_unwritten, "shipped", _STALE, {"num_scheduled_tokens": _nst(1), "num_reqs_padded": 2}),
+            bugs.padding_unwritten, "shipped", _STALE, {"num_scheduled_tokens": _nst(), "num_reqs_padded": 1}),
     Variant("pads_with_padded_token_count", "pads with the padded token count (capture size) instead of sum(nst)",
             bugs.pads_with_padded_token_count, "mutant",
             ("last_is_total", "diff_padding_is_zero", "token_map_numpy", "token_map_torch", "matches_oracle", "persistent_buffer"),
@@ -277,7 +277,7 @@ VARIANTS = (
             {"num_scheduled_tokens": _nst(1), "num_reqs_padded": 1}),
     Variant("pads_from_r_plus_2", "off by one: pads from R + 2, the first padded slot keeps its old value",
             bugs.pads_from_r_plus_2, "mutant", ("matches_oracle", "non_decreasing", "diff_padding_is_zero"),
-            {"num_scheduled_tokens": _nst(1), "num_reqs_padded": 2}),
+            {"num_scheduled_tokens": _nst(), "num_reqs_padded": 1}),
     Variant("int16_cumsum", "running sum accumulated in int16: wraps past 32767 tokens",
             bugs.int16_cumsum, "mutant", ("diff_real_is_num_scheduled_tokens", "matches_oracle", "non_decreasing"),
             {"num_scheduled_tokens": _nst(32768), "num_reqs_padded": 1}),
