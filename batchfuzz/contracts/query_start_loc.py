@@ -250,9 +250,34 @@ def _torch_binder(device: str) -> Target:
     return call
 
 
+def _graph_binder(device: str) -> Target:
+    """The form engines capture per padded size (impl/graph_torch.py): the
+    real request count travels as a 0-d device tensor, nst sits in a staging
+    buffer of capacity ``P`` whose tail past R is stale garbage, and the padded
+    entries come from masking, not from a Python branch on R."""
+
+    def call(num_scheduled_tokens: Any, num_reqs_padded: Any, out: Any = None) -> np.ndarray:
+        from impl.graph_torch import pad_query_start_loc_graph
+        from impl.torch_common import TORCH_DTYPES
+
+        nst, r, p, _, dtype = check_pad_args(num_scheduled_tokens, num_reqs_padded, out)
+        staging = torch.full((max(p, 1),), 987654, dtype=torch.int64, device=device)  # stale past R
+        staging[:r] = torch.from_numpy(np.ascontiguousarray(nst)).to(device=device, dtype=torch.int64)
+        if out is None:
+            t_out = torch.empty(p + 1, dtype=TORCH_DTYPES[np.dtype(dtype)], device=device)
+            return to_numpy(pad_query_start_loc_graph(staging, torch.tensor(r, device=device), p, t_out))
+        t_out = torch.from_numpy(np.ascontiguousarray(out).copy()).to(device)
+        pad_query_start_loc_graph(staging, torch.tensor(r, device=device), p, t_out)
+        out[...] = t_out.cpu().numpy()
+        return out[: p + 1]
+
+    return call
+
+
 IMPLEMENTATIONS = (
     registry.numpy_impl("numpy", query_start_loc_numpy.pad_query_start_loc, "vectorised numpy; nst's dtype, or out's"),
     registry.torch_impl("torch", _torch_binder, "torch, CUDA-graph capturable (no host sync), CPU and CUDA"),
+    registry.torch_impl("torch.graph", _graph_binder, "per-capture-size graph form: R in a device scalar, stale staging buffer masked"),
 )
 
 
