@@ -186,8 +186,8 @@ def _canon(nst: list[int], padded: int, padded_reqs: int, n: int) -> dict[str, A
 
 
 VARIANTS = (
-    Variant("no_refusal", "splits even when the last ubatch would hold no real token (refusal left out)",
-            bugs.split_no_refusal, "mutant", ("refusal_rule", "last_ubatch_has_real_token", "matches_oracle"), _canon([1], 2, 1, 2)),
+    Variant("no_refusal", "the ubatch split without the empty-last-ubatch refusal (shipped before the refusal existed)",
+            bugs.split_no_refusal, "shipped", ("refusal_rule", "last_ubatch_has_real_token", "matches_oracle"), _canon([1], 2, 1, 2)),
     Variant("refusal_strict", "refuses only when (Np // n) * (n - 1) > sum(nst): > for >=",
             bugs.split_refusal_strict, "mutant", ("refusal_rule", "last_ubatch_has_real_token", "matches_oracle"), _canon([1], 2, 1, 2)),
     Variant("ceil_size", "ubatch size ceil(Np / n) instead of Np // n",
