@@ -76,8 +76,13 @@ def run(args: argparse.Namespace) -> int:
         for k, v in r.scores.items():
             scores[k] = scores.get(k, 0) + v
     for r in results:
-        mark = "FAIL" if r.failure else "ok"
-        print(f"  {mark:4} {r.property:40} {r.examples:7d} examples")
+        if r.failure:
+            mark, note = "FAIL", ""
+        elif r.examples:
+            mark, note = "ok", ""
+        else:
+            mark, note = "-", "  (not run: the search stops at the first counterexample)"
+        print(f"  {mark:4} {r.property:40} {r.examples:7d} examples{note}")
     if scores:
         print("  scores (reported, not failed on): " + ", ".join(f"{k}={v}" for k, v in sorted(scores.items())))
     report: dict[str, Any] = {
