@@ -94,6 +94,10 @@ class Contract:
     # Optional per-example scores summed over a run and reported, not failed on
     # (e.g. how often a conservative decision vetoes a safe step: precision).
     scores: Callable[[Target, Case], dict[str, int]] | None = None
+    # Optional reproduction: (function name, case, violated property, imports)
+    # -> code lines that replay the failing call(s), where the canonical
+    # positional call alone would not (an ``out=`` buffer, a history of steps).
+    reproduce: Callable[[str, Case, str, set[str]], list[str]] | None = None
     notes: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -45,15 +45,23 @@ class Failure:
         The call is positional (the canonical argument order of SPEC.md), so it
         works whatever the target names its parameters.
         """
+        from batchfuzz import registry
+
         imports: set[str] = set()
-        call = call_literal(function_name or self.contract, self.case, imports)
-        context = {k: literal(v, imports) for k, v in self.case.context.items()}
+        name = function_name or self.contract
+        try:
+            hook = registry.get(self.contract).reproduce
+        except KeyError:
+            hook = None
+        if hook is not None:
+            body = hook(name, self.case, self.property, imports)
+        else:
+            body = [f"{k} = {literal(v, imports)}  # context the property uses" for k, v in self.case.context.items()]
+            body.append(f"result = {call_literal(name, self.case, imports)}")
         lines = sorted(imports)
         if import_line:
             lines.append(import_line)
-        for k, v in context.items():
-            lines.append(f"{k} = {v}  # context the property uses")
-        lines.append(f"result = {call}")
+        lines.extend(body)
         lines.append(f"# violates {self.property}: {self.spec}")
         lines.append(f"# {self.error_type}: {self.message.splitlines()[0] if self.message else ''}")
         return "\n".join(lines)

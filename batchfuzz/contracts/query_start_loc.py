@@ -20,6 +20,7 @@ import torch
 from batchfuzz import registry
 from batchfuzz.case import Case
 from batchfuzz.checks import PropertyViolation, as_int_array, assert_array_equal, assert_non_decreasing, require
+from batchfuzz.codec import literal
 from batchfuzz.registry import Contract, ErrorInput, Property, Target, Variant
 from batchfuzz.variants import query_start_loc as bugs
 from impl import query_start_loc_numpy, query_start_loc_torch
@@ -396,6 +397,24 @@ def _labels(case: Case) -> list[str]:
     return labels
 
 
+def _reproduce(fn: str, case: Case, prop: str, imports: set[str]) -> list[str]:
+    """The calls the properties make: the fresh form, then the ``out=`` form on
+    the stale buffer (after the history of earlier steps, for persistent_buffer)."""
+    nst = literal(case.args["num_scheduled_tokens"], imports)
+    p = case.args["num_reqs_padded"]
+    expected = oracle.pad_query_start_loc(case.args["num_scheduled_tokens"], p).tolist()
+    lines = [f"result = {fn}({nst}, {p})  # fresh form",
+             f"out = {literal(case.context['out'], imports)}  # a stale persistent buffer"]
+    if prop == "persistent_buffer":
+        for k, (h_nst, h_p) in enumerate(case.context["history"]):
+            h_expected = oracle.pad_query_start_loc(h_nst, h_p).tolist()
+            lines.append(f"step_{k + 1} = {fn}({literal(h_nst, imports)}, {h_p}, out).tolist()  "
+                         f"# an earlier step on the same buffer; expected {h_expected}")
+    lines.append(f"result_out = {fn}({nst}, {p}, out)  # the out= form; out[{p + 1}:] must be untouched")
+    lines.append(f"# expected query_start_loc: {expected}")
+    return lines
+
+
 CONTRACT = registry.register(Contract(
     name="pad_query_start_loc",
     title="Padded query_start_loc",
@@ -410,6 +429,7 @@ CONTRACT = registry.register(Contract(
     examples=EXAMPLES,
     labels=_labels,
     size=lambda case: (case.args["num_scheduled_tokens"].size, case.args["num_reqs_padded"], len(case.context["history"])),
+    reproduce=_reproduce,
     notes="Dtype rule: without out the result has num_scheduled_tokens's dtype (int32 or int64; a list counts as int64); "
           "with out it is out's dtype, which must be int32 or int64 (TypeError naming out otherwise). sum(nst) must fit "
           "that dtype (ValueError otherwise). Values compare exactly as int64. Every property runs the target fresh and "
