@@ -208,7 +208,11 @@ def _pytest_args(job_path: Path, run_dir: Path, workers: int) -> list[str]:
         "-p", "no:cacheprovider", "--assert=plain", "-q", "--tb=short", "-rfE",
     ]
     if workers > 1:
-        args += ["-p", "xdist.plugin", "-n", str(workers), "--dist", "load"]
+        # worksteal, not load: load hands each worker a batch of items up front,
+        # so with few items a worker can sit on an item it never reaches before
+        # the deadline while another worker idles (seen on CUDA, where each
+        # worker's start-up is long); idle workers steal pending items instead.
+        args += ["-p", "xdist.plugin", "-n", str(workers), "--dist", "worksteal"]
     return args
 
 
