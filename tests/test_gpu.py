@@ -13,6 +13,7 @@ import json
 import os
 import random
 import time
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -39,6 +40,19 @@ def _record(name: str, data: dict) -> None:
         os.makedirs(out, exist_ok=True)
         with open(os.path.join(out, f"{name}.json"), "w") as fh:
             json.dump(data, fh, indent=2)
+
+
+def _capture(step: Callable[[], object]) -> torch.cuda.CUDAGraph:
+    """Warm ``step`` up on a side stream, then capture it into a CUDA graph."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    return graph
 
 
 def _oracle_qsl(nst: list[int], p: int) -> list[int]:
@@ -86,15 +100,7 @@ def test_make_dummy_cuda_graph_replays_match_eager_and_oracle() -> None:
     nst = torch.full((max_reqs,), -1, dtype=torch.int32, device=CUDA)
     r_in = torch.tensor(1, device=CUDA)
     n_in = torch.tensor(1, device=CUDA)
-    # Warm up on a side stream, then capture once over the persistent buffers.
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        make_dummy_graph(r_in, n_in, static, nst)
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        make_dummy_graph(r_in, n_in, static, nst)
+    graph = _capture(lambda: make_dummy_graph(r_in, n_in, static, nst))  # once, over the persistent buffers
     sizes = [(1, 1), (256, 256), (256, 496), (1, 8192), (255, 8192)] + [
         (r, rng.randint(r, max_tokens)) for r in (rng.randint(1, max_reqs) for _ in range(300))]
     start = time.perf_counter()
@@ -130,15 +136,7 @@ def test_padded_query_start_loc_cuda_graphs_per_capture_size() -> None:
     graphs = {}
     sizes = default_capture_sizes(512)
     for p in sizes:  # one graph per padded size, as engines capture
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            pad_query_start_loc_graph(nst_buf, r_in, p, out)
-        torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            pad_query_start_loc_graph(nst_buf, r_in, p, out)
-        graphs[p] = g
+        graphs[p] = _capture(lambda p=p: pad_query_start_loc_graph(nst_buf, r_in, p, out))
     replays = 0
     start = time.perf_counter()
     # Larger steps then smaller ones, real steps mixed with dummy runs.
