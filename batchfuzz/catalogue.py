@@ -21,10 +21,10 @@ Every search runs with Hypothesis's source-constant pool pinned
 (:func:`pinned_source_constants`), so a row does not depend on what else the
 process imported.
 
-A variant passes (:attr:`Entry.ok`) when it is found, its shrunk case is no
+A variant passes (:attr:`Row.ok`) when it is found, its shrunk case is no
 larger than its canonical form, and every ``caught_by`` property fails on it.
 ``batchfuzz catalogue`` prints and writes the table; ``tests/test_catalogue.py``
-asserts :attr:`Entry.ok` per variant. Nothing here names a contract: both are
+asserts :attr:`Row.ok` per variant. Nothing here names a contract: both are
 driven by the registry.
 
 Comparison rules (:func:`compare`), for a canonical dict that may be partial:
@@ -57,6 +57,7 @@ import numpy as np
 from hypothesis import settings
 
 from batchfuzz import profiles, registry, runner
+from batchfuzz._host import to_host
 from batchfuzz.case import Case
 from batchfuzz.codec import encode, encode_case, literal
 from batchfuzz.registry import Contract, Property, Target, Variant
@@ -74,6 +75,11 @@ MAX_EXAMPLES = 300
 # a row that needed one says so.
 EXTRA_SHRINK_STREAMS = 3
 
+# The Hypothesis version the variants' canonical forms were recorded with.
+# Another version generates and shrinks differently: the catalogue still
+# runs, and says which version it ran under.
+RECORDED_WITH = "6.168.0"
+
 
 def catalogue_settings(max_examples: int = MAX_EXAMPLES) -> settings:
     """The ``ci`` profile (derandomized, no database) with ``max_examples``.
@@ -85,55 +91,48 @@ def catalogue_settings(max_examples: int = MAX_EXAMPLES) -> settings:
     return settings(settings.get_profile("ci"), max_examples=max_examples, database=None)
 
 
-# The packages whose source files feed Hypothesis's constant pool in catalogue runs.
-PROJECT_PACKAGES = ("batchfuzz", "reference", "impl", "strategies")
-
-
-def project_constants() -> Any:
-    """Hypothesis's ``Constants`` harvested from every module file of
-    :data:`PROJECT_PACKAGES`, imported or not. Files whose name starts with
-    ``_`` (other than ``__init__.py``) are skipped: unfinished contract
-    records live there and change by the minute."""
-    import importlib.util
+def contract_constants(contract: Contract) -> Any:
+    """Hypothesis's ``Constants`` harvested from the source files of exactly
+    the modules ``contract``'s record references (``Contract.modules()``: the
+    record, its variants, oracle, implementations and strategies), so a
+    literal added anywhere else changes no row of this contract."""
+    import importlib
     import types
-    from pathlib import Path
 
     from hypothesis.internal.conjecture import providers
     from hypothesis.internal.constants_ast import constants_from_module
 
     pool = providers.Constants()
-    for pkg in PROJECT_PACKAGES:
-        spec = importlib.util.find_spec(pkg)
-        for root in (spec.submodule_search_locations or []) if spec is not None else []:
-            for path in sorted(Path(root).rglob("*.py")):
-                if path.name.startswith("_") and path.name != "__init__.py":
-                    continue
-                stand_in = types.ModuleType(path.stem)
-                stand_in.__file__ = str(path)
-                pool |= constants_from_module(stand_in)
+    for name in contract.modules():
+        path = getattr(importlib.import_module(name), "__file__", None)
+        if not path:
+            continue
+        stand_in = types.ModuleType(name)
+        stand_in.__file__ = path
+        pool |= constants_from_module(stand_in)
     return pool
 
 
-_PROJECT_CONSTANTS: Any = None
+_CONSTANTS: dict[str, Any] = {}
 
 
 @contextlib.contextmanager
-def pinned_source_constants() -> Iterator[None]:
-    """Hypothesis with a fixed pool of source constants.
+def pinned_source_constants(contract: Contract) -> Iterator[None]:
+    """Hypothesis with a fixed pool of source constants: ``contract_constants(contract)``.
 
     Hypothesis (6.1xx) sometimes draws integers and strings found in the
     source of the *local* modules in ``sys.modules`` (anything outside
     site-packages and the standard library), re-scanned whenever
-    ``sys.modules`` grows. A derandomized run therefore depends on which
-    modules happen to be imported: an xdist worker's history, the CLI's
-    commands, a script's own file. Inside this context the pool is
-    :func:`project_constants` whatever is imported, so a catalogue row is the
-    same from the CLI and from any pytest worker. The pool, and with it the
-    example stream, still changes when someone adds a literal to the
-    project's code. Hypothesis is pinned (pyproject.toml); should the
-    internal hook move, this context does nothing.
+    ``sys.modules`` grows. A derandomized run would therefore depend on which
+    modules happen to be imported (an xdist worker's history, the CLI's
+    commands, a script's own file) and on every literal of the project.
+    Inside this context the pool is the contract's own, whatever is
+    imported, so a row is the same from the CLI and from any pytest worker,
+    and changes only when a module the record references changes. Should the
+    internal hook move in another Hypothesis version, this context does
+    nothing (``RECORDED_WITH`` names the version the canonical forms were
+    recorded with).
     """
-    global _PROJECT_CONSTANTS
     from hypothesis.internal.conjecture import providers
 
     original = getattr(providers, "_get_local_constants", None)
@@ -141,9 +140,9 @@ def pinned_source_constants() -> Iterator[None]:
     if original is None or cache is None:
         yield
         return
-    if _PROJECT_CONSTANTS is None:
-        _PROJECT_CONSTANTS = project_constants()
-    pool = _PROJECT_CONSTANTS
+    if contract.name not in _CONSTANTS:
+        _CONSTANTS[contract.name] = contract_constants(contract)
+    pool = _CONSTANTS[contract.name]
     providers._get_local_constants = lambda: pool
     cache.cache.clear()
     try:
@@ -158,8 +157,7 @@ def pinned_source_constants() -> Iterator[None]:
 
 def _plain(value: Any) -> Any:
     """Tensors to numpy, numpy scalars to ints."""
-    if type(value).__module__.startswith("torch") and hasattr(value, "detach"):
-        value = value.detach().cpu().numpy()
+    value = to_host(value)
     if isinstance(value, np.generic):
         return value.item()
     return value
@@ -323,11 +321,11 @@ class Search:
 
 
 @dataclass
-class Entry:
-    """One catalogue row."""
+class Row:
+    """One catalogue row: a variant, how it was found and what it shrank to."""
 
     contract: str
-    spec_section: str
+    section: str
     variant: str
     origin: str
     description: str
@@ -377,7 +375,7 @@ class Entry:
     def to_json(self) -> dict[str, Any]:
         f = self.failure
         return {
-            "contract": self.contract, "spec_section": self.spec_section, "variant": self.variant,
+            "contract": self.contract, "section": self.section, "variant": self.variant,
             "origin": self.origin, "description": self.description, "caught_by": list(self.caught_by),
             "found": self.found, "ok": self.ok, "problems": self.problems(),
             "property": self.caught_by[0],
@@ -429,7 +427,7 @@ def search(contract: Contract, target: Target, prop: Property, *, target_name: s
             raise
 
     wrapped = Property(prop.name, prop.spec, check)
-    with pinned_source_constants():
+    with pinned_source_constants(contract):
         r = runner.hunt(contract, target, wrapped, target_name=target_name, run_settings=run_settings, seed=seed)
     found = r.failure is not None
     return Search(
@@ -441,13 +439,13 @@ def search(contract: Contract, target: Target, prop: Property, *, target_name: s
 
 
 def run_variant(contract: Contract, variant: Variant, *, run_settings: settings | None = None,
-                check_all: bool = True) -> Entry:
+                check_all: bool = True) -> Row:
     """Hunt ``variant`` with its primary property, compare the shrunk case with
     its canonical form, and (``check_all``) confirm every ``caught_by`` property."""
     rs = run_settings if run_settings is not None else catalogue_settings()
     name = f"variant:{variant.name}"
     primary = search(contract, variant.fn, contract.property(variant.caught_by[0]), target_name=name, run_settings=rs)
-    entry = Entry(contract=contract.name, spec_section=contract.spec_section, variant=variant.name, origin=variant.origin,
+    entry = Row(contract=contract.name, section=contract.section, variant=variant.name, origin=variant.origin,
                   description=variant.description, caught_by=variant.caught_by, canonical=variant.canonical, primary=primary)
     if primary.failure is None:
         entry.missing = [variant.caught_by[0]] if check_all else []
@@ -485,15 +483,15 @@ def variants(contract_names: Iterable[str] | None = None) -> list[tuple[Contract
     cs = registry.contracts()
     if contract_names is not None:
         wanted = set(contract_names)
-        known = {c.name for c in cs} | {c.spec_section for c in cs}
+        known = {c.name for c in cs} | {c.section for c in cs}
         unknown = sorted(wanted - known)
         if unknown:
             raise KeyError(f"unknown contract(s) {unknown}; known: {', '.join(sorted(c.name for c in cs))}")
-        cs = [c for c in cs if c.name in wanted or c.spec_section in wanted]
+        cs = [c for c in cs if c.name in wanted or c.section in wanted]
     return [(c, v) for c in cs for v in c.variants]
 
 
-def _run_named(contract_name: str, variant_name: str, max_examples: int, check_all: bool) -> Entry:
+def _run_named(contract_name: str, variant_name: str, max_examples: int, check_all: bool) -> Row:
     """Worker entry point for ``jobs > 1`` (names and ints pickle; records do not)."""
     c = registry.get(contract_name)
     return run_variant(c, c.variant(variant_name), run_settings=catalogue_settings(max_examples), check_all=check_all)
@@ -501,14 +499,14 @@ def _run_named(contract_name: str, variant_name: str, max_examples: int, check_a
 
 def run_catalogue(contract_names: Iterable[str] | None = None, *, max_examples: int = MAX_EXAMPLES,
                   check_all: bool = True, jobs: int = 1,
-                  on_entry: Callable[[int, int, Entry], None] | None = None) -> list[Entry]:
+                  on_entry: Callable[[int, int, Row], None] | None = None) -> list[Row]:
     """Every variant of the selected contracts (all by default); see :func:`run_items`."""
     return run_items(variants(contract_names), max_examples=max_examples, check_all=check_all, jobs=jobs,
                      on_entry=on_entry)
 
 
 def run_items(items: Sequence[tuple[Contract, Variant]], *, max_examples: int = MAX_EXAMPLES, check_all: bool = True,
-              jobs: int = 1, on_entry: Callable[[int, int, Entry], None] | None = None) -> list[Entry]:
+              jobs: int = 1, on_entry: Callable[[int, int, Row], None] | None = None) -> list[Row]:
     """Each (contract, variant) through :func:`run_variant`, rows in the given order.
 
     ``jobs > 1`` runs variants in that many worker processes (spawned, so
@@ -528,7 +526,7 @@ def run_items(items: Sequence[tuple[Contract, Variant]], *, max_examples: int = 
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    results: dict[int, Entry] = {}
+    results: dict[int, Row] = {}
     with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
         futures = {pool.submit(_run_named, c.name, v.name, max_examples, check_all): k for k, (c, v) in enumerate(items)}
         for done, fut in enumerate(as_completed(futures)):
@@ -539,7 +537,7 @@ def run_items(items: Sequence[tuple[Contract, Variant]], *, max_examples: int = 
     return [results[k] for k in range(len(items))]
 
 
-def kill_matrix(entries: Sequence[Entry], contract: Contract) -> dict[str, list[str]]:
+def kill_matrix(entries: Sequence[Row], contract: Contract) -> dict[str, list[str]]:
     """Property -> the variants that fail it (as primary, on the shrunk case,
     or in a separate search)."""
     out: dict[str, list[str]] = {p.name: [] for p in contract.properties}
@@ -564,7 +562,7 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def _verdict_cell(e: Entry) -> str:
+def _verdict_cell(e: Row) -> str:
     if not e.found:
         return "**NOT FOUND**"
     later = ""
@@ -581,7 +579,7 @@ def _verdict_cell(e: Entry) -> str:
     return f"**LARGER** than `{_cell(compact_args(e.canonical))}`"
 
 
-def _caught_cell(e: Entry) -> str:
+def _caught_cell(e: Row) -> str:
     primary = e.caught_by[0]
     others = [p for p in e.violated if p != primary]
     found_apart = [s.property for s in e.separate if s.found]
@@ -599,7 +597,7 @@ def _seconds(x: float | None) -> str:
     return "–" if x is None else f"{x:.2f}"
 
 
-def markdown_table(entries: Sequence[Entry], run_settings: settings | None = None) -> str:
+def markdown_table(entries: Sequence[Row], run_settings: settings | None = None) -> str:
     """The catalogue as Markdown: one table per contract, between markers."""
     import hypothesis
 
@@ -609,20 +607,21 @@ def markdown_table(entries: Sequence[Entry], run_settings: settings | None = Non
         BEGIN_MARKER,
         "",
         f"{len(entries)} variants, {ok} caught with a counterexample no larger than the documented one. "
-        f"Profile `ci` (derandomized, no database), `max_examples={rs.max_examples}`, Hypothesis {hypothesis.__version__}. "
+        f"Profile `ci` (derandomized, no database), `max_examples={rs.max_examples}`, Hypothesis {hypothesis.__version__} "
+        f"(canonical forms recorded with {RECORDED_WITH}). "
         "*Examples* and *s to find*: examples run, and seconds, up to the first failing one; "
         "*s total*: with shrinking (ci stream). Where the ci stream's shrinking stopped at a larger case, the row says which "
         f"further stream (the same settings, seeded; up to {EXTRA_SHRINK_STREAMS}) reached the documented form. "
         "Arrays are shown without their dtype (the JSON report keeps it); `v×n` is n copies of v.",
         "",
     ]
-    by_contract: dict[str, list[Entry]] = {}
+    by_contract: dict[str, list[Row]] = {}
     for e in entries:
         by_contract.setdefault(e.contract, []).append(e)
     for name, rows in by_contract.items():
         c = registry.get(name)
         lines += [
-            f"#### Contract {c.spec_section}: {c.title} (`{c.name}`)",
+            f"#### Contract {c.section}: {c.title} (`{c.name}`)",
             "",
             "| variant | origin | what it models | caught by | shrunk counterexample | vs documented | examples | s to find | s total |",
             "|---|---|---|---|---|---|---:|---:|---:|",
@@ -665,7 +664,7 @@ def splice_markdown(existing: str | None, table: str) -> str:
     return existing[: span[0]] + table.rstrip("\n") + existing[span[1]:]
 
 
-def text_table(entries: Sequence[Entry]) -> str:
+def text_table(entries: Sequence[Row]) -> str:
     """The catalogue for a terminal."""
     rows = [("contract", "variant", "origin", "caught by", "verdict", "examples", "s find", "s total", "shrunk counterexample")]
     for e in entries:

@@ -6,6 +6,8 @@ from typing import Any
 
 import numpy as np
 
+from batchfuzz._host import to_host
+
 
 class PropertyViolation(AssertionError):
     """A property of SPEC.md does not hold for a target's output."""
@@ -23,8 +25,7 @@ def as_int_array(value: Any, what: str) -> np.ndarray:
 
     A float or bool output is a violation: counts are integers (SPEC common rules).
     """
-    if hasattr(value, "detach") and hasattr(value, "cpu"):
-        value = value.detach().cpu().numpy()
+    value = to_host(value)
     if isinstance(value, (list, tuple)):
         if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in value):
             raise PropertyViolation(f"{what} must hold integers, got {value!r}")

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from batchfuzz._host import to_host
 from batchfuzz.case import Case
 
 _DATACLASSES: dict[str, type] = {}
@@ -28,15 +29,8 @@ def register_dataclass(cls: type) -> type:
     return cls
 
 
-def _to_numpy_if_tensor(value: Any) -> Any:
-    mod = type(value).__module__
-    if mod.startswith("torch") and hasattr(value, "detach"):
-        return value.detach().cpu().numpy()
-    return value
-
-
 def encode(value: Any) -> Any:
-    value = _to_numpy_if_tensor(value)
+    value = to_host(value)
     if value is None or isinstance(value, (bool, str)):
         return value
     if isinstance(value, (int, np.integer)):
@@ -106,7 +100,7 @@ def decode_case(data: Any) -> Case:
 def literal(value: Any, imports: set[str] | None = None) -> str:
     """Python source that rebuilds ``value``; records needed imports."""
     imports = imports if imports is not None else set()
-    value = _to_numpy_if_tensor(value)
+    value = to_host(value)
     if isinstance(value, np.ndarray):
         imports.add("import numpy as np")
         return f"np.array({value.tolist()!r}, dtype=np.{value.dtype})"

@@ -1,18 +1,28 @@
 """The contract registry: one record per contract, the single source of truth.
 
-Modelled on PyTorch's OpInfo: a record names the oracle, the implementations
-(per backend and device), the Hypothesis strategy, the properties, the error
-inputs and the known buggy variants. Tests (``tests/test_registry.py``) and
-the CLI (``batchfuzz fuzz``/``check``) are generated from these records.
+Modelled on PyTorch's OpInfo: a :class:`Contract` names the oracle, the
+implementations (per device), the input domains (each a Hypothesis strategy
+and a predicate), the properties, the error inputs and the known buggy
+variants; it is validated when it is built, so a record that cannot work is
+an error at import, naming the contract and the field. The tests
+(``tests/test_contracts.py``, ``tests/test_catalogue.py``), the CLI and
+``batchfuzz.testing`` are all driven by these records.
 
-Contract records live one per module in ``batchfuzz/contracts/`` and are found
-by import; adding a contract needs no edit here or in any test file.
+Records are found by import: every module of ``batchfuzz.contracts`` whose
+name does not start with ``_`` or end with ``_variants``, then the modules
+that installed distributions declare under the ``batchfuzz.contracts`` entry
+point group, then the modules named in ``$BATCHFUZZ_CONTRACTS``
+(comma-separated). Adding a contract needs no edit here or in any test file.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
+import inspect
+import os
 import pkgutil
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,31 +32,86 @@ from hypothesis.strategies import SearchStrategy
 from batchfuzz.case import Case
 
 Target = Callable[..., Any]
+DEVICES = ("cpu", "cuda")
+ORIGINS = ("shipped", "mutant")
+MIN_MUTANTS = 5
+CONTRACTS_ENV_VAR = "BATCHFUZZ_CONTRACTS"
+ENTRY_POINT_GROUP = "batchfuzz.contracts"
+
+
+class RecordError(ValueError):
+    """A contract record that cannot work (raised when it is built)."""
 
 
 @dataclass(frozen=True)
 class Implementation:
-    """An optimised implementation, bound to a device to get a canonical callable."""
+    """An optimised implementation; ``bind(device)`` gives the canonical callable.
+
+    Host code (numpy, plain Python) runs on ``("cpu",)``; torch code on
+    ``("cpu", "cuda")``, bound to a device by a ``bind`` function of its
+    ``batchfuzz.impl`` module.
+    """
 
     name: str
-    backend: str  # "numpy" | "torch" | "python"
     bind: Callable[[str], Target]
     devices: tuple[str, ...] = ("cpu",)
     description: str = ""
 
+    def __post_init__(self) -> None:
+        if not self.devices or any(d not in DEVICES for d in self.devices):
+            raise RecordError(f"implementation {self.name!r}: devices must be some of {DEVICES}, got {self.devices!r}")
+
     def for_device(self, device: str) -> Target:
         if device not in self.devices:
-            raise ValueError(f"implementation {self.name!r} does not run on device {device!r}")
+            raise ValueError(f"implementation {self.name!r} does not run on device {device!r} (runs on {', '.join(self.devices)})")
         return self.bind(device)
+
+
+def host_impl(name: str, fn: Target, description: str = "") -> Implementation:
+    """A host implementation (numpy or plain Python)."""
+    return Implementation(name=name, bind=lambda device: fn, devices=("cpu",), description=description)
+
+
+def torch_impl(name: str, bind: Callable[[str], Target], description: str = "") -> Implementation:
+    """A torch implementation bound to a device by ``bind(device)``."""
+    return Implementation(name=name, bind=bind, devices=DEVICES, description=description)
 
 
 @dataclass(frozen=True)
 class Property:
-    """A property of SPEC.md. ``check(target, case)`` raises PropertyViolation."""
+    """A property of the contract: ``check(target, case)`` raises
+    ``batchfuzz.checks.PropertyViolation`` when ``target`` breaks it on ``case``;
+    ``spec`` is the sentence of docs/contracts.md it checks."""
 
     name: str
     spec: str
     check: Callable[[Target, Case], None]
+
+
+@dataclass(frozen=True)
+class Domain:
+    """A set of inputs: ``cases()`` draws them (shrinking stays inside, since
+    every draw is a member), ``contains(case)`` decides membership (for corpus
+    entries and explicit examples). ``description`` states the engine fact
+    behind it."""
+
+    name: str
+    description: str
+    cases: Callable[[], SearchStrategy[Case]]
+    contains: Callable[[Case], bool]
+
+
+def domains_from(strategies: Any, descriptions: dict[str, str]) -> tuple[Domain, ...]:
+    """The domains a contract's strategies module defines (its ``cases(domain)``
+    and ``in_domain(case, domain)``), one per entry of ``descriptions``, in order."""
+    return tuple(
+        Domain(name, text, functools.partial(strategies.cases, name), functools.partial(_in_domain, strategies.in_domain, name))
+        for name, text in descriptions.items()
+    )
+
+
+def _in_domain(predicate: Callable[[Case, str], bool], name: str, case: Case) -> bool:
+    return bool(predicate(case, name))
 
 
 @dataclass(frozen=True)
@@ -63,90 +128,221 @@ class ErrorInput:
 class Variant:
     """A known buggy variant: an engine's shipped behaviour or a planted mutant.
 
-    ``caught_by`` names the properties expected to find it; ``canonical`` is the
-    documented minimal counterexample (the case's ``args``) that shrinking must
-    reach, or be no larger than, under the ``ci`` profile.
+    ``caught_by`` names the properties expected to find it, the first being
+    the one the catalogue hunts with; ``canonical`` is the documented minimal
+    counterexample (a subset of the case's ``args``) that shrinking must
+    reach, or be no larger than.
     """
 
     name: str
     description: str
     fn: Target
-    origin: str  # "shipped" (an engine's real behaviour) or "mutant"
+    origin: str
     caught_by: tuple[str, ...]
     canonical: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.origin not in ORIGINS:
+            raise RecordError(f"variant {self.name!r}: origin must be one of {ORIGINS}, got {self.origin!r}")
+        if not self.caught_by:
+            raise RecordError(f"variant {self.name!r}: caught_by must name at least one property")
+
+
+def _no_labels(case: Case) -> Sequence[str]:
+    return ()
+
+
+def _no_size(case: Case) -> tuple[int, ...]:
+    return ()
 
 
 @dataclass(frozen=True)
 class Contract:
+    """One contract of docs/contracts.md.
+
+    ``arguments`` are the canonical argument names in call order: the case's
+    ``args`` keys, and the oracle's first parameters (any further oracle
+    parameter has a default, like contract C's ``out=None``). ``domains``
+    start with ``spec``, the widest. ``labels(case)`` names input classes for
+    statistics; ``size(case)`` orders cases for the catalogue's "no larger"
+    rule; ``scores(target, case)`` are counted, never failed on; ``reproduce``
+    (function name, case, violated property, imports) writes the calls of a
+    reproduction where the plain positional call would not replay the failure.
+    """
+
     name: str
     title: str
-    spec_section: str
+    section: str
     signature: str
+    arguments: tuple[str, ...]
     oracle: Target
     implementations: tuple[Implementation, ...]
-    strategy: Callable[[], SearchStrategy[Case]]
+    domains: tuple[Domain, ...]
     properties: tuple[Property, ...]
-    error_inputs: tuple[ErrorInput, ...] = ()
-    variants: tuple[Variant, ...] = ()
+    error_inputs: tuple[ErrorInput, ...]
+    variants: tuple[Variant, ...]
     examples: tuple[Case, ...] = ()
-    labels: Callable[[Case], Sequence[str]] = lambda case: ()
-    size: Callable[[Case], tuple[int, ...]] = lambda case: ()
-    # Optional per-example scores summed over a run and reported, not failed on
-    # (e.g. how often a conservative decision vetoes a safe step: precision).
+    labels: Callable[[Case], Sequence[str]] = _no_labels
+    size: Callable[[Case], tuple[int, ...]] = _no_size
     scores: Callable[[Target, Case], dict[str, int]] | None = None
-    # Optional reproduction: (function name, case, violated property, imports)
-    # -> code lines that replay the failing call(s), where the canonical
-    # positional call alone would not (an ``out=`` buffer, a history of steps).
     reproduce: Callable[[str, Case, str, set[str]], list[str]] | None = None
     notes: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
+    module: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        def bad(what: str) -> RecordError:
+            return RecordError(f"contract {self.name!r}: {what}")
+
+        if not self.name.isidentifier():
+            raise bad("name must be an identifier")
+        self._check_arguments(bad)
+        for kind, names in (("implementation", [i.name for i in self.implementations]),
+                            ("property", [p.name for p in self.properties]),
+                            ("variant", [v.name for v in self.variants]),
+                            ("domain", [d.name for d in self.domains])):
+            dupes = sorted({n for n in names if names.count(n) > 1})
+            if dupes:
+                raise bad(f"{kind} names must be unique, repeated: {dupes}")
+        if not self.implementations:
+            raise bad("needs at least one implementation")
+        if not self.properties:
+            raise bad("needs at least one property")
+        if not self.error_inputs:
+            raise bad("needs at least one error input")
+        if not self.domains or self.domains[0].name != "spec":
+            raise bad(f"domains must start with 'spec', got {[d.name for d in self.domains]}")
+        props = {p.name for p in self.properties}
+        for v in self.variants:
+            unknown = [p for p in v.caught_by if p not in props]
+            if unknown:
+                raise bad(f"variant {v.name!r}: caught_by names no property {unknown} (properties: {sorted(props)})")
+            if v.canonical is not None and not set(v.canonical) <= set(self.arguments):
+                raise bad(f"variant {v.name!r}: canonical names {sorted(set(v.canonical) - set(self.arguments))}, "
+                          f"which are not arguments {list(self.arguments)}")
+        mutants = sum(v.origin == "mutant" for v in self.variants)
+        if mutants < MIN_MUTANTS:
+            raise bad(f"needs at least {MIN_MUTANTS} mutant variants, has {mutants}")
+        claimed = {p for v in self.variants for p in v.caught_by}
+        unclaimed = sorted(props - claimed)
+        if unclaimed:
+            raise bad(f"properties no variant claims to break (a property that cannot fail is a defect): {unclaimed}")
+        for k, ex in enumerate(self.examples):
+            if tuple(ex.args) != self.arguments:
+                raise bad(f"examples[{k}] has arguments {list(ex.args)}, expected {list(self.arguments)}")
+        for k, e in enumerate(self.error_inputs):
+            extra = [a for a in e.args if a not in self._oracle_parameters()]
+            if extra:
+                raise bad(f"error_inputs[{k}] names {extra}, which the oracle does not take")
+
+    def _oracle_parameters(self) -> list[str]:
+        return list(inspect.signature(self.oracle).parameters)
+
+    def _check_arguments(self, bad: Callable[[str], RecordError]) -> None:
+        if not self.arguments:
+            raise bad("arguments must name the canonical arguments")
+        params = list(inspect.signature(self.oracle).parameters.values())
+        names = [p.name for p in params[: len(self.arguments)]]
+        if names != list(self.arguments):
+            raise bad(f"arguments {list(self.arguments)} do not match the oracle's parameters {[p.name for p in params]}")
+        rest = [p.name for p in params[len(self.arguments):] if p.default is inspect.Parameter.empty]
+        if rest:
+            raise bad(f"the oracle's parameters {rest} after the canonical arguments need defaults")
+
+    # ------------------------------------------------------------ lookups
 
     def property(self, name: str) -> Property:
         for p in self.properties:
             if p.name == name:
                 return p
-        raise KeyError(f"contract {self.name!r} has no property {name!r} (has: {[p.name for p in self.properties]})")
+        raise KeyError(f"contract {self.name!r} has no property {name!r} (has: {', '.join(p.name for p in self.properties)})")
 
     def variant(self, name: str) -> Variant:
         for v in self.variants:
             if v.name == name:
                 return v
-        raise KeyError(f"contract {self.name!r} has no variant {name!r}")
+        raise KeyError(f"contract {self.name!r} has no variant {name!r} (has: {', '.join(v.name for v in self.variants)})")
 
     def implementation(self, name: str) -> Implementation:
         for i in self.implementations:
             if i.name == name:
                 return i
-        raise KeyError(f"contract {self.name!r} has no implementation {name!r}")
+        raise KeyError(f"contract {self.name!r} has no implementation {name!r} "
+                       f"(has: {', '.join(i.name for i in self.implementations)})")
 
+    def domain(self, name: str) -> Domain:
+        for d in self.domains:
+            if d.name == name:
+                return d
+        raise KeyError(f"contract {self.name!r} has no domain {name!r} (has: {', '.join(d.name for d in self.domains)})")
+
+    def strategy(self, domain: str = "spec") -> SearchStrategy[Case]:
+        return self.domain(domain).cases()
+
+    def call(self, target: Target, case: Case) -> Any:
+        """``target`` called positionally with the case's canonical arguments."""
+        return target(*(case.args[k] for k in self.arguments))
+
+    def modules(self) -> list[str]:
+        """The modules this record references: itself, its oracle,
+        implementations, strategies and variants (the catalogue draws its
+        constant pool from exactly these)."""
+        fns: list[Any] = [self.oracle]
+        fns += [i.for_device(i.devices[0]) for i in self.implementations]
+        fns += [d.cases for d in self.domains]
+        fns += [v.fn for v in self.variants]
+        out = {self.module} if self.module else set()
+        for fn in fns:
+            while isinstance(fn, functools.partial):
+                fn = fn.func
+            mod = getattr(inspect.unwrap(fn), "__module__", None)
+            if mod and mod != __name__:
+                out.add(mod)
+        return sorted(out)
+
+
+# ---------------------------------------------------------------- the registry
 
 _CONTRACTS: dict[str, Contract] = {}
 _LOADED = False
 
 
 def register(contract: Contract) -> Contract:
+    """Add ``contract`` (called once by its record module)."""
     if contract.name in _CONTRACTS and _CONTRACTS[contract.name] is not contract:
-        raise ValueError(f"contract {contract.name!r} registered twice")
+        raise RecordError(f"contract {contract.name!r} registered twice")
+    if not contract.module:
+        caller = sys._getframe(1).f_globals.get("__name__", "")
+        object.__setattr__(contract, "module", caller)
     _CONTRACTS[contract.name] = contract
     return contract
+
+
+def record_modules() -> list[str]:
+    """The modules that hold contract records (see the module docstring)."""
+    import batchfuzz.contracts as pkg
+
+    names = [f"{pkg.__name__}.{m.name}" for m in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name)
+             if not m.name.startswith("_") and not m.name.endswith("_variants")]
+    from importlib.metadata import entry_points
+
+    names += [ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)]
+    names += [n.strip() for n in os.environ.get(CONTRACTS_ENV_VAR, "").split(",") if n.strip()]
+    return names
 
 
 def _load() -> None:
     global _LOADED
     if _LOADED:
         return
-    import batchfuzz.contracts as pkg
-
-    for mod in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
-        if not mod.name.startswith("_"):
-            importlib.import_module(f"{pkg.__name__}.{mod.name}")
+    for name in record_modules():
+        importlib.import_module(name)
     _LOADED = True
 
 
 def contracts() -> list[Contract]:
-    """Every registered contract, in SPEC order (by ``spec_section``)."""
+    """Every registered contract, in section order."""
     _load()
-    return sorted(_CONTRACTS.values(), key=lambda c: (c.spec_section, c.name))
+    return sorted(_CONTRACTS.values(), key=lambda c: (c.section, c.name))
 
 
 def get(name: str) -> Contract:
@@ -154,15 +350,3 @@ def get(name: str) -> Contract:
     if name not in _CONTRACTS:
         raise KeyError(f"unknown contract {name!r}; known: {', '.join(sorted(_CONTRACTS))}")
     return _CONTRACTS[name]
-
-
-def numpy_impl(name: str, fn: Target, description: str = "") -> Implementation:
-    return Implementation(name=name, backend="numpy", bind=lambda device: fn, devices=("cpu",), description=description)
-
-
-def python_impl(name: str, fn: Target, description: str = "") -> Implementation:
-    return Implementation(name=name, backend="python", bind=lambda device: fn, devices=("cpu",), description=description)
-
-
-def torch_impl(name: str, binder: Callable[[str], Target], description: str = "") -> Implementation:
-    return Implementation(name=name, backend="torch", bind=binder, devices=("cpu", "cuda"), description=description)

@@ -94,12 +94,19 @@ def hunt(
     seed: int | None = None,
     extra_examples: tuple[Case, ...] = (),
     on_example: Callable[[], None] | None = None,
+    domain: str = "spec",
 ) -> HuntResult:
-    """Run ``prop`` against ``target`` once under ``run_settings``.
+    """Run ``prop`` against ``target`` once under ``run_settings``, on cases of
+    the contract's ``domain``.
 
     Returns the number of examples run and, on failure, the shrunk case (the
     last failing case Hypothesis replays is its minimal one, since
     ``report_multiple_bugs`` is off).
+
+    Seeds: a randomized run uses ``seed`` (fresh when None); a derandomized
+    run (the ``ci`` profile) is seeded from (contract, property, domain)
+    alone, so its example stream does not depend on the target or on the
+    source code of this function.
     """
     result = HuntResult(prop.name)
     last_failure: list[tuple[Case, BaseException]] = []
@@ -122,19 +129,19 @@ def hunt(
         if on_example is not None:
             on_example()
 
-    # One database key per (contract, target, property): the inner function is
-    # the same for every hunt, so without this every hunt would share a key and
-    # replay each other's saved failures against the wrong strategy. Only for
-    # randomized runs: a derandomized run seeds itself from this same digest,
-    # and its (CI) example stream must not change.
-    if not run_settings.derandomize:
-        body._hypothesis_internal_add_digest = repr((contract.name, target_name, prop.name)).encode()  # type: ignore[attr-defined]
-    test = given(case=contract.strategy())(body)
+    # One database key per (contract, domain, target, property): the inner
+    # function is the same for every hunt, so without this every hunt would
+    # share a key and replay each other's saved failures against the wrong
+    # strategy.
+    body._hypothesis_internal_add_digest = repr((contract.name, domain, target_name, prop.name)).encode()  # type: ignore[attr-defined]
+    test = given(case=contract.strategy(domain))(body)
     for ex in reversed(extra_examples):
         from hypothesis import example
 
         test = example(case=ex)(test)
-    if seed is not None and not run_settings.derandomize:
+    if run_settings.derandomize:
+        test = hypothesis_seed(_round_seed(0, contract.name, prop.name, domain))(test)
+    elif seed is not None:
         # @seed switches the example database off; applying the settings
         # after it switches it back on, so a seeded hunt (every round of
         # hunt_for) still saves and replays failures.
@@ -174,6 +181,7 @@ def hunt_for(
     should_stop: Callable[[], bool] | None = None,
     on_result: Callable[[HuntResult, HuntResult], None] | None = None,
     max_rounds: int | None = None,
+    domain: str = "spec",
 ) -> list[HuntResult]:
     """Round-robin over ``properties`` with fresh seeds until ``budget_s`` is spent.
 
@@ -204,7 +212,7 @@ def hunt_for(
                 break
             rs = base_settings if base_settings.derandomize else settings(base_settings, max_examples=n_examples)
             r = hunt(contract, target, p, target_name=target_name, run_settings=rs,
-                     seed=_round_seed(seed, contract.name, p.name, round_no))
+                     seed=_round_seed(seed, contract.name, p.name, round_no), domain=domain)
             acc = results[p.name]
             acc.examples += r.examples
             acc.seconds += r.seconds
@@ -229,8 +237,11 @@ def hunt_for(
             acc = results[p.name]
             if acc.failure is not None:
                 continue
-            r = hunt(contract, target, p, target_name=target_name, extra_examples=contract.examples,
-                     run_settings=settings(base_settings, phases=[Phase.explicit], database=None))
+            examples = tuple(ex for ex in contract.examples if contract.domain(domain).contains(ex))
+            if not examples:
+                continue
+            r = hunt(contract, target, p, target_name=target_name, extra_examples=examples,
+                     run_settings=settings(base_settings, phases=[Phase.explicit], database=None), domain=domain)
             acc.examples += r.examples
             acc.seconds += r.seconds
             if r.failure is not None:

@@ -27,7 +27,7 @@ from batchfuzz import catalogue, registry
 from batchfuzz.case import Case
 from batchfuzz.cli import main
 from batchfuzz.registry import Contract, Variant
-from reference.types import DummyBuffers
+from batchfuzz.reference.make_dummy import DummyBuffers
 from tests.generate import variant_params
 
 

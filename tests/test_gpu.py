@@ -23,12 +23,13 @@ from hypothesis import settings
 from batchfuzz import registry, runner
 from batchfuzz.isolate import IsolatedRunner
 from batchfuzz.sweep import sweep_split
-from impl import dummy_torch
-from impl.dummy_torch import split_dummy_tokens_batched
-from impl.graph_torch import make_dummy_graph, pad_query_start_loc_graph
-from reference import dummy as dummy_oracle
-from reference.types import DummyBuffers
-from strategies.engine import default_capture_sizes
+from batchfuzz.impl import make_dummy_torch, split_dummy_tokens_torch
+from batchfuzz.impl.make_dummy_torch import make_dummy_graph
+from batchfuzz.impl.pad_query_start_loc_torch import pad_query_start_loc_graph
+from batchfuzz.impl.split_dummy_tokens_torch import split_dummy_tokens_batched
+from batchfuzz.reference import make_dummy as dummy_oracle
+from batchfuzz.reference.make_dummy import DummyBuffers
+from batchfuzz.strategies._engine import default_capture_sizes
 
 pytestmark = pytest.mark.gpu
 CUDA = "cuda"
@@ -65,11 +66,11 @@ def _oracle_qsl(nst: list[int], p: int) -> list[int]:
 
 
 def test_torch_outputs_stay_on_the_device_with_stated_dtypes() -> None:
-    n = dummy_torch.split_dummy_tokens(7, 100, device=CUDA)
+    n = split_dummy_tokens_torch.split_dummy_tokens(7, 100, device=CUDA)
     assert n.device.type == "cuda" and n.dtype == torch.int64
     for dtype in (torch.int32, torch.int64):
         buf = DummyBuffers(*(torch.full((k,), -5, dtype=dtype, device=CUDA) for k in (8, 9, 128, 128)))
-        batch = dummy_torch.make_dummy(5, 100, buf)
+        batch = make_dummy_torch.make_dummy(5, 100, buf)
         for name in ("num_scheduled_tokens", "seq_lens", "query_start_loc", "positions", "idx_mapping", "logits_indices"):
             t = getattr(batch, name)
             assert t.device.type == "cuda" and t.dtype == dtype, name
@@ -86,7 +87,7 @@ def test_layout_kernels_do_not_synchronise_with_the_host() -> None:
     try:
         make_dummy_graph(r, n, buf, nst)
         pad_query_start_loc_graph(nst, r, 32, out)
-        dummy_torch.make_dummy(5, 100, buf)
+        make_dummy_torch.make_dummy(5, 100, buf)
     finally:
         torch.cuda.set_sync_debug_mode("default")
     torch.cuda.synchronize()

@@ -1,9 +1,9 @@
-"""Data-parallel microbatching decision (SPEC.md, contract E, "Data parallel").
+"""Data-parallel microbatching decision (docs/contracts.md, contract E, "Data parallel").
 
 Every rank splits the same padded token count ``Np`` at the same points; the
 step is split only if every rank allows it and the last ubatch holds a real
-token on the rank with the fewest tokens. ``reference.conflicts.dp_allow`` is
-the decision; the properties below pin it down, and each is shown to catch a
+token on the rank with the fewest tokens. ``dp_allow`` below is the
+decision; the properties pin it down, and each is shown to catch a
 plausible wrong decision (``MUTANTS``).
 """
 
@@ -11,18 +11,70 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
-from reference import conflicts as oracle
-from reference.types import Step
-from reference.ubatch import split_ubatches
-from strategies.engine import pad_to_capture_size
-from strategies.microbatch import CAPTURE_SIZES, NUM_UBATCHES, general_steps
+from batchfuzz.reference import _step as ref_step
+from batchfuzz.reference import allow_microbatching as ref_decision
+from batchfuzz.reference._args import check_int
+from batchfuzz.reference._step import Step
+from batchfuzz.reference.split_ubatches import split_ubatches
+from batchfuzz.strategies import general_steps
+from batchfuzz.strategies._engine import pad_to_capture_size
+from batchfuzz.strategies._steps import CAPTURE_SIZES, NUM_UBATCHES
 
 Decide = Callable[[Sequence[bool], Sequence[int], int, int], bool]
+
+
+# ---------------------------------------------------------------- the data-parallel decision (the rule under test)
+
+
+def dp_allow(
+    rank_allows: Sequence[bool], rank_num_tokens: Sequence[int], num_tokens_padded: int, num_ubatches: int = 2
+) -> bool:
+    """Data-parallel decision (SPEC.md): split only if every rank allows it and
+    the last ubatch is non-empty on the rank with the fewest tokens.
+
+    Every rank splits the same padded token count ``num_tokens_padded`` at the
+    same points, so the rank with the fewest real tokens decides refusal.
+    """
+    if not isinstance(rank_allows, (list, tuple)) or not isinstance(rank_num_tokens, (list, tuple)):
+        raise TypeError("rank_allows and rank_num_tokens must be lists (one entry per rank)")
+    if len(rank_allows) == 0 or len(rank_allows) != len(rank_num_tokens):
+        raise ValueError(
+            f"rank_allows and rank_num_tokens must have one entry per rank (at least one), "
+            f"got lengths {len(rank_allows)} and {len(rank_num_tokens)}"
+        )
+    for i, a in enumerate(rank_allows):
+        if not isinstance(a, (bool, np.bool_)):
+            raise TypeError(f"rank_allows[{i}] must be a bool, got {type(a).__name__} {a!r}")
+    tokens = [check_int(f"rank_num_tokens[{i}]", n, minimum=0) for i, n in enumerate(rank_num_tokens)]
+    padded = check_int("num_tokens_padded", num_tokens_padded, minimum=1)
+    n = check_int("num_ubatches", num_ubatches, minimum=2)
+    if padded < max(tokens):
+        raise ValueError(f"num_tokens_padded must be >= every rank's token count, got {padded} < {max(tokens)}")
+    every_rank_allows = True
+    for a in rank_allows:
+        if not a:
+            every_rank_allows = False  # one veto and no rank splits
+    fewest = min(tokens)
+    last_ubatch_has_a_token = (padded // n) * (n - 1) < fewest
+    return every_rank_allows and last_ubatch_has_a_token
+
+
+def dp_decide(rank_steps: Sequence[Any], num_tokens_padded: int, num_ubatches: int = 2) -> bool:
+    """``dp_allow`` with each rank's allowance from the exact ``allow_microbatching``."""
+    steps = [ref_step.as_step(st) for st in rank_steps]
+    allows = [
+        ref_decision.allow_microbatching(st.num_computed_tokens, st.num_scheduled_tokens, st.block_tables, st.block_sizes)
+        for st in steps
+    ]
+    tokens = [int(st.num_scheduled_tokens.sum()) for st in steps]
+    return dp_allow(allows, tokens, num_tokens_padded, num_ubatches)
 
 
 @dataclass
@@ -38,7 +90,7 @@ class Ranks:
 
     @property
     def allows(self) -> list[bool]:
-        return [oracle.allow_microbatching(s.num_computed_tokens, s.num_scheduled_tokens, s.block_tables, s.block_sizes)
+        return [ref_decision.allow_microbatching(s.num_computed_tokens, s.num_scheduled_tokens, s.block_tables, s.block_sizes)
                 for s in self.steps]
 
 
@@ -88,7 +140,7 @@ def _every_rank_safe(decide: Decide, ranks: Ranks) -> None:
         assert nst, f"rank {k} has no token but the step is split"
         split = split_ubatches(nst, padded, len(nst) + ranks.extra_padded_reqs[k], n)
         assert split is not None, f"rank {k} ({sum(nst)} tokens) refuses the split (Np {padded}, n {n})"
-        violations = oracle.simulate(step, split)
+        violations = ref_decision.simulate(step, split)
         assert not violations, f"rank {k}: {violations[0]}"
 
 
@@ -140,7 +192,7 @@ MUTANTS: dict[str, tuple[Decide, str]] = {
 def test_dp_allow_satisfies(name: str) -> None:
     @given(ranks=dp_ranks())
     def run(ranks: Ranks) -> None:
-        PROPERTIES[name](oracle.dp_allow, ranks)
+        PROPERTIES[name](dp_allow, ranks)
 
     run()
 
@@ -165,7 +217,7 @@ def test_every_rank_safe_catches_an_unsound_rank_check() -> None:
     @given(ranks=dp_ranks())
     def run(ranks: Ranks) -> None:
         def decide(allows: Sequence[bool], tokens: Sequence[int], padded: int, n: int) -> bool:
-            return oracle.dp_allow([True] * len(allows), tokens, padded, n)
+            return dp_allow([True] * len(allows), tokens, padded, n)
 
         _every_rank_safe(decide, ranks)
 
@@ -176,11 +228,11 @@ def test_every_rank_safe_catches_an_unsound_rank_check() -> None:
 def test_dp_decide_uses_the_exact_rule() -> None:
     import numpy as np
 
-    safe = oracle.check_step(np.array([0, 2]), np.array([3, 2]), [np.array([[1, 2], [1, 3]])], [2])
-    unsafe = oracle.check_step(np.array([2, 0]), np.array([1, 3]), [np.array([[1, 3], [1, 2]])], [2])
-    assert oracle.dp_decide([safe, safe], 5, 2) is True
-    assert oracle.dp_decide([safe, unsafe], 5, 2) is False
-    assert oracle.dp_decide([safe], 12, 4) is False  # (12 // 4) * 3 = 9 >= 5 tokens: the last ubatch is empty
+    safe = ref_step.check_step(np.array([0, 2]), np.array([3, 2]), [np.array([[1, 2], [1, 3]])], [2])
+    unsafe = ref_step.check_step(np.array([2, 0]), np.array([1, 3]), [np.array([[1, 3], [1, 2]])], [2])
+    assert dp_decide([safe, safe], 5, 2) is True
+    assert dp_decide([safe, unsafe], 5, 2) is False
+    assert dp_decide([safe], 12, 4) is False  # (12 // 4) * 3 = 9 >= 5 tokens: the last ubatch is empty
 
 
 @pytest.mark.parametrize(("args", "error", "match"), [
@@ -193,4 +245,4 @@ def test_dp_decide_uses_the_exact_rule() -> None:
 ])
 def test_dp_allow_rejects_bad_input(args: tuple[object, ...], error: type[Exception], match: str) -> None:
     with pytest.raises(error, match=match):
-        oracle.dp_allow(*args)  # type: ignore[arg-type]
+        dp_allow(*args)  # type: ignore[arg-type]

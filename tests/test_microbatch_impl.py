@@ -11,17 +11,20 @@ import torch
 from hypothesis import given
 
 from batchfuzz.case import Case
-from batchfuzz.contracts.conflicts import ARG_NAMES, conflict_set
-from impl import conflicts_numpy, conflicts_torch, ubatch_numpy
-from reference import conflicts as oracle
-from reference import ubatch as ubatch_oracle
-from strategies.microbatch import step_cases, ubatch_cases
+from batchfuzz.contracts.find_conflicts import conflict_set
+from batchfuzz.impl import allow_microbatching_numpy, allow_microbatching_torch, find_conflicts_numpy, find_conflicts_torch, split_ubatches_numpy
+from batchfuzz.reference import find_conflicts as ref_conflicts
+from batchfuzz.reference import allow_microbatching as ref_decision
+from batchfuzz.reference import split_ubatches as ubatch_oracle
+from batchfuzz.reference._step import STEP_ARGUMENTS
+from batchfuzz.strategies import find_conflicts as conflict_cases
+from batchfuzz.strategies import split_ubatches as ubatch_cases
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 
 def _args(case: Case) -> tuple[object, ...]:
-    return tuple(case.args[k] for k in ARG_NAMES)
+    return tuple(case.args[k] for k in STEP_ARGUMENTS)
 
 
 def _retyped(args: tuple[object, ...], dtype: type) -> tuple[object, ...]:
@@ -34,12 +37,12 @@ def _retyped(args: tuple[object, ...], dtype: type) -> tuple[object, ...]:
 def test_allow_microbatching_equals_the_exact_oracle(device: str) -> None:
     """The implementations are exact, not just sound: equal to the oracle on
     every step, ill-formed ones (self-overlap, slots written twice) included."""
-    torch_allow = conflicts_torch.bind_allow_microbatching(device)
+    torch_allow = allow_microbatching_torch.bind(device)
 
-    @given(case=step_cases())
+    @given(case=conflict_cases.cases())
     def run(case: Case) -> None:
-        expected = oracle.allow_microbatching(*_args(case))
-        assert conflicts_numpy.allow_microbatching(*_args(case)) is expected
+        expected = ref_decision.allow_microbatching(*_args(case))
+        assert allow_microbatching_numpy.allow_microbatching(*_args(case)) is expected
         assert torch_allow(*_args(case)) is expected
 
     run()
@@ -47,29 +50,29 @@ def test_allow_microbatching_equals_the_exact_oracle(device: str) -> None:
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_int32_and_int64_agree(device: str) -> None:
-    torch_find = conflicts_torch.bind_find_conflicts(device)
+    torch_find = find_conflicts_torch.bind(device)
 
-    @given(case=step_cases())
+    @given(case=conflict_cases.cases())
     def run(case: Case) -> None:
         a32, a64 = _retyped(_args(case), np.int32), _retyped(_args(case), np.int64)
-        for find in (oracle.find_conflicts, conflicts_numpy.find_conflicts, torch_find):
+        for find in (ref_conflicts.find_conflicts, find_conflicts_numpy.find_conflicts, torch_find):
             assert conflict_set(find(*a32)) == conflict_set(find(*a64))
-        assert conflicts_numpy.allow_microbatching(*a32) == conflicts_numpy.allow_microbatching(*a64)
+        assert allow_microbatching_numpy.allow_microbatching(*a32) == allow_microbatching_numpy.allow_microbatching(*a64)
 
     run()
 
 
-@given(case=ubatch_cases())
+@given(case=ubatch_cases.cases())
 def test_split_ubatches_int32_and_int64_agree(case: Case) -> None:
     a = case.args
     for dtype in (np.int32, np.int64):
         nst = np.asarray(a["num_scheduled_tokens"]).astype(dtype)
         args = (nst, a["num_tokens_padded"], a["num_reqs_padded"], a["num_ubatches"])
-        assert ubatch_numpy.split_ubatches(*args) == ubatch_oracle.split_ubatches(*args)
+        assert split_ubatches_numpy.split_ubatches(*args) == ubatch_oracle.split_ubatches(*args)
 
 
 def test_find_conflicts_numpy_returns_sorted_unique_rows() -> None:
-    out = conflicts_numpy.find_conflicts(np.array([1, 1, 0]), np.array([1, 1, 2]),
+    out = find_conflicts_numpy.find_conflicts(np.array([1, 1, 0]), np.array([1, 1, 2]),
                                          [np.array([[1, 5], [1, 6], [1, 7]])], [1])
     assert out.dtype == np.int64 and out.shape == (2, 4)
     assert [tuple(r) for r in out.tolist()] == sorted({tuple(r) for r in out.tolist()})
@@ -78,7 +81,7 @@ def test_find_conflicts_numpy_returns_sorted_unique_rows() -> None:
 
 def test_torch_allow_is_a_device_bool_tensor() -> None:
     c, q = torch.tensor([2, 0]), torch.tensor([1, 3])
-    out = conflicts_torch.allow_microbatching(c, q, [torch.tensor([[1, 3], [1, 2]])], [2])
+    out = allow_microbatching_torch.allow_microbatching(c, q, [torch.tensor([[1, 3], [1, 2]])], [2])
     assert out.dtype == torch.bool and out.shape == () and out.device == c.device
     assert bool(out) is False
 
@@ -93,7 +96,7 @@ def test_torch_allow_does_not_synchronise_on_cuda() -> None:
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        out = conflicts_torch.allow_microbatching(c, q, tables, [2, 4])
+        out = allow_microbatching_torch.allow_microbatching(c, q, tables, [2, 4])
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert out.device.type == "cuda" and bool(out) is False

@@ -13,7 +13,6 @@ judged by the simulation.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from collections import Counter
 from typing import Any
 
@@ -21,16 +20,18 @@ import numpy as np
 from hypothesis import given, settings
 
 from batchfuzz import registry, runner
-from batchfuzz.contracts.conflicts import ARG_NAMES
-from batchfuzz.variants.microbatch import shipped_allow_microbatching
-from impl import conflicts_numpy
-from reference import conflicts as oracle
-from reference.types import Step
-from strategies.microbatch import general_steps, realizable_step_cases
+from batchfuzz.contracts._microbatch import shipped_allow_microbatching
+from batchfuzz.impl import allow_microbatching_numpy
+from batchfuzz.reference import find_conflicts as ref_conflicts
+from batchfuzz.reference import allow_microbatching as ref_decision
+from batchfuzz.contracts import _microbatch as derived
+from batchfuzz.reference import _step as ref_step
+from batchfuzz.reference._step import STEP_ARGUMENTS, Step
+from batchfuzz.strategies import general_steps
 
 
 def _lit(c: list[int], q: list[int], tables: list[list[list[int]]], sizes: list[int]) -> Step:
-    return oracle.check_step(np.array(c), np.array(q), [np.array(t) for t in tables], sizes)
+    return ref_step.check_step(np.array(c), np.array(q), [np.array(t) for t in tables], sizes)
 
 
 def _args(step: Step) -> tuple[Any, Any, Any, Any]:
@@ -46,17 +47,16 @@ def test_shipped_check_is_unsound_on_a_small_realizable_step() -> None:
     moved to the front as a decode, reading a block that a later request in
     the batch fills in this step."""
     contract = registry.get("allow_microbatching")
-    realizable = dataclasses.replace(contract, strategy=realizable_step_cases)
     prop = contract.property("sound_under_adversarial_splits")
-    r = runner.hunt(realizable, shipped_allow_microbatching, prop, target_name="shipped",
-                    run_settings=settings(settings(), max_examples=300))
+    r = runner.hunt(contract, shipped_allow_microbatching, prop, target_name="shipped",
+                    run_settings=settings(settings(), max_examples=300), domain="engine")
     assert r.failure is not None, "the shipped check was sound on every realizable step tried"
-    step = oracle.check_step(*(r.failure.case.args[k] for k in ARG_NAMES))
+    step = ref_step.check_step(*(r.failure.case.args[k] for k in STEP_ARGUMENTS))
     assert r.failure.case.context["source"] == "realizable"
-    assert oracle.is_well_formed(step)
-    assert oracle.allow_microbatching(*_args(step)) is False
+    assert ref_step.is_well_formed(step)
+    assert ref_decision.allow_microbatching(*_args(step)) is False
     c, q = step.num_computed_tokens, step.num_scheduled_tokens
-    readers = {rd for _g, rd, w, _b in oracle.unsafe_conflicts(step)}
+    readers = {rd for _g, rd, w, _b in derived.unsafe_conflicts(step)}
     assert readers and all(q[rd] == 1 and c[rd] > 0 for rd in readers), (c, q, readers)
     assert step.num_reqs <= 3 and int(q.sum()) <= 6, r.failure.case.args  # small
 
@@ -95,8 +95,8 @@ IDLE_ROW = ([2, 1], [2, 0], [[[1, 2], [1, 0]]], [2])
 
 
 def _broken_split(step: Step) -> list[tuple[int, int]] | None:
-    for split in oracle.witness_splits(step):
-        if oracle.simulate(step, split):
+    for split in derived.witness_splits(step):
+        if ref_decision.simulate(step, split):
             return split
     return None
 
@@ -104,47 +104,47 @@ def _broken_split(step: Step) -> list[tuple[int, int]] | None:
 def test_decode_reader_is_missed() -> None:
     step = _lit(*DECODE_READER)
     assert shipped_allow_microbatching(*_args(step)) is True
-    assert oracle.allow_microbatching(*_args(step)) is False
-    assert oracle.simulate(step, [(0, 1), (1, 4)]) == [
-        oracle.Violation(0, 0, 0, 0, 1, 0, 1), oracle.Violation(0, 0, 0, 1, 1, 1, 1)]
+    assert ref_decision.allow_microbatching(*_args(step)) is False
+    assert ref_decision.simulate(step, [(0, 1), (1, 4)]) == [
+        ref_decision.Violation(0, 0, 0, 0, 1, 0, 1), ref_decision.Violation(0, 0, 0, 1, 1, 1, 1)]
     # With the reader filter relaxed (every request with a token reads), the check vetoes.
     assert shipped_allow_microbatching(*_args(step), reorder_batch_threshold=0) is False
 
 
 def test_partial_block_reader_is_missed() -> None:
     step = _lit(*PARTIAL_BLOCK_READER)
-    assert oracle.is_well_formed(step)
+    assert ref_step.is_well_formed(step)
     assert shipped_allow_microbatching(*_args(step)) is True
-    assert oracle.allow_microbatching(*_args(step)) is False
+    assert ref_decision.allow_microbatching(*_args(step)) is False
     assert _broken_split(step) == [(0, 1), (1, 3)]
 
 
 def test_writer_before_reader_is_a_false_veto() -> None:
     step = _lit(*WRITER_FIRST)
-    assert oracle.find_conflicts(*_args(step)) == {(0, 1, 0, 1)}
-    assert oracle.allow_microbatching(*_args(step)) is True
+    assert ref_conflicts.find_conflicts(*_args(step)) == {(0, 1, 0, 1)}
+    assert ref_decision.allow_microbatching(*_args(step)) is True
     assert shipped_allow_microbatching(*_args(step)) is False
     total = int(step.num_scheduled_tokens.sum())
-    assert all(not oracle.simulate(step, oracle.cuts_to_split([k], total)) for k in range(1, total))
+    assert all(not ref_decision.simulate(step, ref_step.cuts_to_split([k], total)) for k in range(1, total))
 
 
 def test_null_prefix_is_a_false_veto() -> None:
     step = _lit(*NULL_PREFIX)
-    assert oracle.find_conflicts(*_args(step)) == set()
-    assert oracle.allow_microbatching(*_args(step)) is True
+    assert ref_conflicts.find_conflicts(*_args(step)) == set()
+    assert ref_decision.allow_microbatching(*_args(step)) is True
     assert shipped_allow_microbatching(*_args(step)) is False
 
 
 def test_idle_row_is_a_false_veto() -> None:
     step = _lit(*IDLE_ROW)
-    assert oracle.find_conflicts(*_args(step)) == set()
-    assert oracle.allow_microbatching(*_args(step)) is True
+    assert ref_conflicts.find_conflicts(*_args(step)) == set()
+    assert ref_decision.allow_microbatching(*_args(step)) is True
     assert shipped_allow_microbatching(*_args(step)) is False
 
 
 def test_canonical_form_is_the_decode_reader_step() -> None:
     v = registry.get("allow_microbatching").variant("shipped_check")
-    assert v.canonical == dict(zip(ARG_NAMES, DECODE_READER, strict=True))
+    assert v.canonical == dict(zip(STEP_ARGUMENTS, DECODE_READER, strict=True))
 
 
 # ---------------------------------------------------------------- measurement
@@ -153,7 +153,7 @@ def test_canonical_form_is_the_decode_reader_step() -> None:
 def classify(step: Step, threshold: int = 1) -> str:
     """How the shipped check's answer relates to the exact one, with a cause."""
     args = _args(step)
-    exact = bool(conflicts_numpy.allow_microbatching(*args))
+    exact = bool(allow_microbatching_numpy.allow_microbatching(*args))
     shipped = shipped_allow_microbatching(*args, reorder_batch_threshold=threshold)
     if exact == shipped:
         return "agree: allow" if exact else "agree: veto"
@@ -174,7 +174,7 @@ def classify(step: Step, threshold: int = 1) -> str:
                         continue
                     if b == 0:
                         return "false veto: null block"
-                    if any((g, r, w, b) in oracle.find_conflicts(*args) for w in writers[b]):
+                    if any((g, r, w, b) in ref_conflicts.find_conflicts(*args) for w in writers[b]):
                         return "false veto: writer before reader"
                     return "false veto: block counted as written, no slot written"
     return "false veto: other"
@@ -182,7 +182,7 @@ def classify(step: Step, threshold: int = 1) -> str:
 
 def measure(examples: int, seed: int = 0) -> dict[str, Counter[str]]:
     """Shipped check vs exact rule on general and realizable steps."""
-    from strategies.realizable import sample_realizable_step, sample_small_step
+    from batchfuzz.scheduler_model import sample_realizable_step, sample_small_step
 
     out: dict[str, Counter[str]] = {}
     general: Counter[str] = Counter()

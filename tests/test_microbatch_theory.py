@@ -18,15 +18,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from batchfuzz.case import Case
-from batchfuzz.contracts.conflicts import ARG_NAMES
-from reference import conflicts as oracle
-from reference.conflicts import Violation, cuts_to_split
-from reference.types import Step
-from strategies.microbatch import general_steps, realizable_steps_for_ci, step_cases
+from batchfuzz.reference import find_conflicts as ref_conflicts
+from batchfuzz.reference import allow_microbatching as ref_decision
+from batchfuzz.contracts import _microbatch as derived
+from batchfuzz.reference import _step as ref_step
+from batchfuzz.reference._step import STEP_ARGUMENTS, Step, cuts_to_split
+from batchfuzz.reference.allow_microbatching import Violation
+from batchfuzz.strategies import find_conflicts as conflict_cases
+from batchfuzz.strategies._steps import general_steps, realizable_steps_for_ci
 
 
 def _step(case: Case) -> Step:
-    return oracle.check_step(*(case.args[k] for k in ARG_NAMES))
+    return ref_step.check_step(*(case.args[k] for k in STEP_ARGUMENTS))
 
 
 def _args(step: Step) -> tuple[object, ...]:
@@ -34,107 +37,107 @@ def _args(step: Step) -> tuple[object, ...]:
 
 
 def _splits(case: Case, step: Step) -> list[list[tuple[int, int]]]:
-    return [*case.context["engine_splits"], *case.context["adversarial_splits"], *oracle.witness_splits(step)]
+    return [*case.context["engine_splits"], *case.context["adversarial_splits"], *derived.witness_splits(step)]
 
 
 def _total(step: Step) -> int:
     return int(step.num_scheduled_tokens.sum())
 
 
-def _as_conflicts(violations: list[Violation]) -> set[oracle.Conflict]:
+def _as_conflicts(violations: list[Violation]) -> set[ref_step.Conflict]:
     return {(v.group, v.reader, v.writer, v.block) for v in violations if v.writer != v.reader}
 
 
-@given(case=step_cases())
+@given(case=conflict_cases.cases())
 def test_unsplit_step_never_violates(case: Case) -> None:
     step = _step(case)
-    assert oracle.simulate(step, [(0, _total(step))]) == []
-    assert oracle.harmful_conflicts(step, [(0, _total(step))]) == set()
+    assert ref_decision.simulate(step, [(0, _total(step))]) == []
+    assert ref_conflicts.harmful_conflicts(step, [(0, _total(step))]) == set()
 
 
-@given(case=step_cases())
+@given(case=conflict_cases.cases())
 def test_violations_are_exactly_the_harmful_conflicts(case: Case) -> None:
     """SPEC's claim, on well-formed steps; in general every violation whose
     slot is first written by another request is a harmful conflict."""
     step = _step(case)
-    well_formed = oracle.is_well_formed(step)
+    well_formed = ref_step.is_well_formed(step)
     for split in _splits(case, step):
-        violations = oracle.simulate(step, split)
-        harmful = oracle.harmful_conflicts(step, split)
+        violations = ref_decision.simulate(step, split)
+        harmful = ref_conflicts.harmful_conflicts(step, split)
         assert _as_conflicts(violations) <= harmful, (split, violations, harmful)
         if well_formed:
             assert all(v.writer != v.reader for v in violations)
             assert _as_conflicts(violations) == harmful, (split, violations, harmful)
-            assert oracle.allow_split(step, split) == (not violations)
+            assert ref_decision.allow_split(step, split) == (not violations)
 
 
-@given(case=step_cases())
+@given(case=conflict_cases.cases())
 def test_harmful_conflicts_are_the_conflicts_harmful_under_the_split(case: Case) -> None:
     step = _step(case)
-    conflicts = oracle.find_conflicts(*_args(step))
+    conflicts = ref_conflicts.find_conflicts(*_args(step))
     for split in _splits(case, step):
-        assert oracle.harmful_conflicts(step, split) == oracle.harmful_among(step, split, conflicts)
+        assert ref_conflicts.harmful_conflicts(step, split) == derived.harmful_among(step, split, conflicts)
 
 
-@given(case=step_cases())
+@given(case=conflict_cases.cases())
 def test_exact_rule_against_every_two_ubatch_split(case: Case) -> None:
     """allow_microbatching(step) is True iff no split in two has a violation;
     when False, the witness cut (after the reader's first token) shows one."""
     step = _step(case)
     total = _total(step)
-    allowed = oracle.allow_microbatching(*_args(step))
-    broken = [cut for cut in range(1, total) if oracle.simulate(step, cuts_to_split([cut], total))]
+    allowed = ref_decision.allow_microbatching(*_args(step))
+    broken = [cut for cut in range(1, total) if ref_decision.simulate(step, cuts_to_split([cut], total))]
     assert allowed == (not broken), (allowed, broken)
     if not allowed:
-        assert any(oracle.simulate(step, w) for w in oracle.witness_splits(step))
+        assert any(ref_decision.simulate(step, w) for w in derived.witness_splits(step))
 
 
-@given(case=step_cases())
+@given(case=conflict_cases.cases())
 def test_exact_rule_is_sound_for_every_generated_split(case: Case) -> None:
     """Splits into 3 or 4 ubatches (engine rule and adversarial cut points) included."""
     step = _step(case)
-    if oracle.allow_microbatching(*_args(step)):
+    if ref_decision.allow_microbatching(*_args(step)):
         for split in _splits(case, step):
-            assert oracle.simulate(step, split) == [], split
+            assert ref_decision.simulate(step, split) == [], split
 
 
-@given(case=step_cases())
+@given(case=conflict_cases.cases())
 def test_exact_rule_in_terms_of_conflicts_on_well_formed_steps(case: Case) -> None:
     """On well-formed steps: unsafe iff some conflict has its reader's first
     token before the writer's token, iff some request reads a slot that a
     later request in batch order writes."""
     step = _step(case)
-    if not oracle.is_well_formed(step):
+    if not ref_step.is_well_formed(step):
         return
-    allowed = oracle.allow_microbatching(*_args(step))
-    assert allowed == (not oracle.unsafe_conflicts(step))
-    assert allowed == (not any(r < w for _g, r, w, _b in oracle.find_conflicts(*_args(step))))
+    allowed = ref_decision.allow_microbatching(*_args(step))
+    assert allowed == (not derived.unsafe_conflicts(step))
+    assert allowed == (not any(r < w for _g, r, w, _b in ref_conflicts.find_conflicts(*_args(step))))
 
 
 @given(step=general_steps())
 def test_general_steps_are_well_formed(step: Step) -> None:
-    assert oracle.is_well_formed(step)
+    assert ref_step.is_well_formed(step)
 
 
 @given(step_info=realizable_steps_for_ci())
 def test_realizable_steps_are_well_formed(step_info: tuple[Step, dict[str, object]]) -> None:
-    assert oracle.is_well_formed(step_info[0])
+    assert ref_step.is_well_formed(step_info[0])
 
 
-@given(case=step_cases(), data=st.data())
+@given(case=conflict_cases.cases(), data=st.data())
 def test_harm_depends_only_on_which_ubatch_holds_each_token(case: Case, data: st.DataObject) -> None:
     """Padding past the last real token changes nothing."""
     step = _step(case)
     for split in _splits(case, step):
         padded = [*split[:-1], (split[-1][0], split[-1][1] + data.draw(st.integers(0, 8)))]
-        assert oracle.simulate(step, padded) == oracle.simulate(step, split)
+        assert ref_decision.simulate(step, padded) == ref_decision.simulate(step, split)
 
 
 # ---------------------------------------------------------------- ill-formed steps, as literals
 
 
 def _lit(c: list[int], q: list[int], tables: list[list[list[int]]], sizes: list[int]) -> Step:
-    return oracle.check_step(np.array(c), np.array(q), [np.array(t) for t in tables], sizes)
+    return ref_step.check_step(np.array(c), np.array(q), [np.array(t) for t in tables], sizes)
 
 
 def test_self_overlap_is_a_violation_but_no_conflict() -> None:
@@ -145,11 +148,11 @@ def test_self_overlap_is_a_violation_but_no_conflict() -> None:
     exactly the harmful conflicts" does not hold for such a step (no engine
     makes one: a block id never repeats inside a row)."""
     step = _lit([1], [2], [[[1, 2, 1]]], [1])
-    assert oracle.find_conflicts(*_args(step)) == set()
-    assert oracle.self_overlaps(step) == {(0, 0, 1, 0)}
-    assert oracle.simulate(step, [(0, 1), (1, 2)]) == [Violation(0, 0, 0, 0, 1, 0, 0)]
-    assert oracle.harmful_conflicts(step, [(0, 1), (1, 2)]) == set()
-    assert oracle.allow_microbatching(*_args(step)) is False  # the exact rule follows the simulation
+    assert ref_conflicts.find_conflicts(*_args(step)) == set()
+    assert ref_step.self_overlaps(step) == {(0, 0, 1, 0)}
+    assert ref_decision.simulate(step, [(0, 1), (1, 2)]) == [Violation(0, 0, 0, 0, 1, 0, 0)]
+    assert ref_conflicts.harmful_conflicts(step, [(0, 1), (1, 2)]) == set()
+    assert ref_decision.allow_microbatching(*_args(step)) is False  # the exact rule follows the simulation
 
 
 def test_slot_written_twice_has_a_harmful_conflict_without_violation() -> None:
@@ -159,15 +162,15 @@ def test_slot_written_twice_has_a_harmful_conflict_without_violation() -> None:
     simulation sees no violation."""
     step = _lit([0, 1, 0], [1, 1, 1], [[[1, 0], [1, 2], [1, 0]]], [1])
     split = [(0, 1), (1, 2), (2, 3)]
-    assert oracle.multi_written_slots(step) == {(0, 1, 0)}
-    assert oracle.harmful_conflicts(step, split) == {(0, 1, 2, 1)}
-    assert oracle.simulate(step, split) == []
-    assert oracle.allow_microbatching(*_args(step)) is True
-    assert oracle.unsafe_conflicts(step) == {(0, 1, 2, 1)}  # the conflict rule would veto: sound, imprecise
+    assert ref_step.multi_written_slots(step) == {(0, 1, 0)}
+    assert ref_conflicts.harmful_conflicts(step, split) == {(0, 1, 2, 1)}
+    assert ref_decision.simulate(step, split) == []
+    assert ref_decision.allow_microbatching(*_args(step)) is True
+    assert derived.unsafe_conflicts(step) == {(0, 1, 2, 1)}  # the conflict rule would veto: sound, imprecise
 
 
 def test_idle_request_is_no_reader() -> None:
     """q == 0: no token, so no read and no conflict, whatever its table says."""
     step = _lit([1, 0], [0, 1], [[[1], [1]]], [1])
-    assert oracle.find_conflicts(*_args(step)) == set()
-    assert oracle.simulate(step, [(0, 1)]) == []
+    assert ref_conflicts.find_conflicts(*_args(step)) == set()
+    assert ref_decision.simulate(step, [(0, 1)]) == []

@@ -32,13 +32,14 @@ from torch.overrides import TorchFunctionMode
 from batchfuzz import registry, runner
 from batchfuzz.case import Case
 from batchfuzz.checks import PropertyViolation, assert_array_equal
-from batchfuzz.contracts.query_start_loc import check_query_start_loc
+from batchfuzz.contracts import pad_query_start_loc_variants as bugs
+from batchfuzz.contracts.pad_query_start_loc import check_query_start_loc
+from batchfuzz.impl import pad_query_start_loc_numpy, pad_query_start_loc_torch
+from batchfuzz.reference import pad_query_start_loc as oracle
+from batchfuzz.reference._args import INT_DTYPES
 from batchfuzz.registry import Property
-from batchfuzz.variants import query_start_loc as bugs
-from impl import query_start_loc_numpy, query_start_loc_torch
-from reference import query_start_loc as oracle
-from strategies.dummy import INT_DTYPES, stale_array
-from strategies.query_start_loc import dummy_runs, pad_steps, smaller_steps
+from batchfuzz.strategies import stale_arrays
+from batchfuzz.strategies.pad_query_start_loc import dummy_runs, padded_steps, smaller_steps
 
 CONTRACT = registry.get("pad_query_start_loc")
 # Bounded stateful_step_count: 12 steps a run under ci/dev, 50 under the
@@ -146,13 +147,13 @@ def machine_for(target: Callable[..., Any], backend: Any) -> type[RuleBasedState
             """A buffer of ``max_num_reqs + 1`` entries (plus slack) holding stale
             values (shrinks to zeros: a freshly allocated buffer)."""
             self.cap, self.nst_dtype = cap, nst_dtype
-            self.stale = data.draw(stale_array(cap + 1 + slack, dtype), label="initial buffer")
+            self.stale = data.draw(stale_arrays(cap + 1 + slack, dtype), label="initial buffer")
             self.buf = backend.buffer(self.stale)
 
         @rule(data=st.data())
         def step(self, data: st.DataObject) -> None:
             """A real step, padded as engines pad it (mixed, uniform decode, long prefill, edges)."""
-            _, nst, p, kind = data.draw(pad_steps(self.cap), label="step")
+            _, nst, p, kind = data.draw(padded_steps(max_num_reqs=self.cap), label="step")
             self._run(f"step[{kind}]", nst, p, runner_sequence=False)
 
         @rule(data=st.data())
@@ -172,7 +173,7 @@ def machine_for(target: Callable[..., Any], backend: Any) -> type[RuleBasedState
         def runner_step(self, data: st.DataObject) -> None:
             """The model runner's sequence: it writes the real entries itself,
             the target writes the padding, then ``buffer[:P+1]`` goes to the consumer."""
-            _, nst, p, kind = data.draw(pad_steps(self.cap), label="runner step")
+            _, nst, p, kind = data.draw(padded_steps(max_num_reqs=self.cap), label="runner step")
             self._run(f"runner_step[{kind}]", nst, p, runner_sequence=True)
 
         def _run(self, what: str, nst_list: list[int], p: int, *, runner_sequence: bool) -> None:
@@ -227,7 +228,7 @@ def _torch_binder_cpu(nst: Any, p: Any, out: Any = None) -> Any:
 
 CORRECT_NUMPY_TARGETS = [
     pytest.param(oracle.pad_query_start_loc, id="oracle"),
-    pytest.param(query_start_loc_numpy.pad_query_start_loc, id="numpy"),
+    pytest.param(pad_query_start_loc_numpy.pad_query_start_loc, id="numpy"),
     pytest.param(_torch_binder_cpu, id="torch-binder-cpu"),
 ]
 
@@ -241,7 +242,7 @@ def test_machine_holds_on_a_numpy_buffer(target: Callable[..., Any]) -> None:
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
 def test_machine_holds_on_a_torch_buffer(device: str) -> None:
-    err, runs = _run_machine(query_start_loc_torch.pad_query_start_loc, TorchBackend(device))
+    err, runs = _run_machine(pad_query_start_loc_torch.pad_query_start_loc, TorchBackend(device))
     assert err is None, f"{err}\nshrunk steps: {runs[-1]}"
 
 
@@ -321,7 +322,7 @@ def test_torch_runs_on_meta_tensors(r: int, p: int, extra: int, with_out: bool) 
     implementation runs there, so it never reads a device value on the host."""
     nst = torch.empty(r, dtype=torch.int32, device="meta")
     out = torch.empty(p + 1 + extra, dtype=torch.int64, device="meta") if with_out else None
-    q = query_start_loc_torch.pad_query_start_loc(nst, p, out)
+    q = pad_query_start_loc_torch.pad_query_start_loc(nst, p, out)
     assert q.shape == (p + 1,) and q.device.type == "meta"
     assert q.dtype == (torch.int64 if with_out else torch.int32)
 
@@ -336,8 +337,8 @@ def test_torch_makes_no_host_reads(r: int, p: int, extra: int) -> None:
     nst = torch.arange(1, r + 1, dtype=torch.int64)
     out = torch.full((p + 1 + extra,), -7, dtype=torch.int32)
     with ForbidHostReads():
-        q = query_start_loc_torch.pad_query_start_loc(nst, p, out)
-        fresh = query_start_loc_torch.pad_query_start_loc(nst, p)
+        q = pad_query_start_loc_torch.pad_query_start_loc(nst, p, out)
+        fresh = pad_query_start_loc_torch.pad_query_start_loc(nst, p)
     expected = oracle.pad_query_start_loc(nst.numpy(), p)
     assert q.tolist() == expected.tolist() == fresh.tolist()
     assert out[p + 1 :].tolist() == [-7] * extra
@@ -355,12 +356,12 @@ def test_torch_is_captured_in_a_cuda_graph_and_replays_over_stale_buffers() -> N
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
-            query_start_loc_torch.pad_query_start_loc(static_nst, p, static_out)  # warm-up
+            pad_query_start_loc_torch.pad_query_start_loc(static_nst, p, static_out)  # warm-up
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            fresh = query_start_loc_torch.pad_query_start_loc(static_nst, p)
-            query_start_loc_torch.pad_query_start_loc(static_nst, p, static_out)
+            fresh = pad_query_start_loc_torch.pad_query_start_loc(static_nst, p)
+            pad_query_start_loc_torch.pad_query_start_loc(static_nst, p, static_out)
         for _ in range(5):
             nst = rng.integers(0, 2048, size=r).astype(np.int32)
             stale = rng.integers(-(2**20), 2**20, size=cap + 1).astype(np.int32)
@@ -379,8 +380,8 @@ def test_torch_does_not_synchronise_on_cuda() -> None:
     nst = torch.tensor([3, 1, 4], dtype=torch.int64, device="cuda")
     out = torch.full((9,), 99, dtype=torch.int64, device="cuda")
     with _no_sync("cuda"):
-        query_start_loc_torch.pad_query_start_loc(nst, 6, out)
-        query_start_loc_torch.pad_query_start_loc(nst, 3)
+        pad_query_start_loc_torch.pad_query_start_loc(nst, 6, out)
+        pad_query_start_loc_torch.pad_query_start_loc(nst, 3)
     assert out.cpu().tolist() == [0, 3, 4, 8, 8, 8, 8, 99, 99]
 
 
@@ -389,7 +390,7 @@ def test_torch_does_not_synchronise_on_cuda() -> None:
 
 _DTYPE_TARGETS = [
     pytest.param(oracle.pad_query_start_loc, id="oracle"),
-    pytest.param(query_start_loc_numpy.pad_query_start_loc, id="numpy"),
+    pytest.param(pad_query_start_loc_numpy.pad_query_start_loc, id="numpy"),
     pytest.param(_torch_binder_cpu, id="torch-binder-cpu"),
 ]
 
@@ -416,19 +417,19 @@ def test_a_list_of_ints_gives_int64(target: Callable[..., Any]) -> None:
     assert target([1, 2], 3).dtype == np.int64
 
 
-_untyped_pad: Callable[..., Any] = query_start_loc_torch.pad_query_start_loc  # called with wrong types on purpose
+_untyped_pad: Callable[..., Any] = pad_query_start_loc_torch.pad_query_start_loc  # called with wrong types on purpose
 
 
 @pytest.mark.parametrize(("call", "error", "match"), [
     (lambda: _untyped_pad(np.array([1]), 1), TypeError,
      r"num_scheduled_tokens must be a torch.Tensor, got ndarray"),
-    (lambda: query_start_loc_torch.pad_query_start_loc(torch.tensor([1.0]), 1), TypeError,
+    (lambda: pad_query_start_loc_torch.pad_query_start_loc(torch.tensor([1.0]), 1), TypeError,
      r"num_scheduled_tokens must have dtype int32 or int64, got torch.float32"),
-    (lambda: query_start_loc_torch.pad_query_start_loc(torch.tensor([1, 2]), 1), ValueError,
+    (lambda: pad_query_start_loc_torch.pad_query_start_loc(torch.tensor([1, 2]), 1), ValueError,
      r"num_reqs_padded must be >= the number of requests R = len\(num_scheduled_tokens\) = 2, got num_reqs_padded=1"),
-    (lambda: query_start_loc_torch.pad_query_start_loc(torch.tensor([1]), 2, torch.zeros(3, dtype=torch.int16)), TypeError,
+    (lambda: pad_query_start_loc_torch.pad_query_start_loc(torch.tensor([1]), 2, torch.zeros(3, dtype=torch.int16)), TypeError,
      r"out must have dtype int32 or int64, got torch.int16"),
-    (lambda: query_start_loc_torch.pad_query_start_loc(torch.tensor([1]), 4, torch.zeros(3, dtype=torch.int64)), ValueError,
+    (lambda: pad_query_start_loc_torch.pad_query_start_loc(torch.tensor([1]), 4, torch.zeros(3, dtype=torch.int64)), ValueError,
      r"out has 3 entries, needs at least num_reqs_padded \+ 1 = 5"),
     (lambda: _untyped_pad(torch.tensor([1]), 1, np.zeros(3, dtype=np.int64)), TypeError,
      r"out must be a torch.Tensor or None, got ndarray"),
@@ -459,6 +460,6 @@ def test_persistent_buffer_property_replays_the_history_in_order() -> None:
                 {"max_num_reqs": 3, "out": np.zeros(4, dtype=np.int32),
                  "history": [(np.array([5, 5, 5], dtype=np.int32), 3)], "kind": "shipped scenario"})
     prop = CONTRACT.property("persistent_buffer")
-    prop.check(query_start_loc_numpy.pad_query_start_loc, case.copy())
+    prop.check(pad_query_start_loc_numpy.pad_query_start_loc, case.copy())
     with pytest.raises(PropertyViolation, match="step 2 of 2"):
         prop.check(bugs.padding_unwritten, case.copy())

@@ -18,9 +18,11 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from reference.types import Step
-from strategies import realizable as rz
-from strategies.realizable import (
+from batchfuzz import scheduler_model as rz
+from batchfuzz.reference._args import ceil_div
+from batchfuzz.reference._step import Step, is_well_formed
+from batchfuzz.reference.find_conflicts import find_conflicts
+from batchfuzz.scheduler_model import (
     CHUNKED_PREFILL,
     DECODE,
     FULLY_CACHED,
@@ -33,14 +35,10 @@ from strategies.realizable import (
     EngineConfig,
     GroupSpec,
     SchedulerModel,
-    realizable_steps,
     sample_realizable_step,
     sample_small_step,
 )
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
+from batchfuzz.strategies import realizable_steps
 
 
 def check_invariants(step: Step, info: dict[str, Any]) -> None:
@@ -65,7 +63,7 @@ def check_invariants(step: Step, info: dict[str, Any]) -> None:
         holders: dict[int, list[tuple[int, int]]] = collections.defaultdict(list)
         for i in range(r):
             end = int(c[i] + q[i])
-            n = _cdiv(end, bsz)
+            n = ceil_div(end, bsz)
             assert t.shape[1] >= n, f"group {g} row {i}: {t.shape[1]} columns < {n} needed for c+q={end}"
             assert not t[i, n:].any(), f"group {g} row {i}: unused columns must be 0"
             skipped = 0 if window is None else max(0, int(c[i]) - window + 1) // bsz
@@ -147,7 +145,7 @@ def test_large_generator_invariants(profile: str, num_groups: int) -> None:
     check_invariants(step, info)
     assert step.num_reqs >= 12
     for t, bsz in zip(step.block_tables, step.block_sizes, strict=True):
-        assert t.shape[1] == _cdiv(64 * step.block_sizes[0], bsz)
+        assert t.shape[1] == ceil_div(64 * step.block_sizes[0], bsz)
 
 
 # Input classes the brief asks for, and the share of seeded draws that must show each.
@@ -238,9 +236,8 @@ def test_conflict_set_is_the_same_step_hits() -> None:
     """On realizable steps the contract E conflict set is exactly the model's
     same-step hits, and the steps are well formed (no self-overlap, no slot
     written twice): a cross-check of the model against the oracle."""
-    ref = pytest.importorskip("reference.conflicts")
     for seed in range(40):
         step, info = sample_small_step(seed, reorder=None, reorder_batch_threshold=None)
         args = (step.num_computed_tokens, step.num_scheduled_tokens, step.block_tables, step.block_sizes)
-        assert ref.is_well_formed(step), seed
-        assert ref.find_conflicts(*args) == set(info["same_step_hits"]), seed
+        assert is_well_formed(step), seed
+        assert find_conflicts(*args) == set(info["same_step_hits"]), seed

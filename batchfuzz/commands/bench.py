@@ -1,29 +1,29 @@
 """``batchfuzz bench``: cost of the microbatch-conflict checks on realistic steps.
 
-Steps come from the prefix-caching scheduler model (``strategies.realizable.
+Steps come from the prefix-caching scheduler model (``batchfuzz.scheduler_model.
 sample_realizable_step``): by default 256 requests (``max_num_seqs``), block
 tables ``cdiv(max_model_len, B)`` wide with 2048 columns in group 0, 1 to 3
 KV groups, decode-heavy, prefill-heavy and mixed. On each step, in one
 process, interleaved (every repetition times every variant once, in a
 rotating order), it times:
 
-- ``exact numpy``: ``impl.conflicts_numpy.allow_microbatching`` (the exact,
+- ``exact numpy``: ``batchfuzz.impl.allow_microbatching_numpy`` (the exact,
   split-agnostic detector);
-- ``exact numpy find``: ``impl.conflicts_numpy.find_conflicts`` (the whole
+- ``exact numpy find``: ``batchfuzz.impl.find_conflicts_numpy`` (the whole
   conflict set);
-- ``validation``: ``reference.conflicts.check_step``, the input validation
+- ``validation``: ``batchfuzz.reference._step.check_step``, the input validation
   the exact implementations begin with (included in their times; the
   shipped check validates nothing);
 - ``shipped numpy``: the engine's shipped check (SPEC.md, "What the engine
   ships") vectorised here as an engine would write it; checked on every step
   to decide exactly as ``shipped loops``;
-- ``shipped loops``: ``batchfuzz.variants.microbatch.shipped_allow_microbatching``
+- ``shipped loops``: ``batchfuzz.contracts._microbatch.shipped_allow_microbatching``
   (the registry's plain-loop re-expression);
-- ``exact torch <device>``: ``impl.conflicts_torch`` through its canonical
+- ``exact torch <device>``: ``batchfuzz.impl.allow_microbatching_torch`` through its canonical
   binder (numpy in: validation and host-to-device copy included), and, on
   CUDA, ``... resident`` with inputs already on the device (the kernel and the
   one read of its result);
-- ``oracle``: ``reference.conflicts.allow_microbatching`` (plain loops), on
+- ``oracle``: ``batchfuzz.reference.allow_microbatching`` (plain loops), on
   ``--oracle-repeat`` repetitions only (default 1): it is the slow spec.
 
 Every variant is timed with ``time.perf_counter`` around one call; a cell is
@@ -132,11 +132,11 @@ def _variants(devices: list[str], oracle: bool) -> tuple[list[Variant], list[str
         return step.num_computed_tokens, step.num_scheduled_tokens, step.block_tables, step.block_sizes
 
     try:
-        from impl import conflicts_numpy as cn
+        from batchfuzz.impl import allow_microbatching_numpy, find_conflicts_numpy
 
-        out.append(Variant("exact numpy", lambda s, i: bool(cn.allow_microbatching(*canon(s)))))
-        out.append(Variant("exact numpy find", lambda s, i: len(cn.find_conflicts(*canon(s))), decision=False))
-        from reference.conflicts import check_step
+        out.append(Variant("exact numpy", lambda s, i: bool(allow_microbatching_numpy.allow_microbatching(*canon(s)))))
+        out.append(Variant("exact numpy find", lambda s, i: len(find_conflicts_numpy.find_conflicts(*canon(s))), decision=False))
+        from batchfuzz.reference._step import check_step
 
         # The input validation both exact implementations start with (the shipped check does none).
         out.append(Variant("validation", lambda s, i: check_step(*canon(s)) is not None, decision=False))
@@ -144,7 +144,7 @@ def _variants(devices: list[str], oracle: bool) -> tuple[list[Variant], list[str
         notes.append(f"exact numpy unavailable: {exc}")
     out.append(Variant("shipped numpy", lambda s, i: shipped_allow_numpy(*canon(s), i["reorder_batch_threshold"])))
     try:
-        from batchfuzz.variants.microbatch import shipped_allow_microbatching as shipped_loops
+        from batchfuzz.contracts._microbatch import shipped_allow_microbatching as shipped_loops
 
         out.append(Variant("shipped loops", lambda s, i: bool(shipped_loops(*canon(s), i["reorder_batch_threshold"]))))
     except ImportError as exc:
@@ -153,13 +153,13 @@ def _variants(devices: list[str], oracle: bool) -> tuple[list[Variant], list[str
         try:
             import torch
 
-            from impl import conflicts_torch as ct
+            from batchfuzz.impl import allow_microbatching_torch as ct
 
             for dev in devices:
                 if dev == "cuda" and not torch.cuda.is_available():
                     notes.append("torch cuda skipped: no CUDA device")
                     continue
-                bound: Callable[..., bool] = ct.bind_allow_microbatching(dev)
+                bound: Callable[..., bool] = ct.bind(dev)
 
                 def binder(s: Any, i: dict[str, Any], f: Callable[..., bool] = bound) -> bool:
                     return bool(f(*canon(s)))
@@ -180,7 +180,7 @@ def _variants(devices: list[str], oracle: bool) -> tuple[list[Variant], list[str
             notes.append(f"exact torch unavailable: {exc}")
     if oracle:
         try:
-            from reference import conflicts as ref
+            from batchfuzz.reference import allow_microbatching as ref
 
             out.append(Variant("oracle", lambda s, i: bool(ref.allow_microbatching(*canon(s))), oracle=True))
         except ImportError as exc:
@@ -233,7 +233,7 @@ def _ratio(a: float | None, b: float | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from strategies.realizable import sample_realizable_step
+    from batchfuzz.scheduler_model import sample_realizable_step
 
     quick = bool(args.quick)
     repeat = args.repeat if args.repeat is not None else (3 if quick else 7)

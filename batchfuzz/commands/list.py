@@ -16,8 +16,12 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     for c in registry.contracts():
-        print(f"{c.spec_section:3} {c.name}: {c.title}\n    {c.signature}")
-        print("    implementations: " + ", ".join(f"{i.name} [{'/'.join(i.devices)}]" for i in c.implementations))
+        print(f"{c.section:3} {c.name}: {c.title}\n    {c.signature}")
+        if c.notes:
+            print(f"    notes: {c.notes}")
+        print("    domains: " + ", ".join(d.name for d in c.domains))
+        for i in c.implementations:
+            print(f"    implementation {i.name} [{'/'.join(i.devices)}]: {i.description}")
         for p in c.properties:
             print(f"    property {p.name}: {p.spec}")
         if args.variants:

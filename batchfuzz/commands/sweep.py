@@ -22,7 +22,7 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from impl.dummy_torch import split_dummy_tokens_batched
+    from batchfuzz.impl.split_dummy_tokens_torch import split_dummy_tokens_batched
 
     if args.device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda: no CUDA device is available")

@@ -1,0 +1,210 @@
+"""What the two contract E records share: reading a step from a case, the
+splits a case is judged under, the derived rules their properties use, the
+engine's shipped check (our own words), input-class labels and error inputs.
+
+Derived rules, each proven in its docstring and tested against the
+simulation (tests/test_microbatch_theory.py), never assumed:
+
+- :func:`unsafe_conflicts`: the conflicts whose reader's first token comes
+  before the writer's token (the split-agnostic harm condition);
+- :func:`witness_splits`: if any consecutive split has a violation, one of
+  the two-ubatch splits cutting right after a reader's first token has;
+- :func:`harmful_among`: which members of a *target's* conflict set are
+  harmful under a split, found from the step itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from batchfuzz.case import Case
+from batchfuzz.reference._step import (
+    STEP_ARGUMENTS, Conflict, Range, Step, as_step, check_split, check_step, cuts_to_split, multi_written_slots, plain, reads,
+    self_overlaps, ubatch_of_tokens, writer_tokens,
+)
+from batchfuzz.reference.allow_microbatching import Violation
+from batchfuzz.reference.allow_microbatching import allow_microbatching as exact_allow_microbatching
+from batchfuzz.reference.find_conflicts import find_conflicts, harmful_conflicts
+from batchfuzz.registry import ErrorInput
+
+
+def step_of(case: Case) -> Step:
+    return check_step(*(case.args[k] for k in STEP_ARGUMENTS))
+
+
+def call(target: Any, case: Case) -> Any:
+    """Call the target positionally with the canonical arguments."""
+    return target(*(case.args[k] for k in STEP_ARGUMENTS))
+
+
+def a(c: list[int], q: list[int], tables: list[list[list[int]]], sizes: list[int]) -> dict[str, Any]:
+    """Canonical arguments from plain lists (int64 arrays)."""
+    return {"num_computed_tokens": np.array(c, dtype=np.int64), "num_scheduled_tokens": np.array(q, dtype=np.int64),
+            "block_tables": [np.array(t, dtype=np.int64).reshape(len(c), -1) for t in tables], "block_sizes": sizes}
+
+
+def k(c: list[int], q: list[int], tables: list[list[list[int]]], sizes: list[int]) -> dict[str, Any]:
+    """A canonical counterexample as plain lists (the catalogue then leaves dtypes free)."""
+    return {"num_computed_tokens": c, "num_scheduled_tokens": q, "block_tables": tables, "block_sizes": sizes}
+
+
+def unsafe_conflicts(step: Any) -> set[Conflict]:
+    """Conflicts with the reader's first token strictly before the writer's
+    token that writes the shared slot (the split-agnostic harm condition)."""
+    s = plain(as_step(step))
+    writers = writer_tokens(s)
+    out: set[Conflict] = set()
+    for g, r, _p, b, o in reads(s):
+        for w, t in writers.get((g, b, o), {}).items():
+            if w != r and s.start[r] < t:
+                out.add((g, r, w, b))
+    return out
+
+
+def witness_splits(step: Any) -> list[list[Range]]:
+    """Two-ubatch splits cutting right after each reader's first token.
+
+    If any consecutive split has a violation, one of these has (see
+    ``allow_microbatching``); properties use them as extra adversarial splits.
+    """
+    s = plain(as_step(step))
+    total = s.num_tokens
+    cuts = sorted({s.start[r] + 1 for r in range(s.num_reqs) if s.q[r] > 0 and s.start[r] + 1 < total})
+    return [cuts_to_split([cut], total) for cut in cuts]
+
+
+def harmful_among(step: Any, split: Any, conflicts: Iterable[Conflict]) -> set[Conflict]:
+    """The members of ``conflicts`` that are harmful under ``split``.
+
+    For each tuple the shared slots are found from the step itself (a tuple
+    with none, i.e. no conflict at all, is never harmful), so a property can
+    judge a target's conflict set against the simulation.
+    """
+    s = plain(as_step(step))
+    ranges = check_split(split, s.num_tokens)
+    ub = ubatch_of_tokens(ranges, s.num_tokens)
+    writers = writer_tokens(s)
+    read_slots: set[tuple[int, int, int, int]] = {(g, r, b, o) for g, r, _p, b, o in reads(s)}
+    out: set[Conflict] = set()
+    for g, r, w, b in conflicts:
+        if w == r or not (0 <= r < s.num_reqs) or s.q[r] == 0:
+            continue
+        first_ub = ub[s.start[r]]
+        for o in range(s.sizes[g] if 0 <= g < len(s.sizes) else 0):
+            t = writers.get((g, b, o), {}).get(w)
+            if t is not None and (g, r, b, o) in read_slots and first_ub < ub[t]:
+                out.add((g, r, w, b))
+                break
+    return out
+
+
+
+def shipped_allow_microbatching(num_computed_tokens: Any, num_scheduled_tokens: Any, block_tables: Any,
+                                block_sizes: Any, reorder_batch_threshold: int = 1) -> bool:
+    """The engine's shipped check (vLLM since 0.28), as docs/contracts.md describes it.
+
+    Readers are the requests with ``q > reorder_batch_threshold`` and ``c > 0``;
+    a reader reads only its whole blocks, columns ``[0, c // B)``; written are
+    the columns ``[c // B, ceil((c + q) / B))`` of every request, null entries
+    included; the split is vetoed when a reader's whole block is in its
+    group's written set, in any group.
+    """
+    c, q, tables, sizes, _ = plain(check_step(num_computed_tokens, num_scheduled_tokens, block_tables, block_sizes))
+    for g, size in enumerate(sizes):
+        table = tables[g]
+        written: set[int] = set()
+        for r in range(len(c)):
+            for col in range(c[r] // size, -(-(c[r] + q[r]) // size)):
+                written.add(table[r][col])
+        for r in range(len(c)):
+            if q[r] > reorder_batch_threshold and c[r] > 0:
+                for col in range(c[r] // size):
+                    if table[r][col] in written:
+                        return False
+    return True
+
+
+def splits_of(case: Case, step: Step) -> list[tuple[str, list[Range]]]:
+    """The case's engine and adversarial splits, plus one two-ubatch split
+    cutting after each reader's first token (``witness_splits``)."""
+    out = [("engine", list(s)) for s in case.context.get("engine_splits", [])]
+    out += [("adversarial", list(s)) for s in case.context.get("adversarial_splits", [])]
+    out += [("reader cut", s) for s in witness_splits(step)]
+    return out
+
+
+def describe(v: Violation) -> str:
+    return (f"request {v.reader} reads position {v.position} = slot (block {v.block}, offset {v.offset}) of group {v.group} "
+            f"in ubatch {v.ubatch}, before request {v.writer} writes it")
+
+
+def labels(case: Case) -> list[str]:
+    """Input classes of a contract E case (for hypothesis.event statistics)."""
+    step = step_of(case)
+    source = case.context.get("source", "?")
+    out = [f"source: {source}"]
+    out += [f"{source}: {label}" for label in case.context.get("labels", [])]
+    args = tuple(case.args[k] for k in STEP_ARGUMENTS)
+    conflicts = find_conflicts(*args)
+    out.append("conflict" if conflicts else "no conflict")
+    exact = exact_allow_microbatching(*args)
+    if not exact:
+        out.append("unsafe step (a reader before a writer)")
+    c = step.num_computed_tokens.tolist()
+    q = step.num_scheduled_tokens.tolist()
+    if any(q[r] == 1 and c[r] > 0 for _g, r, _w, _b in conflicts):
+        out.append("conflict read by a q == 1, c > 0 request")
+    if any(q[r] > 0 and (t[r, : -(-c[r] // b)] == 0).any() for t, b in zip(step.block_tables, step.block_sizes, strict=True)
+           for r in range(len(q)) if c[r] > 0):
+        out.append("null block in a read prefix")
+    if len(step.block_sizes) > 1:
+        out.append("several groups")
+    splits = [s for kind, s in splits_of(case, step) if kind != "reader cut"]
+    starts = np.cumsum(q) - np.asarray(q, dtype=np.int64)
+    ends = starts + np.asarray(q, dtype=np.int64)
+    if any(((starts < ts) & (ts < ends)).any() for s in splits for ts, _ in s[1:]):
+        out.append("straddling request")
+    if any(harmful_conflicts(step, s) for s in splits):
+        out.append("harmful conflict under a generated split")
+    if self_overlaps(step):
+        out.append("ill-formed: self-overlap")
+    if multi_written_slots(step):
+        out.append("ill-formed: slot written twice")
+    shipped = shipped_allow_microbatching(*args)
+    if shipped and not exact:
+        out.append("shipped check unsound here")
+    if exact and not shipped:
+        out.append("shipped check vetoes a safe step")
+    return out
+
+
+def size(case: Case) -> tuple[int, ...]:
+    q = np.asarray(case.args["num_scheduled_tokens"])
+    return (int(q.shape[0]), int(q.sum()), len(case.args["block_sizes"]))
+
+
+def error_inputs() -> tuple[ErrorInput, ...]:
+    """Bad steps; shared by both contract E records."""
+    return (
+        ErrorInput(a([1, 0], [1], [[[1], [2]]], [2]), ValueError,
+                   r"num_computed_tokens and num_scheduled_tokens must have one entry per request, got lengths 2 and 1"),
+        ErrorInput(a([-1], [1], [[[1]]], [2]), ValueError, r"num_computed_tokens\[0\] must be >= 0, got -1"),
+        ErrorInput(a([0], [1], [], []), ValueError, r"block_sizes must name at least one KV-cache group"),
+        ErrorInput(a([0], [1], [[[1]]], [0]), ValueError, r"block_sizes\[0\] must be >= 1, got 0"),
+        ErrorInput(a([0], [1], [[[1]]], [2, 2]), ValueError,
+                   r"block_tables must have one table per group \(len\(block_sizes\) = 2\), got 1"),
+        ErrorInput({**a([0, 0], [1, 1], [[[1], [2]]], [2]), "block_tables": [np.array([[1]])]}, ValueError,
+                   r"block_tables\[0\] must have one row per request \(2\), got 1 rows"),
+        ErrorInput(a([2], [3], [[[1, 2]]], [2]), ValueError,
+                   r"block_tables\[0\] has 2 columns of block size 2 \(4 positions\), but request 0 needs c \+ q = 2 \+ 3 = 5"),
+        ErrorInput(a([0], [1], [[[-3]]], [2]), ValueError, r"block_tables\[0\]\[0, 0\] must be a block id >= 0, got -3"),
+        ErrorInput({**a([0], [1], [[[1]]], [2]), "num_computed_tokens": np.array([0.0])}, TypeError,
+                   r"num_computed_tokens must have dtype int32 or int64, got float64"),
+        ErrorInput({**a([0], [1], [[[1]]], [2]), "block_tables": np.array([[[1]]])}, TypeError,
+                   r"block_tables must be a list of 2-D arrays \(one per group\), got ndarray"),
+        ErrorInput({**a([0], [1], [[[1]]], [2]), "block_sizes": [2.0]}, TypeError, r"block_sizes\[0\] must be an int, got float 2.0"),
+    )
+

@@ -1,0 +1,932 @@
+"""A model of a prefix-caching scheduler: the steps it schedules are the
+*realizable* steps of contract E (docs/contracts.md, contract E, "Realizable
+steps"). Random block tables test the definitions; the steps that matter most
+are the ones a real scheduler produces, made here by running a small model of
+a prefix-caching scheduler (our own design, modelled on the
+behaviour of vLLM's v1 scheduler and KV-cache manager) for a few steps and
+emitting the last one, as it is scheduled and before it runs.
+
+The model:
+
+- **Requests** carry token ids (small ints). Prompts come from a tree of
+  prefixes: fresh prompts, prompts sharing a prefix with an earlier one
+  (block-aligned or not), identical prompts (a later copy, or ``n`` copies
+  arriving together as parallel sampling does), and follow-up turns that
+  extend an earlier request's prompt and output. Output tokens come from an
+  output stream; copies of a prompt may share one (greedy sampling).
+- **KV-cache groups**: group 0 is full attention; further groups are full
+  attention or sliding window, each with its own block size.
+- **Block pool**: one pool shared by all groups (block ids unique across
+  groups, as with a hybrid allocator) or one pool per group (the same id may
+  then appear in two groups). Block 0 is the null block, never allocated.
+  Free blocks form an LRU queue; allocating a block that is still in the
+  prefix cache evicts it from there.
+- **Prefix cache**, per group, keyed by the hash of the full-block token
+  chain (parent hash, block tokens). A full block is registered as soon as it
+  is *allocated* for tokens that fill it, before the step that writes it
+  runs: a request admitted later in the same step can hit it (a
+  **same-step hit**). Hits only on full blocks; the partly filled last block
+  is private. The hit length is at most ``num_tokens - 1`` (the last token is
+  always recomputed to get logits) and a multiple of every group's block
+  size; so a prompt whose every full block is cached and whose length is
+  ``k * B + 1`` arrives with ``q == 1`` and ``c == k * B > 0``. A sliding
+  window group needs only the blocks inside the window before the hit point;
+  blocks before them are null.
+- **Sliding window**: before allocating, blocks lying wholly before
+  ``c - window + 1`` are freed and replaced by the null block, so a sliding
+  window row holds nulls exactly in columns ``j`` with
+  ``(j + 1) * B <= c - window + 1``.
+- **Scheduling** (v1-like): running requests first, in order, each taking
+  ``min(need, budget)`` tokens (decodes need 1; a long prompt is split
+  across steps: chunked prefill); when the pool runs out, the last running
+  request is preempted (blocks freed, back to the front of the waiting
+  queue with ``c == 0``). Then, unless something was preempted, waiting
+  requests in arrival order under the token budget and ``max_num_seqs``; the
+  first that does not fit stops admission.
+- **Batch order**: a persistent batch (removed requests leave holes, new
+  ones fill the lowest holes, then the batch is condensed by moving the last
+  request into the first hole), then decodes first: requests with
+  ``q <= reorder_batch_threshold`` moved to the front, stably (default) or by
+  swapping the last decodes with the first prefills (``reorder="swap"``).
+
+Choices come from a :class:`Source`: :func:`draw_small_step` draws a small
+step from any source (the Hypothesis strategy
+``batchfuzz.strategies.realizable_steps`` feeds it Hypothesis choices, which
+shrink; :func:`sample_small_step` a numpy generator), and
+:func:`sample_realizable_step` draws realistic large steps for the benchmark.
+Every option list puts first what a counterexample should shrink to: fewer
+steps, fewer and shorter requests, one KV group of block size 2, no sliding
+window, ample token budget, pool and ``max_num_seqs``, fresh prompts before
+shared ones.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+
+from batchfuzz.reference._args import ceil_div
+from batchfuzz.reference._step import Step
+
+T = TypeVar("T")
+
+# Labels: scheduler-level input classes of the emitted step.
+SAME_STEP_HIT = "same-step hit"
+READER_BEFORE_WRITER = "same-step hit, reader before writer"
+FULLY_CACHED = "fully cached prompt (q == 1, c > 0)"
+PREFIX_HIT = "prefix hit"
+DECODE = "decode"
+CHUNKED_PREFILL = "chunked prefill"
+SLIDING_NULLS = "sliding-window nulls"
+IDENTICAL_PROMPTS = "identical prompts"
+SEVERAL_GROUPS = "several groups"
+DIFFERENT_BLOCK_SIZES = "different block sizes"
+PREEMPTION = "preempted and resumed"
+EVICTION = "evicted cache block reused"
+IDS_ACROSS_GROUPS = "block id in several groups"
+REORDERED = "decodes moved to the front"
+SPEC_DECODE = "spec decode (q = 1 + drafts)"
+
+LABELS = (
+    SAME_STEP_HIT, READER_BEFORE_WRITER, FULLY_CACHED, PREFIX_HIT, DECODE, CHUNKED_PREFILL, SLIDING_NULLS,
+    IDENTICAL_PROMPTS, SEVERAL_GROUPS, DIFFERENT_BLOCK_SIZES, PREEMPTION, EVICTION, IDS_ACROSS_GROUPS, REORDERED,
+    SPEC_DECODE,
+)
+
+
+
+# ---------------------------------------------------------------------------
+# Engine configuration
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """One KV-cache group: block size, and a sliding window (None: full attention)."""
+
+    block_size: int
+    window: int | None = None
+
+    @property
+    def kind(self) -> str:
+        return "full" if self.window is None else "sliding"
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """What the modelled scheduler is configured with."""
+
+    groups: tuple[GroupSpec, ...]
+    num_blocks: int  # real blocks per pool (ids 1..num_blocks); 0 is the null block
+    shared_pool: bool
+    token_budget: int
+    max_num_seqs: int
+    max_model_len: int
+    reorder_batch_threshold: int = 1
+    reorder: str = "stable"  # "stable" | "swap"
+    num_spec_tokens: int = 0  # draft tokens a decode schedules on top of its one token
+
+    def __post_init__(self) -> None:
+        if not self.groups or self.groups[0].window is not None:
+            raise ValueError(f"groups must start with a full-attention group, got {self.groups!r}")
+        if self.num_spec_tokens < 0:
+            raise ValueError(f"num_spec_tokens must be >= 0, got {self.num_spec_tokens}")
+        if self.reorder not in ("stable", "swap"):
+            raise ValueError(f"reorder must be 'stable' or 'swap', got {self.reorder!r}")
+        for g in self.groups:
+            if g.block_size < 1 or (g.window is not None and g.window < 1):
+                raise ValueError(f"block_size and window must be >= 1, got {g!r}")
+
+    @property
+    def hit_alignment(self) -> int:
+        """Hit lengths are multiples of every group's block size."""
+        out = 1
+        for g in self.groups:
+            out = out * g.block_size // math.gcd(out, g.block_size)
+        return out
+
+
+# ---------------------------------------------------------------------------
+# The scheduler model
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class _Request:
+    rid: int
+    prompt: list[int]
+    max_tokens: int
+    stream: int
+    tokens: list[int]
+    blocks: list[list[int]]
+    num_cached_blocks: list[int]
+    hashes: list[list[int]]
+    num_computed: int = 0
+    num_generated: int = 0
+    was_preempted: bool = False
+    finished: bool = False
+
+
+class _Pool:
+    """A block pool: ids 1..n, LRU free queue, reference counts, prefix cache."""
+
+    def __init__(self, num_blocks: int) -> None:
+        self.free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(1, num_blocks + 1))
+        self.ref: dict[int, int] = {}
+        self.cache: dict[tuple[int, int], list[int]] = {}
+        self.key_of: dict[int, tuple[int, int]] = {}
+        self.evictions = 0
+
+    def num_free(self) -> int:
+        return len(self.free)
+
+    def allocate(self) -> int:
+        block, _ = self.free.popitem(last=False)
+        key = self.key_of.pop(block, None)
+        if key is not None:
+            holders = self.cache[key]
+            holders.remove(block)
+            if not holders:
+                del self.cache[key]
+            self.evictions += 1
+        self.ref[block] = 1
+        return block
+
+    def touch(self, block: int) -> None:
+        if self.ref.get(block, 0) == 0:
+            del self.free[block]
+        self.ref[block] = self.ref.get(block, 0) + 1
+
+    def release(self, block: int) -> None:
+        self.ref[block] -= 1
+        if self.ref[block] == 0:
+            self.free[block] = None
+
+    def register(self, key: tuple[int, int], block: int) -> None:
+        if block in self.key_of:
+            return
+        self.key_of[block] = key
+        self.cache.setdefault(key, []).append(block)
+
+    def lookup(self, key: tuple[int, int]) -> int | None:
+        holders = self.cache.get(key)
+        return holders[0] if holders else None
+
+
+@dataclass
+class _Scheduled:
+    """One scheduled step, before it runs."""
+
+    entries: list[tuple[_Request, int]]  # (request, num scheduled tokens) in scheduling order
+    computed: dict[int, int]  # rid -> c at the start of the step
+    new: set[int]  # rids admitted from the waiting queue this step
+    hits: list[tuple[int, int, int, int]]  # (group, reader rid, writer rid, block): same-step hits
+    preempted: bool
+
+
+class SchedulerModel:
+    """A small prefix-caching scheduler; see the module docstring."""
+
+    def __init__(self, cfg: EngineConfig) -> None:
+        self.cfg = cfg
+        n_pools = 1 if cfg.shared_pool else len(cfg.groups)
+        self.pools = [_Pool(cfg.num_blocks) for _ in range(n_pools)]
+        self.requests: list[_Request] = []
+        self.waiting: list[_Request] = []
+        self.running: list[_Request] = []
+        self.slots: list[int | None] = []  # persistent batch: rid per slot
+        self.step_index = 0
+        self._next_token = 1
+        self._streams: dict[tuple[int, int], int] = {}
+        self._num_streams = 0
+        self.any_preemption = False
+        self._writers: dict[tuple[int, int], int] = {}  # (pool, block) -> rid registering it this step
+
+    # -- tokens ---------------------------------------------------------------
+    def fresh_tokens(self, n: int) -> list[int]:
+        out = list(range(self._next_token, self._next_token + n))
+        self._next_token += n
+        return out
+
+    def new_stream(self) -> int:
+        self._num_streams += 1
+        return self._num_streams
+
+    def _output_token(self, stream: int, index: int) -> int:
+        key = (stream, index)
+        if key not in self._streams:
+            self._streams[key] = self.fresh_tokens(1)[0]
+        return self._streams[key]
+
+    # -- requests -------------------------------------------------------------
+    def add_request(self, prompt: Sequence[int], max_tokens: int, stream: int | None = None) -> _Request:
+        prompt = list(prompt)
+        if not 1 <= len(prompt) < self.cfg.max_model_len:
+            raise ValueError(f"prompt length must be in [1, max_model_len), got {len(prompt)}")
+        max_tokens = max(1, min(max_tokens, self.cfg.max_model_len - len(prompt)))
+        g = len(self.cfg.groups)
+        req = _Request(len(self.requests), prompt, max_tokens, self.new_stream() if stream is None else stream,
+                       list(prompt), [[] for _ in range(g)], [0] * g, [[] for _ in range(g)])
+        self.requests.append(req)
+        self.waiting.append(req)
+        return req
+
+    def _pool(self, g: int) -> int:
+        return 0 if self.cfg.shared_pool else g
+
+    def _hashes(self, req: _Request, g: int, n: int) -> list[int]:
+        """The chain hashes of the first ``n`` full blocks of ``req`` in group ``g``."""
+        b = self.cfg.groups[g].block_size
+        hs = req.hashes[g]
+        while len(hs) < n:
+            j = len(hs)
+            parent = hs[-1] if hs else 0
+            hs.append(hash((parent, tuple(req.tokens[j * b:(j + 1) * b]))))
+        return hs[:n]
+
+    def _find_hit(self, req: _Request) -> tuple[int, list[list[int]]]:
+        """Longest prefix-cache hit: length and per-group block lists (nulls included)."""
+        cfg = self.cfg
+        max_hit = len(req.tokens) - 1
+        align = cfg.hit_alignment
+        cached: list[list[int | None]] = []
+        for g, spec in enumerate(cfg.groups):
+            pool = self.pools[self._pool(g)]
+            cached.append([pool.lookup((g, h)) for h in self._hashes(req, g, max_hit // spec.block_size)])
+
+        def ok(g: int, h: int) -> bool:
+            spec = cfg.groups[g]
+            n = h // spec.block_size
+            start = 0 if spec.window is None else max(0, n - ceil_div(spec.window - 1, spec.block_size))
+            return all(b is not None for b in cached[g][start:n])
+
+        h = (max_hit // align) * align
+        while h > 0 and not all(ok(g, h) for g in range(len(cfg.groups))):
+            h -= align
+        blocks: list[list[int]] = []
+        for g, spec in enumerate(cfg.groups):
+            n = h // spec.block_size
+            start = 0 if spec.window is None else max(0, n - ceil_div(spec.window - 1, spec.block_size))
+            blocks.append([0] * start + [int(b) for b in cached[g][start:n] if b is not None])
+        return h, blocks
+
+    def _skipped(self, g: int, c: int) -> int:
+        """Leading blocks of a sliding-window group wholly outside the window of position ``c``."""
+        spec = self.cfg.groups[g]
+        if spec.window is None:
+            return 0
+        return max(0, c - spec.window + 1) // spec.block_size
+
+    def _allocate(self, req: _Request, n: int, hit: list[list[int]] | None) -> bool:
+        """Give ``req`` blocks for positions up to ``c + n``; all or nothing.
+
+        ``hit`` (new requests only) is the per-group cache hit; ``req.num_computed``
+        is already its length.
+        """
+        cfg = self.cfg
+        c = req.num_computed
+        end = c + n
+        current = hit if hit is not None else req.blocks
+        # Sliding-window blocks outside the window are dropped first (freeing them).
+        to_drop: list[tuple[int, int]] = []
+        kept: list[list[int]] = []
+        for g in range(len(cfg.groups)):
+            row = list(current[g])
+            for j in range(min(self._skipped(g, c), len(row))):
+                if row[j] != 0:
+                    to_drop.append((g, row[j]))
+                    row[j] = 0
+            kept.append(row)
+        need = [0] * len(self.pools)
+        for g, spec in enumerate(cfg.groups):
+            need[self._pool(g)] += max(0, ceil_div(end, spec.block_size) - len(kept[g]))
+        if hit is not None:  # touching an evictable hit block takes it out of the free queue
+            for g in range(len(cfg.groups)):
+                pool = self.pools[self._pool(g)]
+                need[self._pool(g)] += sum(1 for b in kept[g] if b != 0 and pool.ref.get(b, 0) == 0)
+        freed = [0] * len(self.pools)
+        if hit is None:
+            for g, b in to_drop:
+                if self.pools[self._pool(g)].ref[b] == 1:
+                    freed[self._pool(g)] += 1
+        if any(need[p] > self.pools[p].num_free() + freed[p] for p in range(len(self.pools))):
+            return False
+        # Commit.
+        if hit is None:
+            for g, b in to_drop:
+                self.pools[self._pool(g)].release(b)
+        if hit is not None:  # touch every group's hit blocks before any allocation can evict them
+            for g in range(len(cfg.groups)):
+                for b in kept[g]:
+                    if b != 0:
+                        self.pools[self._pool(g)].touch(b)
+                req.num_cached_blocks[g] = len(kept[g])
+        for g, spec in enumerate(cfg.groups):
+            pool = self.pools[self._pool(g)]
+            row = kept[g]
+            while len(row) < ceil_div(end, spec.block_size):
+                row.append(pool.allocate())
+            req.blocks[g] = row
+            # Register the blocks this step fills completely, before the step runs.
+            full = min(end, len(req.tokens)) // spec.block_size  # draft positions are never cached
+            hs = self._hashes(req, g, full)
+            for j in range(req.num_cached_blocks[g], full):
+                if row[j] != 0:
+                    pool.register((g, hs[j]), row[j])
+                    if (j + 1) * spec.block_size > c:  # written in this step (accepted drafts were written earlier)
+                        self._writers[(self._pool(g), row[j])] = req.rid
+            req.num_cached_blocks[g] = max(req.num_cached_blocks[g], full)
+        return True
+
+    def _free(self, req: _Request) -> None:
+        for g in range(len(self.cfg.groups)):
+            pool = self.pools[self._pool(g)]
+            for b in reversed(req.blocks[g]):  # tail first: it is evicted first
+                if b != 0:
+                    pool.release(b)
+            req.blocks[g] = []
+            req.num_cached_blocks[g] = 0
+
+    def _preempt(self) -> _Request:
+        victim = self.running.pop()
+        self._free(victim)
+        victim.num_computed = 0
+        victim.was_preempted = True
+        self.waiting.insert(0, victim)
+        self.any_preemption = True
+        return victim
+
+    def schedule(self, token_budget: int | None = None) -> _Scheduled:
+        """Schedule one step (allocating and registering blocks); does not run it.
+
+        ``token_budget`` overrides the configured budget for this step only.
+        """
+        cfg = self.cfg
+        self._writers = {}
+        budget = cfg.token_budget if token_budget is None else token_budget
+        entries: list[tuple[_Request, int]] = []
+        computed: dict[int, int] = {}
+        preempted = False
+        i = 0
+        while i < len(self.running) and budget > 0:
+            req = self.running[i]
+            n = min(len(req.tokens) - req.num_computed + self._num_drafts(req), budget)
+            scheduled = True
+            while not self._allocate(req, n, None):
+                preempted = True
+                if self._preempt() is req:
+                    scheduled = False
+                    break
+            if not scheduled:
+                break
+            entries.append((req, n))
+            computed[req.rid] = req.num_computed
+            budget -= n
+            i += 1
+        new: set[int] = set()
+        hits: list[tuple[int, int, int, int]] = []
+        while not preempted and self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
+            req = self.waiting[0]
+            h, hit = self._find_hit(req)
+            n = min(len(req.tokens) - h, budget)
+            req.num_computed = h
+            if not self._allocate(req, n, hit):
+                req.num_computed = 0
+                break
+            for g in range(len(cfg.groups)):
+                for b in req.blocks[g][: h // cfg.groups[g].block_size]:
+                    writer = self._writers.get((self._pool(g), b))
+                    if b != 0 and writer is not None and writer != req.rid:
+                        hits.append((g, req.rid, writer, b))
+            self.waiting.pop(0)
+            self.running.append(req)
+            entries.append((req, n))
+            computed[req.rid] = h
+            new.add(req.rid)
+            budget -= n
+        return _Scheduled(entries, computed, new, hits, preempted)
+
+    def _num_drafts(self, req: _Request) -> int:
+        """Draft tokens a decode schedules (speculative decoding), within max_model_len."""
+        if self.cfg.num_spec_tokens == 0 or len(req.tokens) - req.num_computed != 1 or len(req.tokens) <= len(req.prompt):
+            return 0
+        return max(0, min(self.cfg.num_spec_tokens, self.cfg.max_model_len - len(req.tokens) - 1))
+
+    def run(self, sched: _Scheduled) -> None:
+        """Run a scheduled step: advance, sample one token per finished prompt
+        (a decode with drafts keeps a deterministic pseudo-random number of
+        them, plus one), retire finished requests."""
+        for req, n in sched.entries:
+            need = len(req.tokens) - req.num_computed
+            new_tokens = 0
+            if n > need:  # a decode with n - 1 drafts: verification accepts `accepted` of them
+                accepted = (req.rid * 40503 + self.step_index * 2654435761) % n
+                req.num_computed += 1 + accepted
+                new_tokens = accepted + 1
+            else:
+                req.num_computed += n
+                new_tokens = 1 if req.num_computed == len(req.tokens) else 0
+            for _ in range(new_tokens):
+                req.tokens.append(self._output_token(req.stream, req.num_generated))
+                req.num_generated += 1
+            if new_tokens:
+                if req.num_generated >= req.max_tokens or len(req.tokens) >= self.cfg.max_model_len:
+                    req.finished = True
+                    self.running.remove(req)
+                    self._free(req)
+        self.step_index += 1
+
+    def batch_order(self, sched: _Scheduled) -> tuple[list[_Request], bool]:
+        """Update the persistent batch for this step; return its order and whether
+        the decodes-first reorder moved anything."""
+        scheduled = {req.rid: n for req, n in sched.entries}
+        slots = [rid if rid in scheduled else None for rid in self.slots]
+        present = {rid for rid in slots if rid is not None}
+        for req, _ in sched.entries:
+            if req.rid in present:
+                continue
+            hole = next((k for k, rid in enumerate(slots) if rid is None), None)
+            if hole is None:
+                slots.append(req.rid)
+            else:
+                slots[hole] = req.rid
+        # Condense: move the last request into the first hole.
+        while None in slots:
+            while slots and slots[-1] is None:
+                slots.pop()
+            if None not in slots:
+                break
+            slots[slots.index(None)] = slots.pop()
+        thr = self.cfg.reorder_batch_threshold
+        is_dec = [scheduled[rid] <= thr for rid in slots]  # type: ignore[index]
+        if self.cfg.reorder == "stable":
+            order = [k for k in range(len(slots)) if is_dec[k]] + [k for k in range(len(slots)) if not is_dec[k]]
+            new_slots = [slots[k] for k in order]
+        else:
+            new_slots = list(slots)
+            num_dec = sum(is_dec)
+            front_prefills = [k for k in range(num_dec) if not is_dec[k]]
+            back_decodes = [k for k in range(num_dec, len(slots)) if is_dec[k]]
+            for a, b in zip(front_prefills, reversed(back_decodes), strict=False):
+                new_slots[a], new_slots[b] = new_slots[b], new_slots[a]
+        moved = new_slots != slots
+        self.slots = list(new_slots)
+        by_id = {req.rid: req for req, _ in sched.entries}
+        return [by_id[rid] for rid in new_slots if rid is not None], moved
+
+
+# ---------------------------------------------------------------------------
+# Emitting a step
+# ---------------------------------------------------------------------------
+
+
+def _emit(model: SchedulerModel, sched: _Scheduled, pad: str, dtype: Any, table_dtype: Any) -> tuple[Step, dict[str, Any]]:
+    """The scheduled step as contract E sees it. ``pad``: table widths are the
+    widest row ("tight"), one more ("plus one") or ``cdiv(max_model_len, B)``."""
+    cfg = model.cfg
+    order, moved = model.batch_order(sched)
+    q_of = {req.rid: n for req, n in sched.entries}
+    r = len(order)
+    c = np.array([sched.computed[req.rid] for req in order], dtype=dtype)
+    q = np.array([q_of[req.rid] for req in order], dtype=dtype)
+    tables = []
+    for g in range(len(cfg.groups)):
+        need = max((len(req.blocks[g]) for req in order), default=0)
+        w = {"tight": need, "plus one": need + 1}.get(pad, max(need, ceil_div(cfg.max_model_len, cfg.groups[g].block_size)))
+        t = np.zeros((r, w), dtype=table_dtype)
+        for i, req in enumerate(order):
+            t[i, : len(req.blocks[g])] = req.blocks[g]
+        tables.append(t)
+    step = Step(c, q, tables, [g.block_size for g in cfg.groups])
+    pos = {req.rid: i for i, req in enumerate(order)}
+    hits = sorted({(g, pos[a], pos[b], blk) for g, a, b, blk in sched.hits})
+    labels: list[str] = []
+    if hits:
+        labels.append(SAME_STEP_HIT)
+        if any(rd < wr for _, rd, wr, _ in hits):
+            labels.append(READER_BEFORE_WRITER)
+    new_flags = [req.rid in sched.new for req in order]
+    if any(new_flags[i] and q[i] == 1 and c[i] > 0 for i in range(r)):
+        labels.append(FULLY_CACHED)
+    if any(new_flags[i] and c[i] > 0 for i in range(r)):
+        labels.append(PREFIX_HIT)
+    if any(int(c[i]) >= len(req.prompt) for i, req in enumerate(order)):
+        labels.append(DECODE)
+    if any(int(c[i]) < len(req.prompt) and (int(c[i] + q[i]) < len(req.prompt) or not new_flags[i])
+           for i, req in enumerate(order)):
+        labels.append(CHUNKED_PREFILL)
+    if any(spec.window is not None and any(0 in req.blocks[g][:1] for req in order) for g, spec in enumerate(cfg.groups)):
+        labels.append(SLIDING_NULLS)
+    prompts = [tuple(req.prompt) for req in order]
+    if len(set(prompts)) < len(prompts):
+        labels.append(IDENTICAL_PROMPTS)
+    if len(cfg.groups) > 1:
+        labels.append(SEVERAL_GROUPS)
+        if len({g.block_size for g in cfg.groups}) > 1:
+            labels.append(DIFFERENT_BLOCK_SIZES)
+    if model.any_preemption:
+        labels.append(PREEMPTION)
+    if any(p.evictions for p in model.pools):
+        labels.append(EVICTION)
+    if not cfg.shared_pool:
+        seen: list[set[int]] = [{int(b) for b in np.unique(t)} - {0} for t in tables]
+        if any(seen[a] & seen[b] for a in range(len(seen)) for b in range(a + 1, len(seen))):
+            labels.append(IDS_ACROSS_GROUPS)
+    if moved:
+        labels.append(REORDERED)
+    if any(int(c[i] + q[i]) > len(req.tokens) for i, req in enumerate(order)):
+        labels.append(SPEC_DECODE)
+    info: dict[str, Any] = {
+        "labels": labels,
+        "reorder_batch_threshold": cfg.reorder_batch_threshold,
+        "reorder": cfg.reorder,
+        "group_kinds": [g.kind for g in cfg.groups],
+        "sliding_windows": [g.window for g in cfg.groups],
+        "shared_pool": cfg.shared_pool,
+        "same_step_hits": hits,  # (group, reader row, writer row, block) in batch order
+        "new_request": new_flags,
+        "prompt_lens": [len(req.prompt) for req in order],
+        # Positions [0, c + q) per row; -1 marks a draft token (speculative decoding).
+        "token_ids": [list(req.tokens[: int(c[i] + q[i])]) + [-1] * max(0, int(c[i] + q[i]) - len(req.tokens))
+                      for i, req in enumerate(order)],
+        "num_spec_tokens": cfg.num_spec_tokens,
+        "num_steps": model.step_index + 1,
+        "token_budget": cfg.token_budget,
+        "max_num_seqs": cfg.max_num_seqs,
+        "max_model_len": cfg.max_model_len,
+    }
+    return step, info
+
+
+# ---------------------------------------------------------------------------
+# Drawing workloads: one description, two sources of randomness
+# ---------------------------------------------------------------------------
+
+
+class Source(Protocol):
+    """Where choices come from: Hypothesis (shrinkable) or a numpy Generator."""
+
+    def integers(self, lo: int, hi: int) -> int: ...
+
+    def sampled(self, options: Sequence[T]) -> T: ...
+
+
+class RngSource:
+    """Choices drawn from a numpy Generator."""
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self.rng = rng
+
+    def integers(self, lo: int, hi: int) -> int:
+        return int(self.rng.integers(lo, max(lo, hi) + 1))
+
+    def sampled(self, options: Sequence[T]) -> T:
+        return options[int(self.rng.integers(len(options)))]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """How requests arrive. Option lists are weighted by repetition; the first
+    option is where Hypothesis shrinks to."""
+
+    max_prompt_len: int
+    max_output_len: int
+    prompt_kinds: tuple[str, ...] = ("fresh", "parallel", "copy", "prefix", "parallel", "followup", "copy", "prefix", "parallel")
+    length_shapes: tuple[str, ...] = ("any", "k*A+1", "k*A", "k*A+1")
+    max_parallel: int = 4
+    long_prompt_len: int = 0  # > 0: prompt lengths drawn up to this from a long tail
+    num_roots: int = 0  # > 0: shared system prompts drawn up front (benchmark workloads)
+    root_len: tuple[int, int] = (0, 0)
+
+
+def _draw_len(src: Source, w: Workload, align: int, lo: int = 1, hi: int | None = None) -> int:
+    hi = w.max_prompt_len if hi is None else hi
+    if hi <= lo:
+        return lo
+    shape = src.sampled(w.length_shapes)
+    if shape == "any" or align > hi:
+        return src.integers(lo, hi)
+    k = src.integers(max(0, (lo - 1) // align), max(0, (hi - 1) // align if shape == "k*A+1" else hi // align))
+    n = k * align + (1 if shape == "k*A+1" else 0)
+    return min(max(n, lo), hi)
+
+
+class _Arrivals:
+    """Draws arriving requests into a SchedulerModel."""
+
+    def __init__(self, src: Source, model: SchedulerModel, w: Workload) -> None:
+        self.src, self.model, self.w = src, model, w
+        self.prompts: list[list[int]] = []
+        self.roots = [model.fresh_tokens(src.integers(*w.root_len)) for _ in range(w.num_roots)]
+
+    def _fresh_prompt(self) -> list[int]:
+        align = self.model.cfg.hit_alignment
+        limit = self.model.cfg.max_model_len - 1
+        if self.roots and self.src.integers(0, 3) > 0:
+            root = self.src.sampled(self.roots)
+            n = _draw_len(self.src, self.w, align, 1, max(1, min(self.w.max_prompt_len, limit - len(root))))
+            return (root + self.model.fresh_tokens(n))[:limit]
+        return self.model.fresh_tokens(_draw_len(self.src, self.w, align, 1, min(self.w.max_prompt_len, limit)))
+
+    def draw_prompt(self) -> tuple[list[int], int]:
+        """A prompt and how many identical copies arrive together (parallel sampling)."""
+        src, w, model = self.src, self.w, self.model
+        kind = src.sampled(w.prompt_kinds)
+        limit = model.cfg.max_model_len - 1
+        copies = 1
+        if kind in ("copy", "prefix") and self.prompts:
+            parent = self.prompts[len(self.prompts) - 1 - src.integers(0, len(self.prompts) - 1)]  # recent first
+            if kind == "copy":
+                prompt = list(parent)
+            else:
+                align = model.cfg.hit_alignment
+                cut = src.sampled(("block", "any", "whole"))
+                if cut == "block":
+                    keep = min(len(parent), align * src.integers(0, len(parent) // align))
+                elif cut == "any":
+                    keep = src.integers(1, len(parent))
+                else:
+                    keep = len(parent)
+                room = min(w.max_prompt_len, limit) - keep
+                suffix = _draw_len(src, w, align, 1, room) if room >= 1 else 0
+                prompt = (parent[:keep] + model.fresh_tokens(suffix))[:limit]
+        elif kind == "followup" and model.requests:
+            parent_req = model.requests[len(model.requests) - 1 - src.integers(0, len(model.requests) - 1)]
+            base = parent_req.tokens[: min(limit - 1, 2 * w.max_prompt_len)]
+            room = min(w.max_prompt_len + len(base), limit) - len(base)
+            prompt = base + model.fresh_tokens(max(1, min(room, _draw_len(src, w, 1, 1, max(1, room)))))
+            prompt = prompt[:limit]
+        else:
+            prompt = self._fresh_prompt()
+            if kind == "parallel":
+                copies = src.integers(2, w.max_parallel)
+        return prompt, copies
+
+    def arrive(self, count: int, budget_reqs: list[int]) -> None:
+        """``count`` arrival events (a parallel-sampling event brings several requests);
+        ``budget_reqs[0]`` caps the number of requests added and is decremented."""
+        for _ in range(count):
+            if budget_reqs[0] <= 0:
+                return
+            prompt, copies = self.draw_prompt()
+            copies = min(copies, budget_reqs[0])
+            greedy = copies > 1 and self.src.integers(0, 1) == 1
+            stream = self.model.new_stream() if greedy else None
+            out_len = self.src.integers(1, self.w.max_output_len)
+            for _ in range(copies):
+                self.model.add_request(prompt, out_len, stream)
+            budget_reqs[0] -= copies
+            self.prompts.append(prompt)
+
+
+def _finish_step(src: Source, model: SchedulerModel, arrivals: _Arrivals, budget_reqs: list[int]) -> _Scheduled:
+    """Schedule the final step; if it would be empty, run it and add a request."""
+    sched = model.schedule()
+    while not sched.entries:
+        model.run(sched)
+        budget_reqs[0] = max(budget_reqs[0], 1)
+        arrivals.arrive(1, budget_reqs)
+        sched = model.schedule()
+    return sched
+
+
+_BLOCK_SIZES = (2, 4, 8, 16, 1, 3, 32, 5, 12)
+
+
+def _draw_config(src: Source, *, max_reqs: int, max_prompt_len: int, max_output_len: int, min_block_size: int,
+                 max_block_size: int, max_groups: int, sliding: bool, max_token_budget: int,
+                 reorder_batch_threshold: int | None, reorder: str | None, shared_pool: bool | None,
+                 max_spec_tokens: int) -> EngineConfig:
+    allowed = [b for b in _BLOCK_SIZES if min_block_size <= b <= max_block_size] or [min_block_size]
+    b0 = src.sampled(allowed)
+    groups = [GroupSpec(b0)]
+    for _ in range(src.integers(1, max(1, max_groups)) - 1):
+        # Related sizes (hybrid models) mostly, any allowed size sometimes.
+        related = [b for b in (b0 * 2, b0 // 2, b0, b0 * 4, b0 // 4) if min_block_size <= b <= max_block_size and b >= 1]
+        b = src.sampled(related + [src.sampled(allowed)]) if related else src.sampled(allowed)
+        window = None
+        if sliding and src.integers(0, 2) > 0:
+            window = src.sampled((8, 1, 2, 4, 16, 32, 64, 3, 17))
+            window = max(1, min(window, 4 * max_prompt_len))
+        groups.append(GroupSpec(b, window))
+    max_model_len = max_prompt_len + max_output_len + 1
+    spec = min(max_spec_tokens, src.sampled((0, 0, 0, 1, 2, 3, 4))) if max_spec_tokens > 0 else 0
+    # Backends that split decodes from prefills raise the threshold to 1 + drafts.
+    thr = reorder_batch_threshold if reorder_batch_threshold is not None else src.sampled((1, 2, 4, 16, 1 + spec))
+    order = reorder if reorder is not None else src.sampled(("stable", "swap"))
+    pool_shared = shared_pool if shared_pool is not None else src.sampled((True, False))
+    max_num_seqs = max_reqs if src.integers(0, 3) > 0 else src.integers(1, max_reqs)
+    budget = max_token_budget - src.integers(0, max_token_budget - 1)
+    if src.integers(0, 3) == 0:  # small budgets make chunked prefill common
+        budget = min(budget, src.integers(1, max(1, max_prompt_len // 2)))
+    min_b = min(g.block_size for g in groups)
+    one_request = sum(ceil_div(max_model_len, g.block_size) for g in groups) + 1
+    ample = one_request * (max_reqs + 2) + 2 * max_reqs * (max_prompt_len // min_b + 2)
+    # Tight pools force preemption and eviction; the smallest still fits one longest request.
+    if src.integers(0, 2) < 2:
+        num_blocks = ample
+    else:
+        num_blocks = one_request + src.integers(0, one_request // 2)
+    return EngineConfig(tuple(groups), num_blocks, pool_shared, budget, max_num_seqs, max_model_len, thr, order, spec)
+
+
+_SMALL_BOUNDS: dict[str, Any] = {
+    "max_reqs": 12, "max_prompt_len": 128, "max_output_len": 12, "min_block_size": 1, "max_block_size": 32,
+    "max_groups": 3, "max_steps": 5, "sliding": True, "max_token_budget": 512, "reorder_batch_threshold": 1,
+    "reorder": "stable", "shared_pool": None, "pad_tables": True, "max_spec_tokens": 3,
+}
+
+
+def check_bounds(bounds: dict[str, Any]) -> dict[str, Any]:
+    """The bounds of a small step (see ``_SMALL_BOUNDS`` for names and defaults)
+    merged with the defaults; TypeError for an unknown name, ValueError for a
+    bad value, naming it."""
+    unknown = set(bounds) - set(_SMALL_BOUNDS)
+    if unknown:
+        raise TypeError(f"unknown bounds {sorted(unknown)}; known: {sorted(_SMALL_BOUNDS)}")
+    b = {**_SMALL_BOUNDS, **bounds}
+    for name in ("max_reqs", "max_prompt_len", "max_output_len", "min_block_size", "max_groups", "max_steps",
+                 "max_token_budget"):
+        if not isinstance(b[name], int) or b[name] < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {b[name]!r}")
+    if b["max_block_size"] < b["min_block_size"]:
+        raise ValueError(f"max_block_size={b['max_block_size']} < min_block_size={b['min_block_size']}")
+    return b
+
+
+def draw_small_step(src: Source, bounds: dict[str, Any]) -> tuple[Step, dict[str, Any]]:
+    """One small realizable step, its choices from ``src`` (see ``check_bounds``)."""
+    b = check_bounds(bounds)
+    cfg = _draw_config(src, max_reqs=b["max_reqs"], max_prompt_len=b["max_prompt_len"], max_output_len=b["max_output_len"],
+                       min_block_size=b["min_block_size"], max_block_size=b["max_block_size"], max_groups=b["max_groups"],
+                       sliding=b["sliding"], max_token_budget=b["max_token_budget"],
+                       reorder_batch_threshold=b["reorder_batch_threshold"], reorder=b["reorder"], shared_pool=b["shared_pool"],
+                       max_spec_tokens=b["max_spec_tokens"])
+    model = SchedulerModel(cfg)
+    w = Workload(max_prompt_len=b["max_prompt_len"], max_output_len=b["max_output_len"])
+    arrivals = _Arrivals(src, model, w)
+    budget_reqs = [2 * b["max_reqs"]]
+    num_steps = src.integers(1, b["max_steps"])
+    for s in range(num_steps):
+        # Arrival events per step; the emitted step mostly has some (same-step hits need them).
+        count = src.integers(1 if s == 0 else 0, 3) if s < num_steps - 1 else src.sampled((2, 1, 3, 2, 0, 4))
+        arrivals.arrive(count, budget_reqs)
+        if s == num_steps - 1:
+            break
+        model.run(model.schedule())
+    sched = _finish_step(src, model, arrivals, budget_reqs)
+    pad = src.sampled(("tight", "plus one", "max_model_len")) if b["pad_tables"] else "tight"
+    dtype = src.sampled((np.int64, np.int32))
+    table_dtype = src.sampled((np.int32, np.int64))
+    return _emit(model, sched, pad, dtype, table_dtype)
+
+
+def sample_small_step(rng: np.random.Generator | int, **bounds: Any) -> tuple[Step, dict[str, Any]]:
+    """The same draw as ``batchfuzz.strategies.realizable_steps``, from a numpy Generator (seeded loops)."""
+    if not isinstance(rng, np.random.Generator):
+        rng = np.random.default_rng(rng)
+    return draw_small_step(RngSource(rng), bounds)
+
+
+# ---------------------------------------------------------------------------
+# Plain generator: realistic large steps for the benchmark
+# ---------------------------------------------------------------------------
+
+PROFILES = ("decode-heavy", "prefill-heavy", "mixed")
+
+# Per profile: token budget of the emitted step, share of max_num_seqs already
+# running (decoding) before it, typical new prompt length (tokens).
+_PROFILE_SHAPE = {
+    "decode-heavy": (8192, 0.97, 1024),
+    "mixed": (16384, 0.75, 1024),
+    "prefill-heavy": (65536, 0.125, 512),
+}
+
+
+def default_groups(num_groups: int, base_block_size: int = 16) -> tuple[GroupSpec, ...]:
+    """1: full attention B=16; 2: plus sliding window (B=32, window 1024);
+    3: plus full attention with B=8."""
+    if not 1 <= num_groups <= 3:
+        raise ValueError(f"num_groups must be in 1..3, got {num_groups}")
+    b = base_block_size
+    return (GroupSpec(b), GroupSpec(2 * b, 1024), GroupSpec(max(1, b // 2)))[:num_groups]
+
+
+def sample_realizable_step(
+    rng: np.random.Generator | int,
+    num_reqs: int = 256,
+    max_blocks_per_req: int = 2048,
+    profile: str = "mixed",
+    num_groups: int = 1,
+    groups: Sequence[GroupSpec] | None = None,
+    reorder_batch_threshold: int = 1,
+    num_waves: int = 8,
+    dtype: Any = np.int32,
+) -> tuple[Step, dict[str, Any]]:
+    """A realistic large step from the same scheduler model (no Hypothesis).
+
+    ``num_reqs`` is ``max_num_seqs``; ``max_model_len = max_blocks_per_req *
+    B_0`` and every block table is ``cdiv(max_model_len, B_g)`` columns wide
+    (the engine's persistent table width). History: ``num_waves`` waves of
+    long-running requests (prompts sharing a few system prompts, parallel
+    sampling, follow-up turns), each prefilled and then decoded for a drawn
+    number of steps, so that context lengths differ; the history runs with an
+    unlimited token budget (a budget is per step; this only shortens the
+    simulation). Then one step with long prompts under the profile's budget
+    (leaving chunked prefills), then new arrivals and the emitted step under
+    the profile's budget:
+
+    - ``decode-heavy``: ~97% of ``max_num_seqs`` already decoding, budget 8192;
+    - ``mixed``: ~75% decoding, budget 16384;
+    - ``prefill-heavy``: ~12% decoding, a burst of new prompts, budget 65536.
+
+    The step schedules up to ``num_reqs`` requests (fewer when the budget runs out).
+    """
+    if profile not in PROFILES:
+        raise ValueError(f"profile must be one of {PROFILES}, got {profile!r}")
+    if num_reqs < 1 or max_blocks_per_req < 2:
+        raise ValueError(f"num_reqs must be >= 1 and max_blocks_per_req >= 2, got {num_reqs}, {max_blocks_per_req}")
+    if not isinstance(rng, np.random.Generator):
+        rng = np.random.default_rng(rng)
+    src = RngSource(rng)
+    gs = tuple(groups) if groups is not None else default_groups(num_groups)
+    budget, running_share, prompt_len = _PROFILE_SHAPE[profile]
+    max_model_len = max_blocks_per_req * gs[0].block_size
+    prompt_len = max(1, min(prompt_len, max_model_len // 4))
+    pool_blocks = sum(ceil_div(max_model_len, g.block_size) + 1 for g in gs) * (num_reqs + 8) * 2
+    cfg = EngineConfig(gs, pool_blocks, True, budget, num_reqs, max_model_len, reorder_batch_threshold, "stable")
+    model = SchedulerModel(cfg)
+    w = Workload(max_prompt_len=prompt_len, max_output_len=max_model_len, prompt_kinds=(
+        "fresh", "fresh", "prefix", "parallel", "copy", "followup", "prefix"),
+        length_shapes=("any", "any", "any", "k*A+1"), max_parallel=4, num_roots=4,
+        root_len=(min(16, prompt_len), max(min(16, prompt_len), prompt_len)))
+    arrivals = _Arrivals(src, model, w)
+    unlimited = 1 << 40
+    old = max(0, min(num_reqs - 1, round(running_share * num_reqs)))
+    for wave in range(num_waves):
+        want = old * (wave + 1) // num_waves - len(model.running) - len(model.waiting)
+        while want > 0:
+            before = len(model.requests)
+            arrivals.arrive(1, [want])
+            want -= len(model.requests) - before
+        for _ in range(src.integers(1, 24)):
+            model.run(model.schedule(unlimited))
+    # Long prompts cut by the budget: chunked prefills still running in the emitted step.
+    long_len = min(max_model_len - 1, budget + src.integers(0, budget // 2))
+    model.add_request(model.fresh_tokens(long_len), max_model_len)
+    model.run(model.schedule())
+    w_new = Workload(max_prompt_len=prompt_len, max_output_len=max_model_len, prompt_kinds=(
+        "parallel", "prefix", "copy", "fresh", "followup", "prefix"), length_shapes=("any", "k*A+1", "k*A"),
+        max_parallel=4)
+    new_arrivals = _Arrivals(src, model, w_new)
+    new_arrivals.prompts = list(arrivals.prompts)
+    budget_reqs = [num_reqs - len(model.running) + num_reqs // 8]
+    while budget_reqs[0] > 0:
+        new_arrivals.arrive(1, budget_reqs)
+    sched = _finish_step(src, model, new_arrivals, [1])
+    return _emit(model, sched, "max_model_len", dtype, dtype)

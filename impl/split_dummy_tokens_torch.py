@@ -1,0 +1,56 @@
+"""torch implementation of contract A (CPU and CUDA), the batched form the
+exhaustive sweep uses, and the engine's LoRA capture hook split.
+
+No host synchronisation: every branch depends on Python ints only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from batchfuzz._host import to_host
+from batchfuzz.reference.split_dummy_tokens import check_split_args
+
+
+def split_dummy_tokens(num_reqs: int, num_tokens: int, device: str | torch.device = "cpu") -> torch.Tensor:
+    """Contract A; int64 tensor on ``device``."""
+    r, n = check_split_args(num_reqs, num_tokens)
+    out = torch.full((r,), n // r, dtype=torch.int64, device=device)
+    out[r - n % r :] += 1
+    return out
+
+
+def split_dummy_tokens_batched(num_reqs: int, num_tokens: torch.Tensor) -> torch.Tensor:
+    """Contract A for one ``num_reqs`` and many ``num_tokens`` at once.
+
+    ``num_tokens`` is a 1-D int64 tensor (each ``>= num_reqs``); the result has
+    shape ``(len(num_tokens), num_reqs)``, row k being the split of
+    ``num_tokens[k]``. Used by the exhaustive sweep; validation of the values
+    is the caller's (no host synchronisation here).
+    """
+    r = check_split_args(num_reqs, num_reqs)[0]
+    n = num_tokens.to(torch.int64).unsqueeze(1)
+    req = torch.arange(r, device=num_tokens.device, dtype=torch.int64).unsqueeze(0)
+    return torch.div(n, r, rounding_mode="floor") + (req >= r - torch.remainder(n, r)).to(torch.int64)
+
+
+
+def lora_capture_hook(num_reqs: int, num_tokens: int) -> torch.Tensor:
+    """LoRA capture hook: per-request counts as a tensor, from an index compare."""
+    r, n = check_split_args(num_reqs, num_tokens)
+    req_idx = torch.arange(r, dtype=torch.int64)
+    return (n // r) + (req_idx >= r - n % r).to(torch.int64)
+
+
+
+def bind(device: str) -> Callable[[Any, Any], np.ndarray]:
+    """The canonical signature on ``device``: ints in, a host int64 array out."""
+
+    def split_on_device(num_reqs: Any, num_tokens: Any) -> np.ndarray:
+        return np.asarray(to_host(split_dummy_tokens(num_reqs, num_tokens, device=device)))
+
+    return split_on_device

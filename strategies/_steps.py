@@ -1,0 +1,322 @@
+"""Steps and splits of contract E (shared by the find_conflicts and
+allow_microbatching strategies).
+
+Steps are *general* (:func:`general_steps`: random tables, several groups
+with different block sizes, null entries, ids repeated across rows, small id
+pools so that conflicts are common) or *realizable*
+(:func:`realizable_steps`: what a prefix-caching scheduler produces, drawn
+through ``batchfuzz.scheduler_model``). General steps are well-formed (no
+request reads a slot it writes itself, no slot written twice; see
+``batchfuzz.reference._step``) unless ``well_formed=False``.
+
+A case carries, in its context, the splits the properties simulate:
+
+- ``engine_splits``: the engine's token rule (``split_ubatches`` over the
+  requests with tokens, ``Np`` = the step's tokens, a capture size or a
+  little padding, ``n`` mostly 2), when it does not refuse;
+- ``adversarial_splits``: consecutive splits at arbitrary cut points.
+
+Shrinking: shapes are drawn first (groups, block sizes, requests), then
+counts, then table cells; every draw shrinks towards fewer requests and
+groups, block size 1, small counts, and the null block (cell 0), so a
+counterexample keeps only the block ids it needs. Splits shrink towards the
+engine rule with ``n = 2`` and a single cut near the start.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
+
+from batchfuzz import scheduler_model
+from batchfuzz.case import Case
+from batchfuzz.reference._args import INT_DTYPES, ceil_div
+from batchfuzz.reference._step import Range, Step, cuts_to_split
+from batchfuzz.reference.split_ubatches import split_ubatches
+from batchfuzz.strategies._engine import default_capture_sizes, pad_to_capture_size
+from batchfuzz.strategies._validate import check_integer, check_interval
+
+T = TypeVar("T")
+BLOCK_SIZES = (1, 2, 4, 3, 8)  # larger ones come with realizable steps
+NUM_UBATCHES = (2, 2, 2, 3, 4)  # 2 mostly (dual-batch overlap); 3 and 4 sometimes
+CAPTURE_SIZES = default_capture_sizes(512)
+
+
+# ---------------------------------------------------------------- general steps
+
+
+def _repair(c: list[int], q: list[int], table: list[list[int]], size: int, next_id: list[int]) -> None:
+    """Make one group well-formed in place: walking requests in batch order,
+    a written column whose slots are already written (by an earlier request
+    or column) or are computed slots of the writer itself gets a fresh block
+    id. Readers' computed columns are never changed."""
+    written: set[tuple[int, int]] = set()
+    for r in range(len(c)):
+        own_reads = {(table[r][p // size], p % size) for p in range(c[r]) if table[r][p // size] != 0} if q[r] else set()
+        for col in range(c[r] // size, ceil_div(c[r] + q[r], size)):
+            b = table[r][col]
+            if b == 0:
+                continue
+            lo, hi = max(c[r], col * size), min(c[r] + q[r], (col + 1) * size)
+            slots = {(b, p % size) for p in range(lo, hi)}
+            if slots & written or slots & own_reads:
+                b = next_id[0]
+                next_id[0] += 1
+                table[r][col] = b
+                slots = {(b, p % size) for p in range(lo, hi)}
+            written |= slots
+
+
+@functools.cache
+def _ints(lo: int, hi: int) -> st.SearchStrategy[int]:
+    """Strategy objects are built once: a fresh one per draw costs validation."""
+    return st.integers(lo, hi)
+
+
+@functools.cache
+def _request(sizes: tuple[int, ...], pool: int, max_computed: int, max_scheduled: int
+             ) -> st.SearchStrategy[tuple[int, int, list[list[int]]]]:
+    """One request: ``c``, ``q`` and its table row in every group (cells up to
+    ``ceil((c + q) / B)``). A request's draws are contiguous, so the shrinker
+    can delete a request whole."""
+
+    @st.composite
+    def request(draw: st.DrawFn) -> tuple[int, int, list[list[int]]]:
+        c = draw(_ints(0, max_computed))
+        q = draw(_ints(0, max_scheduled))
+        cell = _ints(0, pool)
+        return c, q, [[draw(cell) for _ in range(ceil_div(c + q, b))] for b in sizes]
+
+    return request()
+
+
+def _plant(draw: st.DrawFn, c: list[int], q: list[int], tables: list[list[list[int]]], sizes: list[int]) -> None:
+    """Plant a likely conflict: a written column of a request ``w`` gets the
+    block id of a computed column of a reader ``r`` (either batch order, so
+    harmless and harmful ones), when such requests exist."""
+    readers = [r for r in range(len(c)) if c[r] > 0 and q[r] > 0]
+    if not readers:
+        return
+    r = readers[draw(_ints(0, len(readers) - 1))]
+    writers = [w for w in range(len(c)) if w != r and q[w] > 0]
+    if not writers:
+        return
+    w = writers[draw(_ints(0, len(writers) - 1))]
+    g = draw(_ints(0, len(sizes) - 1))
+    size = sizes[g]
+    # The reader's last computed column (its partly computed block, if any)
+    # and the writer's first written column where the offsets overlap are
+    # where off-by-ones live: the draws shrink towards them.
+    read_col = ceil_div(c[r], size) - 1 - draw(_ints(0, ceil_div(c[r], size) - 1))
+    read_extent = min(c[r] - read_col * size, size)  # offsets [0, read_extent) are computed
+    cols = [k for k in range(c[w] // size, ceil_div(c[w] + q[w], size)) if max(c[w], k * size) - k * size < read_extent]
+    if not cols:
+        return
+    write_col = cols[draw(_ints(0, len(cols) - 1))]
+    block = tables[g][r][read_col] or 1
+    tables[g][r][read_col] = tables[g][w][write_col] = block
+
+
+@st.composite
+def _general_steps(
+    draw: st.DrawFn, min_reqs: int, max_reqs: int, max_computed: int, max_scheduled: int, max_groups: int, well_formed: bool,
+) -> Step:
+    num_groups = draw(_ints(1, max_groups))
+    sizes = draw(st.lists(st.sampled_from(BLOCK_SIZES), min_size=num_groups, max_size=num_groups))
+    pool = draw(_ints(1, 3))
+    reqs = draw(st.lists(_request(tuple(sizes), pool, max_computed, max_scheduled), min_size=min_reqs, max_size=max_reqs))
+    num_reqs = len(reqs)
+    c = [r[0] for r in reqs]
+    q = [r[1] for r in reqs]
+    tables: list[list[list[int]]] = []
+    for g in range(num_groups):
+        width = max(len(r[2][g]) for r in reqs) + draw(_ints(0, 1))
+        tables.append([r[2][g] + [0] * (width - len(r[2][g])) for r in reqs])
+    for _ in range(draw(_ints(0, 3))):
+        _plant(draw, c, q, tables, sizes)
+    if not draw(st.booleans()):
+        # Groups with only null blocks are dropped (a group's cells cannot be
+        # deleted by the shrinker, they are spread over the requests' draws);
+        # the other branch keeps them, for checks that count nulls.
+        live = [g for g in range(num_groups) if any(any(row) for row in tables[g])] or [0]
+        sizes, tables = [sizes[g] for g in live], [tables[g] for g in live]
+    if well_formed:
+        next_id = [pool + 1]
+        for table, size in zip(tables, sizes, strict=True):
+            _repair(c, q, table, size, next_id)
+    dtype = draw(st.sampled_from(INT_DTYPES))
+    table_dtype = draw(st.sampled_from(INT_DTYPES))
+    return Step(
+        num_computed_tokens=np.array(c, dtype=dtype), num_scheduled_tokens=np.array(q, dtype=dtype),
+        block_tables=[np.array(t, dtype=table_dtype).reshape(num_reqs, -1) for t in tables], block_sizes=sizes,
+    )
+
+
+
+def general_steps(*, min_num_reqs: int = 2, max_num_reqs: int = 4, max_computed: int = 8, max_scheduled: int = 4,
+                  max_groups: int = 3, well_formed: bool = True) -> st.SearchStrategy[Step]:
+    """A step with random block tables.
+
+    Groups (1 to ``max_groups``) get block sizes from ``BLOCK_SIZES``;
+    requests (a list of ``min_num_reqs`` to ``max_num_reqs``: one request alone has
+    no conflict) get ``c`` in ``[0, max_computed]`` and ``q`` in
+    ``[0, max_scheduled]`` (``q == 0`` allowed: such a request reads
+    nothing); table cells up to each row's ``ceil((c + q) / B)`` come from a
+    small pool ``[0, K]``, ``K <= 3`` (0 the null block; ``K`` small so ids
+    repeat across rows); unused columns are 0. Up to three conflicts are
+    then planted (``_plant``), so that conflicts, harmful or not, are
+    common. Groups whose table holds only null blocks are dropped unless a
+    draw keeps them. With ``well_formed`` the tables are finally repaired
+    (``_repair``).
+
+    CI sizes: at most ``max_num_reqs * (2 + max_groups * (max_computed +
+    max_scheduled))`` cell draws, so that shrinking stays fast; larger steps
+    come from the realizable strategy and the benchmark.
+
+    Shrinks towards ``min_num_reqs`` requests with ``c == q == 0``, one group
+    of block size 1, int32, and null cells.
+    """
+    lo = check_integer("min_num_reqs", min_num_reqs, min_value=0)
+    hi = check_integer("max_num_reqs", max_num_reqs, min_value=0)
+    check_interval("min_num_reqs", lo, "max_num_reqs", hi)
+    return _general_steps(lo, hi, check_integer("max_computed", max_computed, min_value=0),
+                          check_integer("max_scheduled", max_scheduled, min_value=0),
+                          check_integer("max_groups", max_groups, min_value=1), bool(well_formed))
+
+
+# ---------------------------------------------------------------- realizable steps
+
+
+class HypothesisSource:
+    """Choices drawn through Hypothesis: integers shrink to ``lo``, samples to the first option."""
+
+    def __init__(self, draw: st.DrawFn) -> None:
+        self.draw = draw
+
+    def integers(self, lo: int, hi: int) -> int:
+        return self.draw(st.integers(lo, max(lo, hi)))
+
+    def sampled(self, options: Sequence[T]) -> T:
+        return self.draw(st.sampled_from(list(options)))
+
+
+
+
+@st.composite
+def _realizable_steps(draw: st.DrawFn, bounds: dict[str, Any]) -> tuple[Step, dict[str, Any]]:
+    return scheduler_model.draw_small_step(HypothesisSource(draw), bounds)
+
+
+def realizable_steps(**bounds: Any) -> st.SearchStrategy[tuple[Step, dict[str, Any]]]:
+    """A contract E step as a prefix-caching scheduler produces it, with its labels.
+
+    ``bounds`` (keyword arguments, defaults in brackets) scale the model:
+    ``max_reqs`` [12] caps ``max_num_seqs``; ``max_prompt_len`` [128];
+    ``max_output_len`` [12]; block sizes in ``[min_block_size,
+    max_block_size]`` [1, 32]; up to ``max_groups`` [3] KV groups, sliding
+    windows allowed when ``sliding`` [True]; up to ``max_steps`` [5] scheduler
+    steps (the last is emitted); token budget up to ``max_token_budget``
+    [512]; ``reorder_batch_threshold`` [1], ``reorder`` ["stable"] and
+    ``shared_pool`` [drawn]: ``None`` draws them (a drawn threshold may be
+    ``1 + drafts``); ``pad_tables`` [True] draws table widths (tight, one
+    spare column, or ``cdiv(max_model_len, B)``); ``max_spec_tokens`` [3]
+    bounds the draft tokens of speculative decoding (0 turns it off).
+
+    Returns ``(Step, info)``; ``info["labels"]`` lists the scheduler-level
+    input classes (see ``batchfuzz.scheduler_model.LABELS``), ``info["reorder_batch_threshold"]`` the
+    threshold the batch was ordered with; the rest describes the step
+    (``same_step_hits`` as ``(group, reader row, writer row, block)``,
+    ``token_ids`` per row, group kinds, windows, ...).
+
+    Shrinks towards one step, one short fresh request, one group of block
+    size 2, ample budget, pool and ``max_num_seqs``, tight tables.
+    """
+    try:
+        scheduler_model.check_bounds(bounds)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument(f"realizable_steps: {exc}") from None
+    return _realizable_steps(bounds)
+
+
+def realizable_steps_for_ci() -> st.SearchStrategy[tuple[Step, dict[str, Any]]]:
+    """:func:`realizable_steps` at the sizes the test suite and the fuzz job use."""
+    return _CI_REALIZABLE
+
+
+_CI_REALIZABLE = realizable_steps(max_reqs=8, max_prompt_len=48, max_output_len=6, max_block_size=16, max_steps=4)
+
+
+@functools.cache
+def contract_e_steps(raw: bool, realizable_only: bool = False) -> st.SearchStrategy[tuple[Step, dict[str, Any]]]:
+    """General steps (well-formed; ``raw`` adds unrepaired ones) and realizable
+    steps, or realizable steps only, as ``(step, info)`` with
+    ``info["source"]`` and ``info["labels"]``."""
+    realizable = realizable_steps_for_ci().map(
+        lambda si: (si[0], {"source": "realizable", "labels": list(si[1].get("labels", []))}))
+    if realizable_only:
+        return realizable
+    general = general_steps().map(lambda s: (s, {"source": "general", "labels": []}))
+    branches = [general, general]  # well-formed random steps: the most informative and the cheapest
+    if raw:
+        branches.append(general_steps(well_formed=False).map(lambda s: (s, {"source": "raw", "labels": []})))
+    branches.append(realizable)
+    return st.one_of(*branches)
+
+
+# ---------------------------------------------------------------- splits
+
+
+_PADDING = ("none", "capture size", "a little")
+
+
+def engine_split(draw: st.DrawFn, num_scheduled_tokens: list[int]) -> list[Range] | None:
+    """The engine's rule over the requests with tokens; None when it refuses.
+    Shrinks towards ``n = 2`` and no padding."""
+    nst = [x for x in num_scheduled_tokens if x > 0]
+    total = sum(nst)
+    n = draw(st.sampled_from(NUM_UBATCHES))
+    padding = draw(st.sampled_from(_PADDING))
+    if total < 2 or total < n:
+        return None
+    if padding == "capture size":
+        padded = pad_to_capture_size(total, CAPTURE_SIZES) or total
+    elif padding == "a little":
+        padded = total + draw(_ints(1, 8))
+    else:
+        padded = total
+    split = split_ubatches(nst, padded, len(nst) + draw(_ints(0, 2)), n)
+    return None if split is None else [rng for _, rng in split]
+
+
+def adversarial_split(draw: st.DrawFn, num_tokens: int) -> list[Range] | None:
+    """Consecutive ubatches at 1 to 3 arbitrary cut points in ``(0, num_tokens)``."""
+    if num_tokens < 2:
+        return None
+    cuts = draw(st.lists(_ints(1, num_tokens - 1), min_size=1, max_size=3, unique=True))
+    return cuts_to_split(cuts, num_tokens)
+
+
+def step_case(draw: st.DrawFn, step: Step, info: dict[str, Any]) -> Case:
+    """A contract E case: the step's canonical arguments, its splits, source and labels."""
+    q = [int(v) for v in np.asarray(step.num_scheduled_tokens).tolist()]
+    engine = [s for s in (engine_split(draw, q),) if s is not None]
+    adversarial = [s for s in (adversarial_split(draw, sum(q)),) if s is not None]
+    return Case(
+        {"num_computed_tokens": step.num_computed_tokens, "num_scheduled_tokens": step.num_scheduled_tokens,
+         "block_tables": list(step.block_tables), "block_sizes": [int(b) for b in step.block_sizes]},
+        {"engine_splits": engine, "adversarial_splits": adversarial, "source": info["source"],
+         "labels": info["labels"]},
+    )
+
+
+
+@st.composite
+def step_cases(draw: st.DrawFn, raw: bool, realizable_only: bool) -> Case:
+    """Contract E cases from :func:`contract_e_steps`."""
+    step, info = draw(contract_e_steps(raw, realizable_only))
+    return step_case(draw, step, info)

@@ -1,0 +1,97 @@
+"""Strategies for contract B, the dummy batch layout (docs/contracts.md, contract B).
+
+A case is ``(num_reqs, num_tokens, buffers)`` with persistent buffers of
+capacity ``max_num_reqs >= R`` and ``max_num_tokens >= N`` holding stale
+values. Capacities are drawn first, then the stale contents.
+
+Domains:
+
+- ``spec``: any stale values, negative ones included;
+- ``engine``: stale values an engine writes (lengths, offsets, positions and
+  token ids are never negative).
+
+Shrinks towards one request of one token, buffers of exactly that capacity,
+int32, and zeros (fresh buffers).
+"""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from batchfuzz.case import Case
+from batchfuzz.reference._args import INT_DTYPES, ceil_div
+from batchfuzz.reference.make_dummy import DummyBuffers
+from batchfuzz.strategies._buffers import stale_arrays
+from batchfuzz.strategies._engine import MAX_NUM_BATCHED_TOKENS_COMMON, default_capture_sizes
+from batchfuzz.strategies._validate import check_choice, check_integer
+
+MAX_NUM_REQS = 1024
+MAX_NUM_TOKENS = 65536  # a common max_num_batched_tokens; keeps buffers cheap to compare
+
+
+@st.composite
+def _buffers(draw: st.DrawFn, max_num_reqs: int, max_num_tokens: int, non_negative: bool) -> DummyBuffers:
+    dt = [draw(st.sampled_from(INT_DTYPES)) for _ in range(4)]
+    return DummyBuffers(
+        seq_lens=draw(stale_arrays(max_num_reqs, dt[0], non_negative=non_negative)),
+        query_start_loc=draw(stale_arrays(max_num_reqs + 1, dt[1], non_negative=non_negative)),
+        positions=draw(stale_arrays(max_num_tokens, dt[2], non_negative=non_negative)),
+        input_ids=draw(stale_arrays(max_num_tokens, dt[3], non_negative=non_negative)),
+    )
+
+
+def dummy_buffers(max_num_reqs: int, max_num_tokens: int, *, non_negative: bool = False) -> st.SearchStrategy[DummyBuffers]:
+    """``DummyBuffers`` of the given capacities, each buffer int32 or int64,
+    holding stale values (see ``stale_arrays``; ``non_negative`` as there).
+
+    Shrinks towards int32 buffers of zeros.
+    """
+    reqs = check_integer("max_num_reqs", max_num_reqs, min_value=0)
+    tokens = check_integer("max_num_tokens", max_num_tokens, min_value=0)
+    return _buffers(reqs, tokens, bool(non_negative))
+
+
+@st.composite
+def _tokens_first(draw: st.DrawFn, max_tokens: int) -> tuple[int, int]:
+    """``N`` first (any count, or an engine size: a capture size or a token
+    budget), then any ``R <= min(N, 1024)``: ``N`` and ``R`` shrink
+    independently (towards 1), so a failure that needs a large ``N`` (an
+    int16 running sum) still shrinks to ``R == 1``. The remainder edges are
+    contract A's business."""
+    engine_sizes = sorted({s for s in default_capture_sizes(2048) + list(MAX_NUM_BATCHED_TOKENS_COMMON) if s <= max_tokens})
+    n = draw(st.integers(1, max_tokens) | st.sampled_from(engine_sizes))
+    r = draw(st.integers(1, min(n, MAX_NUM_REQS)))
+    return r, n
+
+
+DOMAINS = ("spec", "engine")
+
+
+@st.composite
+def _cases(draw: st.DrawFn, domain: str) -> Case:
+    r, n = draw(_tokens_first(MAX_NUM_TOKENS))
+    max_num_reqs = r + draw(st.one_of(st.just(0), st.integers(0, 64)))
+    max_num_tokens = n + draw(st.one_of(st.just(0), st.integers(0, 256)))
+    buffers = draw(dummy_buffers(max_num_reqs, max_num_tokens, non_negative=domain == "engine"))
+    return Case(
+        {"num_reqs": r, "num_tokens": n, "buffers": buffers},
+        {"max_model_len": ceil_div(n, r) + draw(st.one_of(st.just(0), st.integers(0, 64)))},
+    )
+
+
+def cases(domain: str = "spec") -> st.SearchStrategy[Case]:
+    """Contract B cases of ``domain``; the context holds a ``max_model_len``
+    with ``N <= R * max_model_len``. Shrinks as the module says."""
+    return _cases(check_choice("domain", domain, DOMAINS))
+
+
+def in_domain(case: Case, domain: str) -> bool:
+    """The precondition (``1 <= R <= N``, buffers large enough); in the engine
+    domain also no negative stale value."""
+    a = case.args
+    b = a["buffers"]
+    r, n = a["num_reqs"], a["num_tokens"]
+    ok = isinstance(b, DummyBuffers) and 1 <= r <= n and r <= b.max_num_reqs and n <= b.max_num_tokens
+    if ok and domain == "engine":
+        ok = all(int(getattr(b, name).min(initial=0)) >= 0 for name in ("seq_lens", "query_start_loc", "positions", "input_ids"))
+    return ok

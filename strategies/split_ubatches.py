@@ -1,0 +1,68 @@
+"""Strategies for contract D, the ubatch split (docs/contracts.md, contract D).
+
+A case is ``(num_scheduled_tokens, Np, Rp, n)`` with ``Np`` from the step
+itself, a capture size, arbitrary padding (data-parallel ranks pad to a
+common size), or right at the refusal boundary, and ``n = 2`` mostly
+(dual-batch overlap), 3 or 4 sometimes.
+
+Domains: ``spec`` and ``engine`` coincide. The engine's callers guarantee
+exactly the contract's precondition (every request has a token; ``Np`` is
+the padded count, at least the real one and at least ``n``, since the
+thresholds that gate a split are at least ``n``), and padded counts land
+anywhere, the refusal boundary included.
+
+Shrinks towards one request of one token, ``n = 2``, ``Np = max(sum(nst), n)``
+and no padded requests.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import strategies as st
+
+from batchfuzz.case import Case
+from batchfuzz.reference._args import INT_DTYPES, ceil_div
+from batchfuzz.strategies._engine import default_capture_sizes, pad_to_capture_size
+from batchfuzz.strategies._validate import check_choice, check_integer
+
+NUM_UBATCHES = (2, 2, 2, 3, 4)  # 2 mostly (dual-batch overlap); 3 and 4 sometimes
+CAPTURE_SIZES = default_capture_sizes(512)
+DOMAINS = ("spec", "engine")
+
+
+@st.composite
+def _ubatch_args(draw: st.DrawFn, max_reqs: int, max_tokens_per_req: int) -> Case:
+    nst = draw(st.lists(st.integers(1, max_tokens_per_req), min_size=1, max_size=max_reqs))
+    num_reqs = len(nst)
+    n = draw(st.sampled_from(NUM_UBATCHES))
+    total = sum(nst)
+    kind = draw(st.sampled_from(["exact", "capture", "padding", "boundary"]))
+    if kind == "exact":
+        padded = max(total, n)
+    elif kind == "capture":
+        padded = max(pad_to_capture_size(total, CAPTURE_SIZES) or total, n)
+    elif kind == "padding":
+        padded = max(total + draw(st.integers(0, 2 * total)), n)
+    else:
+        # Ubatch size s with s * (n - 1) right at, or one below, sum(nst).
+        size = max(1, ceil_div(total, n - 1) - draw(st.integers(0, 1)))
+        padded = max(size * n + draw(st.integers(0, n - 1)), total, n)
+    padded_reqs = num_reqs + draw(st.one_of(st.just(0), st.integers(0, 8)))
+    dtype = draw(st.sampled_from(INT_DTYPES))
+    return Case({"num_scheduled_tokens": np.array(nst, dtype=dtype), "num_tokens_padded": padded,
+                 "num_reqs_padded": padded_reqs, "num_ubatches": n}, {"kind": kind})
+
+
+def cases(domain: str = "spec", *, max_num_reqs: int = 16, max_tokens_per_req: int = 64) -> st.SearchStrategy[Case]:
+    """Contract D cases (both domains alike); ``context["kind"]`` says where
+    ``Np`` came from. Shrinks as the module docstring says."""
+    check_choice("domain", domain, DOMAINS)
+    return _ubatch_args(check_integer("max_num_reqs", max_num_reqs, min_value=1),
+                        check_integer("max_tokens_per_req", max_tokens_per_req, min_value=1))
+
+
+def in_domain(case: Case, domain: str) -> bool:
+    a = case.args
+    nst = np.asarray(a["num_scheduled_tokens"])
+    n, padded = a["num_ubatches"], a["num_tokens_padded"]
+    return nst.size >= 1 and bool((nst >= 1).all()) and padded >= max(int(nst.sum()), n) and a["num_reqs_padded"] >= nst.size and n >= 2
