@@ -23,7 +23,7 @@ import inspect
 import os
 import pkgutil
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -99,13 +99,19 @@ class Domain:
     description: str
     cases: Callable[[], SearchStrategy[Case]]
     contains: Callable[[Case], bool]
+    # Whether the contract's structural reductions (batchfuzz.reduce) keep a
+    # member a member: false where membership is more than ``contains`` can
+    # check (realizable steps are what a scheduler model produces).
+    reducible: bool = True
 
 
-def domains_from(strategies: Any, descriptions: dict[str, str]) -> tuple[Domain, ...]:
+def domains_from(strategies: Any, descriptions: dict[str, str], *, irreducible: tuple[str, ...] = ()) -> tuple[Domain, ...]:
     """The domains a contract's strategies module defines (its ``cases(domain)``
-    and ``in_domain(case, domain)``), one per entry of ``descriptions``, in order."""
+    and ``in_domain(case, domain)``), one per entry of ``descriptions``, in
+    order; those named in ``irreducible`` are not reduced (``Domain.reducible``)."""
     return tuple(
-        Domain(name, text, functools.partial(strategies.cases, name), functools.partial(_in_domain, strategies.in_domain, name))
+        Domain(name, text, functools.partial(strategies.cases, name), functools.partial(_in_domain, strategies.in_domain, name),
+               reducible=name not in irreducible)
         for name, text in descriptions.items()
     )
 
@@ -164,8 +170,10 @@ class Contract:
     ``args`` keys, and the oracle's first parameters (any further oracle
     parameter has a default, like contract C's ``out=None``). ``domains``
     start with ``spec``, the widest. ``labels(case)`` names input classes for
-    statistics; ``size(case)`` orders cases for the catalogue's "no larger"
-    rule; ``scores(target, case)`` are counted, never failed on; ``reproduce``
+    statistics; ``size(case)`` is the contract's order of cases (a tuple,
+    compared lexicographically: the catalogue's "no larger" and the
+    reductions' "smaller"); ``reductions(case)`` proposes smaller cases
+    (``batchfuzz.reduce``); ``scores(target, case)`` are counted, never failed on; ``reproduce``
     (function name, case, violated property, imports) writes the calls of a
     reproduction where the plain positional call would not replay the failure.
     """
@@ -184,6 +192,7 @@ class Contract:
     examples: tuple[Case, ...] = ()
     labels: Callable[[Case], Sequence[str]] = _no_labels
     size: Callable[[Case], tuple[int, ...]] = _no_size
+    reductions: Callable[[Case], Iterable[Case]] | None = None
     scores: Callable[[Target, Case], dict[str, int]] | None = None
     reproduce: Callable[[str, Case, str, set[str]], list[str]] | None = None
     notes: str = ""

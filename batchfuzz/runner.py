@@ -8,6 +8,7 @@ fresh seeds until a wall-clock budget is spent.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import traceback
 from collections import Counter
@@ -15,13 +16,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from hypothesis import Phase, event, given, settings
+from hypothesis import Phase, event, given, reject, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis.errors import HypothesisException
 
 from batchfuzz.case import Case
 from batchfuzz.checks import PropertyViolation
 from batchfuzz.codec import call_literal, encode_case, literal
+from batchfuzz.preconditions import declared_assumptions, declared_domain
+from batchfuzz.reduce import reduce_case
 from batchfuzz.registry import Contract, Property, Target
 
 
@@ -94,24 +97,38 @@ def hunt(
     seed: int | None = None,
     extra_examples: tuple[Case, ...] = (),
     on_example: Callable[[], None] | None = None,
-    domain: str = "spec",
+    domain: str | None = None,
+    reduce: bool = True,
 ) -> HuntResult:
     """Run ``prop`` against ``target`` once under ``run_settings``, on cases of
-    the contract's ``domain``.
+    the contract's ``domain`` (default: the one the target declares with
+    ``@batchfuzz.domain``, else ``spec``), minus the cases the target's
+    ``@batchfuzz.assumes`` predicates reject.
 
     Returns the number of examples run and, on failure, the shrunk case (the
     last failing case Hypothesis replays is its minimal one, since
     ``report_multiple_bugs`` is off).
+
+    ``reduce``: the shrunk case is then reduced further by the contract's
+    structural reductions (``batchfuzz.reduce``).
 
     Seeds: a randomized run uses ``seed`` (fresh when None); a derandomized
     run (the ``ci`` profile) is seeded from (contract, property, domain)
     alone, so its example stream does not depend on the target or on the
     source code of this function.
     """
+    domain = domain or declared_domain(target) or "spec"
+    dom = contract.domain(domain)
+    assumptions = declared_assumptions(target)
     result = HuntResult(prop.name)
     last_failure: list[tuple[Case, BaseException]] = []
 
+    def admitted(case: Case) -> bool:
+        return all(p(*(case.args[k] for k in contract.arguments)) for p in assumptions)
+
     def body(case: Case) -> None:
+        if assumptions and not admitted(case):
+            reject()
         result.examples += 1
         for label in contract.labels(case):
             event(label)
@@ -134,7 +151,7 @@ def hunt(
     # share a key and replay each other's saved failures against the wrong
     # strategy.
     body._hypothesis_internal_add_digest = repr((contract.name, domain, target_name, prop.name)).encode()  # type: ignore[attr-defined]
-    test = given(case=contract.strategy(domain))(body)
+    test = given(case=dom.cases())(body)
     for ex in reversed(extra_examples):
         from hypothesis import example
 
@@ -156,6 +173,9 @@ def hunt(
         if not last_failure:
             raise
         case, err = last_failure[-1]
+        if reduce:
+            within = dataclasses.replace(dom, contains=lambda c: dom.contains(c) and admitted(c))
+            case, err = reduce_case(contract, within, case, err, lambda c: _raised(prop, target, c))
         result.failure = Failure(
             contract=contract.name, target=target_name, property=prop.name, spec=prop.spec, case=case,
             error_type=type(err).__name__, message=str(err),
@@ -164,6 +184,23 @@ def hunt(
     finally:
         result.seconds = time.perf_counter() - start
     return result
+
+
+def admits(contract: Contract, target: Target, case: Case, domain: str | None = None) -> bool:
+    """Whether ``case`` is an input of ``target``: it lies in ``domain`` (default:
+    the target's declared domain, else ``spec``) and every ``@assumes``
+    predicate of the target accepts it."""
+    dom = contract.domain(domain or declared_domain(target) or "spec")
+    args = [case.args[k] for k in contract.arguments]
+    return dom.contains(case) and all(p(*args) for p in declared_assumptions(target))
+
+
+def _raised(prop: Property, target: Target, case: Case) -> BaseException | None:
+    try:
+        prop.check(target, case)
+    except Exception as exc:
+        return exc
+    return None
 
 
 def hunt_for(
@@ -181,7 +218,7 @@ def hunt_for(
     should_stop: Callable[[], bool] | None = None,
     on_result: Callable[[HuntResult, HuntResult], None] | None = None,
     max_rounds: int | None = None,
-    domain: str = "spec",
+    domain: str | None = None,
 ) -> list[HuntResult]:
     """Round-robin over ``properties`` with fresh seeds until ``budget_s`` is spent.
 
@@ -237,7 +274,7 @@ def hunt_for(
             acc = results[p.name]
             if acc.failure is not None:
                 continue
-            examples = tuple(ex for ex in contract.examples if contract.domain(domain).contains(ex))
+            examples = tuple(ex for ex in contract.examples if admits(contract, target, ex, domain))
             if not examples:
                 continue
             r = hunt(contract, target, p, target_name=target_name, extra_examples=examples,

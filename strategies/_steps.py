@@ -26,7 +26,7 @@ engine rule with ``n = 2`` and a single cut near the start.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -320,3 +320,93 @@ def step_cases(draw: st.DrawFn, raw: bool, realizable_only: bool) -> Case:
     """Contract E cases from :func:`contract_e_steps`."""
     step, info = draw(contract_e_steps(raw, realizable_only))
     return step_case(draw, step, info)
+
+
+# ---------------------------------------------------------------- order and reductions
+
+
+def step_size(case: Case) -> tuple[int, ...]:
+    """The order of contract E cases: by ``R``, the tokens (``sum(c) + sum(q)``),
+    ``G``, the block sizes' sum, the table cells, the non-null cells, then the
+    block ids' sum."""
+    a = case.args
+    c = np.asarray(a["num_computed_tokens"], dtype=np.int64)
+    q = np.asarray(a["num_scheduled_tokens"], dtype=np.int64)
+    tables = [np.asarray(t, dtype=np.int64) for t in a["block_tables"]]
+    return (int(c.size), int(c.sum() + q.sum()), len(tables), int(sum(a["block_sizes"])), sum(t.size for t in tables),
+            sum(int((t != 0).sum()) for t in tables), sum(int(t.sum()) for t in tables))
+
+
+def _lcm(values: Sequence[int]) -> int:
+    out = 1
+    for v in values:
+        out = out * v // np.gcd(out, v)
+    return int(out)
+
+
+def step_reductions(case: Case) -> Iterator[Case]:
+    """Smaller cases built from ``case`` (``batchfuzz.reduce``): a request
+    deleted; a KV group dropped; a request's computed prefix shortened by a
+    whole number of blocks in every group (its leading columns shifted out,
+    so every other slot keeps its block and offset); a computed or scheduled
+    token fewer; a table cell cleared; block ids renumbered ``1, 2, ...`` in
+    order of first appearance; unused table columns removed. The case's splits
+    are kept where they still cut inside the step."""
+    a = case.args
+    c = np.asarray(a["num_computed_tokens"]).copy()
+    q = np.asarray(a["num_scheduled_tokens"]).copy()
+    sizes = [int(b) for b in a["block_sizes"]]
+    tables = [np.asarray(t).copy() for t in a["block_tables"]]
+    if any(t.ndim != 2 for t in tables):
+        return
+
+    def make(c2: np.ndarray, q2: np.ndarray, tables2: list[np.ndarray], sizes2: list[int]) -> Case:
+        total = int(np.asarray(q2, dtype=np.int64).sum())
+        ctx = dict(case.context)
+        for key in ("engine_splits", "adversarial_splits"):
+            ctx[key] = [s for s in ctx.get(key, []) if all(ts < total for ts, _ in s[1:])]
+        return Case({"num_computed_tokens": c2, "num_scheduled_tokens": q2, "block_tables": tables2, "block_sizes": sizes2}, ctx)
+
+    for r in range(c.size):
+        yield make(np.delete(c, r), np.delete(q, r), [np.delete(t, r, axis=0) for t in tables], sizes)
+    if len(sizes) > 1:
+        for g in range(len(sizes)):
+            yield make(c.copy(), q.copy(), [t for k, t in enumerate(tables) if k != g], [b for k, b in enumerate(sizes) if k != g])
+    shift = _lcm(sizes)
+    for r in range(c.size):
+        if c[r] >= shift:
+            shifted = []
+            for t, b in zip(tables, sizes, strict=True):
+                t2 = t.copy()
+                cols = shift // b
+                t2[r, : t.shape[1] - cols] = t[r, cols:]
+                t2[r, t.shape[1] - cols:] = 0
+                shifted.append(t2)
+            c2 = c.copy()
+            c2[r] -= shift
+            yield make(c2, q.copy(), shifted, sizes)
+    for r in range(c.size):
+        for counts in (c, q):
+            if counts[r] > 0:
+                smaller = counts.copy()
+                smaller[r] -= 1
+                yield make(smaller, q.copy(), [t.copy() for t in tables], sizes) if counts is c else \
+                    make(c.copy(), smaller, [t.copy() for t in tables], sizes)
+    renumber: dict[int, int] = {}
+    for t in tables:
+        for block in t.reshape(-1).tolist():
+            if block != 0 and block not in renumber:
+                renumber[block] = len(renumber) + 1
+    if any(k != v for k, v in renumber.items()):
+        yield make(c.copy(), q.copy(), [np.vectorize(lambda x: renumber.get(int(x), 0), otypes=[t.dtype])(t) if t.size else t.copy()
+                                        for t in tables], sizes)
+    need = c.astype(np.int64) + q.astype(np.int64)
+    for g, (t, b) in enumerate(zip(tables, sizes, strict=True)):
+        width = int(max((ceil_div(int(x), b) for x in need), default=0))
+        if t.shape[1] > width:
+            yield make(c.copy(), q.copy(), [t2[:, :width].copy() if k == g else t2.copy() for k, t2 in enumerate(tables)], sizes)
+    for g, t in enumerate(tables):
+        for r, col in zip(*np.nonzero(t), strict=True):
+            cleared = [t2.copy() for t2 in tables]
+            cleared[g][r, col] = 0
+            yield make(c.copy(), q.copy(), cleared, sizes)

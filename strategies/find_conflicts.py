@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from batchfuzz.case import Case
 from batchfuzz.reference._step import STEP_ARGUMENTS, check_step, is_well_formed
-from batchfuzz.strategies._steps import step_cases
+from batchfuzz.strategies._steps import step_cases, step_reductions, step_size
 from batchfuzz.strategies._validate import check_choice
 
 DOMAINS = ("spec", "engine")
@@ -40,3 +40,7 @@ def in_domain(case: Case, domain: str) -> bool:
     except (TypeError, ValueError, KeyError):
         return False
     return domain != "engine" or is_well_formed(step)
+
+
+size = step_size
+reductions = step_reductions

@@ -16,6 +16,9 @@ int32, and zeros (fresh buffers).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+import numpy as np
 from hypothesis import strategies as st
 
 from batchfuzz.case import Case
@@ -95,3 +98,44 @@ def in_domain(case: Case, domain: str) -> bool:
     if ok and domain == "engine":
         ok = all(int(getattr(b, name).min(initial=0)) >= 0 for name in ("seq_lens", "query_start_loc", "positions", "input_ids"))
     return ok
+
+
+_BUFFER_FIELDS = ("seq_lens", "query_start_loc", "positions", "input_ids")
+
+
+def size(case: Case) -> tuple[int, ...]:
+    """The order of contract B cases: by ``R``, ``N``, the capacities, then the
+    stale values (the sum of their magnitudes)."""
+    a = case.args
+    b = a["buffers"]
+    stale = sum(int(np.abs(getattr(b, f).astype(np.int64)).sum()) for f in _BUFFER_FIELDS)
+    return (a["num_reqs"], a["num_tokens"], b.max_num_reqs, b.max_num_tokens, stale)
+
+
+def reductions(case: Case) -> Iterator[Case]:
+    """Smaller cases built from ``case`` (``batchfuzz.reduce``): a request or
+    token fewer, a request slot or token slot fewer in the buffers, a buffer
+    cleared, a stale entry cleared."""
+    r, n, b = case.args["num_reqs"], case.args["num_tokens"], case.args["buffers"]
+
+    def make(r2: int, n2: int, buffers: DummyBuffers) -> Case:
+        return Case({"num_reqs": r2, "num_tokens": n2, "buffers": buffers},
+                    {**case.context, "max_model_len": ceil_div(n2, r2) if r2 >= 1 else 1})
+
+    for r2, n2 in ((r - 1, n), (r, n - 1), (r, n - r), (r - 1, n - 1)):
+        if 1 <= r2 <= n2:
+            yield make(r2, n2, b.copy())
+    if b.max_num_reqs > r:
+        yield make(r, n, DummyBuffers(b.seq_lens[:-1].copy(), b.query_start_loc[:-1].copy(), b.positions.copy(), b.input_ids.copy()))
+    if b.max_num_tokens > n:
+        yield make(r, n, DummyBuffers(b.seq_lens.copy(), b.query_start_loc.copy(), b.positions[:-1].copy(), b.input_ids[:-1].copy()))
+    for f in _BUFFER_FIELDS:
+        values = getattr(b, f)
+        if values.any():
+            cleared = b.copy()
+            getattr(cleared, f)[:] = 0
+            yield make(r, n, cleared)
+            for i in np.flatnonzero(values)[:8]:
+                one = b.copy()
+                getattr(one, f)[i] = 0
+                yield make(r, n, one)

@@ -39,7 +39,8 @@ generation.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 from hypothesis import strategies as st
@@ -249,7 +250,7 @@ def engine_buffer(draw: st.DrawFn, size: int, dtype: type) -> np.ndarray:
     whole tail, as the engine's input preparation does) or a dummy run
     (written up to its own ``P + 1``), written correctly. So ``[0] == 0`` and
     no entry is negative. Shrinks towards a fresh, zeroed buffer."""
-    buf = np.zeros(size, dtype=dtype)
+    buf: np.ndarray = np.zeros(size, dtype=dtype)
     for _ in range(draw(st.integers(0, 3))):
         _, nst, p, kind = draw_step(draw, size - 1, ENGINE_KINDS)
         whole = kind != "dummy_run" or draw(st.booleans())
@@ -318,3 +319,58 @@ def smaller_steps(draw: st.DrawFn, num_reqs: int, num_reqs_padded: int) -> tuple
     Shrinks towards ``R' = P' = 0``."""
     r = draw(st.integers(0, num_reqs))
     return counts(draw, r, 0, 64), padded_num_reqs(draw, r, max(r, num_reqs_padded))
+
+
+def size(case: Case) -> tuple[int, ...]:
+    """The order of contract C cases: by ``R``, ``P``, the number of earlier
+    steps, ``sum(nst)``, then the buffer (its length, the sum of magnitudes of
+    its stale values) and the earlier steps' sizes."""
+    nst = np.asarray(case.args["num_scheduled_tokens"], dtype=np.int64)
+    out = case.context.get("out")
+    history = case.context.get("history", [])
+    return (int(nst.size), int(case.args["num_reqs_padded"]), len(history), int(nst.sum()),
+            0 if out is None else int(out.size), 0 if out is None else int(np.abs(out.astype(np.int64)).sum()),
+            sum(len(h) + hp + int(np.asarray(h, dtype=np.int64).sum()) for h, hp in history))
+
+
+def reductions(case: Case) -> Iterator[Case]:
+    """Smaller cases built from ``case`` (``batchfuzz.reduce``): an earlier step
+    dropped, a request deleted, ``P`` lowered, a count lowered, the buffer
+    shortened, cleared or an entry of it cleared."""
+    nst = np.asarray(case.args["num_scheduled_tokens"])
+    p = int(case.args["num_reqs_padded"])
+    ctx = case.context
+    out = ctx["out"]
+    history = list(ctx.get("history", []))
+
+    def make(nst2: np.ndarray, p2: int, out2: np.ndarray = out, history2: list[Any] = history) -> Case:
+        cap = min(int(ctx.get("max_num_reqs", out2.size - 1)), out2.size - 1)
+        return Case({"num_scheduled_tokens": nst2, "num_reqs_padded": p2},
+                    {**ctx, "out": out2.copy(), "history": [(np.asarray(h).copy(), hp) for h, hp in history2],
+                     "max_num_reqs": max(cap, p2)})
+
+    for k in range(len(history)):
+        yield make(nst.copy(), p, history2=history[:k] + history[k + 1:])
+    for i in range(nst.size):
+        rest = np.delete(nst, i)
+        yield make(rest, max(rest.size, p - 1))
+        yield make(rest, p)
+    if p > nst.size:
+        yield make(nst.copy(), p - 1)
+        yield make(nst.copy(), nst.size)
+    for i in range(nst.size):
+        for value in (0, 1, int(nst[i]) // 2, int(nst[i]) - 1):
+            if 0 <= value < int(nst[i]):
+                smaller = nst.copy()
+                smaller[i] = value
+                yield make(smaller, p)
+    needed = max([p, *(hp for _, hp in history)]) + 1
+    if out.size > needed:
+        yield make(nst.copy(), p, out[:needed])
+        yield make(nst.copy(), p, out[:-1])
+    if out.any():
+        yield make(nst.copy(), p, np.zeros_like(out))
+        for i in np.flatnonzero(out)[:8]:
+            cleared = out.copy()
+            cleared[i] = 0
+            yield make(nst.copy(), p, cleared)

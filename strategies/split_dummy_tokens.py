@@ -16,6 +16,8 @@ and ``N`` and the tightest ``max_model_len``, where a bad split shows first.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from hypothesis import strategies as st
 
 from batchfuzz.case import Case
@@ -110,3 +112,19 @@ def in_domain(case: Case, domain: str) -> bool:
     for some ``max_num_seqs``)."""
     r, n = case.args["num_reqs"], case.args["num_tokens"]
     return 1 <= r <= n and case.context.get("max_model_len", n) * r >= n
+
+
+def size(case: Case) -> tuple[int, ...]:
+    """The order of contract A cases: by ``R``, then ``N``, then ``max_model_len``."""
+    return (case.args["num_reqs"], case.args["num_tokens"], case.context.get("max_model_len", 0))
+
+
+def reductions(case: Case) -> Iterator[Case]:
+    """Smaller cases built from ``case`` (``batchfuzz.reduce``): fewer tokens
+    with the same remainder (``N - R``), one request or token fewer, halves,
+    each with the tightest ``max_model_len``."""
+    r, n = case.args["num_reqs"], case.args["num_tokens"]
+    for r2, n2 in ((r, n), (r, n - r), (r - 1, n), (r, n - 1), (r - 1, n - 1), (r, n // 2), (r // 2, n // 2),
+                   (r - 1, n - r)):
+        if 1 <= r2 <= n2:
+            yield Case({"num_reqs": r2, "num_tokens": n2}, {**case.context, "max_model_len": ceil_div(n2, r2)})

@@ -17,6 +17,8 @@ and no padded requests.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 from hypothesis import strategies as st
 
@@ -66,3 +68,39 @@ def in_domain(case: Case, domain: str) -> bool:
     nst = np.asarray(a["num_scheduled_tokens"])
     n, padded = a["num_ubatches"], a["num_tokens_padded"]
     return nst.size >= 1 and bool((nst >= 1).all()) and padded >= max(int(nst.sum()), n) and a["num_reqs_padded"] >= nst.size and n >= 2
+
+
+def size(case: Case) -> tuple[int, ...]:
+    """The order of contract D cases: by ``R``, ``Np``, ``sum(nst)``, ``Rp``, then ``n``."""
+    a = case.args
+    nst = np.asarray(a["num_scheduled_tokens"], dtype=np.int64)
+    return (int(nst.size), a["num_tokens_padded"], int(nst.sum()), a["num_reqs_padded"], a["num_ubatches"])
+
+
+def reductions(case: Case) -> Iterator[Case]:
+    """Smaller cases built from ``case`` (``batchfuzz.reduce``): a request
+    deleted, a count lowered, less padding, fewer ubatches."""
+    a = case.args
+    nst = np.asarray(a["num_scheduled_tokens"])
+    padded, padded_reqs, n = a["num_tokens_padded"], a["num_reqs_padded"], a["num_ubatches"]
+
+    def make(nst2: np.ndarray, padded2: int, padded_reqs2: int, n2: int) -> Case:
+        return Case({"num_scheduled_tokens": nst2, "num_tokens_padded": padded2, "num_reqs_padded": padded_reqs2,
+                     "num_ubatches": n2}, dict(case.context))
+
+    for i in range(nst.size):
+        rest = np.delete(nst, i)
+        yield make(rest, padded, padded_reqs - 1, n)
+        yield make(rest, max(int(rest.sum()), n), max(rest.size, padded_reqs - 1), n)
+        for value in (1, int(nst[i]) // 2, int(nst[i]) - 1):
+            if 1 <= value < int(nst[i]):
+                smaller = nst.copy()
+                smaller[i] = value
+                yield make(smaller, padded, padded_reqs, n)
+                yield make(smaller, padded - (int(nst[i]) - value), padded_reqs, n)
+    for padded2 in (max(int(nst.sum()), n), padded - 1):
+        yield make(nst.copy(), padded2, padded_reqs, n)
+    for padded_reqs2 in (nst.size, padded_reqs - 1):
+        yield make(nst.copy(), padded, padded_reqs2, n)
+    if n > 2:
+        yield make(nst.copy(), padded, padded_reqs, n - 1)

@@ -21,15 +21,15 @@ import torch
 from hypothesis import settings
 
 from batchfuzz import registry, runner
-from batchfuzz.isolate import IsolatedRunner
-from batchfuzz.sweep import sweep_split
 from batchfuzz.impl import make_dummy_torch, split_dummy_tokens_torch
 from batchfuzz.impl.make_dummy_torch import make_dummy_graph
 from batchfuzz.impl.pad_query_start_loc_torch import pad_query_start_loc_graph
 from batchfuzz.impl.split_dummy_tokens_torch import split_dummy_tokens_batched
+from batchfuzz.isolate import IsolatedRunner
 from batchfuzz.reference import make_dummy as dummy_oracle
 from batchfuzz.reference.make_dummy import DummyBuffers
 from batchfuzz.strategies._engine import default_capture_sizes
+from batchfuzz.sweep import sweep_split
 
 pytestmark = pytest.mark.gpu
 CUDA = "cuda"

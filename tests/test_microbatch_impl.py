@@ -12,9 +12,15 @@ from hypothesis import given
 
 from batchfuzz.case import Case
 from batchfuzz.contracts.find_conflicts import conflict_set
-from batchfuzz.impl import allow_microbatching_numpy, allow_microbatching_torch, find_conflicts_numpy, find_conflicts_torch, split_ubatches_numpy
-from batchfuzz.reference import find_conflicts as ref_conflicts
+from batchfuzz.impl import (
+    allow_microbatching_numpy,
+    allow_microbatching_torch,
+    find_conflicts_numpy,
+    find_conflicts_torch,
+    split_ubatches_numpy,
+)
 from batchfuzz.reference import allow_microbatching as ref_decision
+from batchfuzz.reference import find_conflicts as ref_conflicts
 from batchfuzz.reference import split_ubatches as ubatch_oracle
 from batchfuzz.reference._step import STEP_ARGUMENTS
 from batchfuzz.strategies import find_conflicts as conflict_cases

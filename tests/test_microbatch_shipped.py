@@ -20,12 +20,12 @@ import numpy as np
 from hypothesis import given, settings
 
 from batchfuzz import registry, runner
+from batchfuzz.contracts import _microbatch as derived
 from batchfuzz.contracts._microbatch import shipped_allow_microbatching
 from batchfuzz.impl import allow_microbatching_numpy
-from batchfuzz.reference import find_conflicts as ref_conflicts
-from batchfuzz.reference import allow_microbatching as ref_decision
-from batchfuzz.contracts import _microbatch as derived
 from batchfuzz.reference import _step as ref_step
+from batchfuzz.reference import allow_microbatching as ref_decision
+from batchfuzz.reference import find_conflicts as ref_conflicts
 from batchfuzz.reference._step import STEP_ARGUMENTS, Step
 from batchfuzz.strategies import general_steps
 

@@ -18,10 +18,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from batchfuzz.case import Case
-from batchfuzz.reference import find_conflicts as ref_conflicts
-from batchfuzz.reference import allow_microbatching as ref_decision
 from batchfuzz.contracts import _microbatch as derived
 from batchfuzz.reference import _step as ref_step
+from batchfuzz.reference import allow_microbatching as ref_decision
+from batchfuzz.reference import find_conflicts as ref_conflicts
 from batchfuzz.reference._step import STEP_ARGUMENTS, Step, cuts_to_split
 from batchfuzz.reference.allow_microbatching import Violation
 from batchfuzz.strategies import find_conflicts as conflict_cases

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from batchfuzz.sweep import sweep_split
 from batchfuzz.impl.split_dummy_tokens_torch import split_dummy_tokens_batched
+from batchfuzz.sweep import sweep_split
 
 
 def test_cpu_sweep_all_properties_hold() -> None:

@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
           f"max_examples={args.max_examples}" + (f", {args.jobs} worker processes" if args.jobs > 1 else ""), flush=True)
     start = time.monotonic()
 
-    def progress(k: int, n: int, e: catalogue.Entry) -> None:
+    def progress(k: int, n: int, e: catalogue.Row) -> None:
         mark = "ok " if e.ok else "BAD"
         what = catalogue.compact_args(e.case.args) if e.case is not None else "not found"
         print(f"[{k}/{n}] {mark} {e.contract}/{e.variant}: {e.verdict} in {e.primary.seconds:.1f}s  {what}", flush=True)

@@ -22,8 +22,20 @@ import numpy as np
 
 from batchfuzz.case import Case
 from batchfuzz.reference._step import (
-    STEP_ARGUMENTS, Conflict, Range, Step, as_step, check_split, check_step, cuts_to_split, multi_written_slots, plain, reads,
-    self_overlaps, ubatch_of_tokens, writer_tokens,
+    STEP_ARGUMENTS,
+    Conflict,
+    Range,
+    Step,
+    as_step,
+    check_split,
+    check_step,
+    cuts_to_split,
+    multi_written_slots,
+    plain,
+    reads,
+    self_overlaps,
+    ubatch_of_tokens,
+    writer_tokens,
 )
 from batchfuzz.reference.allow_microbatching import Violation
 from batchfuzz.reference.allow_microbatching import allow_microbatching as exact_allow_microbatching
@@ -179,11 +191,6 @@ def labels(case: Case) -> list[str]:
     if exact and not shipped:
         out.append("shipped check vetoes a safe step")
     return out
-
-
-def size(case: Case) -> tuple[int, ...]:
-    q = np.asarray(case.args["num_scheduled_tokens"])
-    return (int(q.shape[0]), int(q.sum()), len(case.args["block_sizes"]))
 
 
 def error_inputs() -> tuple[ErrorInput, ...]:

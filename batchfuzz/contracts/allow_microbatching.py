@@ -26,7 +26,7 @@ from batchfuzz import registry
 from batchfuzz._host import to_host
 from batchfuzz.case import Case
 from batchfuzz.checks import PropertyViolation, require
-from batchfuzz.contracts._microbatch import a, call, describe, error_inputs, labels, size, splits_of, step_of
+from batchfuzz.contracts._microbatch import a, call, describe, error_inputs, labels, splits_of, step_of
 from batchfuzz.contracts.allow_microbatching_variants import VARIANTS
 from batchfuzz.impl import allow_microbatching_numpy, allow_microbatching_torch
 from batchfuzz.reference import allow_microbatching as oracle
@@ -94,7 +94,7 @@ DOMAINS = registry.domains_from(strategies, {
             "domain where the definitions mean what they say)",
     "engine": "the steps a prefix-caching scheduler produces (realizable steps, drawn through the scheduler model); "
               "membership checks well-formedness, the part of realizability a predicate can check",
-})
+}, irreducible=("engine",))
 
 EXAMPLES = (
     # Decodes first: request 0 (q == 1, c == 1) hits block 1, which request 1 writes in this step.
@@ -118,7 +118,8 @@ CONTRACT = registry.register(Contract(
     variants=VARIANTS,
     examples=EXAMPLES,
     labels=labels,
-    size=size,
+    size=strategies.size,
+    reductions=strategies.reductions,
     scores=_scores,
     notes="Failure = allowing a step that some consecutive split breaks (the simulation judges). Vetoing a safe step "
           "is sound; scores count it (vetoed_safe_steps / safe_steps = lost overlap).",

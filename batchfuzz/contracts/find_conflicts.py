@@ -11,7 +11,7 @@ from batchfuzz._host import to_host
 from batchfuzz.case import Case
 from batchfuzz.checks import PropertyViolation, require
 from batchfuzz.codec import register_dataclass
-from batchfuzz.contracts._microbatch import a, call, describe, error_inputs, harmful_among, labels, size, splits_of, step_of
+from batchfuzz.contracts._microbatch import a, call, describe, error_inputs, harmful_among, labels, splits_of, step_of
 from batchfuzz.contracts.find_conflicts_variants import VARIANTS
 from batchfuzz.impl import find_conflicts_numpy, find_conflicts_torch
 from batchfuzz.reference import find_conflicts as oracle
@@ -152,7 +152,7 @@ DOMAINS = registry.domains_from(strategies, {
             "realizable steps",
     "engine": "the steps a prefix-caching scheduler produces (realizable steps, drawn through the scheduler model); "
               "membership checks well-formedness, the part of realizability a predicate can check",
-})
+}, irreducible=("engine",))
 
 EXAMPLES = (
     # A decode-first batch: request 0 (q == 1, c == 1) reads block 1, which request 1 writes in this step.
@@ -176,7 +176,8 @@ CONTRACT = registry.register(Contract(
     variants=VARIANTS,
     examples=EXAMPLES,
     labels=labels,
-    size=size,
+    size=strategies.size,
+    reductions=strategies.reductions,
     notes="Compared as sets of Python-int 4-tuples; a (K, 4) array or tensor is accepted. A reader is a request with "
           "q > 0 (a request without a token in the step reads nothing).",
 ))

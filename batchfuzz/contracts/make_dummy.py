@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from batchfuzz import registry
@@ -187,6 +186,7 @@ CONTRACT = registry.register(Contract(
         Case({"num_reqs": 256, "num_tokens": 496, "buffers": DummyBuffers.zeros(256, 512, np.int32)}, {"max_model_len": 16}),
     ),
     labels=_labels,
-    size=lambda case: (case.args["num_reqs"], case.args["num_tokens"], case.args["buffers"].max_num_reqs),
+    size=strategies.size,
+    reductions=strategies.reductions,
     notes="Buffers keep their own dtypes; compared as int64 values.",
 ))

@@ -338,7 +338,8 @@ CONTRACT = registry.register(Contract(
     variants=VARIANTS,
     examples=EXAMPLES,
     labels=_labels,
-    size=lambda case: (case.args["num_scheduled_tokens"].size, case.args["num_reqs_padded"], len(case.context["history"])),
+    size=strategies.size,
+    reductions=strategies.reductions,
     reproduce=_reproduce,
     notes="Dtype rule: without out the result has num_scheduled_tokens's dtype (int32 or int64; a list counts as int64); "
           "with out it is out's dtype, which must be int32 or int64 (TypeError naming out otherwise). sum(nst) must fit "

@@ -167,7 +167,8 @@ CONTRACT = registry.register(Contract(
     variants=VARIANTS,
     examples=EXAMPLES,
     labels=_labels,
-    size=lambda case: (case.args["num_reqs"], case.args["num_tokens"]),
+    size=strategies.size,
+    reductions=strategies.reductions,
     notes="Integer results compare exactly; any integer dtype is accepted from a target. "
           "In-project numpy/torch implementations return int64, engine.input_batch int32.",
 ))

@@ -240,7 +240,8 @@ CONTRACT = registry.register(Contract(
     variants=VARIANTS,
     examples=EXAMPLES,
     labels=_labels,
-    size=lambda case: (len(case.args["num_scheduled_tokens"]), case.args["num_tokens_padded"]),
+    size=strategies.size,
+    reductions=strategies.reductions,
     notes="Slices compare exactly after conversion to Python ints; tuples and lists, numpy arrays and tensors of "
           "shape (n, 2, 2) are accepted from a target.",
 ))

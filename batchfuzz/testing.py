@@ -1,0 +1,69 @@
+"""batchfuzz inside your own test suite.
+
+:func:`check_contract` runs every property of a contract on your function,
+with Hypothesis, from inside any test (pytest or plain)::
+
+    import batchfuzz.testing
+
+    def test_my_dummy_split():
+        batchfuzz.testing.check_contract("split_dummy_tokens", my_engine.split)
+
+A failure raises :class:`Counterexample` (an ``AssertionError``, so every test
+runner reports it as a failed assertion) whose message is a reproduction:
+the call of your function with the shrunk arguments and the value the
+contract expects, ready to paste into a file. The Hypothesis settings are
+those of the active profile (your ``conftest.py``'s, or Hypothesis's
+defaults); ``max_examples`` overrides the number of examples per property.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from hypothesis import settings
+
+from batchfuzz import registry, runner
+from batchfuzz.registry import Contract
+
+
+class Counterexample(AssertionError):
+    """A property of the contract fails on the target. ``failure`` holds the
+    shrunk case, the property and the error; the message is the reproduction."""
+
+    def __init__(self, failure: runner.Failure, reproduction: str) -> None:
+        self.failure = failure
+        first = failure.message.splitlines()[0] if failure.message else ""
+        super().__init__(
+            f"{failure.contract}: property {failure.property} fails ({failure.spec})\n"
+            f"{failure.error_type}: {first}\n\n{reproduction}"
+        )
+
+
+def check_contract(contract: str | Contract, target: Callable[..., Any], *, max_examples: int | None = None,
+                   domain: str | None = None, properties: Sequence[str] | None = None) -> None:
+    """Check ``target`` against every property of ``contract`` (a name from
+    ``batchfuzz list``, or a ``Contract``); raise :class:`Counterexample` on the
+    first that fails.
+
+    ``domain``: the contract's input domain to draw from (``"spec"``, the
+    widest, or ``"engine"``; default: the one ``target`` declares with
+    ``@batchfuzz.domain``, else ``spec``). ``properties``: only these.
+    """
+    c = registry.get(contract) if isinstance(contract, str) else contract
+    if not callable(target):
+        raise TypeError(f"target must be callable, got {type(target).__name__} {target!r}")
+    if max_examples is not None and (isinstance(max_examples, bool) or not isinstance(max_examples, int) or max_examples < 1):
+        raise ValueError(f"max_examples must be a positive int, got {max_examples!r}")
+    if domain is not None:
+        c.domain(domain)  # KeyError naming the domains the contract has
+    props = c.properties if properties is None else tuple(c.property(p) for p in properties)
+    run_settings = settings() if max_examples is None else settings(settings(), max_examples=max_examples)
+    name = getattr(target, "__qualname__", None) or getattr(target, "__name__", None) or "target"
+    module = getattr(target, "__module__", None)
+    for prop in props:
+        r = runner.hunt(c, target, prop, target_name=f"{module}:{name}", run_settings=run_settings, domain=domain)
+        if r.failure is not None:
+            fn = name.split(".")[-1]
+            import_line = f"from {module} import {name.split('.')[0]}" if module and module != "__main__" and "<" not in name else None
+            raise Counterexample(r.failure, r.failure.reproduction(function_name=fn, import_line=import_line))
