@@ -41,13 +41,14 @@ imported only for a Redis spec.
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase, MultiplexedDatabase, ReadOnlyDatabase
@@ -62,6 +63,7 @@ RETRY_MAX_S = 60.0
 PENDING_LIMIT = 10_000
 _NAMESPACE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-:")
 _OUR_QUERY = ("namespace", "expire_days")
+_PASSWORD = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^/@:]*:)[^/]*@")  # up to the netloc's last @
 
 T = TypeVar("T")
 Warn = Callable[[str], None]
@@ -133,21 +135,27 @@ def _directory(path: str | os.PathLike[str], what: str) -> DirectoryBasedExample
 
 
 def redact(url: str) -> str:
-    """``url`` with its password replaced by ``***`` (for messages, reports and ``repr``)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    """``url`` with its password replaced by ``***`` (for messages, reports and ``repr``); never raises."""
+    return _PASSWORD.sub(r"\1***@", url)
 
 
-def _parse_url(url: str) -> tuple[str, str, float]:
-    """Check a Redis URL; return (the URL for the redis client, the namespace, expire_days).
+class RedisURL(NamedTuple):
+    """A checked ``redis://`` database URL."""
+
+    client_url: str  # for the redis client: without our own query parameters
+    shown: str  # for people: the password replaced by ***
+    namespace: str
+    expire_days: float
+
+
+def parse_redis_url(url: str) -> RedisURL:
+    """Check a Redis database URL (no connection is made); raises DatabaseError naming it.
 
     The client gets the URL without our own query parameters (``namespace``,
     ``expire_days``); its own (``ssl_cert_reqs=none``, ...) pass through.
     """
+    if not isinstance(url, str):
+        raise TypeError(f"url must be a string, got {type(url).__name__} {url!r}")
     shown = redact(url)
     try:
         parts = urlsplit(url)
@@ -175,7 +183,7 @@ def _parse_url(url: str) -> tuple[str, str, float]:
         raise DatabaseError(f"bad database URL {shown}: expire_days must be a positive number of days, "
                             f"got {ours.get('expire_days')!r}")
     client_url = urlunsplit(parts._replace(query=urlencode([(k, v) for k, v in query if k not in _OUR_QUERY])))
-    return client_url, namespace, expire_days
+    return RedisURL(client_url, shown, namespace, expire_days)
 
 
 def _redis_module() -> Any:
@@ -188,8 +196,7 @@ def _redis_module() -> Any:
 
 
 def _open_redis(url: str, *, warn: Warn, timeout_s: float) -> SharedRedisDatabase:
-    client_url, namespace, expire_days = _parse_url(url)
-    shown = redact(url)
+    client_url, shown, namespace, expire_days = parse_redis_url(url)
     redis = _redis_module()
     from redis.backoff import NoBackoff
     from redis.retry import Retry

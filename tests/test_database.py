@@ -20,7 +20,15 @@ from typing import Any
 import pytest
 from hypothesis.database import DirectoryBasedExampleDatabase, ReadOnlyDatabase
 
-from batchfuzz.database import DatabaseError, DatabaseWarning, LocalAndSharedDatabase, SharedRedisDatabase, open_database
+from batchfuzz.database import (
+    DatabaseError,
+    DatabaseWarning,
+    LocalAndSharedDatabase,
+    SharedRedisDatabase,
+    open_database,
+    parse_redis_url,
+    redact,
+)
 from tests.redis_server import RedisServer, free_port, redis_server, redis_url
 
 __all__ = ["redis_server", "redis_url"]  # fixtures, imported for pytest
@@ -79,6 +87,17 @@ def test_bad_specs_are_database_errors_naming_them(tmp_path: Path, spec: str, ma
     pytest.importorskip("redis")
     with pytest.raises(DatabaseError, match=match):
         open_database(spec, local_dir=tmp_path)
+
+
+def test_urls_are_parsed_without_connecting() -> None:
+    u = parse_redis_url("rediss://ci:pw@cache.example:6380/2?namespace=proj.a&expire_days=7&ssl_cert_reqs=none")
+    assert (u.namespace, u.expire_days) == ("proj.a", 7.0)
+    assert u.client_url == "rediss://ci:pw@cache.example:6380/2?ssl_cert_reqs=none"  # ours removed, the client's kept
+    assert u.shown == "rediss://ci:***@cache.example:6380/2?namespace=proj.a&expire_days=7&ssl_cert_reqs=none"
+    assert parse_redis_url("redis://localhost").client_url == "redis://localhost"  # port and db default (6379, 0)
+    assert redact("redis://:p@ss@h:1/0") == "redis://:***@h:1/0"  # an unescaped @ in the password: hidden too
+    with pytest.raises(DatabaseError, match=r"bad database URL redis://:\*\*\*@\[::1"):
+        parse_redis_url("redis://:secret@[::1")
 
 
 def test_bad_argument_types_are_type_errors(tmp_path: Path) -> None:
