@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -414,3 +415,91 @@ def test_merging_corpora_is_a_plain_copy_that_names_real_conflicts(tmp_path: Pat
                       tmp_path / "s2")
     assert code == 1  # the shard report holds the planted failure
     assert "corpus " + str(tmp_path / "dest2") + ": 1 copied, 1 already there, 0 conflicts" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------- the sharded nightly workflow
+
+
+def _workflow() -> dict[Any, Any]:
+    yaml = pytest.importorskip("yaml")
+    data = yaml.safe_load((REPO / ".github" / "workflows" / "nightly.yml").read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def _run_step(job: dict[str, Any], needle: str) -> str:
+    (step,) = [s for s in job["steps"] if needle in s.get("run", "")]
+    return str(step["run"])
+
+
+def test_the_nightly_workflow_shards_merges_and_keeps_the_database() -> None:
+    import fnmatch
+    import re
+    import shlex
+
+    from batchfuzz.database import parse_redis_url
+    from batchfuzz.shards import parse_shard
+
+    wf = _workflow()
+    on: Any = wf.get("on", wf.get(True))  # YAML 1.1 reads a bare `on` as true
+    assert on["schedule"][0]["cron"].count(" ") == 4 and "budget" in on["workflow_dispatch"]["inputs"]
+    fuzz_job, merge_job = wf["jobs"]["fuzz"], wf["jobs"]["merge"]
+    shards = fuzz_job["strategy"]["matrix"]["shard"]
+    n = len(shards)
+    assert shards == list(range(1, n + 1)) and n > 1 and fuzz_job["strategy"]["fail-fast"] is False
+    assert fuzz_job["services"]["redis"]["image"].startswith("redis") and "6379:6379" in fuzz_job["services"]["redis"]["ports"]
+
+    command = _run_step(fuzz_job, "batchfuzz fuzz")
+    default_url = re.search(r"\|\| '([^']+)'", fuzz_job["env"]["BATCHFUZZ_REDIS"])
+    assert default_url and parse_redis_url(default_url.group(1)).client_url == "redis://localhost:6379/0"
+    for k in shards:
+        argv = shlex.split(command.replace("${{ matrix.shard }}", str(k)).replace("${{ github.run_id }}", "123")
+                           .replace('"$BUDGET"', "90s").replace('"$(nproc)"', "2"))
+        assert argv[:2] == ["batchfuzz", "fuzz"] and "--profile" in argv
+        assert parse_shard(argv[argv.index("--shard") + 1]) == (k, n)
+        assert argv[argv.index("--database") + 1] == "$BATCHFUZZ_REDIS" and argv[argv.index("--seed") + 1] == "123"
+        # The rest parses with today's fuzz parser (--shard and a redis:// --database are not wired into it yet).
+        i = argv.index("--shard")
+        rest = argv[2:i] + argv[i + 2:]
+        j = rest.index("--database")
+        args = cli.build_parser().parse_args(["fuzz", *rest[:j], "--database", ".hypothesis/batchfuzz", *rest[j + 2:]])
+        assert args.profile == "nightly" and args.seed == 123 and args.report == "reports/nightly"
+
+    uses = {s.get("uses", "").split("@")[0]: s for s in fuzz_job["steps"] + merge_job["steps"]}
+    upload = next(s for s in fuzz_job["steps"] if s.get("uses", "").startswith("actions/upload-artifact"))
+    download = uses["actions/download-artifact"]
+    for k in shards:
+        name = upload["with"]["name"].replace("${{ matrix.shard }}", str(k)).replace("${{ github.run_id }}", "123")
+        assert fnmatch.fnmatchcase(name, download["with"]["pattern"].replace("${{ github.run_id }}", "123"))
+    assert "actions/cache/restore" in [s.get("uses", "").split("@")[0] for s in fuzz_job["steps"]]
+    save = uses["actions/cache/save"]
+    assert save in merge_job["steps"] and save["with"]["path"] == wf["env"]["BATCHFUZZ_DATABASE"]
+    assert merge_job["needs"] == "fuzz" and merge_job["if"] == "always()"
+    assert all(s.get("if") == "always()" for s in merge_job["steps"][merge_job["steps"].index(download) + 2:])
+
+
+def test_the_workflows_merge_step_runs_on_downloaded_artifacts(tmp_path: Path) -> None:
+    """The merge job's shell commands, run in a directory laid out as download-artifact leaves it."""
+    wf = _workflow()
+    merge_job = wf["jobs"]["merge"]
+    n = len(wf["jobs"]["fuzz"]["strategy"]["matrix"]["shard"])
+    for k in range(1, n + 1):
+        art = tmp_path / "shards" / f"nightly-fuzz-123-shard-{k}"
+        d = _write_shard(tmp_path / "tmp", k, n)
+        shutil.copytree(d, art / "reports" / "nightly")
+        (art / "corpus").mkdir(parents=True)
+        (art / "corpus" / "README.md").write_text("the corpus\n")
+        (art / ".hypothesis" / "batchfuzz" / f"key{k}").mkdir(parents=True)
+        (art / ".hypothesis" / "batchfuzz" / f"key{k}" / "value").write_bytes(b"example")
+    corpus.save(tmp_path / "shards" / "nightly-fuzz-123-shard-1" / "corpus", _entry(tmp_path))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "BATCHFUZZ_"))}
+    env["PYTHONPATH"] = str(REPO)
+    merge_cmd = _run_step(merge_job, "batchfuzz merge-reports").replace("batchfuzz", f"{sys.executable} -m batchfuzz", 1)
+    r = subprocess.run(["bash", "-c", merge_cmd], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1, r.stdout + r.stderr  # the planted failure in one shard
+    s = json.loads((tmp_path / "reports" / "nightly" / "summary.json").read_text())
+    assert s["shards"]["complete"] and s["totals"]["items"] == len(_items())
+    assert len(corpus.files(tmp_path / "corpus")) == 1
+    r = subprocess.run(["bash", "-c", _run_step(merge_job, "cp -a")], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in (tmp_path / ".hypothesis" / "batchfuzz").iterdir()) == [f"key{k}" for k in range(1, n + 1)]
