@@ -318,6 +318,7 @@ def merge(reports: Sequence[ShardReport]) -> Merged:
         "finished": _iso(finished) if finished is not None else None,
         "wall_seconds": round(wall, 3),
         "workers": sum(r.summary["workers"] for r in shards),
+        "device": next((r.summary.get("device") for r in shards if r.summary.get("device")), None),  # an empty shard has none
         "replay_command": None,
         "host": None,
         "totals": totals,

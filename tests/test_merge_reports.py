@@ -157,6 +157,18 @@ def test_a_complete_run_without_failures_exits_0(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["status"] == "passed"
 
 
+def test_an_empty_shard_is_merged_not_missing(tmp_path: Path) -> None:
+    """Rendezvous hashing can leave a shard without items (16 items over 8: most of the time)."""
+    n = 8
+    empty = next(k for k in range(1, n + 1) if not any(shard_of(_key(it), n) == k for it in _items()))
+    dirs = [_write_shard(tmp_path, k, n) for k in range(1, n + 1)]
+    assert json.loads((dirs[empty - 1] / "summary.json").read_text())["totals"]["items"] == 0
+    merged = merge.merge_dirs(dirs)
+    assert merged.missing == [] and merged.summary["shards"]["complete"]
+    assert merged.summary["totals"]["items"] == len(_items()) and merged.summary["device"] == "cpu"
+    assert merged.exit_code == merge.EXIT_FAILURES  # the planted failure, nothing else
+
+
 def test_an_unsharded_run_merges_as_shard_1_of_1(tmp_path: Path) -> None:
     d = tmp_path / "single"
     report.write_reports(d, _summary(_items()))  # no "shard" field
