@@ -1,0 +1,103 @@
+"""Shards of a fuzz run: ``--shard K/N`` runs the K-th of N disjoint parts of the work items.
+
+A nightly job spread over N machines runs ``batchfuzz fuzz --shard K/N`` on
+machine K; ``batchfuzz merge-reports`` puts the N reports back together.
+
+The partition is a function of each item's key alone (contract,
+implementation or target, device, and the property when items are per
+property: :func:`item_key`), never of its position in the list, so:
+
+- every item is in exactly one shard;
+- adding or removing other items (a new contract, a user's ``--target``, a
+  filter) never moves an item to another shard;
+- it is the same in every process and on every machine (SHA-256, not
+  Python's ``hash``, which ``PYTHONHASHSEED`` salts).
+
+The scheme is rendezvous (highest-random-weight) hashing: an item goes to
+the shard whose SHA-256 of ``"<shard>\\0<key>"`` is largest. Going from N to
+N+1 shards moves only the items the new shard takes (about 1/(N+1) of them),
+where hash-mod-N would move about N/(N+1).
+
+Balance: any scheme that places each item by its own key alone gives a
+multinomial spread of item counts: the same for rendezvous and hash-mod-N.
+For small lists it is uneven (16 items over 4 shards: typically 2 to 6 per
+shard; an empty shard happens). docs/nightly-shards.md has the measured
+table (``tests/measure_shards.py``). A perfectly even split would have to
+depend on the other items, which is exactly what moves items between shards
+when the list changes. Since every shard fuzzes for the same budget, an
+uneven split gives the items of a crowded shard shorter time slices, not a
+longer night.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+_SHARD = re.compile(r"\s*(\d+)\s*/\s*(\d+)\s*")
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"2/4"`` -> ``(2, 4)``; raises ValueError unless it is K/N with 1 <= K <= N."""
+    if not isinstance(text, str):
+        raise TypeError(f"shard must be a string K/N, got {type(text).__name__} {text!r}")
+    m = _SHARD.fullmatch(text)
+    if not m:
+        raise ValueError(f"shard must be K/N with 1 <= K <= N (e.g. 2/4), got {text!r}")
+    k, n = int(m.group(1)), int(m.group(2))
+    if not 1 <= k <= n:
+        raise ValueError(f"shard must be K/N with 1 <= K <= N (e.g. 2/4), got {text!r}")
+    return k, n
+
+
+def _check_count(n: int, name: str = "n") -> None:
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"{name} must be an int number of shards, got {type(n).__name__} {n!r}")
+    if n < 1:
+        raise ValueError(f"{name} must be at least 1, got {n!r}")
+
+
+def item_key(contract: str, target: str, device: str, prop: str | None = None) -> str:
+    """The key a work item is sharded by: ``target`` is the registry implementation
+    name or ``target:MODULE:FUNCTION``; ``prop`` only when items are per property."""
+    for name, value in (("contract", contract), ("target", target), ("device", device)):
+        if not isinstance(value, str) or not value:
+            raise TypeError(f"{name} must be a non-empty string, got {value!r}")
+    if prop is not None and (not isinstance(prop, str) or not prop):
+        raise TypeError(f"prop must be None or a non-empty string, got {prop!r}")
+    parts = [contract, target, device] + ([prop] if prop is not None else [])
+    return json.dumps(parts, separators=(",", ":"))
+
+
+def _weight(shard: int, key: str) -> bytes:
+    return hashlib.sha256(f"{shard}\0{key}".encode()).digest()
+
+
+def shard_of(item_key: str, n: int) -> int:
+    """The shard (1-based, 1..n) that runs the item with this key."""
+    if not isinstance(item_key, str):
+        raise TypeError(f"item_key must be a string, got {type(item_key).__name__} {item_key!r}")
+    _check_count(n)
+    return max(range(1, n + 1), key=lambda s: _weight(s, item_key))
+
+
+def select(items: Iterable[T], key: Callable[[T], str], k: int, n: int) -> list[T]:
+    """The items of shard ``k`` of ``n``, in their given order."""
+    _check_count(n)
+    if isinstance(k, bool) or not isinstance(k, int):
+        raise TypeError(f"k must be an int shard number, got {type(k).__name__} {k!r}")
+    if not 1 <= k <= n:
+        raise ValueError(f"k must be between 1 and n={n}, got {k!r}")
+    return [item for item in items if shard_of(key(item), n) == k]
+
+
+def plan_digest(keys: Iterable[str]) -> str:
+    """A short digest of a run's whole item list (before sharding), for a shard's
+    summary: shards of one run carry the same digest, so merging can tell runs apart."""
+    unique = sorted(set(keys))
+    return hashlib.sha256("\n".join(unique).encode()).hexdigest()[:16]

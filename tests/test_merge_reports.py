@@ -1,0 +1,517 @@
+"""Merging a sharded fuzz run's reports (``batchfuzz.merge``, ``batchfuzz merge-reports``)
+and its corpora across shards.
+
+Shard reports are written by the fuzz job's own report code
+(``batchfuzz.report.build_summary`` / ``write_reports``) from item states of
+the real work-item list, split with ``batchfuzz.shards``; only the
+``"shard"`` field, which the fuzz command does not write yet, is added. The
+oracle for a merge is the report of the same items built as one unsharded
+run. The corpus test runs two real hunts in two processes through a shared
+Redis database.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import textwrap
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from batchfuzz import cli, corpus, merge, registry, report
+from batchfuzz.fuzzjob import Job, WorkItem
+from batchfuzz.shards import item_key, plan_digest, shard_of
+from tests.redis_server import redis_server, redis_url
+
+__all__ = ["redis_server", "redis_url"]  # fixtures, imported for pytest
+
+REPO = Path(__file__).resolve().parent.parent
+STARTED = 1_800_000_000.0
+PLANTED = "target:planted.py:split"
+
+
+def _items() -> list[WorkItem]:
+    """The real cpu work items plus a planted target."""
+    out = [WorkItem(0, "split_dummy_tokens", "cpu", target="planted.py:split")]
+    for c in registry.contracts():
+        out += [WorkItem(0, c.name, "cpu", implementation=i.name) for i in c.implementations if "cpu" in i.devices]
+    return out
+
+
+def _key(item: WorkItem) -> str:
+    return item_key(item.contract, item.implementation or f"target:{item.target}", item.device)
+
+
+def _state(item: WorkItem, index: int, *, failing: bool) -> dict[str, Any]:
+    rng = random.Random(item.name + item.contract)
+    props = [p.name for p in registry.get(item.contract).properties]
+    per: dict[str, dict[str, Any]] = {
+        p: {"examples": rng.randint(5, 200), "seconds": round(rng.uniform(0.01, 2), 3), "status": "passed"} for p in props}
+    failures = []
+    if failing:
+        per[props[0]]["status"] = "failed"
+        failures.append({"property": props[0], "error_type": "PropertyViolation", "message": "planted\nsecond line",
+                         "corpus_file": f"corpus/{item.contract}/0123456789abcdef.json", "new": True,
+                         "id": "0123456789abcdef", "spec": "the spec", "reproduction": "split(3, 5)"})
+    examples = sum(p["examples"] for p in per.values())
+    return {"index": index, "status": "failed" if failing else "passed", "reason": "", "worker": "gw0",
+            "examples": examples, "seconds": round(sum(p["seconds"] for p in per.values()), 3), "slice_seconds": 5.0,
+            "properties": per, "events": {"R == 1": rng.randint(0, examples), "N % R == 0": rng.randint(0, examples)},
+            "failures": failures, "settings": {"derandomize": False}}
+
+
+def _summary(items: list[WorkItem], *, seed: int = 5, partial: bool = False, not_run: tuple[WorkItem, ...] = (),
+             duration: float = 60.0) -> dict[str, Any]:
+    job = Job(items=[WorkItem(i, it.contract, it.device, it.implementation, it.target) for i, it in enumerate(items)],
+              report_dir="unused", corpus_dir="corpus", database=None, profile="nightly", seed=seed, workers=2,
+              budget_s=60.0, deadline=STARTED + 60.0)
+    states = {i: _state(it, i, failing=it.name == PLANTED) for i, it in enumerate(job.items)
+              if (it.contract, it.name) not in {(n.contract, n.name) for n in not_run}}
+    return report.build_summary(job, states, started=STARTED, finished=STARTED + duration, partial=partial,
+                                interrupted_by="SIGTERM received" if partial else None)
+
+
+def _write_shard(root: Path, k: int, n: int, *, summary: dict[str, Any] | None = None, seed: int = 5,
+                 plan: str | None = None, **kwargs: Any) -> Path:
+    items = [it for it in _items() if shard_of(_key(it), n) == k]
+    s = summary if summary is not None else _summary(items, seed=seed, **kwargs)
+    s["shard"] = {"index": k, "count": n, "plan": plan or plan_digest(_key(it) for it in _items())}
+    d = root / f"shard-{k}-of-{n}"
+    report.write_reports(d, s)
+    return d
+
+
+def _merge_cli(*args: str | Path) -> int:
+    return cli.main(["merge-reports", *map(str, args)])
+
+
+# --------------------------------------------------------------------------- complete runs
+
+
+def _without_merge_tags(summary: dict[str, Any]) -> dict[str, Any]:
+    out = json.loads(json.dumps(summary))
+    for c in out["contracts"].values():
+        for i in c["implementations"].values():
+            i.pop("shard", None)
+    for f in out["failures"] + out["errors"]:
+        f.pop("shard", None)
+    return out
+
+
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_merging_every_shard_equals_the_unsharded_report(tmp_path: Path, n: int) -> None:
+    dirs = [_write_shard(tmp_path, k, n) for k in range(1, n + 1)]
+    merged = merge.merge_dirs(dirs)
+    whole = _without_merge_tags(_summary(_items()))  # the oracle: the same items as one run
+    got = _without_merge_tags(merged.summary)
+    assert got["totals"] == whole["totals"]
+    assert got["totals"]["items"] == len(_items()) and got["totals"]["failures"] == 1
+    assert set(got["contracts"]) == set(whole["contracts"])
+    for name, c in whole["contracts"].items():
+        g = got["contracts"][name]
+        assert g["implementations"] == c["implementations"], name
+        for key in ("examples", "seconds", "cases_per_second", "failures", "errors", "items", "items_run", "coverage"):
+            assert g[key] == c[key], (name, key)
+    assert got["failures"] == whole["failures"] and got["errors"] == whole["errors"]
+    assert merged.summary["status"] == "failed" and merged.exit_code == merge.EXIT_FAILURES
+    (failure,) = merged.summary["failures"]
+    assert failure["shard"] == shard_of(item_key("split_dummy_tokens", PLANTED, "cpu"), n)
+    assert merged.summary["shards"]["complete"] and merged.summary["shards"]["missing"] == []
+    assert merged.summary["workers"] == 2 * n and merged.summary["wall_seconds"] == 60.0
+
+    # junit: the shards' testcases, all of them, in a suite per contract with recomputed counts.
+    root = ET.fromstring(merged.junit)
+    oracle = ET.fromstring(report.render_junit(whole))
+
+    def cases(r: ET.Element) -> list[tuple[str | None, str | None, bool]]:
+        return sorted((c.get("classname"), c.get("name"), c.find("failure") is not None) for c in r.iter("testcase"))
+    assert cases(root) == cases(oracle)
+    for suite in root:
+        want = oracle.find(f"testsuite[@name='{suite.get('name')}']")
+        assert want is not None
+        for attr in ("tests", "failures", "errors", "skipped"):
+            assert suite.get(attr) == want.get(attr), (suite.get("name"), attr)
+
+    out = tmp_path / "merged"
+    assert _merge_cli(*dirs, "--report", out) == 1
+    assert json.loads((out / "summary.json").read_text())["totals"] == merged.summary["totals"]
+    md = (out / "summary.md").read_text()
+    assert md.startswith("## batchfuzz fuzz: failed") and f"### Shards ({n} of {n} merged)" in md
+    assert "planted" in md and ET.parse(out / "junit.xml").getroot().tag == "testsuites"
+
+
+def test_a_complete_run_without_failures_exits_0(tmp_path: Path) -> None:
+    items = [it for it in _items() if it.name != PLANTED]
+    dirs = []
+    for k in (1, 2):
+        s = _summary([it for it in items if shard_of(_key(it), 2) == k])
+        dirs.append(_write_shard(tmp_path, k, 2, summary=s))
+    assert _merge_cli(*dirs, "--report", tmp_path / "out") == 0
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["status"] == "passed"
+
+
+def test_an_empty_shard_is_merged_not_missing(tmp_path: Path) -> None:
+    """Rendezvous hashing can leave a shard without items (16 items over 8: most of the time)."""
+    n = 8
+    empty = next(k for k in range(1, n + 1) if not any(shard_of(_key(it), n) == k for it in _items()))
+    dirs = [_write_shard(tmp_path, k, n) for k in range(1, n + 1)]
+    assert json.loads((dirs[empty - 1] / "summary.json").read_text())["totals"]["items"] == 0
+    merged = merge.merge_dirs(dirs)
+    assert merged.missing == [] and merged.summary["shards"]["complete"]
+    assert merged.summary["totals"]["items"] == len(_items()) and merged.summary["device"] == "cpu"
+    assert merged.exit_code == merge.EXIT_FAILURES  # the planted failure, nothing else
+
+
+def test_an_unsharded_run_merges_as_shard_1_of_1(tmp_path: Path) -> None:
+    d = tmp_path / "single"
+    report.write_reports(d, _summary(_items()))  # no "shard" field
+    merged = merge.merge_dirs([d])
+    assert merged.summary["shards"]["count"] == 1 and merged.missing == []
+    assert merged.summary["totals"] == _summary(_items())["totals"]
+    assert merged.exit_code == merge.EXIT_FAILURES
+
+
+# --------------------------------------------------------------------------- incomplete runs
+
+
+def test_a_missing_shard_is_named_and_exits_3(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    items = [it for it in _items() if it.name != PLANTED]
+    dirs = {k: _write_shard(tmp_path, k, 3, summary=_summary([it for it in items if shard_of(_key(it), 3) == k]))
+            for k in (1, 3)}
+    out = tmp_path / "out"
+    assert _merge_cli(dirs[1], dirs[3], "--report", out) == 3
+    text = capsys.readouterr().out
+    assert "shard 2/3: MISSING" in text and "incomplete: shard 2/3 missing" in text
+    s = json.loads((out / "summary.json").read_text())
+    assert s["status"] == "incomplete" and s["shards"]["missing"] == [2] and not s["shards"]["complete"]
+    assert any("MISSING: 2/3" in n for n in s["notes"])
+    assert "| 2/3 | **missing** |" in (out / "summary.md").read_text()
+    junit = ET.parse(out / "junit.xml").getroot()
+    suite = junit.find(f"testsuite[@name='{merge.SHARDS_SUITE}']")
+    assert suite is not None and suite.get("errors") == "1"
+    case = suite.find("testcase")
+    assert case is not None and case.get("name") == "shard 2/3"
+
+
+def test_a_failure_keeps_exit_1_even_when_a_shard_is_missing(tmp_path: Path) -> None:
+    k = shard_of(item_key("split_dummy_tokens", PLANTED, "cpu"), 3)  # the shard with the planted failure
+    merged = merge.merge_dirs([_write_shard(tmp_path, k, 3)])
+    assert merged.exit_code == merge.EXIT_FAILURES
+    assert merged.summary["status"] == "incomplete" and sorted(merged.missing) == sorted({1, 2, 3} - {k})
+
+
+def test_an_interrupted_shard_makes_the_merge_incomplete(tmp_path: Path) -> None:
+    items = [it for it in _items() if it.name != PLANTED]
+    shard1 = [it for it in items if shard_of(_key(it), 2) == 1]
+    d1 = _write_shard(tmp_path, 1, 2, summary=_summary(shard1, partial=True, not_run=(shard1[-1],)))
+    d2 = _write_shard(tmp_path, 2, 2, summary=_summary([it for it in items if shard_of(_key(it), 2) == 2]))
+    merged = merge.merge_dirs([d1, d2])
+    assert merged.exit_code == merge.EXIT_INCOMPLETE and merged.summary["partial"]
+    assert merged.summary["interrupted_by"] == "shard 1/2: SIGTERM received"
+    assert merged.summary["totals"]["items_not_run"] == 1
+    assert merged.markdown.startswith("## batchfuzz fuzz: PARTIAL")
+
+
+# --------------------------------------------------------------------------- reports that do not belong together
+
+
+def test_a_shard_given_twice_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    d1 = _write_shard(tmp_path / "a", 1, 2)
+    again = _write_shard(tmp_path / "b", 1, 2)
+    d2 = _write_shard(tmp_path, 2, 2)
+    assert _merge_cli(d1, again, d2, "--report", tmp_path / "out") == 2
+    err = capsys.readouterr().err
+    assert f"shard 1/2 given twice: {d1} and {again}" in err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("change", ["count", "seed", "plan"])
+def test_shards_of_different_runs_are_refused(tmp_path: Path, change: str, capsys: pytest.CaptureFixture[str]) -> None:
+    d1 = _write_shard(tmp_path, 1, 2)
+    if change == "count":
+        d2 = _write_shard(tmp_path, 2, 3)
+        expected = f"{d1} is shard 1/2, {d2} is shard 2/3"
+    elif change == "seed":
+        d2 = _write_shard(tmp_path, 2, 2, seed=6)
+        expected = f"seed 5 in {d1}, 6 in {d2}"
+    else:
+        d2 = _write_shard(tmp_path, 2, 2, plan="feedfeedfeedfeed")
+        expected = f"in {d1}, feedfeedfeedfeed in {d2}"
+    assert _merge_cli(d1, d2, "--report", tmp_path / "out") == 2
+    err = capsys.readouterr().err
+    assert "shards of different runs" in err and expected in err
+
+
+def test_the_same_item_in_two_shards_is_refused(tmp_path: Path) -> None:
+    d1 = _write_shard(tmp_path, 1, 2)
+    overlapping = _summary(_items())  # every item, claimed by shard 2
+    d2 = _write_shard(tmp_path, 2, 2, summary=overlapping)
+    with pytest.raises(merge.MergeError, match=r"work item .* is in shard 1/2 .* and in shard 2/2"):
+        merge.merge_dirs([d1, d2])
+
+
+# --------------------------------------------------------------------------- garbage in
+
+
+def _truncate(path: Path, keep: float = 0.5) -> None:
+    text = path.read_text()
+    path.write_text(text[: int(len(text) * keep)])
+
+
+@pytest.mark.parametrize(("damage", "match"), [
+    (lambda d: _truncate(d / "summary.json"), r"summary.json: not valid JSON \(line \d+, column \d+"),
+    (lambda d: _truncate(d / "junit.xml"), r"junit.xml: not well-formed XML \(line \d+, column \d+\)"),
+    (lambda d: (d / "summary.json").write_bytes(b"\xff\xfe garbage"), r"summary.json: cannot read"),
+    (lambda d: (d / "summary.json").write_text("[1, 2]"), r"summary.json: not a batchfuzz fuzz summary"),
+    (lambda d: (d / "junit.xml").write_text("<html/>"), r"junit.xml: not a batchfuzz JUnit report"),
+    (lambda d: (d / "summary.json").unlink(), r"summary.json: missing \(is .* the report directory"),
+    (lambda d: (d / "junit.xml").unlink(), r"junit.xml: missing"),
+    (lambda d: _edit(d, lambda s: s.pop("totals")), r"summary.json: missing field 'totals'"),
+    (lambda d: _edit(d, lambda s: s.update(workers="2")), r"summary.json: field 'workers' must be int, got str"),
+    (lambda d: _edit(d, lambda s: s.update(shard={"index": 3, "count": 2})), r"field 'shard' must be .*got \{'index': 3"),
+    (lambda d: _edit(d, lambda s: next(iter(s["contracts"].values()))["implementations"].update(x={"status": "passed"})),
+     r"summary.json: .*/x: missing field 'examples'"),
+])
+def test_garbage_input_is_named(tmp_path: Path, damage: Any, match: str, capsys: pytest.CaptureFixture[str]) -> None:
+    good = _write_shard(tmp_path, 1, 2)
+    bad = _write_shard(tmp_path, 2, 2)
+    damage(bad)
+    with pytest.raises(merge.MergeError, match=match) as info:
+        merge.merge_dirs([good, bad])
+    assert str(bad) in str(info.value)
+    assert _merge_cli(good, bad, "--report", tmp_path / "out") == 2
+    assert str(bad) in capsys.readouterr().err
+
+
+def _edit(d: Path, change: Any) -> None:
+    s = json.loads((d / "summary.json").read_text())
+    change(s)
+    (d / "summary.json").write_text(json.dumps(s))
+
+
+def test_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    d1 = _write_shard(tmp_path, 1, 1)
+    assert _merge_cli(tmp_path / "nowhere", "--report", tmp_path / "out") == 2
+    assert "nowhere: no such report directory" in capsys.readouterr().err
+    assert _merge_cli(d1, "--report", d1) == 2
+    assert "would overwrite it" in capsys.readouterr().err
+    assert _merge_cli(d1, "--report", tmp_path / "out", "--corpus", tmp_path / "c") == 2
+    assert "--corpus DEST and --corpus-from SRC" in capsys.readouterr().err
+    (tmp_path / "file").write_text("")
+    assert _merge_cli(d1, "--report", tmp_path / "file") == 2
+    assert "exists and is not a directory" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- the corpus across shards
+
+# One shard's process: hunt the planted bug with a shared database, save the failure to its own corpus.
+_HUNT = """
+import json, sys
+from hypothesis import settings
+from batchfuzz import corpus, registry, runner
+from batchfuzz.database import open_database
+from batchfuzz.targets import load_target
+
+url, local, corpus_dir, seed, worker, spec = sys.argv[1:7]
+contract = registry.get("split_dummy_tokens")
+db = open_database(url, local_dir=local)
+examples = []
+r = runner.hunt(contract, load_target(spec), contract.property("within_max_model_len"), target_name=spec, seed=int(seed),
+                run_settings=settings(max_examples=300, derandomize=False, database=db, deadline=None),
+                on_example=lambda: examples.append(1))
+assert r.failure is not None, "the planted bug was not found"
+data = corpus.make_entry_data(r.failure, implementation=None, target=spec, device="cpu",
+                              found={"seed": int(seed), "profile": "nightly", "worker": worker})
+path, new = corpus.save(corpus_dir, data)
+print(json.dumps({"path": str(path), "name": path.name, "case": data["case"], "examples": r.examples}))
+"""
+
+
+def _hunt(*args: str, hash_seed: str) -> dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "BATCHFUZZ_", "HYPOTHESIS_"))}
+    env.update(PYTHONPATH=str(REPO), PYTHONHASHSEED=hash_seed)
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(_HUNT), *args], cwd=REPO, env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return dict(json.loads(r.stdout))
+
+
+def test_two_processes_finding_the_same_failure_write_the_same_corpus_file(tmp_path: Path, redis_url: str) -> None:
+    """Shard 1 finds and shrinks the planted bug; shard 2 (another process, seed, worker and
+    PYTHONHASHSEED) replays it from the shared database and names its corpus file the same;
+    merging the two corpora is a plain copy with nothing to reconcile."""
+    planted = tmp_path / "planted_split.py"
+    from tests.test_corpus import BUGGY
+
+    planted.write_text(BUGGY)
+    spec = f"{planted}:split"
+    one = _hunt(redis_url, str(tmp_path / "db-1"), str(tmp_path / "corpus-1"), "4", "gw0", spec, hash_seed="11")
+    two = _hunt(redis_url, str(tmp_path / "db-2"), str(tmp_path / "corpus-2"), "7", "gw3", spec, hash_seed="22")
+    assert two["case"] == one["case"] and two["name"] == one["name"]
+    a, b = json.loads(Path(one["path"]).read_text()), json.loads(Path(two["path"]).read_text())
+    assert a["found"] != b["found"]  # seed and worker differ ...
+    assert merge.stable_fields(a) == merge.stable_fields(b)  # ... and nothing else does
+
+    dest = tmp_path / "merged-corpus"
+    result = merge.merge_corpora([tmp_path / "corpus-1", tmp_path / "corpus-2"], dest)
+    rel = f"split_dummy_tokens/{one['name']}"
+    assert (result.copied, result.same, result.conflicts) == ([rel], [rel], [])
+    assert (dest / rel).read_text() == Path(one["path"]).read_text()  # the first one is kept, byte for byte
+    assert corpus.replay(corpus.load(dest / rel)).fails
+
+
+def test_without_the_shared_database_another_seed_shrinks_elsewhere(tmp_path: Path) -> None:
+    """The control for the test above: seeds 4 and 7 alone end in different local minima (other files)."""
+    from hypothesis import settings
+
+    from batchfuzz import runner
+    from batchfuzz.codec import encode_case
+    from tests.test_corpus import BUGGY
+
+    namespace: dict[str, Any] = {}
+    exec(compile(BUGGY, "<planted>", "exec"), namespace)
+    contract = registry.get("split_dummy_tokens")
+    cases = []
+    for seed in (4, 7):
+        r = runner.hunt(contract, namespace["split"], contract.property("within_max_model_len"), target_name="planted",
+                        seed=seed, run_settings=settings(max_examples=300, derandomize=False, database=None, deadline=None))
+        assert r.failure is not None
+        cases.append(encode_case(r.failure.case))
+    assert cases[0] != cases[1]
+
+
+def _entry(tmp: Path, **changes: Any) -> dict[str, Any]:
+    from batchfuzz.case import Case
+    from batchfuzz.codec import encode_case
+
+    case = Case(args={"num_reqs": 3, "num_tokens": 5}, context={"max_model_len": 2})
+    data = {"format": corpus.FORMAT, "contract": "split_dummy_tokens", "implementation": None, "target": "planted.py:split",
+            "device": "cpu", "property": "max_is_ceil", "spec": "s", "case": encode_case(case),
+            "failure": {"kind": "violation", "error_type": "PropertyViolation", "message": "m"},
+            "date": "2026-01-01T00:00:00+00:00", "found": {"seed": 1, "worker": "gw0", "profile": "nightly"}}
+    data["id"] = corpus.entry_id("split_dummy_tokens", None, "planted.py:split", "cpu", "max_is_ceil", case)
+    data.update(changes)
+    return data
+
+
+def test_merging_corpora_is_a_plain_copy_that_names_real_conflicts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    same = _entry(tmp_path)
+    corpus.save(tmp_path / "s1", same)
+    corpus.save(tmp_path / "s2", dict(same, date="2026-02-02T00:00:00+00:00", found={"seed": 9, "worker": "gw5"}))
+    corpus.save(tmp_path / "s3", dict(same, spec="another text"))  # same name, different content: a conflict
+    misnamed = corpus.path_for(tmp_path / "s4", same).with_name("ffffffffffffffff.json")
+    corpus.write_json_atomic(misnamed, same)
+    garbage = tmp_path / "s4" / "split_dummy_tokens" / "0000000000000000.json"
+    garbage.write_text("{ truncated")
+    dest = tmp_path / "dest"
+    result = merge.merge_corpora([tmp_path / "s1", tmp_path / "s2", tmp_path / "s3", tmp_path / "s4", tmp_path / "none"], dest)
+    rel = f"split_dummy_tokens/{same['id']}.json"
+    assert result.copied == [rel] and result.same == [rel]
+    assert len(result.conflicts) == 4, result.conflicts
+    text = "\n".join(result.conflicts)
+    assert "differs in spec" in text and "not its name ffffffffffffffff" in text and "not valid JSON" in text
+    assert "none: no such corpus directory" in text
+    assert [p.name for p in corpus.files(dest)] == [f"{same['id']}.json"]
+    assert json.loads((dest / rel).read_text())["found"]["seed"] == 1  # the first one kept
+
+    # The same through the command, after the reports.
+    d = _write_shard(tmp_path / "r", 1, 1)
+    code = _merge_cli(d, "--report", tmp_path / "out", "--corpus", tmp_path / "dest2", "--corpus-from", tmp_path / "s1",
+                      tmp_path / "s2")
+    assert code == 1  # the shard report holds the planted failure
+    assert "corpus " + str(tmp_path / "dest2") + ": 1 copied, 1 already there, 0 conflicts" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------- the sharded nightly workflow
+
+
+def _workflow() -> dict[Any, Any]:
+    yaml = pytest.importorskip("yaml")
+    data = yaml.safe_load((REPO / ".github" / "workflows" / "nightly.yml").read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def _run_step(job: dict[str, Any], needle: str) -> str:
+    (step,) = [s for s in job["steps"] if needle in s.get("run", "")]
+    return str(step["run"])
+
+
+def test_the_nightly_workflow_shards_merges_and_keeps_the_database() -> None:
+    import fnmatch
+    import re
+    import shlex
+
+    from batchfuzz.database import parse_redis_url
+    from batchfuzz.shards import parse_shard
+
+    wf = _workflow()
+    on: Any = wf.get("on", wf.get(True))  # YAML 1.1 reads a bare `on` as true
+    assert on["schedule"][0]["cron"].count(" ") == 4 and "budget" in on["workflow_dispatch"]["inputs"]
+    fuzz_job, merge_job = wf["jobs"]["fuzz"], wf["jobs"]["merge"]
+    shards = fuzz_job["strategy"]["matrix"]["shard"]
+    n = len(shards)
+    assert shards == list(range(1, n + 1)) and n > 1 and fuzz_job["strategy"]["fail-fast"] is False
+    assert fuzz_job["services"]["redis"]["image"].startswith("redis") and "6379:6379" in fuzz_job["services"]["redis"]["ports"]
+
+    command = _run_step(fuzz_job, "batchfuzz fuzz")
+    default_url = re.search(r"\|\| '([^']+)'", fuzz_job["env"]["BATCHFUZZ_REDIS"])
+    assert default_url and parse_redis_url(default_url.group(1)).client_url == "redis://localhost:6379/0"
+    for k in shards:
+        argv = shlex.split(command.replace("${{ matrix.shard }}", str(k)).replace("${{ github.run_id }}", "123")
+                           .replace('"$BUDGET"', "90s").replace('"$(nproc)"', "2"))
+        assert argv[:2] == ["batchfuzz", "fuzz"] and "--profile" in argv
+        assert parse_shard(argv[argv.index("--shard") + 1]) == (k, n)
+        assert argv[argv.index("--database") + 1] == "$BATCHFUZZ_REDIS" and argv[argv.index("--seed") + 1] == "123"
+        # The rest parses with today's fuzz parser (--shard and a redis:// --database are not wired into it yet).
+        i = argv.index("--shard")
+        rest = argv[2:i] + argv[i + 2:]
+        j = rest.index("--database")
+        args = cli.build_parser().parse_args(["fuzz", *rest[:j], "--database", ".hypothesis/batchfuzz", *rest[j + 2:]])
+        assert args.profile == "nightly" and args.seed == 123 and args.report == "reports/nightly"
+
+    uses = {s.get("uses", "").split("@")[0]: s for s in fuzz_job["steps"] + merge_job["steps"]}
+    upload = next(s for s in fuzz_job["steps"] if s.get("uses", "").startswith("actions/upload-artifact"))
+    download = uses["actions/download-artifact"]
+    for k in shards:
+        name = upload["with"]["name"].replace("${{ matrix.shard }}", str(k)).replace("${{ github.run_id }}", "123")
+        assert fnmatch.fnmatchcase(name, download["with"]["pattern"].replace("${{ github.run_id }}", "123"))
+    assert "actions/cache/restore" in [s.get("uses", "").split("@")[0] for s in fuzz_job["steps"]]
+    save = uses["actions/cache/save"]
+    assert save in merge_job["steps"] and save["with"]["path"] == wf["env"]["BATCHFUZZ_DATABASE"]
+    assert merge_job["needs"] == "fuzz" and merge_job["if"] == "always()"
+    assert all(s.get("if") == "always()" for s in merge_job["steps"][merge_job["steps"].index(download) + 2:])
+
+
+def test_the_workflows_merge_step_runs_on_downloaded_artifacts(tmp_path: Path) -> None:
+    """The merge job's shell commands, run in a directory laid out as download-artifact leaves it."""
+    wf = _workflow()
+    merge_job = wf["jobs"]["merge"]
+    n = len(wf["jobs"]["fuzz"]["strategy"]["matrix"]["shard"])
+    for k in range(1, n + 1):
+        art = tmp_path / "shards" / f"nightly-fuzz-123-shard-{k}"
+        d = _write_shard(tmp_path / "tmp", k, n)
+        shutil.copytree(d, art / "reports" / "nightly")
+        (art / "corpus").mkdir(parents=True)
+        (art / "corpus" / "README.md").write_text("the corpus\n")
+        (art / ".hypothesis" / "batchfuzz" / f"key{k}").mkdir(parents=True)
+        (art / ".hypothesis" / "batchfuzz" / f"key{k}" / "value").write_bytes(b"example")
+    corpus.save(tmp_path / "shards" / "nightly-fuzz-123-shard-1" / "corpus", _entry(tmp_path))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "BATCHFUZZ_"))}
+    env["PYTHONPATH"] = str(REPO)
+    merge_cmd = _run_step(merge_job, "batchfuzz merge-reports").replace("batchfuzz", f"{sys.executable} -m batchfuzz", 1)
+    r = subprocess.run(["bash", "-c", merge_cmd], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1, r.stdout + r.stderr  # the planted failure in one shard
+    s = json.loads((tmp_path / "reports" / "nightly" / "summary.json").read_text())
+    assert s["shards"]["complete"] and s["totals"]["items"] == len(_items())
+    assert len(corpus.files(tmp_path / "corpus")) == 1
+    r = subprocess.run(["bash", "-c", _run_step(merge_job, "cp -a")], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in (tmp_path / ".hypothesis" / "batchfuzz").iterdir()) == [f"key{k}" for k in range(1, n + 1)]
