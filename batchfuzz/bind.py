@@ -185,8 +185,9 @@ class SourceFile:
         ``with`` contexts there are the binding's assumption). Dependencies:
         for every name a selected statement reads that is not in ``given``,
         the nearest earlier statements of the method that may write it (up to
-        one that surely does), recursively. Method parameters read but not
-        given take their default values.
+        one that surely does), recursively; a dependency that rebinds a given
+        name is refused (it would override the binding's value). Method
+        parameters read but not given take their default values.
         """
         node = self._find(qualname)
         if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
@@ -214,6 +215,11 @@ class SourceFile:
                         work.append((prev_path, prev))
                     if name in _defines([prev]):
                         break
+        for p, stmt in chosen.items():
+            clash = sorted(_stores(stmt) & given_set) if p not in selected else []
+            if clash:
+                raise Unbindable(f"{self.path}:{qualname}: the fragment that {pattern} depends on line {stmt.lineno}, which "
+                                 f"rebinds given name(s) {', '.join(clash)} (give what that line computes from instead)")
         stmts = [chosen[p] for p in sorted(chosen, key=lambda p: (chosen[p].lineno, chosen[p].col_offset))]
         for stmt in stmts:
             for sub in _walk_scope(stmt):

@@ -400,6 +400,14 @@ class Domain:
     accepts: Callable[[Any], bool]
     repair: Callable[[Any], Any] | None = None
 
+    def restrict(self, contract: Any) -> Any:
+        """A copy of a registry ``Contract`` whose strategy and explicit
+        examples stay inside this domain (repaired first, then filtered)."""
+        fix = self.repair or (lambda case: case)
+        strategy = contract.strategy
+        examples = tuple(e for e in (fix(e) for e in contract.examples) if self.accepts(e))
+        return replace(contract, strategy=lambda: strategy().map(fix).filter(self.accepts), examples=examples)
+
 
 def _qsl_accepts(case: Any) -> bool:
     steps = [case.args["num_scheduled_tokens"], *(nst for nst, _ in case.context.get("history", ()))]
