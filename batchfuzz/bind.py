@@ -186,7 +186,8 @@ class SourceFile:
         for every name a selected statement reads that is not in ``given``,
         the nearest earlier statements of the method that may write it (up to
         one that surely does), recursively; a dependency that rebinds a given
-        name is refused (it would override the binding's value). Method
+        local is refused (it would override the binding's value; a given
+        method parameter may be rebound, as the method itself does). Method
         parameters read but not given take their default values.
         """
         node = self._find(qualname)
@@ -216,7 +217,7 @@ class SourceFile:
                     if name in _defines([prev]):
                         break
         for p, stmt in chosen.items():
-            clash = sorted(_stores(stmt) & given_set) if p not in selected else []
+            clash = sorted(_stores(stmt) & (given_set - params)) if p not in selected else []
             if clash:
                 raise Unbindable(f"{self.path}:{qualname}: the fragment that {pattern} depends on line {stmt.lineno}, which "
                                  f"rebinds given name(s) {', '.join(clash)} (give what that line computes from instead)")
