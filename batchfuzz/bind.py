@@ -39,7 +39,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MethodType, ModuleType, SimpleNamespace
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -99,7 +99,7 @@ class Piece:
     path: str
     qualname: str
     kind: str
-    nodes: tuple[ast.AST, ...]
+    nodes: tuple[ast.stmt, ...]
     params: tuple[str, ...] = ()
     decorators: tuple[str, ...] = ()
     defaults: tuple[tuple[str, ast.expr], ...] = ()
@@ -107,7 +107,7 @@ class Piece:
 
     @property
     def lines(self) -> tuple[int, int]:
-        return (min(n.lineno for n in self.nodes), max(n.end_lineno or n.lineno for n in self.nodes))  # type: ignore[attr-defined]
+        return (min(n.lineno for n in self.nodes), max(n.end_lineno or n.lineno for n in self.nodes))
 
     @property
     def label(self) -> str:
@@ -360,14 +360,15 @@ def _unpack(target: ast.expr) -> list[ast.expr]:
 
 # ---------------------------------------------------------------- statement paths and data flow
 
+_Node = TypeVar("_Node", bound=ast.AST)
+
 Path = tuple[tuple[str, int], ...]
 """Where a statement sits in a function: from the function body inwards, one
 ``(block, index)`` per level; ``block`` is "body", "orelse", "finalbody",
 "handlers.K" or "cases.K" of the statement one level up."""
 
-_COMPOUND = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.Match)
-if sys.version_info >= (3, 11):
-    _COMPOUND = (*_COMPOUND, ast.TryStar)
+_COMPOUND: tuple[type[ast.stmt], ...] = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.Match,
+                                          *((ast.TryStar,) if hasattr(ast, "TryStar") else ()))
 
 
 def _is_compound(stmt: ast.stmt) -> bool:
@@ -522,9 +523,9 @@ class _Flow:
             self.block(s.orelse, set(bound))
         elif isinstance(s, ast.If):
             self.expr(s.test, bound)
-            a = self.block(s.body, set(bound))
-            b = self.block(s.orelse, set(bound))
-            bound |= a & b
+            then = self.block(s.body, set(bound))
+            otherwise = self.block(s.orelse, set(bound))
+            bound |= then & otherwise
         elif isinstance(s, ast.With | ast.AsyncWith):
             for item in s.items:
                 self.expr(item.context_expr, bound)
@@ -543,17 +544,17 @@ class _Flow:
             for d in s.decorator_list:
                 self.expr(d, bound)
             if isinstance(s, ast.ClassDef):
-                for b in s.bases:
-                    self.expr(b, bound)
+                for base in s.bases:
+                    self.expr(base, bound)
             else:
-                for d in (*s.args.defaults, *(k for k in s.args.kw_defaults if k is not None)):
-                    self.expr(d, bound)
+                for default in (*s.args.defaults, *(k for k in s.args.kw_defaults if k is not None)):
+                    self.expr(default, bound)
             for name in _scope_free(s):
                 self.read(name, bound)
             bound.add(s.name)
         elif isinstance(s, ast.Import | ast.ImportFrom):
-            for a in s.names:
-                bound.add(_import_binds(a))
+            for alias in s.names:
+                bound.add(_import_binds(alias))
         elif isinstance(s, ast.Global | ast.Nonlocal | ast.Pass | ast.Break | ast.Continue):
             pass
         else:  # Expr, Assert, Return, Raise, Delete, Match, ...
@@ -561,7 +562,7 @@ class _Flow:
                 self.expr(child, bound)
 
 
-def _strip_annotations(node: ast.AST) -> ast.AST:
+def _strip_annotations(node: _Node) -> _Node:
     """A copy of ``node`` without annotations (they are never evaluated here)."""
     node = copy.deepcopy(node)
     for n in ast.walk(node):
@@ -587,7 +588,7 @@ def _scope_free(node: ast.AST) -> list[str]:
 
     def visit(t: symtable.SymbolTable, top: bool) -> None:
         for sym in t.get_symbols():
-            if sym.is_referenced() and (sym.is_global() and not sym.is_declared_global() or (top and sym.is_free())):
+            if sym.is_referenced() and ((sym.is_global() and not sym.is_declared_global()) or (top and sym.is_free())):
                 if sym.get_name() not in out:
                     out.append(sym.get_name())
         for child in t.get_children():
@@ -604,13 +605,13 @@ def _scope_free(node: ast.AST) -> list[str]:
 
 def _reads_before_writes(stmts: list[ast.stmt]) -> list[str]:
     flow = _Flow()
-    flow.block([_strip_annotations(s) for s in stmts], set())  # type: ignore[misc]
+    flow.block([_strip_annotations(s) for s in stmts], set())
     return flow.reads
 
 
 def _defines(stmts: list[ast.stmt]) -> set[str]:
     """Names surely bound after running ``stmts``."""
-    return _Flow().block([_strip_annotations(s) for s in stmts], set())  # type: ignore[misc]
+    return _Flow().block([_strip_annotations(s) for s in stmts], set())
 
 
 def _first_line(nodes: Iterable[ast.AST], name: str) -> int | None:
@@ -701,7 +702,7 @@ class Scope:
             first, last = piece.lines
             ret = ast.Return(ast.Call(ast.Name("locals", ast.Load()), [], []))
             ast.copy_location(ret, ast.Pass(lineno=last, col_offset=0, end_lineno=last, end_col_offset=0))
-            body = [*copy.deepcopy(list(piece.nodes)), ret]
+            body: list[ast.stmt] = [*copy.deepcopy([n for n in piece.nodes if isinstance(n, ast.stmt)]), ret]
             args = ast.arguments(posonlyargs=[], args=[ast.arg(p) for p in piece.params] + [ast.arg(n) for n, _ in defaults],
                                  kwonlyargs=[], kw_defaults=[], defaults=[ast.Constant(None)] * len(defaults))
             name = "__fragment__"
@@ -715,17 +716,18 @@ class Scope:
             if defaults:
                 fn.__defaults__ = tuple(v for _, v in defaults)
             fn.__qualname__ = f"{piece.qualname}[{piece.note}]"
-            return fn  # type: ignore[no-any-return]
+            return fn
         node = copy.deepcopy(piece.nodes[0])
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            raise TypeError(f"a {piece.kind} piece must hold a def or a class, got {type(node).__name__}")
+        if not isinstance(node, ast.ClassDef):
             node.decorator_list = []
-        module = ast.Module([node], [])  # type: ignore[list-item]
         local = {}
-        exec(compile(module, src.filename, "exec", flags=_COMPILE_FLAGS, dont_inherit=True), ns, local)
-        obj = local[node.name]  # type: ignore[attr-defined]
+        exec(compile(ast.Module([node], []), src.filename, "exec", flags=_COMPILE_FLAGS, dont_inherit=True), ns, local)
+        obj = local[node.name]
         if piece.kind != "class":
             obj.__qualname__ = piece.qualname
-        return obj  # type: ignore[no-any-return]
+        return obj
 
     def _eval_default(self, piece: Piece, expr: ast.expr) -> Any:
         names = [n.id for n in ast.walk(expr) if isinstance(n, ast.Name)]
@@ -736,7 +738,7 @@ class Scope:
     def _needs(self, piece: Piece) -> list[str]:
         if piece.kind == "fragment":
             given = set(piece.params) | {n for n, _ in piece.defaults}
-            return [n for n in _reads_before_writes(list(piece.nodes)) if n not in given]  # type: ignore[arg-type]
+            return [n for n in _reads_before_writes(list(piece.nodes)) if n not in given]
         node = piece.nodes[0]
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             node = copy.deepcopy(node)

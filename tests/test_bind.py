@@ -10,6 +10,10 @@ stand-ins, report what is missing, and let the contracts judge the result.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 import pytest
 import torch
@@ -221,7 +225,7 @@ def test_fragment_takes_the_writes_and_the_statements_they_read() -> None:
 
 def test_fragment_refuses_a_dependency_that_rebinds_a_given_name() -> None:
     f = scope().file(PATH)
-    with pytest.raises(bind.Unbindable, match=r"depends on line %d, which rebinds given name\(s\) num_reqs" % line("if uniform:")):
+    with pytest.raises(bind.Unbindable, match=rf"depends on line {line('if uniform:')}, which rebinds given name\(s\) num_reqs"):
         f.fragment("ToyRunner.warmup", Writes("self.offsets"), given=("self", "num_tokens", "num_reqs", "num_reqs_padded"))
 
 
@@ -242,7 +246,8 @@ def test_fragment_runs_unchanged_on_a_stub_self_with_an_out_buffer() -> None:
     run = sc.load(piece)
     out = np.full(6, 99, dtype=np.int32)  # a stale persistent buffer
     pad = Recorder("pad_reqs", returns=4)
-    runner_ = Stub("ToyRunner", config=Stub("config", max_num_seqs=3), offsets=bind.cpu_gpu_buffer(out), methods={"pad_reqs": lambda self, r: pad(r)})
+    runner_ = Stub("ToyRunner", config=Stub("config", max_num_seqs=3), offsets=bind.cpu_gpu_buffer(out),
+                   methods={"pad_reqs": lambda self, r: pad(r)})
     run(runner_, 5)
     assert out.tolist() == [0, 1, 3, 5, 5, 99]  # [R+1, P] padded with the total, out[P+1:] untouched
     assert runner_.offsets.gpu.tolist() == out.tolist()  # copy_to_gpu ran
@@ -294,13 +299,15 @@ def test_imports_of_the_package_are_followed_and_constants_evaluated() -> None:
 def test_a_name_no_one_provides_makes_the_piece_unbindable_with_where_it_is_read() -> None:
     sc = scope()
     f = sc.file(PATH)
-    with pytest.raises(bind.Unbindable, match=r"needs 'launch_attention' \(line %d\): imported from toyengine.kernels, not in this "
-                       r"source tree, which the binding does not provide" % line("return launch_attention(num_tokens)")):
+    where = line("return launch_attention(num_tokens)")
+    with pytest.raises(bind.Unbindable, match=rf"needs 'launch_attention' \(line {where}\): imported from toyengine.kernels, not in "
+                       r"this source tree, which the binding does not provide"):
         sc.load(f.piece("ToyRunner.launch"))
     with pytest.raises(bind.Unbindable, match=r"needs 'envs'.*toyengine.envs is a module of the engine \(give a stand-in\)"):
         sc.load(f.piece("ToyRunner.attention_mode"))
-    with pytest.raises(bind.Unbindable, match=r"ToyRunner.warmup \(method, lines \d+-\d+\) needs 'logger' \(line %d\): "
-                       r"toyengine/worker/runner.py computes it at import time \(make_logger\(__name__\)\)" % line('logger.debug')):
+    where = line("logger.debug")
+    with pytest.raises(bind.Unbindable, match=rf"ToyRunner.warmup \(method, lines \d+-\d+\) needs 'logger' \(line {where}\): "
+                       r"toyengine/worker/runner.py computes it at import time \(make_logger\(__name__\)\)"):
         sc.load(f.piece("ToyRunner.warmup"))
     # the fragment that computes the output does not read the logger: it loads (its `with` context is lifted away)
     sc.load(f.fragment("ToyRunner.warmup", Writes("out"), given=("self", "num_reqs_padded")))
@@ -314,7 +321,8 @@ def test_only_allowed_real_modules_are_imported() -> None:
                                       "def g(x):\n    return math.ceil(x / 2)\n"})
     sc = bind.Scope(tree, "eng")
     assert sc.load(sc.file("eng/m.py").piece("g"))(3) == 2
-    with pytest.raises(bind.Unbindable, match=r"needs 'triton' \(line 5\): eng/m.py imports it from triton, which is not an allowed module"):
+    with pytest.raises(bind.Unbindable, match=r"needs 'triton' \(line 5\): eng/m.py imports it from triton, which is not an "
+                       r"allowed module"):
         sc.load(sc.file("eng/m.py").piece("f"))
 
 
@@ -325,7 +333,7 @@ def test_tuple_result_of_engine_slice_objects_converts_to_pairs() -> None:
     sc = scope()
     plan = sc.load(sc.file(PATH).piece("ToyRunner.plan_ubatches"))
 
-    def split_ubatches(nst, num_tokens_padded, num_reqs_padded, num_ubatches):  # the canonical signature
+    def split_ubatches(nst: Any, num_tokens_padded: int, num_reqs_padded: int, num_ubatches: int) -> Any:  # the canonical signature
         return bind.slice_pairs(bind.tuple_part(plan(None, nst, num_tokens_padded, num_reqs_padded, num_ubatches), 1, size=2))
 
     assert split_ubatches(np.array([5, 11]), 16, 2, 2) == [((0, 2), (0, 8)), ((1, 2), (8, 16))]
@@ -374,7 +382,7 @@ def test_builders_of_buffers_and_block_tables() -> None:
     with pytest.raises(ValueError, match=r"block_size must be an int >= 1, got 0"):
         bind.block_table(0, table)
     with pytest.raises(TypeError, match=r"array must be a numpy array, got list"):
-        bind.cpu_gpu_buffer([1, 2])
+        bind.cpu_gpu_buffer([1, 2])  # type: ignore[arg-type]
 
 
 def test_argument_checks_name_the_argument_and_value() -> None:
@@ -412,7 +420,7 @@ def test_tracebacks_through_cut_out_code_show_the_engine_lines() -> None:
 # ---------------------------------------------------------------- a binding judged by the contracts
 
 
-def _warmup_split(source: str) -> object:
+def _warmup_split(source: str) -> Callable[..., Any]:
     """contract A's canonical signature over the toy runner's warmup split, cut
     from ``source`` (the fixture or a mutated copy)."""
     sc = bind.Scope(bind.TextTree({**TREE.files, PATH: source}), "toyengine")
@@ -424,7 +432,7 @@ def _warmup_split(source: str) -> object:
     return split_dummy_tokens
 
 
-def _hunt(contract_name: str, target: object, examples: int = 60) -> runner.Failure | None:
+def _hunt(contract_name: str, target: Callable[..., Any], examples: int = 60) -> runner.Failure | None:
     contract = registry.get(contract_name)
     for prop in contract.properties:
         r = runner.hunt(contract, target, prop, target_name="toy", run_settings=settings(max_examples=examples, database=None,
@@ -446,13 +454,13 @@ def test_the_bound_toy_split_meets_contract_a_and_a_mutant_does_not() -> None:
     assert failure is not None and (failure.case.args["num_reqs"], failure.case.args["num_tokens"]) == (3, 5)
 
 
-def _warmup_offsets(source: str) -> object:
+def _warmup_offsets(source: str) -> Callable[..., Any]:
     """contract C's canonical signature over the toy runner's offsets fill."""
     sc = bind.Scope(bind.TextTree({**TREE.files, PATH: source}), "toyengine")
     run = sc.load(sc.file(PATH).fragment("ToyRunner.warmup", Writes("self.offsets"),
                                          given=("self", "num_reqs", "num_reqs_padded", "counts")))
 
-    def pad_query_start_loc(nst, num_reqs_padded, out=None):  # the engine domain: R >= 1
+    def pad_query_start_loc(nst: Any, num_reqs_padded: int, out: Any = None) -> Any:  # the engine domain: R >= 1
         buf = np.zeros(num_reqs_padded + 1, dtype=np.int64) if out is None else out
         run(Stub("ToyRunner", offsets=bind.cpu_gpu_buffer(buf)), len(nst), num_reqs_padded, nst)
         return buf[: num_reqs_padded + 1]
@@ -473,3 +481,33 @@ def test_the_bound_toy_offsets_fill_meets_contract_c_and_an_unpadded_one_does_no
     unpadded = _warmup_offsets(RUNNER.replace("self.offsets.np[num_reqs + 1 : num_reqs_padded + 1].fill(cu[-1])", "pass"))
     stale = np.array([0, 4, 8, 12], dtype=np.int64)
     assert unpadded(np.array([2]), 3, stale).tolist() == [0, 2, 8, 12]  # the padded slots keep the stale values
+
+
+# ---------------------------------------------------------------- the example of docs/bindings.md
+
+
+def test_docs_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs the code blocks of docs/bindings.md (``# file: PATH`` headers) on
+    the engine files they define and checks the verdicts the page states."""
+    import re
+    import runpy
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "bindings.md").read_text()
+    blocks = dict(re.findall(r"```python\n# file: (\S+)\n(.*?)```", page, re.S))
+    assert set(blocks) == {"myengine/worker/runner.py", "myengine/utils.py", "mybinding.py"}
+    for path, text in blocks.items():
+        dest = tmp_path / ("src" if path.startswith("myengine/") else "") / path
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(text)
+    monkeypatch.setenv("MYENGINE_SRC", str(tmp_path / "src"))
+    ns = runpy.run_path(str(tmp_path / "mybinding.py"))
+    assert "needs 'device_stream' (line 22): imported from myengine.platform, not in this source tree" in ns["WHY_NOT_WHOLE"]
+    split, fill = ns["split_dummy_tokens"], ns["pad_query_start_loc"]
+    for r in range(1, 10):
+        for n in range(r, 30):
+            assert list(split(r, n)) == list(dummy_oracle.split_dummy_tokens(r, n))
+    assert _hunt("split_dummy_tokens", split, 30) is None
+    failure = _hunt("pad_query_start_loc", fill, 30)
+    assert failure is not None and failure.property == "matches_oracle"
+    out = np.array([0, 9, 9, 9], dtype=np.int32)
+    assert fill(np.array([2]), 3, out).tolist() == [0, 2, 2, 9]  # slot P keeps the stale 9

@@ -10,11 +10,14 @@ helper renamed, a signature changed.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -27,6 +30,7 @@ from reference import dummy as dummy_oracle
 from reference import query_start_loc as qsl_oracle
 from reference import ubatch as ubatch_oracle
 from reference.types import DummyBuffers
+from strategies.microbatch import realizable_step_cases
 
 RELEASE = "0.33.0"
 V1 = "vllm/v1/worker/gpu_model_runner.py"
@@ -36,6 +40,8 @@ LORA_HOOK = "vllm/v1/worker/gpu/lora_utils.py:create_lora_capture_hook"
 V1_DUMMY_RUN = f"{V1}:GPUModelRunner._dummy_run"
 UBATCH = "vllm/v1/worker/ubatch_utils.py:maybe_create_ubatch_slices"
 ALLOW = f"{V1}:GPUModelRunner._allow_microbatching"
+# The release's source, its bindings by (function, contract), and the texts of the files they read.
+Release = tuple[vllm.ReleaseSource, dict[tuple[str, str], engines.Bound], dict[str, str]]
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +65,7 @@ class _Recording(vllm.ReleaseSource):
 
 
 @pytest.fixture(scope="module")
-def release(wheel: Path) -> tuple[vllm.ReleaseSource, dict[tuple[str, str], engines.Bound], dict[str, str]]:
+def release(wheel: Path) -> Release:
     source = _Recording.from_wheel(wheel)
     source.seen = set()
     table = by_key(vllm.bindings(source))
@@ -67,9 +73,12 @@ def release(wheel: Path) -> tuple[vllm.ReleaseSource, dict[tuple[str, str], engi
     return source, table, files
 
 
-def target(release: tuple, function: str, contract: str):  # type: ignore[no-untyped-def]
-    bound = release[1][(function, contract)]
-    assert bound.status == "bound", bound.reason
+def target(release: Release, function: str, contract: str) -> Callable[..., Any]:
+    return bound_target(release[1][(function, contract)])
+
+
+def bound_target(bound: engines.Bound) -> Callable[..., Any]:
+    assert bound.status == "bound" and bound.target is not None, bound.reason
     return bound.target
 
 
@@ -91,11 +100,11 @@ def by_key(bounds: list[engines.Bound]) -> dict[tuple[str, str], engines.Bound]:
     return table
 
 
-def hunt(contract: registry.Contract, fn: object, examples: int, props: tuple[str, ...] | None = None,
+def hunt(contract: registry.Contract, fn: Callable[..., Any], examples: int, props: tuple[str, ...] | None = None,
          shrink: bool = True) -> runner.Failure | None:
     """The first failure of a derandomized search over ``props`` (shrunk
     unless ``shrink`` is off: then any failing case found is returned)."""
-    phases = tuple(Phase) if shrink else (Phase.explicit, Phase.reuse, Phase.generate)
+    phases = (Phase.explicit, Phase.reuse, Phase.generate, *((Phase.shrink,) if shrink else ()))
     base = settings(max_examples=examples, derandomize=True, database=None, deadline=None, phases=phases)
     for prop in (contract.properties if props is None else tuple(contract.property(p) for p in props)):
         r = runner.hunt(contract, fn, prop, target_name="vllm", run_settings=base)
@@ -107,7 +116,7 @@ def hunt(contract: registry.Contract, fn: object, examples: int, props: tuple[st
 # ---------------------------------------------------------------- the release and its bindings
 
 
-def test_every_binding_is_bound_in_the_reference_release(release: tuple) -> None:
+def test_every_binding_is_bound_in_the_reference_release(release: Release) -> None:
     source, table, _ = release
     assert source.version == RELEASE and source.ref.startswith("wheel:/")
     assert sorted(table) == sorted([
@@ -119,7 +128,7 @@ def test_every_binding_is_bound_in_the_reference_release(release: tuple) -> None
         assert bound.release == f"vllm {RELEASE}" and bound.ref.startswith(f"vllm::{source.ref}::") and bound.detail
 
 
-def test_mrv2_dummy_splits_are_the_fixed_split(release: tuple) -> None:
+def test_mrv2_dummy_splits_are_the_fixed_split(release: Release) -> None:
     """make_dummy, the MRV2 dummy run and the LoRA hook agree with the oracle
     (and so with each other) on every (R, N) of a grid."""
     for function in (MAKE_DUMMY, MRV2_DUMMY_RUN, LORA_HOOK):
@@ -129,14 +138,14 @@ def test_mrv2_dummy_splits_are_the_fixed_split(release: tuple) -> None:
                 assert list(map(int, fn(r, n))) == list(dummy_oracle.split_dummy_tokens(r, n)), (function, r, n)
 
 
-def test_v1_dummy_run_split_is_caught_with_r3_n5(release: tuple) -> None:
+def test_v1_dummy_run_split_is_caught_with_r3_n5(release: Release) -> None:
     v1_split = target(release, V1_DUMMY_RUN, "split_dummy_tokens")
     assert list(v1_split(3, 5)) == [1, 1, 3]  # the remainder on the last request, as of 0.33.0
     failure = hunt(registry.get("split_dummy_tokens"), v1_split, 100, ("matches_oracle",))
     assert failure is not None and (failure.case.args["num_reqs"], failure.case.args["num_tokens"]) == (3, 5)
 
 
-def test_make_dummy_layout_meets_contract_b_on_stale_buffers(release: tuple) -> None:
+def test_make_dummy_layout_meets_contract_b_on_stale_buffers(release: Release) -> None:
     layout = target(release, MAKE_DUMMY, "make_dummy")
     assert hunt(registry.get("make_dummy"), layout, 12) is None
     buffers = DummyBuffers(seq_lens=np.full(4, 9, np.int64), query_start_loc=np.full(5, -3, np.int64),
@@ -150,7 +159,7 @@ def test_make_dummy_layout_meets_contract_b_on_stale_buffers(release: tuple) -> 
                                   positions=np.zeros(1, np.int64), input_ids=np.zeros(1, np.int64)))
 
 
-def test_v1_query_start_loc_fill_meets_contract_c_in_the_engine_domain(release: tuple) -> None:
+def test_v1_query_start_loc_fill_meets_contract_c_in_the_engine_domain(release: Release) -> None:
     fill = target(release, V1_DUMMY_RUN, "pad_query_start_loc")
     domain = vllm.engine_domain(V1_DUMMY_RUN, "pad_query_start_loc")
     assert domain is not None
@@ -164,7 +173,7 @@ def test_v1_query_start_loc_fill_meets_contract_c_in_the_engine_domain(release: 
         fill(np.array([], dtype=np.int32), 2)
 
 
-def test_the_unpadded_fill_of_earlier_releases_is_caught(release: tuple, tmp_path: Path) -> None:
+def test_the_unpadded_fill_of_earlier_releases_is_caught(release: Release, tmp_path: Path) -> None:
     """0.33.0's file with the padding statement removed is the pre-#44603 fill
     (0.22.0): the contract catches it with R >= 1 on a stale buffer."""
     source = edited(tmp_path, release[2], V1, "self.query_start_loc.np[num_reqs + 1 : num_reqs_padded + 1].fill(\n"
@@ -173,13 +182,13 @@ def test_the_unpadded_fill_of_earlier_releases_is_caught(release: tuple, tmp_pat
     assert bound.status == "bound" and bound.ref.startswith(f"vllm::dir:{tmp_path}")
     domain = vllm.engine_domain(V1_DUMMY_RUN, "pad_query_start_loc")
     assert domain is not None
-    failure = hunt(domain.restrict(registry.get("pad_query_start_loc")), bound.target, 30, ("matches_oracle",))
+    failure = hunt(domain.restrict(registry.get("pad_query_start_loc")), bound_target(bound), 30, ("matches_oracle",))
     assert failure is not None and len(failure.case.args["num_scheduled_tokens"]) >= 1
     assert failure.case.args["num_reqs_padded"] > len(failure.case.args["num_scheduled_tokens"])
-    assert bound.target(np.array([2], np.int32), 3, np.array([0, 4, 8, 12], np.int32)).tolist() == [0, 2, 8, 12]
+    assert bound_target(bound)(np.array([2], np.int32), 3, np.array([0, 4, 8, 12], np.int32)).tolist() == [0, 2, 8, 12]
 
 
-def test_ubatch_split_with_the_refusal_matches_the_oracle(release: tuple) -> None:
+def test_ubatch_split_with_the_refusal_matches_the_oracle(release: Release) -> None:
     split = target(release, UBATCH, "split_ubatches")
     rng = np.random.default_rng(1)
     for _ in range(300):
@@ -192,7 +201,7 @@ def test_ubatch_split_with_the_refusal_matches_the_oracle(release: tuple) -> Non
     assert hunt(registry.get("split_ubatches"), split, 25) is None
 
 
-def test_allow_microbatching_allows_the_realizable_decode_reader(release: tuple) -> None:
+def test_allow_microbatching_allows_the_realizable_decode_reader(release: Release) -> None:
     """The shipped check is unsound on a step a prefix-caching scheduler makes
     (tests/test_microbatch_shipped.py): a fully cached prompt recomputing its
     last token (q == 1) is no reader."""
@@ -203,15 +212,19 @@ def test_allow_microbatching_allows_the_realizable_decode_reader(release: tuple)
     assert conflicts_oracle.simulate(step, [(0, 1), (1, 4)])  # the split it allows reads unwritten KV
     # ... and the writer-first step, which no split breaks, it vetoes.
     assert allow(np.array([0, 2]), np.array([3, 2]), [np.array([[1, 2], [1, 3]])], [2]) is False
-    failure = hunt(registry.get("allow_microbatching"), allow, 40, ("sound_under_adversarial_splits",), shrink=False)
-    assert failure is not None and allow(*(failure.case.args[k] for k in ("num_computed_tokens", "num_scheduled_tokens",
-                                                                         "block_tables", "block_sizes"))) is True
+    # The realizable-steps search (a prefix-caching scheduler model) finds and shrinks exactly that step.
+    contract = registry.get("allow_microbatching")
+    failure = hunt(dataclasses.replace(contract, strategy=realizable_step_cases), allow, 300, ("sound_under_adversarial_splits",))
+    assert failure is not None and failure.case.context["source"] == "realizable"
+    args = failure.case.args
+    assert (args["num_computed_tokens"].tolist(), args["num_scheduled_tokens"].tolist(), [t.tolist() for t in args["block_tables"]],
+            args["block_sizes"]) == ([2, 0], [1, 3], [[[1, 3], [1, 2]]], [2])
 
 
 # ---------------------------------------------------------------- absent, unbindable, resolve
 
 
-def test_a_removed_function_is_absent_and_a_changed_one_unbindable(release: tuple, tmp_path: Path) -> None:
+def test_a_removed_function_is_absent_and_a_changed_one_unbindable(release: Release, tmp_path: Path) -> None:
     files = release[2]
     gone = by_key(vllm.bindings(edited(tmp_path / "a", files, V1, "def _allow_microbatching(", "def _allow_microbatching_v2(")))
     assert gone[(ALLOW, "allow_microbatching")].status == "absent"
@@ -227,7 +240,7 @@ def test_a_removed_function_is_absent_and_a_changed_one_unbindable(release: tupl
     assert all(x.status == "bound" for k, x in sig.items() if k[0] != MAKE_DUMMY)
 
 
-def test_resolve_rebuilds_a_target_in_a_fresh_process(release: tuple, tmp_path: Path) -> None:
+def test_resolve_rebuilds_a_target_in_a_fresh_process(release: Release, tmp_path: Path) -> None:
     bound = release[1][(MAKE_DUMMY, "split_dummy_tokens")]
     code = ("import sys; from batchfuzz.engines import resolve; "
             "print(list(map(int, resolve(sys.argv[1])(3, 5))))")

@@ -29,11 +29,14 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 
 class SourceError(LookupError):
     """A release's source cannot be opened (no such file, not installed, not downloadable)."""
+
+
+_Source = TypeVar("_Source", bound="ReleaseSource")
 
 
 class ReleaseSource:
@@ -69,7 +72,7 @@ class ReleaseSource:
     # -- constructors
 
     @classmethod
-    def from_wheel(cls, path: str | os.PathLike[str]) -> ReleaseSource:
+    def from_wheel(cls: type[_Source], path: str | os.PathLike[str]) -> _Source:
         """A wheel file, read as a zip (nothing is installed or imported)."""
         p = Path(path).resolve()
         if not p.is_file():
@@ -91,7 +94,7 @@ class ReleaseSource:
         return cls(f"wheel:{p}", match.group(2), reader)
 
     @classmethod
-    def from_dir(cls, path: str | os.PathLike[str]) -> ReleaseSource:
+    def from_dir(cls: type[_Source], path: str | os.PathLike[str]) -> _Source:
         """A source checkout: the directory that holds the package directory."""
         root = Path(path).resolve()
         if not (root / cls.package).is_dir():
@@ -104,7 +107,7 @@ class ReleaseSource:
         return cls(f"dir:{root}", _recorded_version(reader(f"{cls.package}/_version.py")), reader)
 
     @classmethod
-    def installed(cls) -> ReleaseSource:
+    def installed(cls: type[_Source]) -> _Source:
         """The installed distribution's files, located through its metadata
         (the package is not imported)."""
         try:
@@ -123,7 +126,7 @@ class ReleaseSource:
         return cls("installed:", dist.version, reader)
 
     @classmethod
-    def from_ref(cls, ref: str) -> ReleaseSource:
+    def from_ref(cls: type[_Source], ref: str) -> _Source:
         """Rebuild a source from its ``ref``."""
         if not isinstance(ref, str):
             raise TypeError(f"ref must be a str, got {type(ref).__name__}")
@@ -195,7 +198,8 @@ def resolve(ref: str) -> Callable[..., Any]:
         module = importlib.import_module(f"{__name__}.{engine}")
     except ModuleNotFoundError:
         raise ValueError(f"ref names engine {engine!r}, which batchfuzz.engines does not have") from None
-    return module.resolve(ref)  # type: ignore[no-any-return]
+    found: Callable[..., Any] = module.resolve(ref)
+    return found
 
 
 # ---------------------------------------------------------------- downloading releases
@@ -234,6 +238,7 @@ def fetch_wheel(distribution: str, version: str, dest: str | os.PathLike[str] | 
         raise SourceError(f"pip download {distribution}=={version} took more than {timeout_s:g} s") from None
     found = present()
     if proc.returncode != 0 or found is None:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-        raise SourceError(f"pip download {distribution}=={version} failed (exit {proc.returncode}): {' | '.join(tail)}")
+        errors = [ln for ln in (proc.stderr or proc.stdout).strip().splitlines() if ln.startswith("ERROR")] or ["(no message)"]
+        said = " | ".join(ln if len(ln) <= 200 else ln[:200] + "..." for ln in errors[-2:])
+        raise SourceError(f"pip download {distribution}=={version} failed (exit {proc.returncode}): {said}")
     return found

@@ -8,16 +8,25 @@ release comes from a wheel (read as a zip), a source checkout or the
 installed distribution (``ReleaseSource``). VLLM_NOTES.md (the project's
 shared notes) describes the functions release by release.
 
-| contract | vLLM function (path inside the release) | how it is bound |
-|---|---|---|
-| split_dummy_tokens | ``v1/worker/gpu/input_batch.py:InputBatch.make_dummy`` | classmethod on the engine's own ``InputBuffers``; its ``num_scheduled_tokens`` |
-| make_dummy | the same | stale ``DummyBuffers`` copied into the engine's buffers and back |
-| split_dummy_tokens | ``v1/worker/gpu/model_runner.py:GPUModelRunner._dummy_run`` | fragment: the statements writing ``num_tokens_per_request`` |
-| split_dummy_tokens | ``v1/worker/gpu/lora_utils.py:create_lora_capture_hook`` | the hook's counts, recorded at ``runner.maybe_select_dummy_loras`` |
-| split_dummy_tokens | ``v1/worker/gpu_model_runner.py:GPUModelRunner._dummy_run`` | fragment: the statements writing ``num_scheduled_tokens_list`` |
-| pad_query_start_loc | the same | fragment: the statements writing ``self.query_start_loc``, ``.np`` = ``out`` |
-| split_ubatches | ``v1/worker/ubatch_utils.py:maybe_create_ubatch_slices`` | after ``v1/worker/dp_utils.py:_post_process_ubatch`` (the refusal), one DP rank |
-| allow_microbatching | ``v1/worker/gpu_model_runner.py:GPUModelRunner._allow_microbatching`` | on a stand-in input batch and block tables |
+The bindings (paths inside the release, under ``vllm/v1/worker/``):
+
+- ``gpu/input_batch.py:InputBatch.make_dummy`` (MRV2) as ``split_dummy_tokens``
+  (its ``num_scheduled_tokens``) and as ``make_dummy`` (stale ``DummyBuffers``
+  copied into the engine's own ``InputBuffers``, built by its ``__init__``,
+  and back);
+- ``gpu/model_runner.py:GPUModelRunner._dummy_run`` (MRV2) as
+  ``split_dummy_tokens``: the statements writing ``num_tokens_per_request``;
+- ``gpu/lora_utils.py:create_lora_capture_hook`` as ``split_dummy_tokens``: the
+  counts its hook passes to ``runner.maybe_select_dummy_loras``;
+- ``gpu_model_runner.py:GPUModelRunner._dummy_run`` (v1) as
+  ``split_dummy_tokens`` (the statements writing ``num_scheduled_tokens_list``)
+  and as ``pad_query_start_loc`` (the statements writing
+  ``self.query_start_loc``, whose ``.np`` is the contract's ``out``);
+- ``ubatch_utils.py:maybe_create_ubatch_slices`` as ``split_ubatches``, after
+  the refusal its caller applies (``dp_utils.py:_post_process_ubatch`` on one
+  data-parallel rank's votes);
+- ``gpu_model_runner.py:GPUModelRunner._allow_microbatching`` (v1, 0.28.0 and
+  later) as ``allow_microbatching``, on a stand-in input batch and block tables.
 
 A function a release lacks is "absent"; one whose code no longer fits its
 binding (a name no one provides, a signature or attribute that changed, a
@@ -70,7 +79,7 @@ _STAND_INS: dict[str, Any] = {"logger": logging.getLogger("batchfuzz.engines.vll
 class _Release:
     """One release: its source and the files parsed so far (shared by every binding)."""
 
-    def __init__(self, source: ReleaseSource) -> None:
+    def __init__(self, source: _engines.ReleaseSource) -> None:
         self.source = source
         self.files: dict[str, bind.SourceFile] = {}
 
@@ -328,7 +337,7 @@ def _probe_args(spec: _Spec) -> tuple[Any, ...]:
     return tuple(fresh[a]() if isinstance(a, str) else a for a in spec.probe)
 
 
-def _ref(source: ReleaseSource, spec: _Spec) -> str:
+def _ref(source: _engines.ReleaseSource, spec: _Spec) -> str:
     return f"{ENGINE}::{source.ref}::{spec.function}::{spec.contract}"
 
 
@@ -346,7 +355,7 @@ def _bind_one(rel: _Release, spec: _Spec) -> Bound:
     return Bound(release, spec.function, spec.contract, "bound", target=target, ref=_ref(rel.source, spec), detail=detail)
 
 
-def bindings(source: ReleaseSource) -> list[Bound]:
+def bindings(source: _engines.ReleaseSource) -> list[Bound]:
     """Every binding of this module for one release, in SPECS order."""
     if not isinstance(source, _engines.ReleaseSource):
         raise TypeError(f"source must be a ReleaseSource, got {type(source).__name__}")
