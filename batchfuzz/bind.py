@@ -34,6 +34,7 @@ import ast
 import builtins
 import contextlib
 import copy
+import itertools
 import linecache
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -128,7 +129,6 @@ class SourceFile:
             self.tree = ast.parse(text, filename=path)
         except SyntaxError as exc:
             raise Unbindable(f"{path} does not parse: {exc}") from exc
-        self.module = _module_of(path)
         # Tracebacks through cut-out code show the engine's own lines.
         self.filename = f"<source {path}>"
         linecache.cache[self.filename] = (len(text), None, text.splitlines(True), self.filename)
@@ -625,6 +625,7 @@ def _first_line(nodes: Iterable[ast.AST], name: str) -> int | None:
 # ---------------------------------------------------------------- scopes: resolving names and compiling
 
 
+_SCOPE_IDS = itertools.count()
 _REAL_MODULES_DEFAULT = frozenset({"numpy", "torch"}) | frozenset(sys.stdlib_module_names)
 
 
@@ -638,7 +639,9 @@ class Scope:
     and an import of a module in ``real_modules`` (default: the standard
     library, numpy and torch) imports the real module. Builtins come last.
     Anything else makes the piece Unbindable, naming what is missing and where
-    it is read. Every file gets one namespace, shared by all pieces cut from
+    it is read; so does a helper defined with decorators, which is not cut out
+    (its decorators would have to run, and they are often the engine's own,
+    such as a kernel compiler): give a stand-in for it. Every file gets one namespace, shared by all pieces cut from
     it, so that helpers defined beside a function are found as at import time.
     ``files`` may be a dict shared between scopes of one tree, so that each
     file is parsed once.
@@ -655,6 +658,7 @@ class Scope:
         self._files: dict[str, SourceFile] = files if files is not None else {}
         self._namespaces: dict[str, dict[str, Any]] = {}
         self._resolving: set[tuple[str, str]] = set()
+        self._id = next(_SCOPE_IDS)
 
     # -- files
 
@@ -680,7 +684,7 @@ class Scope:
         as ``dataclasses`` look a class's module up there), never under the
         engine's own module name."""
         if relpath not in self._namespaces:
-            name = f"batchfuzz._cut_{id(self):x}.{_module_of(relpath)}"
+            name = f"batchfuzz._cut_{self._id}.{_module_of(relpath)}"
             module = ModuleType(name)
             module.__dict__["__builtins__"] = builtins
             sys.modules[name] = module

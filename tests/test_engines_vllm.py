@@ -288,14 +288,32 @@ def test_release_sources_from_a_dir_a_wheel_and_refs(tmp_path: Path) -> None:
         vllm.bindings("0.33.0")  # type: ignore[arg-type]
 
 
-def test_installed_release_is_found_through_its_metadata_or_reported_missing() -> None:
+def test_installed_release_is_found_through_its_metadata(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A distribution's files located through importlib.metadata (its RECORD),
+    never imported: a made-up one on sys.path whose package would fail to import."""
     import importlib.metadata
 
     try:
         importlib.metadata.distribution("vllm")
+        pytest.skip("a real vllm is installed here; this test stages its own")
     except importlib.metadata.PackageNotFoundError:
-        with pytest.raises(engines.SourceError, match=r"vllm is not installed in this Python environment"):
-            vllm.ReleaseSource.installed()
-        return
+        pass
+    with pytest.raises(engines.SourceError, match=r"vllm is not installed in this Python environment"):
+        vllm.ReleaseSource.installed()
+    site = tmp_path / "site"
+    (site / "vllm" / "v1" / "worker").mkdir(parents=True)
+    (site / "vllm" / "__init__.py").write_text("raise ImportError('never import me')\n")
+    (site / "vllm" / "v1" / "worker" / "ubatch_utils.py").write_text(
+        "def is_last_ubatch_empty(orig_num_tokens, padded_num_tokens, num_ubatches):\n"
+        "    return (padded_num_tokens // num_ubatches) * (num_ubatches - 1) >= orig_num_tokens\n")
+    info = site / "vllm-0.31.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.31.0\n")
+    (info / "RECORD").write_text("vllm/__init__.py,,\nvllm/v1/worker/ubatch_utils.py,,\nvllm-0.31.0.dist-info/METADATA,,\n")
+    monkeypatch.syspath_prepend(str(site))
     source = vllm.ReleaseSource.installed()
-    assert source.ref == "installed:" and source.read("vllm/v1/worker/ubatch_utils.py") is not None
+    assert (source.version, source.ref) == ("0.31.0", "installed:")
+    assert "padded_num_tokens // num_ubatches" in (source.read("vllm/v1/worker/ubatch_utils.py") or "")
+    assert source.read("vllm/v1/worker/gpu_model_runner.py") is None
+    statuses = {b.contract: b.status for b in vllm.bindings(source)}
+    assert statuses["split_ubatches"] == "absent" and "vllm" not in sys.modules

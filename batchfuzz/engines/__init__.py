@@ -230,8 +230,9 @@ def fetch_wheel(distribution: str, version: str, dest: str | os.PathLike[str] | 
     found = present()
     if found is not None:
         return found
+    # Short socket timeouts and few retries: an unreachable registry should fail in seconds, not minutes.
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", f"{distribution}=={version}",
-           "-d", str(folder), "--quiet"]
+           "-d", str(folder), "--quiet", "--timeout", "20", "--retries", "1"]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:

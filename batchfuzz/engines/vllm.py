@@ -275,6 +275,14 @@ def _bind_ubatch_slices(rel: _Release) -> tuple[Callable[..., Any], str]:
 # ---------------------------------------------------------------- the v1 microbatch veto (E)
 
 
+def _input_batch(num_computed_tokens: np.ndarray, block_tables: list[Stub]) -> Stub:
+    """The v1 persistent input batch as ``_allow_microbatching`` reads it: the
+    computed-token counts per batch row and ``block_table.block_tables``, one
+    ``bind.block_table`` per KV-cache group."""
+    return Stub("InputBatch", num_computed_tokens_cpu=num_computed_tokens,
+                block_table=Stub("MultiGroupBlockTable", block_tables=block_tables))
+
+
 def _bind_allow_microbatching(rel: _Release) -> tuple[Callable[..., Any], str]:
     scope = rel.scope()
     piece = scope.file(V1_RUNNER).piece("GPUModelRunner._allow_microbatching")
@@ -294,8 +302,7 @@ def _bind_allow_microbatching(rel: _Release) -> tuple[Callable[..., Any], str]:
                 raise ValueError(f"block_tables[{g}] has {t.shape[0]} rows, expected one per request ({q.size})")
             groups.append(bind.block_table(bind.count(f"block_sizes[{g}]", size, 1), bind.cast_exact(f"block_tables[{g}]", t, np.int32)))
         runner = Stub("GPUModelRunner", parallel_config=Stub("parallel_config", use_ubatching=True), reorder_batch_threshold=1,
-                      input_batch=Stub("input_batch", num_computed_tokens_cpu=bind.cast_exact("num_computed_tokens", c, np.int32),
-                                       block_table=Stub("MultiGroupBlockTable", block_tables=groups)))
+                      input_batch=_input_batch(bind.cast_exact("num_computed_tokens", c, np.int32), groups))
         return allow(runner, int(q.size), bind.cast_exact("num_scheduled_tokens", q, np.int32))
 
     return allow_microbatching, (f"{piece.label}; ubatching on, reorder_batch_threshold = 1, int32 persistent arrays with "
