@@ -699,6 +699,8 @@ class Scope:
         that returns its locals after the statements ran."""
         ns = self.namespace(piece.path)
         src = self.file(piece.path)
+        if "." in piece.qualname and piece.kind != "class":
+            _check_outside_class(piece)
         needs = self._needs(piece)
         self._provide(piece.path, needs, piece.nodes, why=piece.label)
         if piece.kind == "fragment":
@@ -854,6 +856,18 @@ class Scope:
 
 class _NotFound(Exception):
     pass
+
+
+def _check_outside_class(piece: Piece) -> None:
+    """A method runs here as a plain function: ``super()`` (which needs the
+    class cell) and private names (mangled with the class name) would not
+    mean what they mean in the class, so they make the piece Unbindable."""
+    for node in piece.nodes:
+        for n in ast.walk(node):
+            if isinstance(n, ast.Name) and n.id in ("super", "__class__"):
+                raise Unbindable(f"{piece.label} uses {n.id} (line {n.lineno}), which needs the class it was cut from")
+            if isinstance(n, ast.Attribute) and n.attr.startswith("__") and not n.attr.endswith("__"):
+                raise Unbindable(f"{piece.label} reads the private name {n.attr} (line {n.lineno}), mangled with its class's name")
 
 
 _CONSTANT_NODES = (ast.Constant, ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare, ast.Tuple, ast.List, ast.Set, ast.Dict,

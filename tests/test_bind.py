@@ -316,6 +316,16 @@ def test_a_name_no_one_provides_makes_the_piece_unbindable_with_where_it_is_read
     assert sc2.load(sc2.file(PATH).piece("ToyRunner.attention_mode"))(None) == "triton"
 
 
+def test_super_and_private_names_make_a_method_unbindable() -> None:
+    tree = bind.TextTree({"eng/m.py": "class A(B):\n    def f(self):\n        return super().f() + 1\n\n"
+                                      "    def g(self):\n        return self.__cache\n"})
+    sc = bind.Scope(tree, "eng")
+    with pytest.raises(bind.Unbindable, match=r"A.f \(method, lines 2-3\) uses super \(line 3\), which needs the class"):
+        sc.load(sc.file("eng/m.py").piece("A.f"))
+    with pytest.raises(bind.Unbindable, match=r"reads the private name __cache \(line 6\), mangled with its class's name"):
+        sc.load(sc.file("eng/m.py").piece("A.g"))
+
+
 def test_only_allowed_real_modules_are_imported() -> None:
     tree = bind.TextTree({"eng/m.py": "import triton\nimport math\n\ndef f(x):\n    return triton.cdiv(x, 2)\n\n"
                                       "def g(x):\n    return math.ceil(x / 2)\n"})
