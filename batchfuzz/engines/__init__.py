@@ -1,0 +1,245 @@
+"""Engines' own functions as batchfuzz targets, read from a release's source.
+
+A module per engine (``batchfuzz.engines.vllm``) binds the contracts to that
+engine's functions with ``batchfuzz.bind``. This package holds what they
+share:
+
+- ``ReleaseSource``: where a release's files come from (a wheel, read as a
+  zip without installing it; a source checkout; the installed distribution's
+  files, found through ``importlib.metadata`` without importing it), with a
+  ``ref`` string from which a fresh process rebuilds it;
+- ``Bound``: one engine function x one contract, with its status ("bound",
+  "absent", "unbindable"), the canonical-signature target and a ``ref``;
+- ``resolve(ref)``: the target a ``Bound.ref`` names, for worker processes;
+- ``fetch_wheel``: a release wheel downloaded with pip into a cache outside
+  the repository (``$BATCHFUZZ_CACHE/wheels``, default
+  ``~/.cache/batchfuzz/wheels``).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.metadata
+import os
+import re
+import subprocess
+import sys
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+
+class SourceError(LookupError):
+    """A release's source cannot be opened (no such file, not installed, not downloadable)."""
+
+
+_Source = TypeVar("_Source", bound="ReleaseSource")
+
+
+class ReleaseSource:
+    """Read-only access to one release's files, by path inside the package
+    tree (``"vllm/v1/worker/ubatch_utils.py"``).
+
+    Subclasses name the distribution and its top-level package. ``version``
+    is the wheel's version, the installed distribution's, or the one a source
+    tree records in ``<package>/_version.py``; ``ref`` is
+    ``"wheel:/abs/path.whl"``, ``"dir:/abs/path"`` or ``"installed:"``.
+    """
+
+    distribution: ClassVar[str] = ""
+    package: ClassVar[str] = ""
+
+    def __init__(self, ref: str, version: str, reader: Callable[[str], str | None]) -> None:
+        self.ref = ref
+        self.version = version
+        self._reader = reader
+        self._texts: dict[str, str | None] = {}
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.distribution} {self.version}, {self.ref})"
+
+    def read(self, relpath: str) -> str | None:
+        """The text of ``relpath``, or None when the release has no such file."""
+        if not isinstance(relpath, str) or relpath.startswith("/") or ".." in relpath.split("/"):
+            raise ValueError(f"relpath must be a relative path inside the release, got {relpath!r}")
+        if relpath not in self._texts:
+            self._texts[relpath] = self._reader(relpath)
+        return self._texts[relpath]
+
+    # -- constructors
+
+    @classmethod
+    def from_wheel(cls: type[_Source], path: str | os.PathLike[str]) -> _Source:
+        """A wheel file, read as a zip (nothing is installed or imported)."""
+        p = Path(path).resolve()
+        if not p.is_file():
+            raise SourceError(f"wheel {str(path)!r} does not exist")
+        try:
+            archive = zipfile.ZipFile(p)
+        except zipfile.BadZipFile as exc:
+            raise SourceError(f"{str(path)!r} is not a wheel (zip): {exc}") from None
+        names = set(archive.namelist())
+
+        def reader(relpath: str) -> str | None:
+            return archive.read(relpath).decode("utf-8") if relpath in names else None
+
+        match = re.match(r"^([A-Za-z0-9_.]+)-([0-9][^-]*)-", p.name)
+        if not match:
+            raise SourceError(f"{p.name!r} is not named like a wheel (NAME-VERSION-...whl)")
+        if match.group(1).replace(".", "_").lower() != cls.distribution.replace("-", "_").lower():
+            raise SourceError(f"{p.name!r} is a wheel of {match.group(1)!r}, not of {cls.distribution!r}")
+        return cls(f"wheel:{p}", match.group(2), reader)
+
+    @classmethod
+    def from_dir(cls: type[_Source], path: str | os.PathLike[str]) -> _Source:
+        """A source checkout: the directory that holds the package directory."""
+        root = Path(path).resolve()
+        if not (root / cls.package).is_dir():
+            raise SourceError(f"{str(path)!r} has no {cls.package}/ package directory")
+
+        def reader(relpath: str) -> str | None:
+            f = root / relpath
+            return f.read_text(encoding="utf-8") if f.is_file() else None
+
+        return cls(f"dir:{root}", _recorded_version(reader(f"{cls.package}/_version.py")), reader)
+
+    @classmethod
+    def installed(cls: type[_Source]) -> _Source:
+        """The installed distribution's files, located through its metadata
+        (the package is not imported)."""
+        try:
+            dist = importlib.metadata.distribution(cls.distribution)
+        except importlib.metadata.PackageNotFoundError:
+            raise SourceError(f"{cls.distribution} is not installed in this Python environment") from None
+        files = {str(f).replace(os.sep, "/"): f for f in (dist.files or ())}
+
+        def reader(relpath: str) -> str | None:
+            f = files.get(relpath)
+            if f is None:
+                return None
+            located = Path(str(dist.locate_file(f)))
+            return located.read_text(encoding="utf-8") if located.is_file() else None
+
+        return cls("installed:", dist.version, reader)
+
+    @classmethod
+    def from_ref(cls: type[_Source], ref: str) -> _Source:
+        """Rebuild a source from its ``ref``."""
+        if not isinstance(ref, str):
+            raise TypeError(f"ref must be a str, got {type(ref).__name__}")
+        kind, _, rest = ref.partition(":")
+        if kind == "wheel":
+            return cls.from_wheel(rest)
+        if kind == "dir":
+            return cls.from_dir(rest)
+        if kind == "installed" and not rest:
+            return cls.installed()
+        raise ValueError(f"ref must be 'wheel:PATH', 'dir:PATH' or 'installed:', got {ref!r}")
+
+
+def _recorded_version(text: str | None) -> str:
+    """The version a ``_version.py`` records (``__version__ = version = '1.2.3'``)."""
+    if text is None:
+        return "unknown"
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return "unknown"
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id in ("__version__", "version") for t in stmt.targets):
+            if isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str):
+                return stmt.value.value
+    return "unknown"
+
+
+STATUSES = ("bound", "absent", "unbindable")
+
+
+@dataclass(frozen=True)
+class Bound:
+    """One engine function bound to one contract.
+
+    ``status``: "bound" (``target`` has the contract's canonical signature),
+    "absent" (the release does not have the function) or "unbindable" (it has
+    it, but its code has changed beyond what the binding understands);
+    ``reason`` says why for the last two. ``detail`` says what was cut out
+    (lines, fragment, stand-ins). ``ref`` rebuilds this target in a fresh
+    process through ``resolve(ref)``.
+    """
+
+    release: str
+    function: str
+    contract: str
+    status: str
+    reason: str = ""
+    target: Callable[..., Any] | None = None
+    ref: str = ""
+    detail: str = ""
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"status must be one of {STATUSES}, got {self.status!r}")
+        if (self.status == "bound") != (self.target is not None):
+            raise ValueError(f"a {self.status!r} binding {'needs' if self.status == 'bound' else 'has no'} target")
+
+
+def resolve(ref: str) -> Callable[..., Any]:
+    """The target named by a ``Bound.ref`` (``"ENGINE::SOURCE-REF::FUNCTION::CONTRACT"``).
+    Raises LookupError when that binding is not bound in that release."""
+    if not isinstance(ref, str) or "::" not in ref:
+        raise ValueError(f"ref must be 'ENGINE::SOURCE::FUNCTION::CONTRACT', got {ref!r}")
+    engine = ref.split("::", 1)[0]
+    if not engine.isidentifier():
+        raise ValueError(f"ref names no engine module: {ref!r}")
+    try:
+        module = importlib.import_module(f"{__name__}.{engine}")
+    except ModuleNotFoundError:
+        raise ValueError(f"ref names engine {engine!r}, which batchfuzz.engines does not have") from None
+    found: Callable[..., Any] = module.resolve(ref)
+    return found
+
+
+# ---------------------------------------------------------------- downloading releases
+
+
+def cache_dir() -> Path:
+    """``$BATCHFUZZ_CACHE`` or ``~/.cache/batchfuzz``: outside any repository."""
+    return Path(os.environ.get("BATCHFUZZ_CACHE") or Path.home() / ".cache" / "batchfuzz")
+
+
+def fetch_wheel(distribution: str, version: str, dest: str | os.PathLike[str] | None = None, timeout_s: float = 300) -> Path:
+    """The wheel of ``distribution==version`` in ``dest`` (default
+    ``cache_dir()/wheels``), downloaded with ``pip download --no-deps`` unless
+    it is already there. Raises SourceError with pip's last words when the
+    registry cannot be reached or has no such release."""
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", distribution):
+        raise ValueError(f"distribution must be a package name, got {distribution!r}")
+    if not re.fullmatch(r"[0-9][0-9A-Za-z.+!-]*", version):
+        raise ValueError(f"version must be a release version like '0.33.0', got {version!r}")
+    folder = Path(dest) if dest is not None else cache_dir() / "wheels"
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def present() -> Path | None:
+        stem = distribution.replace("-", "_")
+        hits = sorted(p for p in folder.glob(f"{stem}-{version}-*.whl"))
+        return hits[0] if hits else None
+
+    found = present()
+    if found is not None:
+        return found
+    # Short socket timeouts and few retries: an unreachable registry should fail in seconds, not minutes.
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", f"{distribution}=={version}",
+           "-d", str(folder), "--quiet", "--timeout", "20", "--retries", "1"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise SourceError(f"pip download {distribution}=={version} took more than {timeout_s:g} s") from None
+    found = present()
+    if proc.returncode != 0 or found is None:
+        errors = [ln for ln in (proc.stderr or proc.stdout).strip().splitlines() if ln.startswith("ERROR")] or ["(no message)"]
+        said = " | ".join(ln if len(ln) <= 200 else ln[:200] + "..." for ln in errors[-2:])
+        raise SourceError(f"pip download {distribution}=={version} failed (exit {proc.returncode}): {said}")
+    return found

@@ -1,0 +1,319 @@
+"""vLLM's own functions bound as batchfuzz targets, on one real release.
+
+The release (vllm 0.33.0, the reference of VLLM_NOTES.md) is downloaded at
+test time with pip into ``$BATCHFUZZ_CACHE/wheels`` (default
+``~/.cache/batchfuzz/wheels``), once; the tests skip, saying why, when the
+package registry cannot be reached. Edited copies of its files stand in for
+other releases: the pre-#44603 query_start_loc fill, a function removed, a
+helper renamed, a signature changed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import Phase, settings
+
+from batchfuzz import engines, registry, runner
+from batchfuzz.engines import vllm
+from reference import conflicts as conflicts_oracle
+from reference import dummy as dummy_oracle
+from reference import query_start_loc as qsl_oracle
+from reference import ubatch as ubatch_oracle
+from reference.types import DummyBuffers
+from strategies.microbatch import realizable_step_cases
+
+RELEASE = "0.33.0"
+V1 = "vllm/v1/worker/gpu_model_runner.py"
+MAKE_DUMMY = "vllm/v1/worker/gpu/input_batch.py:InputBatch.make_dummy"
+MRV2_DUMMY_RUN = "vllm/v1/worker/gpu/model_runner.py:GPUModelRunner._dummy_run"
+LORA_HOOK = "vllm/v1/worker/gpu/lora_utils.py:create_lora_capture_hook"
+V1_DUMMY_RUN = f"{V1}:GPUModelRunner._dummy_run"
+UBATCH = "vllm/v1/worker/ubatch_utils.py:maybe_create_ubatch_slices"
+ALLOW = f"{V1}:GPUModelRunner._allow_microbatching"
+# The release's source, its bindings by (function, contract), and the texts of the files they read.
+Release = tuple[vllm.ReleaseSource, dict[tuple[str, str], engines.Bound], dict[str, str]]
+
+
+@pytest.fixture(scope="module")
+def wheel() -> Path:
+    try:
+        return engines.fetch_wheel("vllm", RELEASE)
+    except engines.SourceError as exc:
+        pytest.skip(f"cannot download vllm=={RELEASE} from the package registry: {exc}")
+
+
+class _Recording(vllm.ReleaseSource):
+    """Remembers every file a binding read (to copy them into edited trees)."""
+
+    seen: set[str]
+
+    def read(self, relpath: str) -> str | None:
+        text = super().read(relpath)
+        if text is not None:
+            self.seen.add(relpath)
+        return text
+
+
+@pytest.fixture(scope="module")
+def release(wheel: Path) -> Release:
+    source = _Recording.from_wheel(wheel)
+    source.seen = set()
+    table = by_key(vllm.bindings(source))
+    files = {p: source.read(p) or "" for p in sorted(source.seen)}
+    return source, table, files
+
+
+def target(release: Release, function: str, contract: str) -> Callable[..., Any]:
+    return bound_target(release[1][(function, contract)])
+
+
+def bound_target(bound: engines.Bound) -> Callable[..., Any]:
+    assert bound.status == "bound" and bound.target is not None, bound.reason
+    return bound.target
+
+
+def edited(tmp_path: Path, files: dict[str, str], path: str, old: str, new: str) -> vllm.ReleaseSource:
+    """A source checkout of the files the bindings read, with one edit."""
+    for rel, text in files.items():
+        if rel == path:
+            assert text.count(old) == 1, f"{old!r} occurs {text.count(old)} times in {path}"
+            text = text.replace(old, new)
+        f = tmp_path / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(text)
+    return vllm.ReleaseSource.from_dir(tmp_path)
+
+
+def by_key(bounds: list[engines.Bound]) -> dict[tuple[str, str], engines.Bound]:
+    table = {(b.function, b.contract): b for b in bounds}
+    assert len(table) == len(bounds)
+    return table
+
+
+def hunt(contract: registry.Contract, fn: Callable[..., Any], examples: int, props: tuple[str, ...] | None = None,
+         shrink: bool = True) -> runner.Failure | None:
+    """The first failure of a derandomized search over ``props`` (shrunk
+    unless ``shrink`` is off: then any failing case found is returned)."""
+    phases = (Phase.explicit, Phase.reuse, Phase.generate, *((Phase.shrink,) if shrink else ()))
+    base = settings(max_examples=examples, derandomize=True, database=None, deadline=None, phases=phases)
+    for prop in (contract.properties if props is None else tuple(contract.property(p) for p in props)):
+        r = runner.hunt(contract, fn, prop, target_name="vllm", run_settings=base)
+        if r.failure is not None:
+            return r.failure
+    return None
+
+
+# ---------------------------------------------------------------- the release and its bindings
+
+
+def test_every_binding_is_bound_in_the_reference_release(release: Release) -> None:
+    source, table, _ = release
+    assert source.version == RELEASE and source.ref.startswith("wheel:/")
+    assert sorted(table) == sorted([
+        (MAKE_DUMMY, "split_dummy_tokens"), (MAKE_DUMMY, "make_dummy"), (MRV2_DUMMY_RUN, "split_dummy_tokens"),
+        (LORA_HOOK, "split_dummy_tokens"), (V1_DUMMY_RUN, "split_dummy_tokens"), (V1_DUMMY_RUN, "pad_query_start_loc"),
+        (UBATCH, "split_ubatches"), (ALLOW, "allow_microbatching")])
+    for bound in table.values():
+        assert bound.status == "bound", (bound.function, bound.reason)
+        assert bound.release == f"vllm {RELEASE}" and bound.ref.startswith(f"vllm::{source.ref}::") and bound.detail
+
+
+def test_mrv2_dummy_splits_are_the_fixed_split(release: Release) -> None:
+    """make_dummy, the MRV2 dummy run and the LoRA hook agree with the oracle
+    (and so with each other) on every (R, N) of a grid."""
+    for function in (MAKE_DUMMY, MRV2_DUMMY_RUN, LORA_HOOK):
+        fn = target(release, function, "split_dummy_tokens")
+        for r in range(1, 13):
+            for n in range(r, 49):
+                assert list(map(int, fn(r, n))) == list(dummy_oracle.split_dummy_tokens(r, n)), (function, r, n)
+
+
+def test_v1_dummy_run_split_is_caught_with_r3_n5(release: Release) -> None:
+    v1_split = target(release, V1_DUMMY_RUN, "split_dummy_tokens")
+    assert list(v1_split(3, 5)) == [1, 1, 3]  # the remainder on the last request, as of 0.33.0
+    failure = hunt(registry.get("split_dummy_tokens"), v1_split, 100, ("matches_oracle",))
+    assert failure is not None and (failure.case.args["num_reqs"], failure.case.args["num_tokens"]) == (3, 5)
+
+
+def test_make_dummy_layout_meets_contract_b_on_stale_buffers(release: Release) -> None:
+    layout = target(release, MAKE_DUMMY, "make_dummy")
+    assert hunt(registry.get("make_dummy"), layout, 12) is None
+    buffers = DummyBuffers(seq_lens=np.full(4, 9, np.int64), query_start_loc=np.full(5, -3, np.int64),
+                           positions=np.full(6, 5, np.int64), input_ids=np.full(6, 7, np.int64))
+    batch = layout(3, 5, buffers)
+    assert batch.seq_lens.tolist() == [1, 2, 2, 0] == buffers.seq_lens.tolist()
+    assert batch.query_start_loc.tolist() == [0, 1, 3, 5, 5] == buffers.query_start_loc.tolist()
+    assert buffers.positions.tolist() == [0, 0, 0, 0, 0, 5]  # [:N] zeroed, the rest untouched
+    with pytest.raises(ValueError, match=r"buffers.seq_lens holds 4294967296, which the engine's int32 buffer cannot hold"):
+        layout(1, 1, DummyBuffers(seq_lens=np.array([2**32]), query_start_loc=np.zeros(2, np.int64),
+                                  positions=np.zeros(1, np.int64), input_ids=np.zeros(1, np.int64)))
+
+
+def test_v1_query_start_loc_fill_meets_contract_c_in_the_engine_domain(release: Release) -> None:
+    fill = target(release, V1_DUMMY_RUN, "pad_query_start_loc")
+    domain = vllm.engine_domain(V1_DUMMY_RUN, "pad_query_start_loc")
+    assert domain is not None
+    assert hunt(domain.restrict(registry.get("pad_query_start_loc")), fill, 15) is None
+    # The shipped scenario on one persistent buffer: a decode step of two, then a 3-token prefill padded to 4.
+    buf = np.zeros(5, dtype=np.int32)
+    fill(np.array([1, 1], dtype=np.int32), 2, buf)
+    assert fill(np.array([3], dtype=np.int32), 4, buf).tolist() == [0, 3, 3, 3, 3] == qsl_oracle.pad_query_start_loc([3], 4).tolist()
+    # Outside the engine domain: the engine never runs a dummy step without a request.
+    with pytest.raises(IndexError):
+        fill(np.array([], dtype=np.int32), 2)
+
+
+def test_the_unpadded_fill_of_earlier_releases_is_caught(release: Release, tmp_path: Path) -> None:
+    """0.33.0's file with the padding statement removed is the pre-#44603 fill
+    (0.22.0): the contract catches it with R >= 1 on a stale buffer."""
+    source = edited(tmp_path, release[2], V1, "self.query_start_loc.np[num_reqs + 1 : num_reqs_padded + 1].fill(\n"
+                    "                    cum_num_tokens[-1]\n                )", "pass")
+    bound = by_key(vllm.bindings(source))[(V1_DUMMY_RUN, "pad_query_start_loc")]
+    assert bound.status == "bound" and bound.ref.startswith(f"vllm::dir:{tmp_path}")
+    domain = vllm.engine_domain(V1_DUMMY_RUN, "pad_query_start_loc")
+    assert domain is not None
+    failure = hunt(domain.restrict(registry.get("pad_query_start_loc")), bound_target(bound), 30, ("matches_oracle",))
+    assert failure is not None and len(failure.case.args["num_scheduled_tokens"]) >= 1
+    assert failure.case.args["num_reqs_padded"] > len(failure.case.args["num_scheduled_tokens"])
+    assert bound_target(bound)(np.array([2], np.int32), 3, np.array([0, 4, 8, 12], np.int32)).tolist() == [0, 2, 8, 12]
+
+
+def test_ubatch_split_with_the_refusal_matches_the_oracle(release: Release) -> None:
+    split = target(release, UBATCH, "split_ubatches")
+    rng = np.random.default_rng(1)
+    for _ in range(300):
+        nst = rng.integers(1, 9, size=int(rng.integers(1, 6))).astype(np.int32)
+        n = int(rng.integers(2, 5))
+        np_ = max(int(nst.sum()) + int(rng.integers(0, 6)), n)
+        rp = nst.size + int(rng.integers(0, 3))
+        assert split(nst, np_, rp, n) == ubatch_oracle.split_ubatches(nst, np_, rp, n), (nst.tolist(), np_, rp, n)
+    assert split(np.array([1], np.int32), 2, 1, 2) is None  # the last ubatch would be padding only: refused
+    assert hunt(registry.get("split_ubatches"), split, 25) is None
+
+
+def test_allow_microbatching_allows_the_realizable_decode_reader(release: Release) -> None:
+    """The shipped check is unsound on a step a prefix-caching scheduler makes
+    (tests/test_microbatch_shipped.py): a fully cached prompt recomputing its
+    last token (q == 1) is no reader."""
+    allow = target(release, ALLOW, "allow_microbatching")
+    c, q, tables, sizes = np.array([2, 0]), np.array([1, 3]), [np.array([[1, 3], [1, 2]])], [2]
+    step = conflicts_oracle.check_step(c, q, tables, sizes)
+    assert allow(c, q, tables, sizes) is True and conflicts_oracle.allow_microbatching(c, q, tables, sizes) is False
+    assert conflicts_oracle.simulate(step, [(0, 1), (1, 4)])  # the split it allows reads unwritten KV
+    # ... and the writer-first step, which no split breaks, it vetoes.
+    assert allow(np.array([0, 2]), np.array([3, 2]), [np.array([[1, 2], [1, 3]])], [2]) is False
+    # The realizable-steps search (a prefix-caching scheduler model) finds and shrinks exactly that step.
+    contract = registry.get("allow_microbatching")
+    failure = hunt(dataclasses.replace(contract, strategy=realizable_step_cases), allow, 300, ("sound_under_adversarial_splits",))
+    assert failure is not None and failure.case.context["source"] == "realizable"
+    args = failure.case.args
+    assert (args["num_computed_tokens"].tolist(), args["num_scheduled_tokens"].tolist(), [t.tolist() for t in args["block_tables"]],
+            args["block_sizes"]) == ([2, 0], [1, 3], [[[1, 3], [1, 2]]], [2])
+
+
+# ---------------------------------------------------------------- absent, unbindable, resolve
+
+
+def test_a_removed_function_is_absent_and_a_changed_one_unbindable(release: Release, tmp_path: Path) -> None:
+    files = release[2]
+    gone = by_key(vllm.bindings(edited(tmp_path / "a", files, V1, "def _allow_microbatching(", "def _allow_microbatching_v2(")))
+    assert gone[(ALLOW, "allow_microbatching")].status == "absent"
+    assert "has no attribute '_allow_microbatching'" in gone[(ALLOW, "allow_microbatching")].reason
+    renamed = by_key(vllm.bindings(edited(tmp_path / "b", files, V1, "def _get_cumsum_and_arange(", "def _cumsum_and_arange(")))
+    b = renamed[(V1_DUMMY_RUN, "pad_query_start_loc")]
+    assert b.status == "unbindable" and "GPUModelRunner has no attribute '_get_cumsum_and_arange'" in b.reason
+    sig = by_key(vllm.bindings(edited(tmp_path / "c", files, "vllm/v1/worker/gpu/input_batch.py",
+                                      "def __init__(self, max_num_reqs: int, max_num_tokens: int, device: torch.device):",
+                                      "def __init__(self, max_num_reqs: int, max_num_tokens: int, device: torch.device, pin: bool):")))
+    b = sig[(MAKE_DUMMY, "make_dummy")]
+    assert b.status == "unbindable" and "missing 1 required positional argument: 'pin'" in b.reason and b.target is None
+    assert all(x.status == "bound" for k, x in sig.items() if k[0] != MAKE_DUMMY)
+
+
+def test_resolve_rebuilds_a_target_in_a_fresh_process(release: Release, tmp_path: Path) -> None:
+    bound = release[1][(MAKE_DUMMY, "split_dummy_tokens")]
+    code = ("import sys; from batchfuzz.engines import resolve; "
+            "print(list(map(int, resolve(sys.argv[1])(3, 5))))")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, "-c", code, bound.ref], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[1, 2, 2]"
+    assert vllm.resolve(bound.ref) is vllm.resolve(bound.ref)  # cached per process
+    source = edited(tmp_path, release[2], V1, "def _allow_microbatching(", "def _allow_microbatching_v2(")
+    ref = f"vllm::{source.ref}::{V1}:GPUModelRunner._allow_microbatching::allow_microbatching"
+    with pytest.raises(LookupError, match=r"is absent in vllm"):
+        engines.resolve(ref)
+    with pytest.raises(ValueError, match=r"ref must be 'vllm::SOURCE::FUNCTION::CONTRACT'"):
+        vllm.resolve("vllm::wheel:/x.whl")
+    with pytest.raises(ValueError, match=r"ref names engine 'sglang', which batchfuzz.engines does not have"):
+        engines.resolve("sglang::dir:/x::f::c")
+
+
+# ---------------------------------------------------------------- release sources (no download needed)
+
+
+def test_release_sources_from_a_dir_a_wheel_and_refs(tmp_path: Path) -> None:
+    (tmp_path / "src" / "vllm").mkdir(parents=True)
+    (tmp_path / "src" / "vllm" / "_version.py").write_text("__version__ = version = '0.40.0.dev3'\n")
+    d = vllm.ReleaseSource.from_dir(tmp_path / "src")
+    assert (d.version, d.read("vllm/_version.py") is not None, d.read("vllm/nothing.py")) == ("0.40.0.dev3", True, None)
+    assert vllm.ReleaseSource.from_ref(d.ref).version == "0.40.0.dev3"
+    whl = tmp_path / "vllm-0.29.1-cp38-abi3-manylinux_2_28_x86_64.whl"
+    with zipfile.ZipFile(whl, "w") as z:
+        z.writestr("vllm/v1/worker/ubatch_utils.py", "def f():\n    return 1\n")
+    w = vllm.ReleaseSource.from_wheel(whl)
+    assert (w.version, w.ref, w.read("vllm/v1/worker/ubatch_utils.py")) == ("0.29.1", f"wheel:{whl}", "def f():\n    return 1\n")
+    assert by_key(vllm.bindings(w))[(MAKE_DUMMY, "make_dummy")].status == "absent"
+    with pytest.raises(ValueError, match=r"relpath must be a relative path inside the release, got '../etc/passwd'"):
+        w.read("../etc/passwd")
+    other = tmp_path / "sglang-0.1.0-py3-none-any.whl"
+    zipfile.ZipFile(other, "w").close()
+    with pytest.raises(engines.SourceError, match=r"is a wheel of 'sglang', not of 'vllm'"):
+        vllm.ReleaseSource.from_wheel(other)
+    with pytest.raises(engines.SourceError, match=r"has no vllm/ package directory"):
+        vllm.ReleaseSource.from_dir(tmp_path)
+    with pytest.raises(ValueError, match=r"ref must be 'wheel:PATH', 'dir:PATH' or 'installed:', got 'zip:/x'"):
+        vllm.ReleaseSource.from_ref("zip:/x")
+    with pytest.raises(TypeError, match=r"source must be a ReleaseSource, got str"):
+        vllm.bindings("0.33.0")  # type: ignore[arg-type]
+
+
+def test_installed_release_is_found_through_its_metadata(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A distribution's files located through importlib.metadata (its RECORD),
+    never imported: a made-up one on sys.path whose package would fail to import."""
+    import importlib.metadata
+
+    try:
+        importlib.metadata.distribution("vllm")
+        pytest.skip("a real vllm is installed here; this test stages its own")
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    with pytest.raises(engines.SourceError, match=r"vllm is not installed in this Python environment"):
+        vllm.ReleaseSource.installed()
+    site = tmp_path / "site"
+    (site / "vllm" / "v1" / "worker").mkdir(parents=True)
+    (site / "vllm" / "__init__.py").write_text("raise ImportError('never import me')\n")
+    (site / "vllm" / "v1" / "worker" / "ubatch_utils.py").write_text(
+        "def is_last_ubatch_empty(orig_num_tokens, padded_num_tokens, num_ubatches):\n"
+        "    return (padded_num_tokens // num_ubatches) * (num_ubatches - 1) >= orig_num_tokens\n")
+    info = site / "vllm-0.31.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.31.0\n")
+    (info / "RECORD").write_text("vllm/__init__.py,,\nvllm/v1/worker/ubatch_utils.py,,\nvllm-0.31.0.dist-info/METADATA,,\n")
+    monkeypatch.syspath_prepend(str(site))
+    source = vllm.ReleaseSource.installed()
+    assert (source.version, source.ref) == ("0.31.0", "installed:")
+    assert "padded_num_tokens // num_ubatches" in (source.read("vllm/v1/worker/ubatch_utils.py") or "")
+    assert source.read("vllm/v1/worker/gpu_model_runner.py") is None
+    statuses = {b.contract: b.status for b in vllm.bindings(source)}
+    assert statuses["split_ubatches"] == "absent" and "vllm" not in sys.modules
