@@ -21,9 +21,9 @@ from hypothesis import settings
 
 from batchfuzz import bind, registry, runner
 from batchfuzz.bind import Record, Recorder, Stub, Writes
-from reference import dummy as dummy_oracle
-from reference import query_start_loc as qsl_oracle
-from reference import ubatch as ubatch_oracle
+from batchfuzz.reference import pad_query_start_loc as qsl_oracle
+from batchfuzz.reference import split_dummy_tokens as dummy_oracle
+from batchfuzz.reference import split_ubatches as ubatch_oracle
 
 RUNNER = '''\
 """The toy engine's model runner."""

@@ -10,7 +10,6 @@ helper renamed, a signature changed.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import subprocess
 import sys
@@ -25,12 +24,12 @@ from hypothesis import Phase, settings
 
 from batchfuzz import engines, registry, runner
 from batchfuzz.engines import vllm
-from reference import conflicts as conflicts_oracle
-from reference import dummy as dummy_oracle
-from reference import query_start_loc as qsl_oracle
-from reference import ubatch as ubatch_oracle
-from reference.types import DummyBuffers
-from strategies.microbatch import realizable_step_cases
+from batchfuzz.reference import _step as step_oracle
+from batchfuzz.reference import allow_microbatching as decision_oracle
+from batchfuzz.reference import pad_query_start_loc as qsl_oracle
+from batchfuzz.reference import split_dummy_tokens as dummy_oracle
+from batchfuzz.reference import split_ubatches as ubatch_oracle
+from batchfuzz.reference.make_dummy import DummyBuffers
 
 RELEASE = "0.33.0"
 V1 = "vllm/v1/worker/gpu_model_runner.py"
@@ -101,13 +100,13 @@ def by_key(bounds: list[engines.Bound]) -> dict[tuple[str, str], engines.Bound]:
 
 
 def hunt(contract: registry.Contract, fn: Callable[..., Any], examples: int, props: tuple[str, ...] | None = None,
-         shrink: bool = True) -> runner.Failure | None:
+         shrink: bool = True, domain: str = "spec") -> runner.Failure | None:
     """The first failure of a derandomized search over ``props`` (shrunk
     unless ``shrink`` is off: then any failing case found is returned)."""
     phases = (Phase.explicit, Phase.reuse, Phase.generate, *((Phase.shrink,) if shrink else ()))
     base = settings(max_examples=examples, derandomize=True, database=None, deadline=None, phases=phases)
     for prop in (contract.properties if props is None else tuple(contract.property(p) for p in props)):
-        r = runner.hunt(contract, fn, prop, target_name="vllm", run_settings=base)
+        r = runner.hunt(contract, fn, prop, target_name="vllm", run_settings=base, domain=domain, reduce=shrink)
         if r.failure is not None:
             return r.failure
     return None
@@ -161,9 +160,7 @@ def test_make_dummy_layout_meets_contract_b_on_stale_buffers(release: Release) -
 
 def test_v1_query_start_loc_fill_meets_contract_c_in_the_engine_domain(release: Release) -> None:
     fill = target(release, V1_DUMMY_RUN, "pad_query_start_loc")
-    domain = vllm.engine_domain(V1_DUMMY_RUN, "pad_query_start_loc")
-    assert domain is not None
-    assert hunt(domain.restrict(registry.get("pad_query_start_loc")), fill, 15) is None
+    assert hunt(registry.get("pad_query_start_loc"), fill, 15, domain="engine") is None
     # The shipped scenario on one persistent buffer: a decode step of two, then a 3-token prefill padded to 4.
     buf = np.zeros(5, dtype=np.int32)
     fill(np.array([1, 1], dtype=np.int32), 2, buf)
@@ -180,9 +177,7 @@ def test_the_unpadded_fill_of_earlier_releases_is_caught(release: Release, tmp_p
                     "                    cum_num_tokens[-1]\n                )", "pass")
     bound = by_key(vllm.bindings(source))[(V1_DUMMY_RUN, "pad_query_start_loc")]
     assert bound.status == "bound" and bound.ref.startswith(f"vllm::dir:{tmp_path}")
-    domain = vllm.engine_domain(V1_DUMMY_RUN, "pad_query_start_loc")
-    assert domain is not None
-    failure = hunt(domain.restrict(registry.get("pad_query_start_loc")), bound_target(bound), 30, ("matches_oracle",))
+    failure = hunt(registry.get("pad_query_start_loc"), bound_target(bound), 30, ("matches_oracle",), domain="engine")
     assert failure is not None and len(failure.case.args["num_scheduled_tokens"]) >= 1
     assert failure.case.args["num_reqs_padded"] > len(failure.case.args["num_scheduled_tokens"])
     assert bound_target(bound)(np.array([2], np.int32), 3, np.array([0, 4, 8, 12], np.int32)).tolist() == [0, 2, 8, 12]
@@ -207,14 +202,14 @@ def test_allow_microbatching_allows_the_realizable_decode_reader(release: Releas
     last token (q == 1) is no reader."""
     allow = target(release, ALLOW, "allow_microbatching")
     c, q, tables, sizes = np.array([2, 0]), np.array([1, 3]), [np.array([[1, 3], [1, 2]])], [2]
-    step = conflicts_oracle.check_step(c, q, tables, sizes)
-    assert allow(c, q, tables, sizes) is True and conflicts_oracle.allow_microbatching(c, q, tables, sizes) is False
-    assert conflicts_oracle.simulate(step, [(0, 1), (1, 4)])  # the split it allows reads unwritten KV
+    step = step_oracle.check_step(c, q, tables, sizes)
+    assert allow(c, q, tables, sizes) is True and decision_oracle.allow_microbatching(c, q, tables, sizes) is False
+    assert decision_oracle.simulate(step, [(0, 1), (1, 4)])  # the split it allows reads unwritten KV
     # ... and the writer-first step, which no split breaks, it vetoes.
     assert allow(np.array([0, 2]), np.array([3, 2]), [np.array([[1, 2], [1, 3]])], [2]) is False
     # The realizable-steps search (a prefix-caching scheduler model) finds and shrinks exactly that step.
     contract = registry.get("allow_microbatching")
-    failure = hunt(dataclasses.replace(contract, strategy=realizable_step_cases), allow, 300, ("sound_under_adversarial_splits",))
+    failure = hunt(contract, allow, 300, ("sound_under_adversarial_splits",), domain="engine")
     assert failure is not None and failure.case.context["source"] == "realizable"
     args = failure.case.args
     assert (args["num_computed_tokens"].tolist(), args["num_scheduled_tokens"].tolist(), [t.tolist() for t in args["block_tables"]],

@@ -32,9 +32,9 @@ A function a release lacks is "absent"; one whose code no longer fits its
 binding (a name no one provides, a signature or attribute that changed, a
 fragment that is not there) is "unbindable" with the reason. ``bindings``
 lists all of them for a release; ``resolve(ref)`` rebuilds one in a fresh
-process. ``engine_domain`` says which inputs the engine's callers really
-produce for a binding (the v1 query_start_loc fill only ever sees R >= 1 and
-a buffer whose [0] is 0).
+process. Every binding is checked under its contract's ``engine`` domain
+(docs/contracts.md): the inputs the engine's callers really produce (the v1
+query_start_loc fill only ever sees R >= 1 and a buffer whose [0] is 0).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -52,7 +52,7 @@ from batchfuzz import bind
 from batchfuzz import engines as _engines
 from batchfuzz.bind import Record, Recorder, Stub
 from batchfuzz.engines import Bound, SourceError
-from reference.types import DummyBatch, DummyBuffers
+from batchfuzz.reference.make_dummy import DummyBatch, DummyBuffers
 
 ENGINE = "vllm"
 
@@ -401,56 +401,3 @@ def resolve(ref: str) -> Callable[..., Any]:
 
 
 # ---------------------------------------------------------------- the engine domain
-
-
-@dataclass(frozen=True)
-class Domain:
-    """The inputs the engine's callers really produce for one binding.
-
-    ``accepts(case)`` says whether a contract case is one; ``repair(case)``
-    (optional) maps a spec-domain case onto the nearest engine case, so that a
-    search need not throw most cases away (a stale buffer gets ``[0] = 0``).
-    """
-
-    description: str
-    accepts: Callable[[Any], bool]
-    repair: Callable[[Any], Any] | None = None
-
-    def restrict(self, contract: Any) -> Any:
-        """A copy of a registry ``Contract`` whose strategy and explicit
-        examples stay inside this domain (repaired first, then filtered)."""
-        fix = self.repair or (lambda case: case)
-        strategy = contract.strategy
-        examples = tuple(e for e in (fix(e) for e in contract.examples) if self.accepts(e))
-        return replace(contract, strategy=lambda: strategy().map(fix).filter(self.accepts), examples=examples)
-
-
-def _qsl_accepts(case: Any) -> bool:
-    steps = [case.args["num_scheduled_tokens"], *(nst for nst, _ in case.context.get("history", ()))]
-    out = case.context.get("out")
-    return all(len(s) >= 1 for s in steps) and (out is None or int(out[0]) == 0)
-
-
-def _qsl_repair(case: Any) -> Any:
-    context = dict(case.context)
-    if context.get("out") is not None:
-        out = context["out"].copy()
-        out[0] = 0
-        context["out"] = out
-    context["history"] = [(nst, p) for nst, p in context.get("history", ()) if len(nst) >= 1]
-    return replace(case, context=context)
-
-
-_QSL_DOMAIN = Domain(
-    "R >= 1 in every step, and the persistent buffer's [0] is 0: _dummy_run never writes query_start_loc[0] "
-    "(every writer of the buffer leaves it 0), and it always has a request",
-    _qsl_accepts, _qsl_repair)
-
-
-def engine_domain(function: str, contract: str) -> Domain | None:
-    """The engine domain of a binding, where it is narrower than the
-    contract's own preconditions (None: the contract's domain is the
-    engine's)."""
-    if function == f"{V1_RUNNER}:GPUModelRunner._dummy_run" and contract == "pad_query_start_loc":
-        return _QSL_DOMAIN
-    return None
