@@ -1,0 +1,413 @@
+"""The exact microbatching decision of contract E, block by block, at the cost
+of the engine's shipped check (numpy, host arrays: where the engine decides).
+
+The rule is ``reference.conflicts.allow_microbatching``: veto iff some reader
+(a request with ``q > 0``) has a computed, non-null slot whose earliest write
+in this step comes from a token after the reader's first token. This module
+decides it without expanding positions.
+
+Vocabulary, per KV-cache group of block size ``B``:
+
+- *write record*: one per (row ``w`` with ``q_w > 0``, column ``j`` in
+  ``[c_w // B, ceil((c_w + q_w) / B))``) whose block id is not 0. It writes
+  the offsets ``[max(c_w - j*B, 0), min(c_w + q_w - j*B, B))`` of the block,
+  offset ``o`` by the step's token ``start_w + j*B + o - c_w``; its *last
+  token* is the one writing its last offset.
+- *whole-block read*: row ``r`` with ``q_r > 0`` reads every offset of the
+  blocks in its columns ``[0, c_r // B)``; its *partial read* is the first
+  ``c_r % B`` offsets of column ``c_r // B``, a block it also writes.
+
+Fast path, precondition **U** (one write record per block): in the group, no
+non-null block id has two write records. Then every written slot has exactly
+one writing token, and:
+
+- a whole-block read of block ``b`` by ``r`` is unsafe iff the last token of
+  ``b``'s record comes after ``r``'s first token (the record's tokens rise
+  with the offset, and every offset is read);
+- a partial read is never unsafe: the only record of that block is ``r``'s
+  own, which writes the offsets after the ones ``r`` reads.
+
+So the decision is a scatter of ``last token + 1`` into a block-indexed mark
+array and one gather of it over the readers' whole-block prefixes, compared
+with ``start_r + 1``. U is checked at run time at O(records) cost (scatter,
+gather back, compare: a block with two records shows a value that is not its
+own). It holds on every step a prefix-caching scheduler makes: a block being
+written belongs to the request that allocated it, and another request holds
+it only as a cache hit inside its computed prefix, which it does not write
+(property ``test_u_holds_on_realizable_steps``).
+
+General path, any step (taken per group when U fails): earliest writing token
+per written slot (slot level, only the O(sum q) written slots), the largest
+of them per block, compared over the same whole-block gather; partial reads
+compared slot by slot (at most ``B - 1`` slots per reader).
+
+Cost per group: O(records + whole-block read entries), i.e. the blocks the
+step writes plus ``sum(c_r // B)`` over readers, one vectorised pass; the
+scratch buffers of ``ExactMicrobatchCheck`` are reused across calls. The
+shipped check reads the written columns of every row through a dense
+``rows x max span`` grid and loops over its readers in Python; see
+docs/exact-microbatching.md for the measured comparison.
+
+The table structure a prefix cache gives (only blocks that become full in the
+step are shared, a shared block sits at one column in every row holding it,
+equal blocks at a column mean equal prefixes before it) is *not* relied on:
+on an arbitrary table any reader entry may hold any written block, so an
+exact decision must look at every entry once, which is what this one does;
+checking those facts at run time would cost that same pass.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from reference.args import check_int
+from reference.conflicts import check_step
+
+FAST, GENERAL, SKIPPED = "fast", "general", "skipped"
+_TABLE_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
+
+
+class _Buffers:
+    """Named scratch arrays that grow to the largest size asked for and are
+    then reused (no allocation per call once warm)."""
+
+    def __init__(self) -> None:
+        self._arrays: dict[tuple[str, np.dtype], np.ndarray] = {}
+
+    def get(self, name: str, size: int, dtype: Any) -> np.ndarray:
+        key = (name, np.dtype(dtype))
+        arr = self._arrays.get(key)
+        if arr is None or arr.shape[0] < size:
+            arr = np.empty(max(size, 2 * (0 if arr is None else arr.shape[0]), 64), dtype=key[1])
+            self._arrays[key] = arr
+        return arr[:size]
+
+
+class _Requests:
+    """Per-request int64 views of one call: ``c``, ``q``, first token ``start``."""
+
+    def __init__(self, buf: _Buffers, num_reqs: int, c: np.ndarray, q: np.ndarray) -> None:
+        self.n = num_reqs
+        self.c = buf.get("c", num_reqs, np.int64)
+        self.q = buf.get("q", num_reqs, np.int64)
+        np.copyto(self.c, c[:num_reqs], casting="unsafe")
+        np.copyto(self.q, q[:num_reqs], casting="unsafe")
+        self.start = buf.get("start", num_reqs, np.int64)
+        np.cumsum(self.q, out=self.start)
+        self.num_tokens = int(self.start[-1]) if num_reqs else 0
+        self.start -= self.q
+        self.active = self.q > 0  # rows with a token: the only readers
+
+
+class _Group:
+    """One group's write records and whole-block read entries of one call."""
+
+    def __init__(self, buf: _Buffers, req: _Requests, table: np.ndarray, size: int) -> None:
+        n, c, q = req.n, req.c, req.q
+        width = table.shape[1]
+        self.size, self.width = size, width
+        self.flat = table.reshape(-1)  # rows >= n of the persistent table are never indexed
+        self.first = c // size  # first written column = number of whole computed blocks
+        # -- write records: columns [c // B, ceil((c + q) / B)) of rows with a token
+        span = np.where(req.active, (c + q + size - 1) // size - self.first, 0)
+        rows = np.repeat(np.arange(n, dtype=np.int64), span)
+        ends = np.cumsum(span)
+        cols = np.arange(rows.shape[0], dtype=np.int64) - (ends - span)[rows] + self.first[rows]
+        block = np.take(self.flat, rows * width + cols)
+        real = block != 0  # the null block is never written
+        self.rec_row, self.rec_col, self.rec_block = rows[real], cols[real], block[real].astype(np.int64)
+        rc, rq = c[self.rec_row], q[self.rec_row]
+        self.rec_lo = np.maximum(rc - self.rec_col * size, 0)  # first written offset
+        self.rec_hi = np.minimum(rc + rq - self.rec_col * size, size)  # one past the last
+        self.rec_last = req.start[self.rec_row] + self.rec_col * size + self.rec_hi - 1 - rc  # token of the last
+        # -- whole-block reads: columns [0, c // B) of rows with a token, as flat indices
+        lens = np.where(req.active, self.first, 0)
+        self.read_ends = np.cumsum(lens)  # row r's entries are [read_ends[r] - lens[r], read_ends[r])
+        total = int(self.read_ends[-1]) if n else 0
+        self.read_index = _ragged_index(buf, lens, self.read_ends, width, total)
+        self.read_block = np.take(self.flat, self.read_index, out=buf.get("read_block", total, table.dtype))
+
+    def read_rows(self, entries: np.ndarray) -> np.ndarray:
+        """The row of each whole-block read entry index."""
+        return np.searchsorted(self.read_ends, entries, side="right")
+
+
+def _ragged_index(buf: _Buffers, lens: np.ndarray, ends: np.ndarray, width: int, total: int) -> np.ndarray:
+    """Flat table indices ``r * width + k`` for ``k < lens[r]``, row by row,
+    built as a running sum of steps (1 inside a row, a jump between rows)."""
+    out = buf.get("read_index", total, np.int64)
+    if total == 0:
+        return out
+    rows = np.flatnonzero(lens)
+    starts = ends[rows] - lens[rows]
+    row_base = rows * width
+    out.fill(1)
+    out[starts[0]] = row_base[0]
+    out[starts[1:]] = row_base[1:] - (row_base[:-1] + lens[rows[:-1]] - 1)
+    np.cumsum(out, out=out)
+    return out
+
+
+class ExactMicrobatchCheck:
+    """Engine-ready exact microbatching check with reusable scratch buffers.
+
+    A drop-in for the engine's ``_allow_microbatching``: built once per model
+    runner, called once per step with the runner's own host arrays::
+
+        check = ExactMicrobatchCheck(max_num_reqs, widths, block_sizes, num_blocks)
+        allow = check(num_reqs, num_computed_tokens_cpu, num_scheduled_tokens_np, tables)
+
+    - ``widths[g]`` and ``block_sizes[g]``: group ``g``'s persistent table
+      width and block size; ``num_blocks``: block ids are in ``[0, num_blocks)``
+      (the KV cache's block count; id 0 is the null block).
+    - ``num_computed_tokens`` and ``num_scheduled_tokens``: int arrays with at
+      least ``num_reqs`` entries (batch order; the first ``num_reqs`` are used).
+    - ``tables[g]``: int32 or int64, C-contiguous, shape
+      ``(rows >= num_reqs, widths[g])``; rows past ``num_reqs`` are ignored.
+
+    Shapes, dtypes and counts are checked (constant cost); values are not
+    (like the engine's check): negative counts or ids, or a row needing more
+    columns than it has, give an undefined answer. An id ``>= num_blocks``
+    raises ValueError. Use ``allow_microbatching`` for validated input.
+
+    ``last_paths`` names, per group, the path the last call took (``"fast"``,
+    ``"general"``, or ``"skipped"`` after an earlier group's veto);
+    ``path_counts`` counts them over all calls.
+    """
+
+    def __init__(self, max_num_reqs: int, widths: Sequence[int], block_sizes: Sequence[int], num_blocks: int) -> None:
+        self.max_num_reqs = check_int("max_num_reqs", max_num_reqs, minimum=0)
+        if not isinstance(widths, (list, tuple)) or not isinstance(block_sizes, (list, tuple)):
+            raise TypeError(f"widths and block_sizes must be lists of ints, got {type(widths).__name__} and "
+                            f"{type(block_sizes).__name__}")
+        if len(widths) != len(block_sizes) or not widths:
+            raise ValueError(f"widths and block_sizes must name the same groups (at least one), got {list(widths)} "
+                             f"and {list(block_sizes)}")
+        self.widths = [check_int(f"widths[{g}]", w, minimum=0) for g, w in enumerate(widths)]
+        self.block_sizes = [check_int(f"block_sizes[{g}]", b, minimum=1) for g, b in enumerate(block_sizes)]
+        self.num_blocks = check_int("num_blocks", num_blocks, minimum=1)
+        self._mark = np.zeros(self.num_blocks, dtype=np.int64)  # block -> value + 1 while a group is checked
+        self._buf = _Buffers()
+        self.last_paths: tuple[str, ...] = ()
+        self.path_counts: Counter[str] = Counter()
+
+    # ---------------------------------------------------------------- input
+
+    def _inputs(self, num_reqs: Any, c: Any, q: Any, tables: Any) -> tuple[_Requests, list[np.ndarray]]:
+        n = check_int("num_reqs", num_reqs, minimum=0)
+        if n > self.max_num_reqs:
+            raise ValueError(f"num_reqs must be <= max_num_reqs ({self.max_num_reqs}), got {n}")
+        for name, arr in (("num_computed_tokens", c), ("num_scheduled_tokens", q)):
+            if not isinstance(arr, np.ndarray) or arr.dtype.kind not in "iu" or arr.ndim != 1:
+                raise TypeError(f"{name} must be a 1-D numpy int array, got {_describe(arr)}")
+            if arr.shape[0] < n:
+                raise ValueError(f"{name} must have at least num_reqs ({n}) entries, got {arr.shape[0]}")
+        if not isinstance(tables, (list, tuple)) or len(tables) != len(self.widths):
+            raise TypeError(f"block_tables must be a list of {len(self.widths)} tables, got {_describe(tables)}")
+        for g, t in enumerate(tables):
+            if not isinstance(t, np.ndarray) or t.dtype not in _TABLE_DTYPES or t.ndim != 2:
+                raise TypeError(f"block_tables[{g}] must be a 2-D int32/int64 numpy array, got {_describe(t)}")
+            if t.shape[1] != self.widths[g] or t.shape[0] < n:
+                raise ValueError(f"block_tables[{g}] must have shape (>= {n}, {self.widths[g]}), got {t.shape}")
+            if not t.flags.c_contiguous:
+                raise ValueError(f"block_tables[{g}] must be C-contiguous (the engine's tables are)")
+        return _Requests(self._buf, n, c, q), list(tables)
+
+    def _groups(self, req: _Requests, tables: list[np.ndarray]) -> Any:
+        """Yield ``(g, group)`` with the group's record blocks checked against ``num_blocks``."""
+        for g, (table, size) in enumerate(zip(tables, self.block_sizes, strict=True)):
+            grp = _Group(self._buf, req, table, size)
+            top = max(int(grp.rec_block.max(initial=0)), int(grp.read_block.max(initial=0)))
+            if top >= self.num_blocks:
+                raise ValueError(f"block_tables[{g}] holds block id {top}, but num_blocks is {self.num_blocks}")
+            yield g, grp
+
+    def _one_writer_per_block(self, grp: _Group, values: np.ndarray) -> bool:
+        """Scatter ``values + 1`` at the record blocks; True iff no block has two
+        records (precondition U). On False the mark array is cleared again."""
+        self._mark[grp.rec_block] = values + 1
+        if np.array_equal(self._mark[grp.rec_block], values + 1):
+            return True
+        self._mark[grp.rec_block] = 0
+        return False
+
+    def _record_paths(self, paths: list[str], num_groups: int) -> None:
+        paths += [SKIPPED] * (num_groups - len(paths))
+        self.last_paths = tuple(paths)
+        self.path_counts.update(paths)
+
+    # ---------------------------------------------------------------- decision
+
+    def __call__(self, num_reqs: int, num_computed_tokens: np.ndarray, num_scheduled_tokens: np.ndarray,
+                 block_tables: Sequence[np.ndarray]) -> bool:
+        """True iff no split of the step into consecutive ubatches reads an
+        unwritten slot (exact; equals ``reference.conflicts.allow_microbatching``)."""
+        req, tables = self._inputs(num_reqs, num_computed_tokens, num_scheduled_tokens, block_tables)
+        paths: list[str] = []
+        try:
+            for _g, grp in self._groups(req, tables):
+                if self._one_writer_per_block(grp, grp.rec_last):
+                    paths.append(FAST)
+                    unsafe = self._unsafe_whole_reads(req, grp, grp.rec_block)
+                else:
+                    paths.append(GENERAL)
+                    unsafe = self._general_unsafe(req, grp)
+                if unsafe:
+                    return False
+            return True
+        finally:
+            self._record_paths(paths, len(tables))
+
+    def _unsafe_whole_reads(self, req: _Requests, grp: _Group, marked: np.ndarray) -> bool:
+        """With the mark array holding ``latest earliest-write token + 1`` at
+        the blocks ``marked``: does a whole-block read see a block written
+        after the reader's first token? Clears the marks."""
+        marks = np.take(self._mark, grp.read_block, out=self._buf.get("read_mark", grp.read_block.shape[0], np.int64))
+        self._mark[marked] = 0
+        hits = np.flatnonzero(marks)
+        return bool(hits.size) and bool(np.any(marks[hits] > req.start[grp.read_rows(hits)] + 1))
+
+    def _general_unsafe(self, req: _Requests, grp: _Group) -> bool:
+        """Exact on any step: slot-level earliest writes, block-level whole reads."""
+        keys, earliest = _earliest_writes(req, grp)
+        if keys.size == 0:
+            return False  # nothing written: nothing read too early
+        block = keys // grp.size
+        starts = np.flatnonzero(np.r_[True, block[1:] != block[:-1]])
+        blocks = block[starts]
+        self._mark[blocks] = np.maximum.reduceat(earliest, starts) + 1
+        if self._unsafe_whole_reads(req, grp, blocks):
+            return True
+        # partial reads: rows with a token and c % B != 0 read offsets [0, c % B) of column c // B
+        rows = np.flatnonzero(req.active & (req.c % grp.size != 0))
+        lens = req.c[rows] % grp.size
+        owner = np.repeat(np.arange(rows.shape[0]), lens)
+        offset = np.arange(owner.shape[0]) - (np.cumsum(lens) - lens)[owner]
+        part_block = np.take(grp.flat, rows * grp.width + grp.first[rows]).astype(np.int64)
+        slot = part_block[owner] * grp.size + offset
+        at = np.minimum(np.searchsorted(keys, slot), keys.shape[0] - 1)
+        written = (keys[at] == slot) & (part_block[owner] != 0)
+        return bool(np.any(written & (earliest[at] > req.start[rows[owner]])))
+
+    # ---------------------------------------------------------------- conflict set
+
+    def find_conflicts(self, num_reqs: int, num_computed_tokens: np.ndarray, num_scheduled_tokens: np.ndarray,
+                       block_tables: Sequence[np.ndarray]) -> np.ndarray:
+        """The conflict set (``reference.conflicts.find_conflicts``) as a sorted
+        ``(K, 4)`` int64 array of unique rows ``(g, r, w, b)``."""
+        req, tables = self._inputs(num_reqs, num_computed_tokens, num_scheduled_tokens, block_tables)
+        parts, paths = [], []
+        try:
+            for g, grp in self._groups(req, tables):
+                if self._one_writer_per_block(grp, np.arange(grp.rec_block.shape[0])):
+                    paths.append(FAST)
+                    reader, writer, block = self._fast_pairs(grp)
+                else:
+                    paths.append(GENERAL)
+                    reader, writer, block = _general_pairs(req, grp)
+                other = reader != writer
+                parts.append((g, reader[other], writer[other], block[other]))
+        finally:
+            self._record_paths(paths, len(tables))
+        return _unique_rows(parts, req.n, self.num_blocks)
+
+    def _fast_pairs(self, grp: _Group) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Under U (the mark array holding record index + 1): every whole-block
+        read of a written block pairs with its one record's writer; partial
+        reads meet only the reader's own record."""
+        marks = np.take(self._mark, grp.read_block, out=self._buf.get("read_mark", grp.read_block.shape[0], np.int64))
+        self._mark[grp.rec_block] = 0
+        hits = np.flatnonzero(marks)
+        return grp.read_rows(hits), grp.rec_row[marks[hits] - 1], grp.read_block[hits].astype(np.int64)
+
+
+def _earliest_writes(req: _Requests, grp: _Group) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted slot keys ``block * B + offset`` of the step's non-null writes, and
+    the earliest token writing each (tokens are ``0 .. num_tokens - 1`` in order)."""
+    token = np.arange(req.num_tokens, dtype=np.int64)
+    row = np.repeat(np.arange(req.n, dtype=np.int64), req.q)
+    pos = req.c[row] + token - req.start[row]
+    block = np.take(grp.flat, row * grp.width + pos // grp.size).astype(np.int64)
+    real = block != 0
+    key = block[real] * grp.size + pos[real] % grp.size
+    token = token[real]
+    order = np.argsort(key, kind="stable")  # tokens ascend within a key: the first is the earliest
+    key, token = key[order], token[order]
+    first = np.r_[True, key[1:] != key[:-1]] if key.size else np.zeros(0, dtype=bool)
+    return key[first], token[first]
+
+
+def _general_pairs(req: _Requests, grp: _Group) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(reader, writer, block) for every read entry meeting a record of its
+    block: whole-block reads meet every record; a partial read of ``L``
+    offsets meets the records whose first offset is below ``L``."""
+    order = np.argsort(grp.rec_block, kind="stable")
+    rb, rw, rlo = grp.rec_block[order], grp.rec_row[order], grp.rec_lo[order]
+    # read entries: whole blocks (every offset) and partial blocks (offsets below c % B)
+    entries = np.flatnonzero(grp.read_block)
+    part = np.flatnonzero(req.active & (req.c % grp.size != 0))
+    reader = np.concatenate([grp.read_rows(entries), part])
+    block = np.concatenate([grp.read_block[entries].astype(np.int64),
+                            np.take(grp.flat, part * grp.width + grp.first[part]).astype(np.int64)])
+    limit = np.concatenate([np.full(entries.shape[0], grp.size, dtype=np.int64), req.c[part] % grp.size])
+    lo, hi = np.searchsorted(rb, block, side="left"), np.searchsorted(rb, block, side="right")
+    pair_read = np.repeat(np.arange(block.shape[0]), hi - lo)
+    pair_rec = np.arange(pair_read.shape[0]) - (np.cumsum(hi - lo) - (hi - lo))[pair_read] + lo[pair_read]
+    meets = rlo[pair_rec] < limit[pair_read]
+    return reader[pair_read][meets], rw[pair_rec][meets], block[pair_read][meets]
+
+
+def _unique_rows(parts: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]], num_reqs: int, num_blocks: int) -> np.ndarray:
+    """Sorted unique ``(g, r, w, b)`` rows, through one int64 key per row
+    (``np.unique`` on rows, or on keys in numpy 2.4, is far slower than a sort)."""
+    n, nb = max(num_reqs, 1), max(num_blocks, 1)
+    if not parts:
+        return np.zeros((0, 4), dtype=np.int64)
+    if len(parts) * n * n * nb >= 1 << 62:  # keys would overflow: sort the rows themselves
+        rows = np.concatenate([np.stack([np.full(r.shape[0], g), r, w, b], axis=1) for g, r, w, b in parts])
+        rows = rows[np.lexsort(rows.T[::-1])]
+        keep = np.r_[True, np.any(rows[1:] != rows[:-1], axis=1)] if rows.shape[0] else np.zeros(0, dtype=bool)
+        return rows[keep].astype(np.int64)
+    keys = np.concatenate([((g * n + r) * n + w) * nb + b for g, r, w, b in parts])
+    keys.sort()
+    keys = keys[np.r_[True, keys[1:] != keys[:-1]]] if keys.size else keys
+    out = np.empty((keys.shape[0], 4), dtype=np.int64)
+    rest, out[:, 3] = np.divmod(keys, nb)
+    rest, out[:, 2] = np.divmod(rest, n)
+    out[:, 0], out[:, 1] = np.divmod(rest, n)
+    return out
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, np.ndarray):
+        return f"array of dtype {value.dtype} and shape {value.shape}"
+    return type(value).__name__
+
+
+def _checker_for(step: Any) -> ExactMicrobatchCheck:
+    top = max((int(t.max(initial=0)) for t in step.block_tables), default=0)
+    return ExactMicrobatchCheck(step.num_reqs, [int(t.shape[1]) for t in step.block_tables], list(step.block_sizes), top + 1)
+
+
+def allow_microbatching(num_computed_tokens: Any, num_scheduled_tokens: Any, block_tables: Any, block_sizes: Any) -> bool:
+    """Exact, split-agnostic decision with the canonical signature of contract E.
+
+    Validates like the oracle (``reference.conflicts.check_step``: a clear
+    TypeError/ValueError naming the argument), then runs
+    ``ExactMicrobatchCheck`` with buffers sized to this step.
+    """
+    step = check_step(num_computed_tokens, num_scheduled_tokens, block_tables, block_sizes)
+    check = _checker_for(step)
+    return check(step.num_reqs, step.num_computed_tokens, step.num_scheduled_tokens, step.block_tables)
+
+
+def find_conflicts(num_computed_tokens: Any, num_scheduled_tokens: Any, block_tables: Any, block_sizes: Any) -> np.ndarray:
+    """The conflict set as a sorted ``(K, 4)`` int64 array of unique rows
+    ``(g, r, w, b)``; validates like ``allow_microbatching``."""
+    step = check_step(num_computed_tokens, num_scheduled_tokens, block_tables, block_sizes)
+    check = _checker_for(step)
+    return check.find_conflicts(step.num_reqs, step.num_computed_tokens, step.num_scheduled_tokens, step.block_tables)
