@@ -59,7 +59,8 @@ checking those facts at run time would cost that same pass.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -73,7 +74,7 @@ _TABLE_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 
 class _Buffers:
     """Named scratch arrays that grow to the largest size asked for and are
-    then reused (no allocation per call once warm)."""
+    then reused; ``"arange"`` holds ``0, 1, 2, ...``."""
 
     def __init__(self) -> None:
         self._arrays: dict[tuple[str, np.dtype], np.ndarray] = {}
@@ -82,13 +83,15 @@ class _Buffers:
         key = (name, np.dtype(dtype))
         arr = self._arrays.get(key)
         if arr is None or arr.shape[0] < size:
-            arr = np.empty(max(size, 2 * (0 if arr is None else arr.shape[0]), 64), dtype=key[1])
+            grown = max(size, 2 * (0 if arr is None else arr.shape[0]), 64)
+            arr = np.arange(grown, dtype=key[1]) if name == "arange" else np.empty(grown, dtype=key[1])
             self._arrays[key] = arr
         return arr[:size]
 
 
 class _Requests:
-    """Per-request int64 views of one call: ``c``, ``q``, first token ``start``."""
+    """Per-request int64 views of one call (``c``, ``q``, ``end = c + q``, first
+    token ``start``), shared by the groups."""
 
     def __init__(self, buf: _Buffers, num_reqs: int, c: np.ndarray, q: np.ndarray) -> None:
         self.n = num_reqs
@@ -96,59 +99,69 @@ class _Requests:
         self.q = buf.get("q", num_reqs, np.int64)
         np.copyto(self.c, c[:num_reqs], casting="unsafe")
         np.copyto(self.q, q[:num_reqs], casting="unsafe")
-        self.start = buf.get("start", num_reqs, np.int64)
-        np.cumsum(self.q, out=self.start)
+        self.end = self.c + self.q
+        self.start = np.cumsum(self.q)
         self.num_tokens = int(self.start[-1]) if num_reqs else 0
         self.start -= self.q
         self.active = self.q > 0  # rows with a token: the only readers
+        self.rows = buf.get("arange", num_reqs, np.int64)
 
 
 class _Group:
-    """One group's write records and whole-block read entries of one call."""
+    """One group's write records and whole-block read entries of one call.
+
+    Records (``rec_row``, ``rec_index`` into the flat table, ``rec_block``) come in row order; whole-block read
+    entries are flat table indices, row by row (``read_block``; row ``r``'s
+    entries end at ``read_ends[r]``).
+    """
 
     def __init__(self, buf: _Buffers, req: _Requests, table: np.ndarray, size: int) -> None:
-        n, c, q = req.n, req.c, req.q
         width = table.shape[1]
-        self.size, self.width = size, width
+        self.size, self.width, self.table_dtype = size, width, table.dtype
         self.flat = table.reshape(-1)  # rows >= n of the persistent table are never indexed
-        self.first = c // size  # first written column = number of whole computed blocks
+        self.first = req.c // size  # first written column = number of whole computed blocks
         # -- write records: columns [c // B, ceil((c + q) / B)) of rows with a token
-        span = np.where(req.active, (c + q + size - 1) // size - self.first, 0)
-        rows = np.repeat(np.arange(n, dtype=np.int64), span)
-        ends = np.cumsum(span)
-        cols = np.arange(rows.shape[0], dtype=np.int64) - (ends - span)[rows] + self.first[rows]
-        block = np.take(self.flat, rows * width + cols)
+        span = (req.end + (size - 1)) // size
+        span -= self.first
+        span *= req.active
+        rows = np.repeat(req.rows, span)
+        index = _ragged_arange(buf, span, np.cumsum(span), req.rows * width + self.first)
+        block = np.take(self.flat, index).astype(np.intp)  # intp: it indexes the mark array
         real = block != 0  # the null block is never written
-        self.rec_row, self.rec_col, self.rec_block = rows[real], cols[real], block[real].astype(np.int64)
-        rc, rq = c[self.rec_row], q[self.rec_row]
-        self.rec_lo = np.maximum(rc - self.rec_col * size, 0)  # first written offset
-        self.rec_hi = np.minimum(rc + rq - self.rec_col * size, size)  # one past the last
-        self.rec_last = req.start[self.rec_row] + self.rec_col * size + self.rec_hi - 1 - rc  # token of the last
+        if not real.all():
+            rows, index, block = rows[real], index[real], block[real]
+        self.rec_row, self.rec_index, self.rec_block = rows, index, block
         # -- whole-block reads: columns [0, c // B) of rows with a token, as flat indices
-        lens = np.where(req.active, self.first, 0)
-        self.read_ends = np.cumsum(lens)  # row r's entries are [read_ends[r] - lens[r], read_ends[r])
-        total = int(self.read_ends[-1]) if n else 0
-        self.read_index = _ragged_index(buf, lens, self.read_ends, width, total)
-        self.read_block = np.take(self.flat, self.read_index, out=buf.get("read_block", total, table.dtype))
+        lens = self.first * req.active
+        self.read_ends = np.cumsum(lens)
+        index = _ragged_arange(buf, lens, self.read_ends, req.rows * width)
+        self.read_block = np.take(self.flat, index, out=buf.get("read_block", index.shape[0], table.dtype))
+
+    def rec_col(self) -> np.ndarray:
+        return self.rec_index - self.rec_row * self.width
+
+    def rec_last(self, req: _Requests) -> np.ndarray:
+        """The token writing each record's last offset: position ``p`` of row
+        ``r`` is written by token ``start[r] + p - c[r]``."""
+        last = np.minimum((self.rec_col() + 1) * self.size, req.end[self.rec_row])  # one past its last position
+        last += (req.start - req.c - 1)[self.rec_row]
+        return last
 
     def read_rows(self, entries: np.ndarray) -> np.ndarray:
-        """The row of each whole-block read entry index."""
+        """The row of each whole-block read entry (by its index in ``read_block``)."""
         return np.searchsorted(self.read_ends, entries, side="right")
 
+    def rec_offsets(self, req: _Requests) -> tuple[np.ndarray, np.ndarray]:
+        """Each record's written offsets ``[lo, hi)`` inside its block."""
+        base = self.rec_col() * self.size
+        return np.maximum(req.c[self.rec_row] - base, 0), np.minimum(req.end[self.rec_row] - base, self.size)
 
-def _ragged_index(buf: _Buffers, lens: np.ndarray, ends: np.ndarray, width: int, total: int) -> np.ndarray:
-    """Flat table indices ``r * width + k`` for ``k < lens[r]``, row by row,
-    built as a running sum of steps (1 inside a row, a jump between rows)."""
-    out = buf.get("read_index", total, np.int64)
-    if total == 0:
-        return out
-    rows = np.flatnonzero(lens)
-    starts = ends[rows] - lens[rows]
-    row_base = rows * width
-    out.fill(1)
-    out[starts[0]] = row_base[0]
-    out[starts[1:]] = row_base[1:] - (row_base[:-1] + lens[rows[:-1]] - 1)
-    np.cumsum(out, out=out)
+
+def _ragged_arange(buf: _Buffers, lens: np.ndarray, ends: np.ndarray, base: np.ndarray) -> np.ndarray:
+    """Concatenated ``base[r] + arange(lens[r])`` over rows ``r`` (``ends = cumsum(lens)``)."""
+    total = int(ends[-1]) if ends.size else 0
+    out = np.repeat(base - (ends - lens), lens)
+    out += buf.get("arange", total, np.int64)
     return out
 
 
@@ -190,7 +203,8 @@ class ExactMicrobatchCheck:
         self.widths = [check_int(f"widths[{g}]", w, minimum=0) for g, w in enumerate(widths)]
         self.block_sizes = [check_int(f"block_sizes[{g}]", b, minimum=1) for g, b in enumerate(block_sizes)]
         self.num_blocks = check_int("num_blocks", num_blocks, minimum=1)
-        self._mark = np.zeros(self.num_blocks, dtype=np.int64)  # block -> value + 1 while a group is checked
+        # block -> value + 1 while one group is checked, else 0 (int32: a token or record index + 1)
+        self._mark = np.zeros(self.num_blocks, dtype=np.int32)
         self._buf = _Buffers()
         self.last_paths: tuple[str, ...] = ()
         self.path_counts: Counter[str] = Counter()
@@ -217,14 +231,27 @@ class ExactMicrobatchCheck:
                 raise ValueError(f"block_tables[{g}] must be C-contiguous (the engine's tables are)")
         return _Requests(self._buf, n, c, q), list(tables)
 
-    def _groups(self, req: _Requests, tables: list[np.ndarray]) -> Any:
-        """Yield ``(g, group)`` with the group's record blocks checked against ``num_blocks``."""
+    def _groups(self, req: _Requests, tables: list[np.ndarray]) -> Iterator[tuple[int, _Group]]:
         for g, (table, size) in enumerate(zip(tables, self.block_sizes, strict=True)):
-            grp = _Group(self._buf, req, table, size)
-            top = max(int(grp.rec_block.max(initial=0)), int(grp.read_block.max(initial=0)))
-            if top >= self.num_blocks:
-                raise ValueError(f"block_tables[{g}] holds block id {top}, but num_blocks is {self.num_blocks}")
-            yield g, grp
+            yield g, _Group(self._buf, req, table, size)
+
+    @contextmanager
+    def _marking(self, tables: list[np.ndarray], paths: list[str]) -> Iterator[None]:
+        """Around one call: turn numpy's bounds error on the mark array into a
+        ValueError, keep the mark array clean whatever happens, record paths."""
+        try:
+            yield
+        except IndexError:
+            self._mark.fill(0)
+            top = max(int(t.max(initial=0)) for t in tables)
+            raise ValueError(f"block_tables hold block id {top}, but num_blocks is {self.num_blocks}") from None
+        except BaseException:
+            self._mark.fill(0)
+            raise
+        finally:
+            paths += [SKIPPED] * (len(tables) - len(paths))
+            self.last_paths = tuple(paths)
+            self.path_counts.update(paths)
 
     def _one_writer_per_block(self, grp: _Group, values: np.ndarray) -> bool:
         """Scatter ``values + 1`` at the record blocks; True iff no block has two
@@ -235,11 +262,6 @@ class ExactMicrobatchCheck:
         self._mark[grp.rec_block] = 0
         return False
 
-    def _record_paths(self, paths: list[str], num_groups: int) -> None:
-        paths += [SKIPPED] * (num_groups - len(paths))
-        self.last_paths = tuple(paths)
-        self.path_counts.update(paths)
-
     # ---------------------------------------------------------------- decision
 
     def __call__(self, num_reqs: int, num_computed_tokens: np.ndarray, num_scheduled_tokens: np.ndarray,
@@ -248,9 +270,9 @@ class ExactMicrobatchCheck:
         unwritten slot (exact; equals ``reference.conflicts.allow_microbatching``)."""
         req, tables = self._inputs(num_reqs, num_computed_tokens, num_scheduled_tokens, block_tables)
         paths: list[str] = []
-        try:
+        with self._marking(tables, paths):
             for _g, grp in self._groups(req, tables):
-                if self._one_writer_per_block(grp, grp.rec_last):
+                if self._one_writer_per_block(grp, grp.rec_last(req)):
                     paths.append(FAST)
                     unsafe = self._unsafe_whole_reads(req, grp, grp.rec_block)
                 else:
@@ -258,15 +280,13 @@ class ExactMicrobatchCheck:
                     unsafe = self._general_unsafe(req, grp)
                 if unsafe:
                     return False
-            return True
-        finally:
-            self._record_paths(paths, len(tables))
+        return True
 
     def _unsafe_whole_reads(self, req: _Requests, grp: _Group, marked: np.ndarray) -> bool:
         """With the mark array holding ``latest earliest-write token + 1`` at
         the blocks ``marked``: does a whole-block read see a block written
         after the reader's first token? Clears the marks."""
-        marks = np.take(self._mark, grp.read_block, out=self._buf.get("read_mark", grp.read_block.shape[0], np.int64))
+        marks = np.take(self._mark, grp.read_block, out=self._buf.get("read_mark", grp.read_block.shape[0], np.int32))
         self._mark[marked] = 0
         hits = np.flatnonzero(marks)
         return bool(hits.size) and bool(np.any(marks[hits] > req.start[grp.read_rows(hits)] + 1))
@@ -300,26 +320,23 @@ class ExactMicrobatchCheck:
         """The conflict set (``reference.conflicts.find_conflicts``) as a sorted
         ``(K, 4)`` int64 array of unique rows ``(g, r, w, b)``."""
         req, tables = self._inputs(num_reqs, num_computed_tokens, num_scheduled_tokens, block_tables)
-        parts, paths = [], []
-        try:
-            for g, grp in self._groups(req, tables):
-                if self._one_writer_per_block(grp, np.arange(grp.rec_block.shape[0])):
+        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        paths: list[str] = []
+        with self._marking(tables, paths):
+            for _g, grp in self._groups(req, tables):
+                if self._one_writer_per_block(grp, self._buf.get("arange", grp.rec_block.shape[0], np.int64)):
                     paths.append(FAST)
-                    reader, writer, block = self._fast_pairs(grp)
+                    parts.append(self._fast_pairs(grp))
                 else:
                     paths.append(GENERAL)
-                    reader, writer, block = _general_pairs(req, grp)
-                other = reader != writer
-                parts.append((g, reader[other], writer[other], block[other]))
-        finally:
-            self._record_paths(paths, len(tables))
+                    parts.append(_general_pairs(req, grp))
         return _unique_rows(parts, req.n, self.num_blocks)
 
     def _fast_pairs(self, grp: _Group) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Under U (the mark array holding record index + 1): every whole-block
         read of a written block pairs with its one record's writer; partial
         reads meet only the reader's own record."""
-        marks = np.take(self._mark, grp.read_block, out=self._buf.get("read_mark", grp.read_block.shape[0], np.int64))
+        marks = np.take(self._mark, grp.read_block, out=self._buf.get("read_mark", grp.read_block.shape[0], np.int32))
         self._mark[grp.rec_block] = 0
         hits = np.flatnonzero(marks)
         return grp.read_rows(hits), grp.rec_row[marks[hits] - 1], grp.read_block[hits].astype(np.int64)
@@ -346,7 +363,7 @@ def _general_pairs(req: _Requests, grp: _Group) -> tuple[np.ndarray, np.ndarray,
     block: whole-block reads meet every record; a partial read of ``L``
     offsets meets the records whose first offset is below ``L``."""
     order = np.argsort(grp.rec_block, kind="stable")
-    rb, rw, rlo = grp.rec_block[order], grp.rec_row[order], grp.rec_lo[order]
+    rb, rw, rlo = grp.rec_block[order], grp.rec_row[order], grp.rec_offsets(req)[0][order]
     # read entries: whole blocks (every offset) and partial blocks (offsets below c % B)
     entries = np.flatnonzero(grp.read_block)
     part = np.flatnonzero(req.active & (req.c % grp.size != 0))
@@ -361,24 +378,31 @@ def _general_pairs(req: _Requests, grp: _Group) -> tuple[np.ndarray, np.ndarray,
     return reader[pair_read][meets], rw[pair_rec][meets], block[pair_read][meets]
 
 
-def _unique_rows(parts: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]], num_reqs: int, num_blocks: int) -> np.ndarray:
-    """Sorted unique ``(g, r, w, b)`` rows, through one int64 key per row
-    (``np.unique`` on rows, or on keys in numpy 2.4, is far slower than a sort)."""
-    n, nb = max(num_reqs, 1), max(num_blocks, 1)
-    if not parts:
-        return np.zeros((0, 4), dtype=np.int64)
-    if len(parts) * n * n * nb >= 1 << 62:  # keys would overflow: sort the rows themselves
-        rows = np.concatenate([np.stack([np.full(r.shape[0], g), r, w, b], axis=1) for g, r, w, b in parts])
+def _unique_rows(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]], num_reqs: int, num_blocks: int) -> np.ndarray:
+    """Sorted unique rows ``(g, r, w, b)`` with ``r != w`` from per-group
+    ``(reader, writer, block)`` pairs, through one int64 key per row with a
+    bit field per column (a sort: ``np.unique`` on rows, or on keys in numpy
+    2.4, is far slower)."""
+    group = np.repeat(np.arange(len(parts), dtype=np.int64), [p[0].shape[0] for p in parts])
+    reader, writer, block = (np.concatenate([p[k] for p in parts]) if parts else np.zeros(0, np.int64) for k in range(3))
+    other = reader != writer
+    if not other.all():
+        group, reader, writer, block = group[other], reader[other], writer[other], block[other]
+    bits_req, bits_block = max(num_reqs - 1, 1).bit_length(), max(num_blocks - 1, 1).bit_length()
+    if max(len(parts) - 1, 1).bit_length() + 2 * bits_req + bits_block > 62:  # too wide for one key: sort rows
+        rows = np.stack([group, reader, writer, block], axis=1).astype(np.int64)
         rows = rows[np.lexsort(rows.T[::-1])]
-        keep = np.r_[True, np.any(rows[1:] != rows[:-1], axis=1)] if rows.shape[0] else np.zeros(0, dtype=bool)
-        return rows[keep].astype(np.int64)
-    keys = np.concatenate([((g * n + r) * n + w) * nb + b for g, r, w, b in parts])
-    keys.sort()
+        return rows[np.r_[True, np.any(rows[1:] != rows[:-1], axis=1)]] if rows.shape[0] else rows
+    shift_w, shift_r = bits_block, bits_block + bits_req
+    shift_g = shift_r + bits_req
+    keys = (group << shift_g) | (reader << shift_r) | (writer << shift_w) | block
+    keys.sort(kind="stable")  # runs come presorted by group and reader: the stable sort merges them
     keys = keys[np.r_[True, keys[1:] != keys[:-1]]] if keys.size else keys
     out = np.empty((keys.shape[0], 4), dtype=np.int64)
-    rest, out[:, 3] = np.divmod(keys, nb)
-    rest, out[:, 2] = np.divmod(rest, n)
-    out[:, 0], out[:, 1] = np.divmod(rest, n)
+    out[:, 0] = keys >> shift_g
+    out[:, 1] = (keys >> shift_r) & ((1 << bits_req) - 1)
+    out[:, 2] = (keys >> shift_w) & ((1 << bits_req) - 1)
+    out[:, 3] = keys & ((1 << bits_block) - 1)
     return out
 
 
