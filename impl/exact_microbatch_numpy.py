@@ -237,14 +237,9 @@ class ExactMicrobatchCheck:
 
     @contextmanager
     def _marking(self, tables: list[np.ndarray], paths: list[str]) -> Iterator[None]:
-        """Around one call: turn numpy's bounds error on the mark array into a
-        ValueError, keep the mark array clean whatever happens, record paths."""
+        """Around one call: keep the mark array clean whatever happens; record paths."""
         try:
             yield
-        except IndexError:
-            self._mark.fill(0)
-            top = max(int(t.max(initial=0)) for t in tables)
-            raise ValueError(f"block_tables hold block id {top}, but num_blocks is {self.num_blocks}") from None
         except BaseException:
             self._mark.fill(0)
             raise
@@ -253,10 +248,21 @@ class ExactMicrobatchCheck:
             self.last_paths = tuple(paths)
             self.path_counts.update(paths)
 
+    def _marks_at(self, blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """``mark[blocks]``, with an id past ``num_blocks`` reported as a ValueError."""
+        try:
+            return np.take(self._mark, blocks, out=out)
+        except IndexError:
+            raise ValueError(f"block_tables hold block id {int(blocks.max())}, but num_blocks is {self.num_blocks}") from None
+
     def _one_writer_per_block(self, grp: _Group, values: np.ndarray) -> bool:
         """Scatter ``values + 1`` at the record blocks; True iff no block has two
         records (precondition U). On False the mark array is cleared again."""
-        self._mark[grp.rec_block] = values + 1
+        try:
+            self._mark[grp.rec_block] = values + 1
+        except IndexError:
+            raise ValueError(f"block_tables hold block id {int(grp.rec_block.max())}, but num_blocks is "
+                             f"{self.num_blocks}") from None
         if np.array_equal(self._mark[grp.rec_block], values + 1):
             return True
         self._mark[grp.rec_block] = 0
@@ -286,7 +292,7 @@ class ExactMicrobatchCheck:
         """With the mark array holding ``latest earliest-write token + 1`` at
         the blocks ``marked``: does a whole-block read see a block written
         after the reader's first token? Clears the marks."""
-        marks = np.take(self._mark, grp.read_block, out=self._buf.get("read_mark", grp.read_block.shape[0], np.int32))
+        marks = self._marks_at(grp.read_block, self._buf.get("read_mark", grp.read_block.shape[0], np.int32))
         self._mark[marked] = 0
         hits = np.flatnonzero(marks)
         return bool(hits.size) and bool(np.any(marks[hits] > req.start[grp.read_rows(hits)] + 1))
@@ -336,7 +342,7 @@ class ExactMicrobatchCheck:
         """Under U (the mark array holding record index + 1): every whole-block
         read of a written block pairs with its one record's writer; partial
         reads meet only the reader's own record."""
-        marks = np.take(self._mark, grp.read_block, out=self._buf.get("read_mark", grp.read_block.shape[0], np.int32))
+        marks = self._marks_at(grp.read_block, self._buf.get("read_mark", grp.read_block.shape[0], np.int32))
         self._mark[grp.rec_block] = 0
         hits = np.flatnonzero(marks)
         return grp.read_rows(hits), grp.rec_row[marks[hits] - 1], grp.read_block[hits].astype(np.int64)
