@@ -40,6 +40,7 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -277,12 +278,12 @@ def run(scenarios: Sequence[str] | None = None, *, num_reqs: int = 256, width: i
             n, c, q, tables, sizes = step.num_reqs, step.num_computed_tokens, step.num_scheduled_tokens, step.block_tables, step.block_sizes
             thr = int(info["reorder_batch_threshold"])
             per: dict[str, Callable[[], Any]] = {
-                EXACT: lambda n=n, c=c, q=q, t=tables: check(n, c, q, t),
-                SHIPPED: lambda n=n, c=c, q=q, t=tables, b=sizes, thr=thr: shipped_check_as_engine(n, c, q, t, b, thr),
-                FIND: lambda n=n, c=c, q=q, t=tables: check.find_conflicts(n, c, q, t),
+                EXACT: partial(check, n, c, q, tables),
+                SHIPPED: partial(shipped_check_as_engine, n, c, q, tables, sizes, thr),
+                FIND: partial(check.find_conflicts, n, c, q, tables),
             }
             if validated:
-                per[VALIDATED] = lambda c=c, q=q, t=tables, b=sizes: allow_microbatching(c, q, t, b)
+                per[VALIDATED] = partial(allow_microbatching, c, q, tables, sizes)
             if engine is not None:
                 per[ENGINE] = engine(step, info)
             calls.append(per)
