@@ -389,21 +389,23 @@ def _unique_rows(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]], num_req
     ``(reader, writer, block)`` pairs, through one int64 key per row with a
     bit field per column (a sort: ``np.unique`` on rows, or on keys in numpy
     2.4, is far slower)."""
-    group = np.repeat(np.arange(len(parts), dtype=np.int64), [p[0].shape[0] for p in parts])
-    reader, writer, block = (np.concatenate([p[k] for p in parts]) if parts else np.zeros(0, np.int64) for k in range(3))
-    other = reader != writer
-    if not other.all():
-        group, reader, writer, block = group[other], reader[other], writer[other], block[other]
     bits_req, bits_block = max(num_reqs - 1, 1).bit_length(), max(num_blocks - 1, 1).bit_length()
-    if max(len(parts) - 1, 1).bit_length() + 2 * bits_req + bits_block > 62:  # too wide for one key: sort rows
-        rows = np.stack([group, reader, writer, block], axis=1).astype(np.int64)
-        rows = rows[np.lexsort(rows.T[::-1])]
-        return rows[np.r_[True, np.any(rows[1:] != rows[:-1], axis=1)]] if rows.shape[0] else rows
     shift_w, shift_r = bits_block, bits_block + bits_req
     shift_g = shift_r + bits_req
-    keys = (group << shift_g) | (reader << shift_r) | (writer << shift_w) | block
+    if max(len(parts) - 1, 1).bit_length() + shift_g > 62:  # too wide for one key: sort the rows themselves
+        rows = np.concatenate([np.stack([np.full(r.shape[0], g), r, w, b], axis=1) for g, (r, w, b) in enumerate(parts)])
+        rows = rows[rows[:, 1] != rows[:, 2]].astype(np.int64)
+        rows = rows[np.lexsort(rows.T[::-1])]
+        return rows[np.r_[True, np.any(rows[1:] != rows[:-1], axis=1)]] if rows.shape[0] else rows
+    keys = np.concatenate([np.zeros(0, np.int64)] + [
+        ((reader << shift_r) | (writer << shift_w) | block | (g << shift_g))[reader != writer]
+        for g, (reader, writer, block) in enumerate(parts)])
     keys.sort(kind="stable")  # runs come presorted by group and reader: the stable sort merges them
-    keys = keys[np.r_[True, keys[1:] != keys[:-1]]] if keys.size else keys
+    if keys.size:
+        keep = np.empty(keys.shape[0], dtype=bool)
+        keep[0] = True
+        np.not_equal(keys[1:], keys[:-1], out=keep[1:])
+        keys = keys[keep]
     out = np.empty((keys.shape[0], 4), dtype=np.int64)
     out[:, 0] = keys >> shift_g
     out[:, 1] = (keys >> shift_r) & ((1 << bits_req) - 1)
