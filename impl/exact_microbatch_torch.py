@@ -92,7 +92,10 @@ class ExactMicrobatchCheckTorch:
         self._group_col_base = torch.tensor(self._col_base[:-1], dtype=i64, device=dev)[:, None]
         self._group_last_col = torch.tensor([w - 1 if w else spare - b for w, b in zip(self.widths, self._col_base, strict=False)],
                                             dtype=i64, device=dev)[:, None]  # local index of the last column (or the spare)
-        self._offsets = torch.arange(max(self.block_sizes), dtype=i64, device=dev)  # (Bmax,)
+        self._offsets_3d = torch.arange(max(self.block_sizes), dtype=i64, device=dev)[None, None, :]  # (1, 1, Bmax)
+        # the same per-group constants as rows, for the (row, group) grids of partial reads
+        self._sizes_row, self._last_col_row = self._sizes.T.contiguous(), self._group_last_col.T.contiguous()
+        self._col_base_row, self._slot_base_row = self._group_col_base.T.contiguous(), self._slot_base.T.contiguous()
         self._tokens = torch.arange(self.max_num_tokens, dtype=i64, device=dev)
         self._table = torch.zeros((self.max_num_reqs, self._width), dtype=i64, device=dev)
         self._earliest = torch.empty(int(slot_base[-1]) + 1, dtype=i64, device=dev)  # last entry: discard slot
@@ -142,13 +145,13 @@ class ExactMicrobatchCheckTorch:
         seen = latest[table + self._col_block_base[None, :]]  # block 0 of a group was never written: -1
         unsafe = (reads & (seen > start[:, None])).any()
         # partial reads: offsets [0, c % B) of local column c // B, per (row, group, offset)
-        sizes = self._sizes.T  # (1, G)
-        col = torch.minimum(c[:, None] // sizes, self._group_last_col.T) + self._group_col_base.T  # (n, G)
+        sizes = self._sizes_row  # (1, G)
+        col = torch.minimum(c[:, None] // sizes, self._last_col_row) + self._col_base_row  # (n, G)
         block = torch.gather(table, 1, col)
-        slot = self._slot_base.T[:, :, None] + (block * sizes)[:, :, None] + self._offsets[None, None, :]
+        slot = self._slot_base_row[:, :, None] + (block * sizes)[:, :, None] + self._offsets_3d
         first = earliest[slot.clamp_(max=earliest.shape[0] - 1)]
-        part = (self._offsets[None, None, :] < (c[:, None] % sizes)[:, :, None]) & active[:, None, None]
-        unsafe = unsafe | (part & (block != 0)[:, :, None] & (first != _BIG) & (first > start[:, None, None])).any()
+        part = (self._offsets_3d < (c[:, None] % sizes)[:, :, None]) & (active[:, None] & (block != 0))[:, :, None]
+        unsafe = unsafe | (part & (first != _BIG) & (first > start[:, None, None])).any()
         return ~unsafe
 
     def _write_summary(self, c: torch.Tensor, q: torch.Tensor, ends: torch.Tensor, start: torch.Tensor,
