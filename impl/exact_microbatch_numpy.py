@@ -126,7 +126,7 @@ class _Group:
         span *= req.active
         rows = np.repeat(req.rows, span)
         index = _ragged_arange(buf, span, np.cumsum(span), req.rows * width + self.first)
-        block = np.take(self.flat, index).astype(np.intp)  # intp: it indexes the mark array
+        block = np.take(self.flat, index)
         real = block != 0  # the null block is never written
         if not real.all():
             rows, index, block = rows[real], index[real], block[real]
@@ -140,11 +140,11 @@ class _Group:
     def rec_col(self) -> np.ndarray:
         return self.rec_index - self.rec_row * self.width
 
-    def rec_last(self, req: _Requests) -> np.ndarray:
-        """The token writing each record's last offset: position ``p`` of row
-        ``r`` is written by token ``start[r] + p - c[r]``."""
+    def rec_last_plus_one(self, req: _Requests) -> np.ndarray:
+        """1 + the token writing each record's last offset (position ``p`` of
+        row ``r`` is written by token ``start[r] + p - c[r]``)."""
         last = np.minimum((self.rec_col() + 1) * self.size, req.end[self.rec_row])  # one past its last position
-        last += (req.start - req.c - 1)[self.rec_row]
+        last += (req.start - req.c)[self.rec_row]
         return last
 
     def read_rows(self, entries: np.ndarray) -> np.ndarray:
@@ -256,14 +256,15 @@ class ExactMicrobatchCheck:
             raise ValueError(f"block_tables hold block id {int(blocks.max())}, but num_blocks is {self.num_blocks}") from None
 
     def _one_writer_per_block(self, grp: _Group, values: np.ndarray) -> bool:
-        """Scatter ``values + 1`` at the record blocks; True iff no block has two
-        records (precondition U). On False the mark array is cleared again."""
+        """Scatter ``values`` (> 0, one per record, all different) at the record
+        blocks; True iff no block has two records (precondition U): each
+        record reads its own value back. On False the marks are cleared again."""
         try:
-            self._mark[grp.rec_block] = values + 1
+            self._mark[grp.rec_block] = values
         except IndexError:
             raise ValueError(f"block_tables hold block id {int(grp.rec_block.max())}, but num_blocks is "
                              f"{self.num_blocks}") from None
-        if np.array_equal(self._mark[grp.rec_block], values + 1):
+        if (self._mark[grp.rec_block] == values).all():
             return True
         self._mark[grp.rec_block] = 0
         return False
@@ -278,7 +279,7 @@ class ExactMicrobatchCheck:
         paths: list[str] = []
         with self._marking(tables, paths):
             for _g, grp in self._groups(req, tables):
-                if self._one_writer_per_block(grp, grp.rec_last(req)):
+                if self._one_writer_per_block(grp, grp.rec_last_plus_one(req)):
                     paths.append(FAST)
                     unsafe = self._unsafe_whole_reads(req, grp, grp.rec_block)
                 else:
@@ -330,7 +331,7 @@ class ExactMicrobatchCheck:
         paths: list[str] = []
         with self._marking(tables, paths):
             for _g, grp in self._groups(req, tables):
-                if self._one_writer_per_block(grp, self._buf.get("arange", grp.rec_block.shape[0], np.int64)):
+                if self._one_writer_per_block(grp, self._buf.get("arange", grp.rec_block.shape[0] + 1, np.int64)[1:]):
                     paths.append(FAST)
                     parts.append(self._fast_pairs(grp))
                 else:
@@ -345,7 +346,7 @@ class ExactMicrobatchCheck:
         marks = self._marks_at(grp.read_block, self._buf.get("read_mark", grp.read_block.shape[0], np.int32))
         self._mark[grp.rec_block] = 0
         hits = np.flatnonzero(marks)
-        return grp.read_rows(hits), grp.rec_row[marks[hits] - 1], grp.read_block[hits].astype(np.int64)
+        return grp.read_rows(hits), grp.rec_row[marks[hits] - 1], grp.read_block[hits]
 
 
 def _earliest_writes(req: _Requests, grp: _Group) -> tuple[np.ndarray, np.ndarray]:
@@ -397,9 +398,8 @@ def _unique_rows(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]], num_req
         rows = rows[rows[:, 1] != rows[:, 2]].astype(np.int64)
         rows = rows[np.lexsort(rows.T[::-1])]
         return rows[np.r_[True, np.any(rows[1:] != rows[:-1], axis=1)]] if rows.shape[0] else rows
-    keys = np.concatenate([np.zeros(0, np.int64)] + [
-        ((reader << shift_r) | (writer << shift_w) | block | (g << shift_g))[reader != writer]
-        for g, (reader, writer, block) in enumerate(parts)])
+    keys = np.concatenate([np.zeros(0, np.int64)] + [(reader << shift_r) | (writer << shift_w) | block | (g << shift_g)
+                                                     for g, (reader, writer, block) in enumerate(parts)])
     keys.sort(kind="stable")  # runs come presorted by group and reader: the stable sort merges them
     if keys.size:
         keep = np.empty(keys.shape[0], dtype=bool)
@@ -411,7 +411,7 @@ def _unique_rows(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]], num_req
     out[:, 1] = (keys >> shift_r) & ((1 << bits_req) - 1)
     out[:, 2] = (keys >> shift_w) & ((1 << bits_req) - 1)
     out[:, 3] = keys & ((1 << bits_block) - 1)
-    return out
+    return out[out[:, 1] != out[:, 2]]  # a request is in no conflict with itself
 
 
 def _describe(value: Any) -> str:

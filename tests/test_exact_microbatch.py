@@ -87,7 +87,7 @@ class Unchecked(exact.ExactMicrobatchCheck):
     """Buggy: takes the fast path without checking precondition U."""
 
     def _one_writer_per_block(self, grp: Any, values: np.ndarray) -> bool:
-        self._mark[grp.rec_block] = values + 1
+        self._mark[grp.rec_block] = values
         return True
 
 
