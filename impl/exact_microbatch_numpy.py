@@ -110,14 +110,14 @@ class _Requests:
 class _Group:
     """One group's write records and whole-block read entries of one call.
 
-    Records (``rec_row``, ``rec_index`` into the flat table, ``rec_block``) come in row order; whole-block read
-    entries are flat table indices, row by row (``read_block``; row ``r``'s
-    entries end at ``read_ends[r]``).
+    Records (``rec_row``, ``rec_index`` into the flat table, ``rec_block``)
+    come in row order; so do the whole-block read entries (``read_block``:
+    the cells' block ids; row ``r``'s entries end at ``read_ends[r]``).
     """
 
     def __init__(self, buf: _Buffers, req: _Requests, table: np.ndarray, size: int) -> None:
         width = table.shape[1]
-        self.size, self.width, self.table_dtype = size, width, table.dtype
+        self.size, self.width = size, width
         self.flat = table.reshape(-1)  # rows >= n of the persistent table are never indexed
         self.first = req.c // size  # first written column = number of whole computed blocks
         # -- write records: columns [c // B, ceil((c + q) / B)) of rows with a token
@@ -138,6 +138,7 @@ class _Group:
         self.read_block = np.take(self.flat, index, out=buf.get("read_block", index.shape[0], table.dtype))
 
     def rec_col(self) -> np.ndarray:
+        """Each record's column."""
         return self.rec_index - self.rec_row * self.width
 
     def rec_last_plus_one(self, req: _Requests) -> np.ndarray:
@@ -151,10 +152,9 @@ class _Group:
         """The row of each whole-block read entry (by its index in ``read_block``)."""
         return np.searchsorted(self.read_ends, entries, side="right")
 
-    def rec_offsets(self, req: _Requests) -> tuple[np.ndarray, np.ndarray]:
-        """Each record's written offsets ``[lo, hi)`` inside its block."""
-        base = self.rec_col() * self.size
-        return np.maximum(req.c[self.rec_row] - base, 0), np.minimum(req.end[self.rec_row] - base, self.size)
+    def rec_first_offset(self, req: _Requests) -> np.ndarray:
+        """Each record's first written offset inside its block."""
+        return np.maximum(req.c[self.rec_row] - self.rec_col() * self.size, 0)
 
 
 def _ragged_arange(buf: _Buffers, lens: np.ndarray, ends: np.ndarray, base: np.ndarray) -> np.ndarray:
@@ -203,7 +203,7 @@ class ExactMicrobatchCheck:
         self.widths = [check_int(f"widths[{g}]", w, minimum=0) for g, w in enumerate(widths)]
         self.block_sizes = [check_int(f"block_sizes[{g}]", b, minimum=1) for g, b in enumerate(block_sizes)]
         self.num_blocks = check_int("num_blocks", num_blocks, minimum=1)
-        # block -> value + 1 while one group is checked, else 0 (int32: a token or record index + 1)
+        # block -> a positive value while one group is checked, else 0 (a record's last token + 1, or its index + 1)
         self._mark = np.zeros(self.num_blocks, dtype=np.int32)
         self._buf = _Buffers()
         self.last_paths: tuple[str, ...] = ()
@@ -370,7 +370,7 @@ def _general_pairs(req: _Requests, grp: _Group) -> tuple[np.ndarray, np.ndarray,
     block: whole-block reads meet every record; a partial read of ``L``
     offsets meets the records whose first offset is below ``L``."""
     order = np.argsort(grp.rec_block, kind="stable")
-    rb, rw, rlo = grp.rec_block[order], grp.rec_row[order], grp.rec_offsets(req)[0][order]
+    rb, rw, rlo = grp.rec_block[order], grp.rec_row[order], grp.rec_first_offset(req)[order]
     # read entries: whole blocks (every offset) and partial blocks (offsets below c % B)
     entries = np.flatnonzero(grp.read_block)
     part = np.flatnonzero(req.active & (req.c % grp.size != 0))

@@ -69,7 +69,7 @@ class ExactMicrobatchCheckTorch:
         self.block_sizes = [check_int(f"block_sizes[{g}]", b, minimum=1) for g, b in enumerate(block_sizes)]
         self.num_blocks = check_int("num_blocks", num_blocks, minimum=1)
         self.max_num_tokens = check_int("max_num_tokens", max_num_tokens, minimum=0)
-        self.device = torch.device(device)
+        self.device = torch.empty(0, device=device).device  # with its index ("cuda" -> "cuda:0"), as tensors report it
         dev, i64 = self.device, torch.int64
         groups = len(self.widths)
         sizes = torch.tensor(self.block_sizes, dtype=i64, device=dev)

@@ -481,3 +481,16 @@ def test_microbench_rejects_bad_arguments() -> None:
         microbench.run(["mixed/G4"])
     with pytest.raises(ValueError, match="repeat must be an int >= 1, got 0"):
         microbench.run(["mixed/G1"], repeat=0)
+
+
+def test_bench_drop_in_cli_writes_json_and_markdown(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from batchfuzz.cli import main
+
+    js, md = tmp_path / "r.json", tmp_path / "r.md"
+    assert main(["bench", "--drop-in", "--quick", "--scenarios", "mixed/G1", "--json", str(js), "--markdown", str(md)]) == 0
+    assert "exact/shipped" in capsys.readouterr().out
+    report = json.loads(js.read_text())
+    assert report["mismatches"] == [] and report["scenarios"][0]["name"] == "mixed/G1"
+    assert "| mixed/G1 |" in md.read_text()
