@@ -34,6 +34,10 @@ fewer samples than the others. The decisions are compared too:
 exact vs oracle must agree (a disagreement is reported and the exit code is
 1); shipped vs exact shows where the shipped check allows an unsafe split or
 vetoes a safe one.
+
+``--drop-in`` runs ``batchfuzz.microbench`` instead: the block-level exact
+check of ``impl.exact_microbatch_numpy`` against the shipped check as the
+engine ships it (docs/exact-microbatching.md).
 """
 
 from __future__ import annotations
