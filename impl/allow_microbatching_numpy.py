@@ -1,38 +1,440 @@
-"""numpy implementation of contract E2: the exact, split-agnostic decision.
+"""numpy implementation of contract E2: the exact microbatching decision, block
+by block, at the cost of the engine's shipped check (host arrays: where the
+engine decides), and the engine-ready class :class:`ExactMicrobatchCheck`,
+a drop-in for the engine's check (docs/exact-microbatching.md).
 
-Reads and writes as slot keys (``_slot_keys_numpy``); for every read, the
-earliest token that writes its slot (writes sorted by slot, then token;
-``searchsorted``); veto iff that token comes after the reader's first token.
+The rule is ``batchfuzz.reference.allow_microbatching``: veto iff some reader
+(a request with ``q > 0``) has a computed, non-null slot whose earliest write
+in this step comes from a token after the reader's first token. This module
+decides it without expanding positions.
+
+Vocabulary, per KV-cache group of block size ``B``:
+
+- *write record*: one per (row ``w`` with ``q_w > 0``, column ``j`` in
+  ``[c_w // B, ceil((c_w + q_w) / B))``) whose block id is not 0. It writes
+  the offsets ``[max(c_w - j*B, 0), min(c_w + q_w - j*B, B))`` of the block,
+  offset ``o`` by the step's token ``start_w + j*B + o - c_w``; its *last
+  token* is the one writing its last offset.
+- *whole-block read*: row ``r`` with ``q_r > 0`` reads every offset of the
+  blocks in its columns ``[0, c_r // B)``; its *partial read* is the first
+  ``c_r % B`` offsets of column ``c_r // B``, a block it also writes.
+
+Fast path, precondition **U** (one write record per block): in the group, no
+non-null block id has two write records. Then every written slot has exactly
+one writing token, and:
+
+- a whole-block read of block ``b`` by ``r`` is unsafe iff the last token of
+  ``b``'s record comes after ``r``'s first token (the record's tokens rise
+  with the offset, and every offset is read);
+- a partial read is never unsafe: the only record of that block is ``r``'s
+  own, which writes the offsets after the ones ``r`` reads.
+
+So the decision is a scatter of ``last token + 1`` into a block-indexed mark
+array and one gather of it over the readers' whole-block prefixes, compared
+with ``start_r + 1``. U is checked at run time at O(records) cost (scatter,
+gather back, compare: a block with two records shows a value that is not its
+own). It holds on every step a prefix-caching scheduler makes: a block being
+written belongs to the request that allocated it, and another request holds
+it only as a cache hit inside its computed prefix, which it does not write
+(property ``test_u_holds_on_realizable_steps``).
+
+General path, any step (taken per group when U fails): earliest writing token
+per written slot (slot level, only the O(sum q) written slots), the largest
+of them per block, compared over the same whole-block gather; partial reads
+compared slot by slot (at most ``B - 1`` slots per reader).
+
+Cost per group: O(records + whole-block read entries), i.e. the blocks the
+step writes plus ``sum(c_r // B)`` over readers, one vectorised pass; the
+scratch buffers of ``ExactMicrobatchCheck`` are reused across calls. The
+shipped check reads the written columns of every row through a dense
+``rows x max span`` grid and loops over its readers in Python; see
+docs/exact-microbatching.md for the measured comparison.
+
+The table structure a prefix cache gives (only blocks that become full in the
+step are shared, a shared block sits at one column in every row holding it,
+equal blocks at a column mean equal prefixes before it) is *not* relied on:
+on an arbitrary table any reader entry may hold any written block, so an
+exact decision must look at every entry once, which is what this one does;
+checking those facts at run time would cost that same pass.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
-from batchfuzz.impl._slot_keys_numpy import group_slots
+from batchfuzz.reference._args import check_int
 from batchfuzz.reference._step import check_step
 
+FAST, GENERAL, SKIPPED = "fast", "general", "skipped"
+_TABLE_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 
-def allow_microbatching(
-    num_computed_tokens: Any, num_scheduled_tokens: Any, block_tables: Any, block_sizes: Any
-) -> bool:
-    """Exact: veto iff some reader's computed slot is first written by a token
-    after the reader's first token (see ``batchfuzz.reference.allow_microbatching.allow_microbatching``)."""
+
+class _Buffers:
+    """Named scratch arrays that grow to the largest size asked for and are
+    then reused; ``"arange"`` holds ``0, 1, 2, ...``."""
+
+    def __init__(self) -> None:
+        self._arrays: dict[tuple[str, np.dtype], np.ndarray] = {}
+
+    def get(self, name: str, size: int, dtype: Any) -> np.ndarray:
+        key = (name, np.dtype(dtype))
+        arr = self._arrays.get(key)
+        if arr is None or arr.shape[0] < size:
+            grown = max(size, 2 * (0 if arr is None else arr.shape[0]), 64)
+            arr = np.arange(grown, dtype=key[1]) if name == "arange" else np.empty(grown, dtype=key[1])
+            self._arrays[key] = arr
+        return arr[:size]
+
+
+class _Requests:
+    """Per-request int64 views of one call (``c``, ``q``, ``end = c + q``, first
+    token ``start``), shared by the groups."""
+
+    def __init__(self, buf: _Buffers, num_reqs: int, c: np.ndarray, q: np.ndarray) -> None:
+        self.n = num_reqs
+        self.c = buf.get("c", num_reqs, np.int64)
+        self.q = buf.get("q", num_reqs, np.int64)
+        np.copyto(self.c, c[:num_reqs], casting="unsafe")
+        np.copyto(self.q, q[:num_reqs], casting="unsafe")
+        self.end = self.c + self.q
+        self.start = np.cumsum(self.q)
+        self.num_tokens = int(self.start[-1]) if num_reqs else 0
+        self.start -= self.q
+        self.active = self.q > 0  # rows with a token: the only readers
+        self.rows = buf.get("arange", num_reqs, np.int64)
+
+
+class _Group:
+    """One group's write records and whole-block read entries of one call.
+
+    Records (``rec_row``, ``rec_index`` into the flat table, ``rec_block``)
+    come in row order; so do the whole-block read entries (``read_block``:
+    the cells' block ids; row ``r``'s entries end at ``read_ends[r]``).
+    """
+
+    def __init__(self, buf: _Buffers, req: _Requests, table: np.ndarray, size: int) -> None:
+        width = table.shape[1]
+        self.size, self.width = size, width
+        self.flat = table.reshape(-1)  # rows >= n of the persistent table are never indexed
+        self.first = req.c // size  # first written column = number of whole computed blocks
+        # -- write records: columns [c // B, ceil((c + q) / B)) of rows with a token
+        span = (req.end + (size - 1)) // size
+        span -= self.first
+        span *= req.active
+        rows = np.repeat(req.rows, span)
+        index = _ragged_arange(buf, span, np.cumsum(span), req.rows * width + self.first)
+        block = np.take(self.flat, index)
+        real = block != 0  # the null block is never written
+        if not real.all():
+            rows, index, block = rows[real], index[real], block[real]
+        self.rec_row, self.rec_index, self.rec_block = rows, index, block
+        # -- whole-block reads: columns [0, c // B) of rows with a token, as flat indices
+        lens = self.first * req.active
+        self.read_ends = np.cumsum(lens)
+        index = _ragged_arange(buf, lens, self.read_ends, req.rows * width)
+        self.read_block = np.take(self.flat, index, out=buf.get("read_block", index.shape[0], table.dtype))
+
+    def rec_col(self) -> np.ndarray:
+        """Each record's column."""
+        return self.rec_index - self.rec_row * self.width
+
+    def rec_last_plus_one(self, req: _Requests) -> np.ndarray:
+        """1 + the token writing each record's last offset (position ``p`` of
+        row ``r`` is written by token ``start[r] + p - c[r]``)."""
+        last = np.minimum((self.rec_col() + 1) * self.size, req.end[self.rec_row])  # one past its last position
+        last += (req.start - req.c)[self.rec_row]
+        return last
+
+    def read_rows(self, entries: np.ndarray) -> np.ndarray:
+        """The row of each whole-block read entry (by its index in ``read_block``)."""
+        return np.searchsorted(self.read_ends, entries, side="right")
+
+    def rec_first_offset(self, req: _Requests) -> np.ndarray:
+        """Each record's first written offset inside its block."""
+        return np.maximum(req.c[self.rec_row] - self.rec_col() * self.size, 0)
+
+
+def _ragged_arange(buf: _Buffers, lens: np.ndarray, ends: np.ndarray, base: np.ndarray) -> np.ndarray:
+    """Concatenated ``base[r] + arange(lens[r])`` over rows ``r`` (``ends = cumsum(lens)``)."""
+    total = int(ends[-1]) if ends.size else 0
+    out = np.repeat(base - (ends - lens), lens)
+    out += buf.get("arange", total, np.int64)
+    return out
+
+
+class ExactMicrobatchCheck:
+    """Engine-ready exact microbatching check with reusable scratch buffers.
+
+    A drop-in for the engine's ``_allow_microbatching``: built once per model
+    runner, called once per step with the runner's own host arrays::
+
+        check = ExactMicrobatchCheck(max_num_reqs, widths, block_sizes, num_blocks)
+        allow = check(num_reqs, num_computed_tokens_cpu, num_scheduled_tokens_np, tables)
+
+    - ``widths[g]`` and ``block_sizes[g]``: group ``g``'s persistent table
+      width and block size; ``num_blocks``: block ids are in ``[0, num_blocks)``
+      (the KV cache's block count; id 0 is the null block).
+    - ``num_computed_tokens`` and ``num_scheduled_tokens``: int arrays with at
+      least ``num_reqs`` entries (batch order; the first ``num_reqs`` are used).
+    - ``tables[g]``: int32 or int64, C-contiguous, shape
+      ``(rows >= num_reqs, widths[g])``; rows past ``num_reqs`` are ignored.
+
+    Shapes, dtypes and counts are checked (constant cost); values are not
+    (like the engine's check): negative counts or ids, or a row needing more
+    columns than it has, give an undefined answer. An id ``>= num_blocks``
+    raises ValueError. Use ``allow_microbatching`` for validated input.
+
+    ``last_paths`` names, per group, the path the last call took (``"fast"``,
+    ``"general"``, or ``"skipped"`` after an earlier group's veto);
+    ``path_counts`` counts them over all calls.
+    """
+
+    def __init__(self, max_num_reqs: int, widths: Sequence[int], block_sizes: Sequence[int], num_blocks: int) -> None:
+        self.max_num_reqs = check_int("max_num_reqs", max_num_reqs, minimum=0)
+        if not isinstance(widths, (list, tuple)) or not isinstance(block_sizes, (list, tuple)):
+            raise TypeError(f"widths and block_sizes must be lists of ints, got {type(widths).__name__} and "
+                            f"{type(block_sizes).__name__}")
+        if len(widths) != len(block_sizes) or not widths:
+            raise ValueError(f"widths and block_sizes must name the same groups (at least one), got {list(widths)} "
+                             f"and {list(block_sizes)}")
+        self.widths = [check_int(f"widths[{g}]", w, minimum=0) for g, w in enumerate(widths)]
+        self.block_sizes = [check_int(f"block_sizes[{g}]", b, minimum=1) for g, b in enumerate(block_sizes)]
+        self.num_blocks = check_int("num_blocks", num_blocks, minimum=1)
+        # block -> a positive value while one group is checked, else 0 (a record's last token + 1, or its index + 1)
+        self._mark = np.zeros(self.num_blocks, dtype=np.int32)
+        self._buf = _Buffers()
+        self.last_paths: tuple[str, ...] = ()
+        self.path_counts: Counter[str] = Counter()
+
+    # ---------------------------------------------------------------- input
+
+    def _inputs(self, num_reqs: Any, c: Any, q: Any, tables: Any) -> tuple[_Requests, list[np.ndarray]]:
+        n = check_int("num_reqs", num_reqs, minimum=0)
+        if n > self.max_num_reqs:
+            raise ValueError(f"num_reqs must be <= max_num_reqs ({self.max_num_reqs}), got {n}")
+        for name, arr in (("num_computed_tokens", c), ("num_scheduled_tokens", q)):
+            if not isinstance(arr, np.ndarray) or arr.dtype.kind not in "iu" or arr.ndim != 1:
+                raise TypeError(f"{name} must be a 1-D numpy int array, got {_describe(arr)}")
+            if arr.shape[0] < n:
+                raise ValueError(f"{name} must have at least num_reqs ({n}) entries, got {arr.shape[0]}")
+        if not isinstance(tables, (list, tuple)) or len(tables) != len(self.widths):
+            raise TypeError(f"block_tables must be a list of {len(self.widths)} tables, got {_describe(tables)}")
+        for g, t in enumerate(tables):
+            if not isinstance(t, np.ndarray) or t.dtype not in _TABLE_DTYPES or t.ndim != 2:
+                raise TypeError(f"block_tables[{g}] must be a 2-D int32/int64 numpy array, got {_describe(t)}")
+            if t.shape[1] != self.widths[g] or t.shape[0] < n:
+                raise ValueError(f"block_tables[{g}] must have shape (>= {n}, {self.widths[g]}), got {t.shape}")
+            if not t.flags.c_contiguous:
+                raise ValueError(f"block_tables[{g}] must be C-contiguous (the engine's tables are)")
+        return _Requests(self._buf, n, c, q), list(tables)
+
+    def _groups(self, req: _Requests, tables: list[np.ndarray]) -> Iterator[tuple[int, _Group]]:
+        for g, (table, size) in enumerate(zip(tables, self.block_sizes, strict=True)):
+            yield g, _Group(self._buf, req, table, size)
+
+    @contextmanager
+    def _marking(self, tables: list[np.ndarray], paths: list[str]) -> Iterator[None]:
+        """Around one call: keep the mark array clean whatever happens; record paths."""
+        try:
+            yield
+        except BaseException:
+            self._mark.fill(0)
+            raise
+        finally:
+            paths += [SKIPPED] * (len(tables) - len(paths))
+            self.last_paths = tuple(paths)
+            self.path_counts.update(paths)
+
+    def _marks_at(self, blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """``mark[blocks]``, with an id past ``num_blocks`` reported as a ValueError."""
+        try:
+            return np.take(self._mark, blocks, out=out)
+        except IndexError:
+            raise ValueError(f"block_tables hold block id {int(blocks.max())}, but num_blocks is {self.num_blocks}") from None
+
+    def _one_writer_per_block(self, grp: _Group, values: np.ndarray) -> bool:
+        """Scatter ``values`` (> 0, one per record, all different) at the record
+        blocks; True iff no block has two records (precondition U): each
+        record reads its own value back. On False the marks are cleared again."""
+        try:
+            self._mark[grp.rec_block] = values
+        except IndexError:
+            raise ValueError(f"block_tables hold block id {int(grp.rec_block.max())}, but num_blocks is "
+                             f"{self.num_blocks}") from None
+        if (self._mark[grp.rec_block] == values).all():
+            return True
+        self._mark[grp.rec_block] = 0
+        return False
+
+    # ---------------------------------------------------------------- decision
+
+    def __call__(self, num_reqs: int, num_computed_tokens: np.ndarray, num_scheduled_tokens: np.ndarray,
+                 block_tables: Sequence[np.ndarray]) -> bool:
+        """True iff no split of the step into consecutive ubatches reads an
+        unwritten slot (exact; equals ``batchfuzz.reference.allow_microbatching``)."""
+        req, tables = self._inputs(num_reqs, num_computed_tokens, num_scheduled_tokens, block_tables)
+        paths: list[str] = []
+        with self._marking(tables, paths):
+            for _g, grp in self._groups(req, tables):
+                if self._one_writer_per_block(grp, grp.rec_last_plus_one(req)):
+                    paths.append(FAST)
+                    unsafe = self._unsafe_whole_reads(req, grp, grp.rec_block)
+                else:
+                    paths.append(GENERAL)
+                    unsafe = self._general_unsafe(req, grp)
+                if unsafe:
+                    return False
+        return True
+
+    def _unsafe_whole_reads(self, req: _Requests, grp: _Group, marked: np.ndarray) -> bool:
+        """With the mark array holding ``latest earliest-write token + 1`` at
+        the blocks ``marked``: does a whole-block read see a block written
+        after the reader's first token? Clears the marks."""
+        marks = self._marks_at(grp.read_block, self._buf.get("read_mark", grp.read_block.shape[0], np.int32))
+        self._mark[marked] = 0
+        hits = np.flatnonzero(marks)
+        return bool(hits.size) and bool(np.any(marks[hits] > req.start[grp.read_rows(hits)] + 1))
+
+    def _general_unsafe(self, req: _Requests, grp: _Group) -> bool:
+        """Exact on any step: slot-level earliest writes, block-level whole reads."""
+        keys, earliest = _earliest_writes(req, grp)
+        if keys.size == 0:
+            return False  # nothing written: nothing read too early
+        block = keys // grp.size
+        starts = np.flatnonzero(np.r_[True, block[1:] != block[:-1]])
+        blocks = block[starts]
+        self._mark[blocks] = np.maximum.reduceat(earliest, starts) + 1
+        if self._unsafe_whole_reads(req, grp, blocks):
+            return True
+        # partial reads: rows with a token and c % B != 0 read offsets [0, c % B) of column c // B
+        rows = np.flatnonzero(req.active & (req.c % grp.size != 0))
+        lens = req.c[rows] % grp.size
+        owner = np.repeat(np.arange(rows.shape[0]), lens)
+        offset = np.arange(owner.shape[0]) - (np.cumsum(lens) - lens)[owner]
+        part_block = np.take(grp.flat, rows * grp.width + grp.first[rows]).astype(np.int64)
+        slot = part_block[owner] * grp.size + offset
+        at = np.minimum(np.searchsorted(keys, slot), keys.shape[0] - 1)
+        written = (keys[at] == slot) & (part_block[owner] != 0)
+        return bool(np.any(written & (earliest[at] > req.start[rows[owner]])))
+
+    # ---------------------------------------------------------------- conflict set
+
+    def find_conflicts(self, num_reqs: int, num_computed_tokens: np.ndarray, num_scheduled_tokens: np.ndarray,
+                       block_tables: Sequence[np.ndarray]) -> np.ndarray:
+        """The conflict set (``batchfuzz.reference.find_conflicts``) as a sorted
+        ``(K, 4)`` int64 array of unique rows ``(g, r, w, b)``."""
+        req, tables = self._inputs(num_reqs, num_computed_tokens, num_scheduled_tokens, block_tables)
+        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        paths: list[str] = []
+        with self._marking(tables, paths):
+            for _g, grp in self._groups(req, tables):
+                if self._one_writer_per_block(grp, self._buf.get("arange", grp.rec_block.shape[0] + 1, np.int64)[1:]):
+                    paths.append(FAST)
+                    parts.append(self._fast_pairs(grp))
+                else:
+                    paths.append(GENERAL)
+                    parts.append(_general_pairs(req, grp))
+        return _unique_rows(parts, req.n, self.num_blocks)
+
+    def _fast_pairs(self, grp: _Group) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Under U (the mark array holding record index + 1): every whole-block
+        read of a written block pairs with its one record's writer; partial
+        reads meet only the reader's own record."""
+        marks = self._marks_at(grp.read_block, self._buf.get("read_mark", grp.read_block.shape[0], np.int32))
+        self._mark[grp.rec_block] = 0
+        hits = np.flatnonzero(marks)
+        return grp.read_rows(hits), grp.rec_row[marks[hits] - 1], grp.read_block[hits]
+
+
+def _earliest_writes(req: _Requests, grp: _Group) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted slot keys ``block * B + offset`` of the step's non-null writes, and
+    the earliest token writing each (tokens are ``0 .. num_tokens - 1`` in order)."""
+    token = np.arange(req.num_tokens, dtype=np.int64)
+    row = np.repeat(np.arange(req.n, dtype=np.int64), req.q)
+    pos = req.c[row] + token - req.start[row]
+    block = np.take(grp.flat, row * grp.width + pos // grp.size).astype(np.int64)
+    real = block != 0
+    key = block[real] * grp.size + pos[real] % grp.size
+    token = token[real]
+    order = np.argsort(key, kind="stable")  # tokens ascend within a key: the first is the earliest
+    key, token = key[order], token[order]
+    first = np.r_[True, key[1:] != key[:-1]] if key.size else np.zeros(0, dtype=bool)
+    return key[first], token[first]
+
+
+def _general_pairs(req: _Requests, grp: _Group) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(reader, writer, block) for every read entry meeting a record of its
+    block: whole-block reads meet every record; a partial read of ``L``
+    offsets meets the records whose first offset is below ``L``."""
+    order = np.argsort(grp.rec_block, kind="stable")
+    rb, rw, rlo = grp.rec_block[order], grp.rec_row[order], grp.rec_first_offset(req)[order]
+    # read entries: whole blocks (every offset) and partial blocks (offsets below c % B)
+    entries = np.flatnonzero(grp.read_block)
+    part = np.flatnonzero(req.active & (req.c % grp.size != 0))
+    reader = np.concatenate([grp.read_rows(entries), part])
+    block = np.concatenate([grp.read_block[entries].astype(np.int64),
+                            np.take(grp.flat, part * grp.width + grp.first[part]).astype(np.int64)])
+    limit = np.concatenate([np.full(entries.shape[0], grp.size, dtype=np.int64), req.c[part] % grp.size])
+    lo, hi = np.searchsorted(rb, block, side="left"), np.searchsorted(rb, block, side="right")
+    pair_read = np.repeat(np.arange(block.shape[0]), hi - lo)
+    pair_rec = np.arange(pair_read.shape[0]) - (np.cumsum(hi - lo) - (hi - lo))[pair_read] + lo[pair_read]
+    meets = rlo[pair_rec] < limit[pair_read]
+    return reader[pair_read][meets], rw[pair_rec][meets], block[pair_read][meets]
+
+
+def _unique_rows(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]], num_reqs: int, num_blocks: int) -> np.ndarray:
+    """Sorted unique rows ``(g, r, w, b)`` with ``r != w`` from per-group
+    ``(reader, writer, block)`` pairs, through one int64 key per row with a
+    bit field per column (a sort: ``np.unique`` on rows, or on keys in numpy
+    2.4, is far slower)."""
+    bits_req, bits_block = max(num_reqs - 1, 1).bit_length(), max(num_blocks - 1, 1).bit_length()
+    shift_w, shift_r = bits_block, bits_block + bits_req
+    shift_g = shift_r + bits_req
+    if max(len(parts) - 1, 1).bit_length() + shift_g > 62:  # too wide for one key: sort the rows themselves
+        rows = np.concatenate([np.stack([np.full(r.shape[0], g), r, w, b], axis=1) for g, (r, w, b) in enumerate(parts)])
+        rows = rows[rows[:, 1] != rows[:, 2]].astype(np.int64)
+        rows = rows[np.lexsort(rows.T[::-1])]
+        return rows[np.r_[True, np.any(rows[1:] != rows[:-1], axis=1)]] if rows.shape[0] else rows
+    keys = np.concatenate([np.zeros(0, np.int64)] + [(reader << shift_r) | (writer << shift_w) | block | (g << shift_g)
+                                                     for g, (reader, writer, block) in enumerate(parts)])
+    keys.sort(kind="stable")  # runs come presorted by group and reader: the stable sort merges them
+    if keys.size:
+        keep = np.empty(keys.shape[0], dtype=bool)
+        keep[0] = True
+        np.not_equal(keys[1:], keys[:-1], out=keep[1:])
+        keys = keys[keep]
+    out = np.empty((keys.shape[0], 4), dtype=np.int64)
+    out[:, 0] = keys >> shift_g
+    out[:, 1] = (keys >> shift_r) & ((1 << bits_req) - 1)
+    out[:, 2] = (keys >> shift_w) & ((1 << bits_req) - 1)
+    out[:, 3] = keys & ((1 << bits_block) - 1)
+    return out[out[:, 1] != out[:, 2]]  # a request is in no conflict with itself
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, np.ndarray):
+        return f"array of dtype {value.dtype} and shape {value.shape}"
+    return type(value).__name__
+
+
+def checker_for(step: Any) -> ExactMicrobatchCheck:
+    """An ``ExactMicrobatchCheck`` sized to one validated step."""
+    top = max((int(t.max(initial=0)) for t in step.block_tables), default=0)
+    return ExactMicrobatchCheck(step.num_reqs, [int(t.shape[1]) for t in step.block_tables], list(step.block_sizes), top + 1)
+
+
+def allow_microbatching(num_computed_tokens: Any, num_scheduled_tokens: Any, block_tables: Any, block_sizes: Any) -> bool:
+    """Exact, split-agnostic decision with the canonical signature of contract E.
+
+    Validates like the oracle (``batchfuzz.reference._step.check_step``: a clear
+    TypeError/ValueError naming the argument), then runs
+    ``ExactMicrobatchCheck`` with buffers sized to this step.
+    """
     step = check_step(num_computed_tokens, num_scheduled_tokens, block_tables, block_sizes)
-    q = step.num_scheduled_tokens
-    start = np.cumsum(q) - q
-    for grp in group_slots(step):
-        if grp.write_key.size == 0 or grp.read_key.size == 0:
-            continue
-        order = np.lexsort((grp.write_token, grp.write_key))  # by slot, then token
-        keys, tokens = grp.write_key[order], grp.write_token[order]
-        idx = np.searchsorted(keys, grp.read_key, side="left")  # earliest write of the slot
-        found = idx < keys.shape[0]
-        idx = np.minimum(idx, keys.shape[0] - 1)
-        hit = found & (keys[idx] == grp.read_key)
-        if np.any(hit & (tokens[idx] > start[grp.read_req])):
-            return False
-    return True
-
+    check = checker_for(step)
+    return check(step.num_reqs, step.num_computed_tokens, step.num_scheduled_tokens, step.block_tables)

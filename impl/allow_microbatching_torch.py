@@ -1,8 +1,32 @@
-"""torch implementation of contract E2: the exact decision on the dense slot
-grid (``_slot_grid_torch``), with no host synchronisation until its single
-result is read. Inputs are validated on the host by :func:`bind`, from the
-numpy arrays the canonical signature takes, before anything moves to the
-device.
+"""torch implementation of contract E2: the exact microbatching decision
+without a host synchronisation (CPU and CUDA, inputs resident on the device): every shape comes from host ints fixed at construction or
+passed in (``num_reqs``, ``num_tokens``), none from tensor values.
+
+Same rule as ``allow_microbatching_numpy`` (veto iff some reader's
+computed, non-null slot is first written by a token after the reader's first
+token), computed for any step, well-formed or not, by one formula (no path
+to choose, since choosing would read a value on the host):
+
+1. *earliest write per slot*: every scheduled token ``t`` (global index, the
+   ``num_tokens`` of the step) writes slot ``(b, o)`` of its position in
+   each group; ``E[slot] = min t`` by one ``scatter_reduce("amin")`` into a
+   slot-indexed buffer (``num_blocks * B`` slots per group);
+2. *latest of them per block*: ``L[b] = max over b's written slots of E``,
+   one ``scatter_reduce("amax")`` into a block-indexed buffer;
+3. *whole-block reads*: reader ``r`` (``q > 0``) reads every offset of its
+   columns ``[0, c // B)``: unsafe iff ``L[b] > start[r]``, over the dense
+   ``(num_reqs, W)`` table, masked;
+4. *partial reads*: offsets ``[0, c % B)`` of column ``c // B``: unsafe iff
+   a written one has ``E > start[r]``, over a ``(num_reqs, B)`` grid.
+
+All groups are stacked into one set of kernels (one copy of each table into
+a combined int64 buffer, block and slot ids offset per group), so that the
+launch count does not grow with the number of groups: about 40 kernels a
+step. Work is O(num_tokens + num_reqs * sum(W) + num_reqs * sum(B)) element
+operations plus filling the ``num_blocks * sum(B)`` slot buffer.
+
+``find_conflicts`` returns a set whose size depends on the data, so it reads
+sizes on the host (it synchronises); the decision never does.
 """
 
 from __future__ import annotations
@@ -10,46 +34,216 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
-from batchfuzz.impl._slot_grid_torch import grid, sorted_writes, step_to_device
+from batchfuzz.reference._args import check_int
 from batchfuzz.reference._step import check_step
 
+_BIG = torch.iinfo(torch.int64).max  # "never written" in the slot buffer
 
-def allow_microbatching(
-    num_computed_tokens: torch.Tensor, num_scheduled_tokens: torch.Tensor,
-    block_tables: Sequence[torch.Tensor], block_sizes: Sequence[int],
-) -> torch.Tensor:
-    """Exact, split-agnostic decision as a 0-d bool tensor on the inputs' device.
 
-    Veto iff some reader's computed, non-null slot is first written by a token
-    after the reader's first token. Inputs are valid int64 tensors on one device.
+class ExactMicrobatchCheckTorch:
+    """Exact microbatching check on one device, sync-free; buffers reused.
+
+    ``ExactMicrobatchCheckTorch(max_num_reqs, widths, block_sizes, num_blocks,
+    max_num_tokens, device)``; then ``check(num_reqs, c, q, tables)`` with
+    ``c``, ``q`` int tensors of at least ``num_reqs`` entries and
+    ``tables[g]`` int tensors of shape ``(>= num_reqs, widths[g])`` on
+    ``device`` returns a 0-d bool tensor on ``device`` (True: allow). Block ids
+    must be in ``[0, num_blocks)`` and ``sum(q[:num_reqs])`` must not exceed
+    ``num_tokens`` (default ``max_num_tokens``); values are not checked
+    (that would synchronise): outside those bounds the answer is undefined.
+    :func:`bind` validates numpy input on the host first.
     """
-    c, q = num_computed_tokens, num_scheduled_tokens
-    start = torch.cumsum(q, 0) - q
-    unsafe = torch.zeros((), dtype=torch.bool, device=c.device)
-    for table, size in zip(block_tables, block_sizes, strict=True):
-        if table.numel() == 0:
-            continue
-        _, key, reads, writes = grid(c, q, table, size)
-        pos = torch.arange(key.shape[1], device=key.device, dtype=torch.int64)
-        token = start[:, None] + pos - c[:, None]
-        keys, tokens, _ = sorted_writes(key, writes, token)
-        flat_read = key.reshape(-1)
-        idx = torch.searchsorted(keys, flat_read).clamp_(max=keys.shape[0] - 1)
-        hit = reads.reshape(-1) & (keys[idx] == flat_read)
-        first = start[:, None].expand_as(key).reshape(-1)
-        unsafe = unsafe | (hit & (tokens[idx] > first)).any()
-    return ~unsafe
 
+    def __init__(self, max_num_reqs: int, widths: Sequence[int], block_sizes: Sequence[int], num_blocks: int,
+                 max_num_tokens: int, device: str | torch.device = "cpu") -> None:
+        self.max_num_reqs = check_int("max_num_reqs", max_num_reqs, minimum=0)
+        if not isinstance(widths, (list, tuple)) or not isinstance(block_sizes, (list, tuple)):
+            raise TypeError("widths and block_sizes must be lists of ints")
+        if len(widths) != len(block_sizes) or not widths:
+            raise ValueError(f"widths and block_sizes must name the same groups (at least one), got {list(widths)} "
+                             f"and {list(block_sizes)}")
+        self.widths = [check_int(f"widths[{g}]", w, minimum=0) for g, w in enumerate(widths)]
+        self.block_sizes = [check_int(f"block_sizes[{g}]", b, minimum=1) for g, b in enumerate(block_sizes)]
+        self.num_blocks = check_int("num_blocks", num_blocks, minimum=1)
+        self.max_num_tokens = check_int("max_num_tokens", max_num_tokens, minimum=0)
+        self.device = torch.empty(0, device=device).device  # with its index ("cuda" -> "cuda:0"), as tensors report it
+        dev, i64 = self.device, torch.int64
+        groups = len(self.widths)
+        sizes = torch.tensor(self.block_sizes, dtype=i64, device=dev)
+        self._sizes = sizes[:, None]  # (G, 1)
+        # combined table: group g's columns at [col_base[g], col_base[g] + W_g), then one spare
+        # column of zeros that an index into a group without columns is clamped to
+        self._col_base = np.cumsum([0, *self.widths]).tolist()
+        spare = int(self._col_base[-1])
+        self._width = spare + 1
+        col_group = torch.repeat_interleave(torch.arange(groups, device=dev), torch.tensor(self.widths, device=dev),
+                                            output_size=spare)
+        never = torch.full((1,), 1 << 40, dtype=i64, device=dev)  # the spare column is nobody's read or write
+        self._col_local = torch.cat([torch.arange(spare, dtype=i64, device=dev)
+                                     - torch.tensor(self._col_base[:-1], dtype=i64, device=dev)[col_group], never])
+        self._col_size = torch.cat([sizes[col_group], sizes[:1]])  # block size of each combined column
+        self._col_block_base = torch.cat([col_group * self.num_blocks, never * 0])  # block ids are offset per group ...
+        slot_base = np.cumsum([0] + [self.num_blocks * b for b in self.block_sizes]).tolist()
+        self._slot_base = torch.tensor(slot_base[:-1], dtype=i64, device=dev)[:, None]  # ... and slot ids too
+        self._group_block_base = torch.arange(groups, dtype=i64, device=dev)[:, None] * self.num_blocks
+        self._group_col_base = torch.tensor(self._col_base[:-1], dtype=i64, device=dev)[:, None]
+        self._group_last_col = torch.tensor([w - 1 if w else spare - b for w, b in zip(self.widths, self._col_base, strict=False)],
+                                            dtype=i64, device=dev)[:, None]  # local index of the last column (or the spare)
+        self._offsets_3d = torch.arange(max(self.block_sizes), dtype=i64, device=dev)[None, None, :]  # (1, 1, Bmax)
+        # the same per-group constants as rows, for the (row, group) grids of partial reads
+        self._sizes_row, self._last_col_row = self._sizes.T.contiguous(), self._group_last_col.T.contiguous()
+        self._col_base_row, self._slot_base_row = self._group_col_base.T.contiguous(), self._slot_base.T.contiguous()
+        self._tokens = torch.arange(self.max_num_tokens, dtype=i64, device=dev)
+        self._table = torch.zeros((self.max_num_reqs, self._width), dtype=i64, device=dev)
+        self._earliest = torch.empty(int(slot_base[-1]) + 1, dtype=i64, device=dev)  # last entry: discard slot
+        self._latest = torch.empty(groups * self.num_blocks + 1, dtype=i64, device=dev)  # last entry: discard block
+
+    def _inputs(self, num_reqs: Any, c: Any, q: Any, tables: Any, num_tokens: Any) -> tuple[int, int]:
+        """Constant-cost checks (shapes, dtypes, devices); returns (n, tokens)."""
+        n = check_int("num_reqs", num_reqs, minimum=0)
+        if n > self.max_num_reqs:
+            raise ValueError(f"num_reqs must be <= max_num_reqs ({self.max_num_reqs}), got {n}")
+        tokens = self.max_num_tokens if num_tokens is None else check_int("num_tokens", num_tokens, minimum=0)
+        if tokens > self.max_num_tokens:
+            raise ValueError(f"num_tokens must be <= max_num_tokens ({self.max_num_tokens}), got {tokens}")
+        for name, t in (("num_computed_tokens", c), ("num_scheduled_tokens", q)):
+            if not isinstance(t, torch.Tensor) or t.dim() != 1 or t.shape[0] < n or t.dtype not in (torch.int32, torch.int64):
+                raise TypeError(f"{name} must be a 1-D int32/int64 tensor with >= {n} entries, got {_describe(t)}")
+            if t.device != self.device:
+                raise ValueError(f"{name} must be on {self.device}, got {t.device}")
+        if not isinstance(tables, (list, tuple)) or len(tables) != len(self.widths):
+            raise TypeError(f"block_tables must be a list of {len(self.widths)} tensors, got {_describe(tables)}")
+        for g, t in enumerate(tables):
+            if not isinstance(t, torch.Tensor) or t.dim() != 2 or t.dtype not in (torch.int32, torch.int64):
+                raise TypeError(f"block_tables[{g}] must be a 2-D int32/int64 tensor, got {_describe(t)}")
+            if t.shape[0] < n or t.shape[1] != self.widths[g] or t.device != self.device:
+                raise ValueError(f"block_tables[{g}] must have shape (>= {n}, {self.widths[g]}) on {self.device}, "
+                                 f"got {tuple(t.shape)} on {t.device}")
+        return n, tokens
+
+    def __call__(self, num_reqs: int, num_computed_tokens: torch.Tensor, num_scheduled_tokens: torch.Tensor,
+                 block_tables: Sequence[torch.Tensor], num_tokens: int | None = None) -> torch.Tensor:
+        """0-d bool tensor: True iff no split of the step into consecutive
+        ubatches reads an unwritten slot (exact, any step)."""
+        n, num_tok = self._inputs(num_reqs, num_computed_tokens, num_scheduled_tokens, block_tables, num_tokens)
+        if n == 0:
+            return torch.ones((), dtype=torch.bool, device=self.device)
+        c = num_computed_tokens[:n].to(torch.int64)
+        q = num_scheduled_tokens[:n].to(torch.int64)
+        table = self._table[:n]
+        for g, t in enumerate(block_tables):
+            table[:, self._col_base[g]:self._col_base[g + 1]].copy_(t[:n])
+        ends = torch.cumsum(q, 0)
+        start = ends - q
+        active = q > 0
+        earliest, latest = self._write_summary(c, q, ends, start, table, num_tok)
+        # whole-block reads: combined column j is a read of row r iff its local column < c // B and q > 0
+        reads = (self._col_local[None, :] < c[:, None] // self._col_size[None, :]) & active[:, None]
+        seen = latest[table + self._col_block_base[None, :]]  # block 0 of a group was never written: -1
+        unsafe = (reads & (seen > start[:, None])).any()
+        # partial reads: offsets [0, c % B) of local column c // B, per (row, group, offset)
+        sizes = self._sizes_row  # (1, G)
+        col = torch.minimum(c[:, None] // sizes, self._last_col_row) + self._col_base_row  # (n, G)
+        block = torch.gather(table, 1, col)
+        slot = self._slot_base_row[:, :, None] + (block * sizes)[:, :, None] + self._offsets_3d
+        first = earliest[slot.clamp_(max=earliest.shape[0] - 1)]
+        part = (self._offsets_3d < (c[:, None] % sizes)[:, :, None]) & (active[:, None] & (block != 0))[:, :, None]
+        unsafe = unsafe | (part & (first != _BIG) & (first > start[:, None, None])).any()
+        return ~unsafe
+
+    def _write_summary(self, c: torch.Tensor, q: torch.Tensor, ends: torch.Tensor, start: torch.Tensor,
+                       table: torch.Tensor, num_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Slot buffer of earliest writing tokens, block buffer of the latest of them."""
+        n = c.shape[0]
+        tok = self._tokens[:num_tokens]
+        row = torch.searchsorted(ends, tok, right=True).clamp_(max=n - 1)
+        real_token = tok < ends[-1]  # tokens past sum(q) are capacity, not the step's
+        pos = c[row] + tok - start[row]  # (T,)
+        col = torch.minimum(pos[None, :] // self._sizes, self._group_last_col) + self._group_col_base  # (G, T)
+        block = table[row[None, :].expand_as(col), col]  # (G, T)
+        written = real_token[None, :] & (block != 0)
+        slot = torch.where(written, self._slot_base + block * self._sizes + pos[None, :] % self._sizes,
+                           self._earliest.shape[0] - 1)
+        earliest = self._earliest.fill_(_BIG)
+        earliest.scatter_reduce_(0, slot.reshape(-1), tok[None, :].expand_as(slot).reshape(-1), reduce="amin")
+        latest = self._latest.fill_(-1)
+        latest.scatter_reduce_(0, torch.where(written, self._group_block_base + block, latest.shape[0] - 1).reshape(-1),
+                               earliest[slot].reshape(-1), reduce="amax")
+        latest[-1] = -1  # the discard entry
+        return earliest, latest
+
+    # ---------------------------------------------------------------- conflict set (synchronises)
+
+    def find_conflicts(self, num_reqs: int, num_computed_tokens: torch.Tensor, num_scheduled_tokens: torch.Tensor,
+                       block_tables: Sequence[torch.Tensor]) -> torch.Tensor:
+        """The conflict set as a ``(K, 4)`` int64 tensor of unique sorted rows
+        ``(g, r, w, b)``. Reads sizes on the host (one sync for the pair
+        count, one in ``unique``)."""
+        n, _ = self._inputs(num_reqs, num_computed_tokens, num_scheduled_tokens, block_tables, None)
+        dev, i64 = self.device, torch.int64
+        if n == 0:
+            return torch.zeros((0, 4), dtype=i64, device=dev)
+        c = num_computed_tokens[:n].to(i64)
+        q = num_scheduled_tokens[:n].to(i64)
+        table = self._table[:n]
+        for g, t in enumerate(block_tables):
+            table[:, self._col_base[g]:self._col_base[g + 1]].copy_(t[:n])
+        size, local = self._col_size[None, :], self._col_local[None, :]
+        first = c[:, None] // size
+        active = (q > 0)[:, None]
+        key = table + self._col_block_base[None, :]  # block id, unique across groups
+        real = table != 0
+        # records: (row, combined column) cells written by the step, with their first written offset
+        rec = active & real & (local >= first) & (local * size < (c + q)[:, None])
+        rec_lo = torch.clamp(c[:, None] - local * size, min=0)
+        # reads: whole blocks (all offsets) and the partly computed block (offsets below c % B)
+        limit = torch.where(local < first, size, torch.where(local == first, c[:, None] % size, 0))
+        rd = active & real & (limit > 0)
+        rows = torch.arange(n, device=dev, dtype=i64)[:, None].expand_as(table)
+        order = torch.argsort(torch.where(rec, key, _BIG).reshape(-1), stable=True)
+        rec_key = torch.where(rec, key, _BIG).reshape(-1)[order]
+        rd_key = key.reshape(-1)
+        lo = torch.searchsorted(rec_key, rd_key, side="left")
+        count = torch.where(rd.reshape(-1), torch.searchsorted(rec_key, rd_key, side="right") - lo, 0)
+        total = int(count.sum())  # synchronises: the pair list's size
+        pair_read = torch.repeat_interleave(torch.arange(count.shape[0], device=dev), count, output_size=total)
+        pair_rec = order[lo[pair_read] + torch.arange(total, device=dev) - (torch.cumsum(count, 0) - count)[pair_read]]
+        reader, writer = rows.reshape(-1)[pair_read], rows.reshape(-1)[pair_rec]
+        keep = (reader != writer) & (rec_lo.reshape(-1)[pair_rec] < limit.reshape(-1)[pair_read])
+        cell = pair_read[keep]
+        group = torch.div(self._col_block_base[cell % self._width], self.num_blocks, rounding_mode="floor")  # cell's group
+        out = torch.stack([group, reader[keep], writer[keep], table.reshape(-1)[cell]], dim=1)
+        return torch.unique(out, dim=0)
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"tensor of dtype {value.dtype} and shape {tuple(value.shape)}"
+    return type(value).__name__
+
+
+def checker_for(step: Any, device: str | torch.device) -> tuple[ExactMicrobatchCheckTorch, tuple[Any, ...]]:
+    top = max((int(t.max(initial=0)) for t in step.block_tables), default=0)
+    check = ExactMicrobatchCheckTorch(step.num_reqs, [int(t.shape[1]) for t in step.block_tables], list(step.block_sizes),
+                                      top + 1, int(step.num_scheduled_tokens.sum()), device)
+
+    def move(a: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(a)).to(device)
+
+    return check, (step.num_reqs, move(step.num_computed_tokens), move(step.num_scheduled_tokens),
+                   [move(t) for t in step.block_tables])
 
 
 def bind(device: str) -> Callable[..., bool]:
-    """Canonical numpy-in signature -> Python bool, computed on ``device``."""
+    """Canonical numpy-in signature -> Python bool, computed on ``device``
+    after host validation (``batchfuzz.reference._step.check_step``)."""
 
     def call(num_computed_tokens: Any, num_scheduled_tokens: Any, block_tables: Any, block_sizes: Any) -> bool:
         step = check_step(num_computed_tokens, num_scheduled_tokens, block_tables, block_sizes)
-        return bool(allow_microbatching(*step_to_device(step, device)))
+        check, args = checker_for(step, device)
+        return bool(check(*args))
 
     return call
-

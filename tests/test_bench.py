@@ -12,8 +12,6 @@ import pytest
 from batchfuzz.cli import main
 from batchfuzz.commands.bench import shipped_allow_numpy
 
-pytest.importorskip("impl.conflicts_numpy")
-
 
 def test_bench_quick_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "bench.json"

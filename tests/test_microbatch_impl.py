@@ -87,7 +87,8 @@ def test_find_conflicts_numpy_returns_sorted_unique_rows() -> None:
 
 def test_torch_allow_is_a_device_bool_tensor() -> None:
     c, q = torch.tensor([2, 0]), torch.tensor([1, 3])
-    out = allow_microbatching_torch.allow_microbatching(c, q, [torch.tensor([[1, 3], [1, 2]])], [2])
+    check = allow_microbatching_torch.ExactMicrobatchCheckTorch(2, [2], [2], 4, 4, "cpu")
+    out = check(2, c, q, [torch.tensor([[1, 3], [1, 2]])])
     assert out.dtype == torch.bool and out.shape == () and out.device == c.device
     assert bool(out) is False
 
@@ -99,10 +100,11 @@ def test_torch_allow_does_not_synchronise_on_cuda() -> None:
     c, q = torch.tensor([2, 0, 5], device=dev), torch.tensor([1, 3, 2], device=dev)
     tables = [torch.tensor([[1, 3, 0, 0], [1, 2, 0, 0], [4, 5, 6, 7]], device=dev),
               torch.tensor([[9, 0], [9, 8], [10, 11]], device=dev)]
+    check = allow_microbatching_torch.ExactMicrobatchCheckTorch(3, [4, 2], [2, 4], 12, 6, dev)
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        out = allow_microbatching_torch.allow_microbatching(c, q, tables, [2, 4])
+        out = check(3, c, q, tables)
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert out.device.type == "cuda" and bool(out) is False

@@ -1,15 +1,15 @@
 """``batchfuzz bench``: cost of the microbatch-conflict checks on realistic steps.
 
-Steps come from the prefix-caching scheduler model (``batchfuzz.scheduler_model.
+Steps come from the prefix-caching scheduler model (``strategies.realizable.
 sample_realizable_step``): by default 256 requests (``max_num_seqs``), block
 tables ``cdiv(max_model_len, B)`` wide with 2048 columns in group 0, 1 to 3
 KV groups, decode-heavy, prefill-heavy and mixed. On each step, in one
 process, interleaved (every repetition times every variant once, in a
 rotating order), it times:
 
-- ``exact numpy``: ``batchfuzz.impl.allow_microbatching_numpy`` (the exact,
+- ``exact numpy``: ``impl.conflicts_numpy.allow_microbatching`` (the exact,
   split-agnostic detector);
-- ``exact numpy find``: ``batchfuzz.impl.find_conflicts_numpy`` (the whole
+- ``exact numpy find``: ``impl.conflicts_numpy.find_conflicts`` (the whole
   conflict set);
 - ``validation``: ``batchfuzz.reference._step.check_step``, the input validation
   the exact implementations begin with (included in their times; the
@@ -17,9 +17,9 @@ rotating order), it times:
 - ``shipped numpy``: the engine's shipped check (SPEC.md, "What the engine
   ships") vectorised here as an engine would write it; checked on every step
   to decide exactly as ``shipped loops``;
-- ``shipped loops``: ``batchfuzz.contracts._microbatch.shipped_allow_microbatching``
+- ``shipped loops``: ``batchfuzz.variants.microbatch.shipped_allow_microbatching``
   (the registry's plain-loop re-expression);
-- ``exact torch <device>``: ``batchfuzz.impl.allow_microbatching_torch`` through its canonical
+- ``exact torch <device>``: ``impl.conflicts_torch`` through its canonical
   binder (numpy in: validation and host-to-device copy included), and, on
   CUDA, ``... resident`` with inputs already on the device (the kernel and the
   one read of its result);
@@ -34,6 +34,10 @@ fewer samples than the others. The decisions are compared too:
 exact vs oracle must agree (a disagreement is reported and the exit code is
 1); shipped vs exact shows where the shipped check allows an unsafe split or
 vetoes a safe one.
+
+``--drop-in`` runs ``batchfuzz.microbench`` instead: the block-level exact
+check of ``batchfuzz.impl.allow_microbatching_numpy`` against the shipped check as the
+engine ships it (docs/exact-microbatching.md).
 """
 
 from __future__ import annotations
@@ -83,6 +87,12 @@ def register(sub: Any) -> None:
     p.add_argument("--no-oracle", action="store_true", help="skip the oracle")
     p.add_argument("--seed", type=int, default=0, help="seed of the first step of each scenario (default 0)")
     p.add_argument("--json", dest="json_path", metavar="PATH", help="write the measurements as JSON here")
+    p.add_argument("--drop-in", action="store_true",
+                   help="instead: time the drop-in exact check (batchfuzz.impl.allow_microbatching_numpy) against the shipped check "
+                        "as the engine ships it, and find_conflicts (batchfuzz.microbench; see docs/exact-microbatching.md)")
+    p.add_argument("--oracle-steps", type=int, default=1,
+                   help="with --drop-in: steps per scenario checked against the oracle (default 1; 0 with --no-oracle)")
+    p.add_argument("--markdown", dest="markdown_path", metavar="PATH", help="with --drop-in: write the table as Markdown here")
     p.set_defaults(func=run)
 
 
@@ -233,6 +243,8 @@ def _ratio(a: float | None, b: float | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.drop_in:
+        return _run_drop_in(args)
     from batchfuzz.scheduler_model import sample_realizable_step
 
     quick = bool(args.quick)
@@ -407,3 +419,29 @@ def _print_table(rows: list[tuple[Scenario, dict[str, float | None], list[dict[s
             parts.append(f"{_decision(d, 'exact numpy')}/{_decision(d, 'shipped numpy')}/{_decision(d, 'oracle')}"
                          f" conflicts={d.get('exact numpy find', '-')} same-step hits={s['same_step_hits']}")
         print(f"  {sc.name:18} " + "; ".join(parts))
+
+
+def _run_drop_in(args: argparse.Namespace) -> int:
+    """``--drop-in``: the per-scenario microbenchmark of ``batchfuzz.microbench``."""
+    from batchfuzz import microbench
+
+    quick = bool(args.quick)
+    names = [n for n, _, _ in _select(args.scenarios)]
+    try:
+        report = microbench.run(
+            names, num_reqs=args.num_reqs or (16 if quick else 256), width=args.width or (64 if quick else 2048),
+            steps=args.steps or (1 if quick else 2), repeat=args.repeat or (3 if quick else 7),
+            oracle_steps=0 if args.no_oracle else args.oracle_steps, seed=args.seed,
+            log=lambda line: print(line, file=sys.stderr, flush=True))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    print(report.to_text())
+    if args.json_path:
+        with open(args.json_path, "w") as fh:
+            json.dump(report.to_dict(), fh, indent=2, default=_json_default)
+        print(f"wrote {args.json_path}")
+    if args.markdown_path:
+        with open(args.markdown_path, "w") as fh:
+            fh.write(report.to_markdown())
+        print(f"wrote {args.markdown_path}")
+    return 1 if report.mismatches else 0

@@ -1,0 +1,329 @@
+"""Microbenchmark of the drop-in exact microbatching check against the check
+the engine ships, on realistic steps (``batchfuzz bench --drop-in``).
+
+Per scenario (profile x number of KV groups, steps from
+``strategies.realizable.sample_realizable_step``), in one process, with the
+columns interleaved in a rotating order inside every repetition, it times
+one call of each of:
+
+- ``exact``: ``ExactMicrobatchCheck.__call__`` from
+  ``batchfuzz.impl.allow_microbatching_numpy``, the engine path: the checker is built once
+  per scenario, like an engine builds it once, and is called with the
+  engine's arrays (int32 counts, int32 tables of persistent width). It checks
+  shapes and dtypes, not values, as the engine's check validates nothing;
+- ``shipped``: :func:`shipped_check_as_engine`, our re-expression of the
+  check vLLM ships (VLLM_NOTES.md section 4) at its cost: a dense
+  rows x span gather and ``np.unique`` per group, ``np.isin`` reader by
+  reader, the first hit returning;
+- ``find``: ``ExactMicrobatchCheck.find_conflicts`` (the whole conflict set);
+- ``exact+validation`` (optional): the canonical ``allow_microbatching``,
+  which validates its input (``batchfuzz.reference._step.check_step``) first;
+- ``engine`` (optional): the engine's real function, through a factory the
+  caller supplies (see :data:`EngineFactory`).
+
+Untimed, on every step: ``shipped`` must decide as the registered variant
+``batchfuzz.variants.microbatch.shipped_allow_microbatching``, ``engine`` as
+``shipped``, ``exact+validation`` as ``exact``; on the first
+``oracle_steps`` steps of each scenario, ``exact`` must equal the oracle
+``batchfuzz.reference.allow_microbatching`` and ``find`` must equal
+``batchfuzz.reference.find_conflicts`` (the oracle is slow: it is run once
+and its time is reported apart). A cell is the median over repetitions x
+steps of ``time.perf_counter`` around one call.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from batchfuzz.reference._step import Step
+
+PROFILES = ("decode-heavy", "mixed", "prefill-heavy")
+GROUP_COUNTS = (1, 2, 3)
+SCENARIOS = tuple(f"{p}/G{g}" for p in PROFILES for g in GROUP_COUNTS)
+
+# Given a step and its info (``info["reorder_batch_threshold"]``), return a
+# zero-argument callable that runs the engine's real check on that step and
+# returns its bool; the setup (a stand-in model runner, say) happens in the
+# factory, outside the timing.
+EngineFactory = Callable[[Step, dict[str, Any]], Callable[[], bool]]
+
+EXACT, SHIPPED, FIND, VALIDATED, ENGINE = "exact", "shipped", "find", "exact+validation", "engine"
+
+
+# ---------------------------------------------------------------- the shipped check, at its cost
+
+
+def shipped_check_as_engine(num_reqs: int, num_computed_tokens: np.ndarray, num_scheduled_tokens: np.ndarray,
+                            block_tables: Sequence[np.ndarray], block_sizes: Sequence[int],
+                            reorder_batch_threshold: int = 1) -> bool:
+    """The check vLLM ships since 0.28 (VLLM_NOTES.md section 4), written to
+    cost what it costs there.
+
+    Readers: rows with ``q > reorder_batch_threshold`` and ``c > 0``. Per
+    group, the written ids are the unique values of every row's columns
+    ``[c // B, ceil((c + q) / B))``, gathered through one dense ``rows x
+    (largest span)`` grid, null ids included; then, reader by reader, its
+    whole blocks (columns ``[0, c // B)``) are looked up in them with
+    ``np.isin`` and the first hit vetoes. The engine also answers True
+    without looking when ``num_reqs < 2``; that guard is left out here so that
+    this function decides exactly as the registered variant
+    ``shipped_allow_microbatching`` on every step (they differ only on a
+    one-request step whose row repeats a block id).
+    """
+    c = num_computed_tokens[:num_reqs]
+    q = num_scheduled_tokens[:num_reqs]
+    readers = np.flatnonzero((q > reorder_batch_threshold) & (c > 0))
+    if readers.size == 0:
+        return True
+    for table, size in zip(block_tables, block_sizes, strict=True):
+        lo = c // size
+        hi = (c + q + size - 1) // size
+        grid = lo[:, None] + np.arange(int((hi - lo).max()))[None, :]
+        ids = np.take_along_axis(table[:num_reqs], np.minimum(grid, table.shape[1] - 1), axis=1)
+        written = np.unique(ids[grid < hi[:, None]])
+        for r in readers:
+            if np.isin(table[r, : c[r] // size], written).any():
+                return False
+    return True
+
+
+# ---------------------------------------------------------------- report
+
+
+@dataclass
+class ScenarioResult:
+    name: str
+    profile: str
+    num_groups: int
+    steps: list[dict[str, Any]]  # per step: shape summary, decisions, agreement
+    medians: dict[str, float]  # column -> median seconds per call
+    samples: dict[str, int]
+    oracle_seconds: list[float]  # one oracle decision per checked step
+    generation_seconds: float
+
+    def ratio(self, a: str, b: str) -> float | None:
+        x, y = self.medians.get(a), self.medians.get(b)
+        return None if x is None or y is None or y == 0 else x / y
+
+    @property
+    def ratios(self) -> dict[str, float | None]:
+        pairs = [(EXACT, SHIPPED), (FIND, EXACT), (VALIDATED, SHIPPED), (ENGINE, SHIPPED), (EXACT, ENGINE)]
+        return {f"{a}/{b}": self.ratio(a, b) for a, b in pairs if a in self.medians and b in self.medians}
+
+    @property
+    def mismatches(self) -> list[str]:
+        return [m for s in self.steps for m in s["mismatches"]]
+
+
+@dataclass
+class MicrobenchReport:
+    settings: dict[str, Any]
+    machine: dict[str, Any]
+    columns: list[str]
+    scenarios: list[ScenarioResult] = field(default_factory=list)
+
+    @property
+    def mismatches(self) -> list[str]:
+        return [f"{sc.name}: {m}" for sc in self.scenarios for m in sc.mismatches]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "settings": self.settings, "machine": self.machine, "columns": self.columns,
+            "timing": "time.perf_counter around one call; median over repetitions x steps; columns interleaved in a "
+                      "rotating order inside each repetition; the oracle once per checked step, untimed in the table",
+            "scenarios": [{
+                "name": sc.name, "profile": sc.profile, "num_groups": sc.num_groups,
+                "median_seconds": sc.medians, "samples": sc.samples, "ratios": sc.ratios,
+                "oracle_seconds": sc.oracle_seconds, "generation_seconds": round(sc.generation_seconds, 3),
+                "steps": sc.steps,
+            } for sc in self.scenarios],
+            "mismatches": self.mismatches,
+        }
+
+    def _rows(self) -> tuple[list[str], list[list[str]]]:
+        ratio_names = [r for r in (f"{EXACT}/{SHIPPED}", f"{FIND}/{EXACT}", f"{ENGINE}/{SHIPPED}", f"{EXACT}/{ENGINE}")
+                       if any(r in sc.ratios for sc in self.scenarios)]
+        head = ["scenario", "R", "tokens", "decisions e/s/o"] + [f"{c} ms" for c in self.columns] + ratio_names
+        rows = []
+        for sc in self.scenarios:
+            per = [s for s in sc.steps]
+            decisions = ", ".join(_decision_cell(s) for s in per)
+            rows.append([sc.name, "/".join(str(s["num_reqs"]) for s in per), "/".join(str(s["num_tokens"]) for s in per),
+                         decisions] + [_fmt_ms(sc.medians.get(c)) for c in self.columns]
+                        + [_fmt_ratio(sc.ratios.get(r)) for r in ratio_names])
+        return head, rows
+
+    def to_text(self) -> str:
+        head, rows = self._rows()
+        widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+        lines = ["  ".join(c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(row))
+                 for row in [head, ["-" * w for w in widths], *rows]]
+        lines.append(_legend())
+        lines += [f"MISMATCH {m}" for m in self.mismatches]
+        return "\n".join(lines)
+
+    def to_markdown(self) -> str:
+        head, rows = self._rows()
+        s = self.settings
+        out = [f"Steps: {s['num_reqs']} requests (max_num_seqs) x {s['width']} columns in group 0, {s['steps']} steps per "
+               f"scenario (seeds {s['seed']}..{s['seed'] + s['steps'] - 1}), {s['repeat']} repetitions; median ms per call.",
+               "", "| " + " | ".join(head) + " |", "|" + "|".join("---" if i == 0 else "---:" for i in range(len(head))) + "|"]
+        out += ["| " + " | ".join(r) + " |" for r in rows]
+        out += ["", _legend()]
+        out += [f"- MISMATCH {m}" for m in self.mismatches]
+        return "\n".join(out) + "\n"
+
+
+def _decision_cell(step: dict[str, Any]) -> str:
+    d = step["decisions"]
+
+    def word(v: Any) -> str:
+        return "-" if v is None else ("allow" if v else "veto")
+
+    return f"{word(d.get(EXACT))}/{word(d.get(SHIPPED))}/{word(d.get('oracle'))}"
+
+
+def _legend() -> str:
+    return ("decisions e/s/o: exact / shipped / oracle per step ('-': oracle not run on that step); exact is the "
+            "engine path (shapes checked, values not, as the engine's check); exact+validation adds check_step")
+
+
+def _fmt_ms(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    ms = seconds * 1e3
+    return f"{ms:.3f}" if ms < 10 else f"{ms:.2f}" if ms < 100 else f"{ms:.0f}"
+
+
+def _fmt_ratio(r: float | None) -> str:
+    return "-" if r is None else f"{r:.2f}x"
+
+
+# ---------------------------------------------------------------- run
+
+
+def _summary(step: Step, info: dict[str, Any]) -> dict[str, Any]:
+    q = np.asarray(step.num_scheduled_tokens)
+    c = np.asarray(step.num_computed_tokens)
+    thr = info["reorder_batch_threshold"]
+    return {"num_reqs": int(q.size), "num_tokens": int(q.sum()), "computed_tokens": int(c.sum()),
+            "shipped_readers": int(((q > thr) & (c > 0)).sum()), "widths": [int(t.shape[1]) for t in step.block_tables],
+            "block_sizes": [int(b) for b in step.block_sizes], "same_step_hits": len(info.get("same_step_hits", ()))}
+
+
+def _machine() -> dict[str, Any]:
+    return {"python": platform.python_version(), "platform": platform.platform(), "processor": platform.processor(),
+            "cpu_count": os.cpu_count(), "numpy": np.__version__}
+
+
+def _select(names: Sequence[str] | None) -> list[str]:
+    if names is None:
+        return list(SCENARIOS)
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown or not names:
+        raise ValueError(f"scenarios must be among {', '.join(SCENARIOS)}, got {list(names)}")
+    return list(names)
+
+
+def run(scenarios: Sequence[str] | None = None, *, num_reqs: int = 256, width: int = 2048, steps: int = 2,
+        repeat: int = 7, oracle_steps: int = 1, validated: bool = True, seed: int = 0,
+        engine: EngineFactory | None = None, log: Callable[[str], None] | None = None) -> MicrobenchReport:
+    """Time the columns (module docstring) on ``steps`` steps per scenario.
+
+    ``scenarios``: names like ``"mixed/G2"`` (default: all nine);
+    ``num_reqs``: max_num_seqs of the modelled engine; ``width``: columns of
+    group 0's table; ``oracle_steps``: how many steps per scenario the
+    oracle checks (0: none); ``validated``: also time ``exact+validation``;
+    ``engine``: adds the ``engine`` column. ``log`` receives progress lines.
+    """
+    from batchfuzz.contracts._microbatch import shipped_allow_microbatching
+    from batchfuzz.impl.allow_microbatching_numpy import ExactMicrobatchCheck, allow_microbatching
+    from batchfuzz.reference import allow_microbatching as ref
+    from batchfuzz.reference import find_conflicts as ref_conflicts
+    from batchfuzz.scheduler_model import sample_realizable_step
+
+    names = _select(scenarios)
+    for label, value, low in (("num_reqs", num_reqs, 1), ("width", width, 2), ("steps", steps, 1), ("repeat", repeat, 1),
+                              ("oracle_steps", oracle_steps, 0)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise ValueError(f"{label} must be an int >= {low}, got {value!r}")
+    columns = [EXACT, SHIPPED, FIND] + ([VALIDATED] if validated else []) + ([ENGINE] if engine is not None else [])
+    report = MicrobenchReport(
+        settings={"scenarios": names, "num_reqs": num_reqs, "width": width, "steps": steps, "repeat": repeat,
+                  "oracle_steps": oracle_steps, "validated": validated, "seed": seed, "engine": engine is not None},
+        machine=_machine(), columns=columns)
+    for name in names:
+        profile, groups = name.split("/G")
+        t0 = time.perf_counter()
+        drawn = [sample_realizable_step(np.random.default_rng(seed + k), num_reqs=num_reqs, max_blocks_per_req=width,
+                                        profile=profile, num_groups=int(groups)) for k in range(steps)]
+        gen = time.perf_counter() - t0
+        first = drawn[0][0]
+        num_blocks = 1 + max(int(t.max(initial=0)) for s, _ in drawn for t in s.block_tables)
+        check = ExactMicrobatchCheck(num_reqs, [int(t.shape[1]) for t in first.block_tables], list(first.block_sizes),
+                                     num_blocks)
+        calls: list[dict[str, Callable[[], Any]]] = []
+        step_out: list[dict[str, Any]] = []
+        oracle_seconds: list[float] = []
+        for k, (step, info) in enumerate(drawn):
+            n, c, q, tables, sizes = step.num_reqs, step.num_computed_tokens, step.num_scheduled_tokens, step.block_tables, step.block_sizes
+            thr = int(info["reorder_batch_threshold"])
+            per: dict[str, Callable[[], Any]] = {
+                EXACT: partial(check, n, c, q, tables),
+                SHIPPED: partial(shipped_check_as_engine, n, c, q, tables, sizes, thr),
+                FIND: partial(check.find_conflicts, n, c, q, tables),
+            }
+            if validated:
+                per[VALIDATED] = partial(allow_microbatching, c, q, tables, sizes)
+            if engine is not None:
+                per[ENGINE] = engine(step, info)
+            calls.append(per)
+            decisions: dict[str, Any] = {EXACT: bool(per[EXACT]()), "paths": list(check.last_paths)}
+            decisions.update({col: (len(f()) if col == FIND else bool(f())) for col, f in per.items() if col != EXACT})
+            decisions["shipped variant"] = bool(shipped_allow_microbatching(c, q, tables, sizes, thr))
+            mismatches = []
+            if decisions[SHIPPED] != decisions["shipped variant"]:
+                mismatches.append(f"step {k}: shipped {decisions[SHIPPED]} != registered variant {decisions['shipped variant']}")
+            if ENGINE in decisions and decisions[ENGINE] != decisions[SHIPPED]:
+                mismatches.append(f"step {k}: engine {decisions[ENGINE]} != shipped {decisions[SHIPPED]}")
+            if VALIDATED in decisions and decisions[VALIDATED] != decisions[EXACT]:
+                mismatches.append(f"step {k}: exact+validation {decisions[VALIDATED]} != exact {decisions[EXACT]}")
+            if k < oracle_steps:
+                t1 = time.perf_counter()
+                decisions["oracle"] = bool(ref.allow_microbatching(c, q, tables, sizes))
+                oracle_seconds.append(time.perf_counter() - t1)
+                found = {tuple(row) for row in check.find_conflicts(n, c, q, tables).tolist()}
+                expected = ref_conflicts.find_conflicts(c, q, tables, sizes)
+                decisions["oracle conflicts"] = len(expected)
+                if decisions["oracle"] != decisions[EXACT]:
+                    mismatches.append(f"step {k}: exact {decisions[EXACT]} != oracle {decisions['oracle']}")
+                if found != expected:
+                    mismatches.append(f"step {k}: find ({len(found)} conflicts) != oracle find_conflicts ({len(expected)})")
+            step_out.append({**_summary(step, info), "decisions": decisions, "mismatches": mismatches})
+        samples: dict[str, list[float]] = {col: [] for col in columns}
+        for rep in range(repeat):
+            gc.collect()
+            order = columns[rep % len(columns):] + columns[: rep % len(columns)]
+            for per in calls:
+                for col in order:
+                    f = per[col]
+                    t1 = time.perf_counter()
+                    f()
+                    samples[col].append(time.perf_counter() - t1)
+        result = ScenarioResult(name, profile, int(groups), step_out, {col: statistics.median(xs) for col, xs in samples.items()},
+                                {col: len(xs) for col, xs in samples.items()}, oracle_seconds, gen)
+        report.scenarios.append(result)
+        if log is not None:
+            ratios = ", ".join(f"{k} {_fmt_ratio(v)}" for k, v in result.ratios.items())
+            log(f"  {name}: generated in {gen:.1f}s; {ratios}")
+    return report
