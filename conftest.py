@@ -1,4 +1,5 @@
-"""pytest configuration: Hypothesis profiles, the --device option, markers.
+"""pytest configuration: Hypothesis profiles, the --device option, GPU skips
+(the markers themselves are declared once, in pyproject.toml).
 
 Profiles (see batchfuzz/profiles.py) are registered here, before Hypothesis's
 pytest plugin applies ``--hypothesis-profile``; without that option the
@@ -29,11 +30,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--device", action="store", default="all", choices=("cpu", "cuda", "all"),
         help="devices for torch implementations: all (default; cuda cases skip without a GPU), cpu, or cuda",
     )
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "gpu: needs a CUDA device; skipped when none is present")
-    config.addinivalue_line("markers", "slow: long-running; excluded from the CI suite by -m 'not slow'")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -1,0 +1,85 @@
+"""``batchfuzz.testing.check_contract`` in a user's own test suite: a pytest
+file outside the repository fails, with the reproduction in its message, for
+the remainder-to-last split that shipped, and passes for a correct one."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from batchfuzz import testing
+
+USER_TESTS = '''
+import batchfuzz.testing
+
+from engine_split import even_split, remainder_to_last
+
+
+def test_even_split():
+    batchfuzz.testing.check_contract("split_dummy_tokens", even_split, max_examples=50)
+
+
+def test_remainder_to_last():
+    batchfuzz.testing.check_contract("split_dummy_tokens", remainder_to_last, max_examples=200)
+'''
+
+ENGINE_SPLIT = '''
+def even_split(num_reqs, num_tokens):
+    base, extra = divmod(num_tokens, num_reqs)
+    return [base] * (num_reqs - extra) + [base + 1] * extra
+
+
+def remainder_to_last(num_reqs, num_tokens):
+    out = [num_tokens // num_reqs] * num_reqs
+    out[-1] += num_tokens % num_reqs
+    return out
+'''
+
+
+def test_a_users_pytest_file_fails_with_the_reproduction(tmp_path: Path) -> None:
+    (tmp_path / "engine_split.py").write_text(textwrap.dedent(ENGINE_SPLIT))
+    (tmp_path / "test_engine_split.py").write_text(textwrap.dedent(USER_TESTS))
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "test_engine_split.py"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out
+    assert "1 failed, 1 passed" in out
+    assert "Counterexample: split_dummy_tokens: property" in out
+    assert "from engine_split import remainder_to_last" in out
+    assert "remainder_to_last(3, 5)" in out  # the shrunk and reduced call
+
+
+def test_counterexample_is_an_assertion_error_carrying_the_failure() -> None:
+    def bad(num_reqs: int, num_tokens: int) -> list[int]:
+        out = [num_tokens // num_reqs] * num_reqs
+        out[-1] += num_tokens % num_reqs
+        return out
+
+    with pytest.raises(AssertionError) as info:
+        testing.check_contract("split_dummy_tokens", bad, max_examples=200, properties=["max_is_ceil"])
+    assert isinstance(info.value, testing.Counterexample)
+    assert info.value.failure.property == "max_is_ceil"
+    assert info.value.failure.case.args == {"num_reqs": 3, "num_tokens": 5}
+
+
+def test_check_contract_takes_a_domain_and_rejects_bad_arguments() -> None:
+    def fill(nst: np.ndarray, p: int, out: np.ndarray | None = None) -> np.ndarray:
+        q = np.zeros(p + 1, dtype=np.int64) if out is None else out[: p + 1]
+        q[1 : nst.size + 1] = np.cumsum(nst)
+        q[nst.size + 1 :] = nst.sum()  # relies on q[0] == 0 in the buffer: true in the engine domain only
+        return q
+
+    testing.check_contract("pad_query_start_loc", fill, domain="engine", max_examples=60)
+    with pytest.raises(testing.Counterexample):
+        testing.check_contract("pad_query_start_loc", fill, domain="spec", max_examples=200)
+    with pytest.raises(KeyError, match="has no domain 'nightly'"):
+        testing.check_contract("pad_query_start_loc", fill, domain="nightly")
+    with pytest.raises(ValueError, match="max_examples must be a positive int, got 0"):
+        testing.check_contract("pad_query_start_loc", fill, max_examples=0)
+    with pytest.raises(KeyError, match="unknown contract 'nope'"):
+        testing.check_contract("nope", fill)
