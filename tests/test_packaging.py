@@ -72,7 +72,8 @@ def test_no_module_imports_the_folders_by_their_own_names() -> None:
     """Inside the checkout ``reference`` and ``impl`` would import (the
     repository root is on the path when tests run): no code may rely on it."""
     offenders = []
-    for path in [*REPO.glob("*.py"), *(p for d in ("batchfuzz", "reference", "impl", "strategies", "tests") for p in (REPO / d).rglob("*.py"))]:
+    folders = ("batchfuzz", "reference", "impl", "strategies", "tests")
+    for path in [*REPO.glob("*.py"), *(p for d in folders for p in (REPO / d).rglob("*.py"))]:
         for k, line in enumerate(path.read_text().splitlines(), 1):
             stripped = line.strip()
             if stripped.startswith(("from reference", "from impl", "from strategies", "import reference", "import impl",
