@@ -23,7 +23,8 @@ from batchfuzz.targets import TargetError, load_target
 
 def register(sub: Any) -> None:
     p = sub.add_parser("check", help="fuzz your own function against a contract",
-                       description="Fuzz MODULE:FUNCTION (canonical signature of SPEC.md) against CONTRACT's properties.")
+                       description="Fuzz MODULE:FUNCTION (the contract's canonical signature) against CONTRACT's properties. "
+                                   "The contracts, their domains and the target signatures: docs/contracts.md.")
     p.add_argument("contract", help="contract name (see `batchfuzz list`)")
     p.add_argument("target", help="MODULE:FUNCTION or path/to/file.py:FUNCTION")
     p.add_argument("--budget", type=parse_duration, default=30.0, help="wall-clock budget, e.g. 30, 90s, 5m (default 30s)")
@@ -31,6 +32,9 @@ def register(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=None, help="seed for a deterministic run")
     p.add_argument("--database", metavar="PATH", help="persist Hypothesis examples here (replayed by later runs)")
     p.add_argument("--property", action="append", default=None, help="only this property (repeatable)")
+    p.add_argument("--domain", default=None, metavar="NAME",
+                   help="input domain: spec (the widest) or engine (what an engine's callers produce); default: the one "
+                        "the target declares with @batchfuzz.domain, else spec")
     p.set_defaults(func=run)
 
 
@@ -49,6 +53,11 @@ def _load(args: argparse.Namespace) -> tuple[registry.Contract, Any]:
 def run(args: argparse.Namespace) -> int:
     contract, target = _load(args)
     props = contract.properties
+    if args.domain is not None:
+        try:
+            contract.domain(args.domain)
+        except KeyError as exc:
+            raise UsageError(str(exc).strip("'\"")) from None
     if args.property:
         try:
             props = tuple(contract.property(n) for n in args.property)
@@ -60,11 +69,14 @@ def run(args: argparse.Namespace) -> int:
         database=DirectoryBasedExampleDatabase(args.database) if args.database else None,
     )
     seed = args.seed if args.seed is not None else int(time.time() * 1000) & 0xFFFFFFFF
-    print(f"batchfuzz check {contract.name} {args.target}: {len(props)} properties, budget {args.budget:g}s, seed {seed}")
+    from batchfuzz.preconditions import declared_domain
+
+    domain = args.domain or declared_domain(target) or "spec"
+    print(f"batchfuzz check {contract.name} {args.target}: {len(props)} properties, domain {domain}, budget {args.budget:g}s, seed {seed}")
     start = time.monotonic()
     try:
         results = runner.hunt_for(contract, target, props, target_name=args.target, budget_s=args.budget,
-                                  base_settings=base, seed=seed)
+                                  base_settings=base, seed=seed, domain=domain)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
@@ -87,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         print("  scores (reported, not failed on): " + ", ".join(f"{k}={v}" for k, v in sorted(scores.items())))
     report: dict[str, Any] = {
         "contract": contract.name, "target": args.target, "examples": examples, "seconds": round(seconds, 3),
-        "seed": seed, "scores": scores, "status": "passed", "property": None, "counterexample": None,
+        "seed": seed, "domain": domain, "scores": scores, "status": "passed", "property": None, "counterexample": None,
     }
     if failure is not None:
         module, _, func = args.target.rpartition(":")
