@@ -36,10 +36,10 @@ from hypothesis.errors import InvalidArgument
 from batchfuzz import scheduler_model
 from batchfuzz.case import Case
 from batchfuzz.reference._args import INT_DTYPES, ceil_div
-from batchfuzz.reference._step import Range, Step, cuts_to_split
+from batchfuzz.reference._step import STEP_ARGUMENTS, Range, Step, check_step, cuts_to_split, is_well_formed
 from batchfuzz.reference.split_ubatches import split_ubatches
 from batchfuzz.strategies._engine import default_capture_sizes, pad_to_capture_size
-from batchfuzz.strategies._validate import check_integer, check_interval
+from batchfuzz.strategies._validate import check_choice, check_integer, check_interval
 
 T = TypeVar("T")
 BLOCK_SIZES = (1, 2, 4, 3, 8)  # larger ones come with realizable steps
@@ -410,3 +410,27 @@ def step_reductions(case: Case) -> Iterator[Case]:
             cleared = [t2.copy() for t2 in tables]
             cleared[g][r, col] = 0
             yield make(c.copy(), q.copy(), cleared, sizes)
+
+
+# ---------------------------------------------------------------- the two contracts' cases and domains
+
+DOMAINS = ("spec", "engine")
+
+
+def contract_cases(domain: str, *, ill_formed: bool) -> st.SearchStrategy[Case]:
+    """Contract E cases of ``domain``: ``spec`` draws general steps (unrepaired
+    ones too with ``ill_formed``) and realizable steps, ``engine`` realizable
+    steps only."""
+    check_choice("domain", domain, DOMAINS)
+    return step_cases(raw=ill_formed, realizable_only=domain == "engine")
+
+
+def contract_in_domain(case: Case, domain: str, *, ill_formed: bool) -> bool:
+    """A valid step; well-formed too, unless ``ill_formed`` and ``domain`` is
+    ``spec`` (realizable steps are well-formed; well-formedness is the part of
+    realizability a predicate can check)."""
+    try:
+        step = check_step(*(case.args[k] for k in STEP_ARGUMENTS))
+    except (TypeError, ValueError, KeyError):
+        return False
+    return (ill_formed and domain == "spec") or is_well_formed(step)

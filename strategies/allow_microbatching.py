@@ -1,48 +1,21 @@
 """Strategies for contract E2, the split-agnostic decision (docs/contracts.md, contract E).
 
-Domains:
-
-- ``spec``: well-formed general steps and realizable steps. Ill-formed steps
-  (a request reading a slot it writes itself, a slot written twice; no
-  engine produces them) are left out: there the simulation reports
-  violations that the contract's conflicts do not explain, and a target
-  built on the definitions would be blamed for inputs outside the domain
-  where they mean what they say (docs/contracts.md);
-- ``engine``: realizable steps only, the steps a prefix-caching scheduler
-  produces (``batchfuzz.scheduler_model``).
-
-Cases carry the splits the properties simulate (``_steps`` says which).
-Shrinks as ``_steps`` says: fewer requests and groups, block size 1, small
-counts, null cells.
+Domains: ``spec``, well-formed general steps and realizable steps (ill-formed
+steps, which no engine produces, are left out: there the simulation reports
+violations that the contract's conflicts do not explain, docs/contracts.md);
+``engine``, realizable steps only (``batchfuzz.scheduler_model``). Cases
+carry the splits the properties simulate, and shrink as ``_steps`` says.
 """
 
 from __future__ import annotations
 
-from hypothesis import strategies as st
+import functools
 
-from batchfuzz.case import Case
-from batchfuzz.reference._step import STEP_ARGUMENTS, check_step, is_well_formed
-from batchfuzz.strategies._steps import step_cases, step_reductions, step_size
-from batchfuzz.strategies._validate import check_choice
+from batchfuzz.strategies._steps import DOMAINS, contract_cases, contract_in_domain, step_reductions, step_size
 
-DOMAINS = ("spec", "engine")
+__all__ = ["DOMAINS", "cases", "in_domain", "reductions", "size"]
 
-
-def cases(domain: str = "spec") -> st.SearchStrategy[Case]:
-    """Contract E2 cases of ``domain``."""
-    check_choice("domain", domain, DOMAINS)
-    return step_cases(raw=False, realizable_only=domain == "engine")
-
-
-def in_domain(case: Case, domain: str) -> bool:
-    """A valid, well-formed step (realizable steps are well-formed;
-    well-formedness is the part of realizability a predicate can check)."""
-    try:
-        step = check_step(*(case.args[k] for k in STEP_ARGUMENTS))
-    except (TypeError, ValueError, KeyError):
-        return False
-    return is_well_formed(step)
-
-
+cases = functools.partial(contract_cases, ill_formed=False)
+in_domain = functools.partial(contract_in_domain, ill_formed=False)
 size = step_size
 reductions = step_reductions

@@ -1,46 +1,23 @@
 """Strategies for contract E1, the conflict set (docs/contracts.md, contract E).
 
-Domains:
-
-- ``spec``: general steps (well-formed, and raw ones that no scheduler makes:
-  a block id repeated inside a row, a slot written twice; the conflict set is
-  well defined on any step) and realizable steps;
-- ``engine``: realizable steps only, the steps a prefix-caching scheduler
-  produces (``batchfuzz.scheduler_model``).
-
-Cases carry the splits the properties simulate (``_steps`` says which).
-Shrinks as ``_steps`` says: fewer requests and groups, block size 1, small
-counts, null cells.
+Domains: ``spec``, general steps (well-formed, and raw ones that no scheduler
+makes: a block id repeated inside a row, a slot written twice; the conflict
+set is well defined on any step) and realizable steps; ``engine``,
+realizable steps only, the steps a prefix-caching scheduler produces
+(``batchfuzz.scheduler_model``). Cases carry the splits the properties
+simulate, and shrink as ``_steps`` says: fewer requests and groups, block
+size 1, small counts, null cells.
 """
 
 from __future__ import annotations
 
-from hypothesis import strategies as st
+import functools
 
-from batchfuzz.case import Case
-from batchfuzz.reference._step import STEP_ARGUMENTS, check_step, is_well_formed
-from batchfuzz.strategies._steps import step_cases, step_reductions, step_size
-from batchfuzz.strategies._validate import check_choice
+from batchfuzz.strategies._steps import DOMAINS, contract_cases, contract_in_domain, step_reductions, step_size
 
-DOMAINS = ("spec", "engine")
+__all__ = ["DOMAINS", "cases", "in_domain", "reductions", "size"]
 
-
-def cases(domain: str = "spec") -> st.SearchStrategy[Case]:
-    """Contract E1 cases of ``domain``."""
-    check_choice("domain", domain, DOMAINS)
-    return step_cases(raw=True, realizable_only=domain == "engine")
-
-
-def in_domain(case: Case, domain: str) -> bool:
-    """A valid step; in the engine domain also a well-formed one (realizable
-    steps are well-formed; well-formedness is the part of realizability a
-    predicate can check)."""
-    try:
-        step = check_step(*(case.args[k] for k in STEP_ARGUMENTS))
-    except (TypeError, ValueError, KeyError):
-        return False
-    return domain != "engine" or is_well_formed(step)
-
-
+cases = functools.partial(contract_cases, ill_formed=True)
+in_domain = functools.partial(contract_in_domain, ill_formed=True)
 size = step_size
 reductions = step_reductions
