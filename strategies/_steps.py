@@ -344,13 +344,33 @@ def _lcm(values: Sequence[int]) -> int:
     return int(out)
 
 
+def _refined(table: np.ndarray, size: int, smaller: int) -> np.ndarray:
+    """``table`` of block size ``size`` re-expressed with block size
+    ``smaller`` (a divisor): every column becomes ``size // smaller`` columns,
+    part ``k`` of block ``b`` a block of its own. Slot ``(b, k * smaller + o)``
+    becomes ``(id(b, k), o)``, one to one, so every equality of slots (and so
+    every conflict and every violation) is kept; the null block stays null."""
+    parts = size // smaller
+    ids: dict[tuple[int, int], int] = {}
+    out = np.zeros((table.shape[0], table.shape[1] * parts), dtype=table.dtype)
+    for r in range(table.shape[0]):
+        for col in range(table.shape[1]):
+            b = int(table[r, col])
+            for k in range(parts):
+                if b != 0:
+                    out[r, col * parts + k] = ids.setdefault((b, k), len(ids) + 1)
+    return out
+
+
 def step_reductions(case: Case) -> Iterator[Case]:
     """Smaller cases built from ``case`` (``batchfuzz.reduce``): a request
     deleted; a KV group dropped; a request's computed prefix shortened by a
     whole number of blocks in every group (its leading columns shifted out,
     so every other slot keeps its block and offset); a computed or scheduled
-    token fewer; a table cell cleared; block ids renumbered ``1, 2, ...`` in
-    order of first appearance; unused table columns removed. The case's splits
+    token fewer; a group's block size refined to a divisor (``_refined``:
+    the same slots, smaller blocks); a table cell cleared; block ids
+    renumbered ``1, 2, ...`` in order of first appearance; unused table
+    columns removed. The case's splits
     are kept where they still cut inside the step."""
     a = case.args
     c = np.asarray(a["num_computed_tokens"]).copy()
@@ -392,6 +412,10 @@ def step_reductions(case: Case) -> Iterator[Case]:
                 smaller[r] -= 1
                 yield make(smaller, q.copy(), [t.copy() for t in tables], sizes) if counts is c else \
                     make(c.copy(), smaller, [t.copy() for t in tables], sizes)
+    for g, b in enumerate(sizes):
+        for d in (d for d in range(1, b) if b % d == 0):
+            yield make(c.copy(), q.copy(), [_refined(t2, b, d) if k == g else t2.copy() for k, t2 in enumerate(tables)],
+                       [d if k == g else b2 for k, b2 in enumerate(sizes)])
     renumber: dict[int, int] = {}
     for t in tables:
         for block in t.reshape(-1).tolist():
