@@ -54,6 +54,8 @@ import numpy as np
 from hypothesis import settings
 
 from batchfuzz import profiles, registry, runner
+from batchfuzz.execution import InProcess
+from batchfuzz.reproduce import reproduction
 from batchfuzz._host import to_host
 from batchfuzz.case import Case
 from batchfuzz.codec import encode, encode_case, literal
@@ -339,7 +341,7 @@ class Row:
             "error_type": f.error_type if f else None, "message": f.message if f else None,
             "case": encode_case(f.case) if f else None,
             "case_literal": {k: literal(v) for k, v in f.case.args.items()} if f else None,
-            "reproduction": f.reproduction(function_name=f"variant_{self.variant.replace('.', '_')}") if f else None,
+            "reproduction": reproduction(f, f"variant:{self.variant}") if f else None,
             "canonical": {k: encode(v) for k, v in self.canonical.items()} if self.canonical is not None else None,
             "verdict": self.verdict, "verdict_detail": self.verdict_detail,
             "stream": self.stream,
@@ -361,36 +363,38 @@ def _round(x: float | None) -> float | None:
     return None if x is None else round(x, 4)
 
 
+class _Counting(InProcess):
+    """The variant run in this process, its checks counted: the index and time
+    of the first failing example are what the catalogue reports as the cost
+    of finding the bug (Hypothesis and the runner see the property as it is)."""
+
+    def __init__(self, contract: Contract, target: Target, name: str) -> None:
+        super().__init__(contract, target, name)
+        self.calls = 0
+        self.first: tuple[int, float] | None = None
+        self.start = time.perf_counter()
+
+    def check(self, prop_name: str, case: Case, timeout_s: float | None = None) -> Any:
+        outcome = super().check(prop_name, case, timeout_s)
+        if not prop_name.startswith("__") and outcome.status != "rejected":
+            self.calls += 1
+            if self.first is None and outcome.status in ("failed", "crash", "timeout"):
+                self.first = (self.calls, time.perf_counter() - self.start)
+        return outcome
+
+
 def search(contract: Contract, target: Target, prop: Property, *, target_name: str, run_settings: settings,
            seed: int | None = None) -> Search:
-    """``runner.hunt`` with the first failure's example index and time recorded.
-
-    The property is wrapped, not changed: the wrapper counts calls and notes
-    when the first one raises, then re-raises, so Hypothesis and the runner
-    see exactly the user's property.
-    """
-    calls = 0
-    first: list[tuple[int, float]] = []
-    start = time.perf_counter()
-
-    def check(t: Target, case: Case) -> None:
-        nonlocal calls
-        calls += 1
-        try:
-            prop.check(t, case)
-        except Exception:
-            if not first:
-                first.append((calls, time.perf_counter() - start))
-            raise
-
-    wrapped = Property(prop.name, prop.spec, check)
+    """``runner.hunt`` (in this process) with the first failure's example index and time recorded."""
+    counting = _Counting(contract, target, target_name)
     with pinned_source_constants(contract):
-        r = runner.hunt(contract, target, wrapped, target_name=target_name, run_settings=run_settings, seed=seed)
+        r = runner.hunt(contract, counting, prop, target_name=target_name, run_settings=run_settings, seed=seed)
     found = r.failure is not None
+    first = counting.first if found else None
     return Search(
         property=prop.name, found=found,
-        examples_to_find=first[0][0] if found and first else None,
-        seconds_to_find=first[0][1] if found and first else None,
+        examples_to_find=first[0] if first else None,
+        seconds_to_find=first[1] if first else None,
         examples=r.examples, seconds=r.seconds, failure=r.failure,
     )
 
@@ -435,8 +439,8 @@ def run_variant(contract: Contract, variant: Variant, *, run_settings: settings 
 
 
 def variants(contract_names: Iterable[str] | None = None) -> list[tuple[Contract, Variant]]:
-    """Every registered (contract, variant), in SPEC order; ``contract_names``
-    (contract names or SPEC section letters) selects contracts."""
+    """Every registered (contract, variant), in section order; ``contract_names``
+    (contract names or section letters) selects contracts."""
     cs = registry.contracts()
     if contract_names is not None:
         wanted = set(contract_names)

@@ -10,7 +10,7 @@ from batchfuzz._host import to_host
 
 
 class PropertyViolation(AssertionError):
-    """A property of SPEC.md does not hold for a target's output."""
+    """A property of a contract does not hold for a target's output."""
 
 
 def _fmt(arr: np.ndarray, limit: int = 24) -> str:
@@ -23,7 +23,7 @@ def _fmt(arr: np.ndarray, limit: int = 24) -> str:
 def as_int_array(value: Any, what: str) -> np.ndarray:
     """Normalise a target's output (list, numpy array, torch tensor) to int64.
 
-    A float or bool output is a violation: counts are integers (SPEC common rules).
+    A float or bool output is a violation: counts are integers (docs/contracts.md, common rules).
     """
     value = to_host(value)
     if isinstance(value, (list, tuple)):

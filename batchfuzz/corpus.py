@@ -1,23 +1,34 @@
 """The failure corpus: every failure a fuzz run finds, shrunk, as a small JSON file.
 
 Layout: ``<corpus>/<contract>/<id>.json``, where ``id`` is a short hash of
-(contract, implementation or target, device, property, encoded case), so the
-same failure found again (the next night, by another worker) maps to the same
-file and is not saved twice. Files are written atomically (temporary file,
-then ``os.replace``) the moment a failure is found, so a killed run loses
-nothing.
+(contract, target, device, domain, property, encoded case): the file's name
+is its content address, so the same failure found again (the next night, by
+another shard) maps to the same file, and merging corpora is a plain copy.
+Files are written atomically (temporary file, then ``os.replace``) the
+moment a failure is found, so a killed run loses nothing.
 
-Loading is JSON only: the case is decoded by :mod:`batchfuzz.codec`, which
-understands ints, lists, numpy integer arrays and registered dataclasses and
-never evaluates anything. The ``inputs`` and ``reproduction`` fields are
-Python source *for people to read*; nothing here executes them. A malformed
-file raises :class:`CorpusError` naming the file.
+A corpus file is untrusted data:
 
-Replaying an entry re-checks its property against its implementation (or the
-user's target) on the stored case: it passes once the bug is fixed and fails
-while it is there. ``tests/test_corpus.py`` replays every file of the
-project's corpus in the ordinary test run; ``batchfuzz replay`` does the same
-from the command line.
+- it is read as JSON only (never executed), at most ``MAX_FILE_BYTES`` bytes,
+  nested at most ``MAX_DEPTH`` deep, UTF-8; anything else is rejected, naming
+  the file, and the other files are still replayed;
+- its case must fit the contract (the contract's argument names, a case of
+  the entry's domain) and be small: at most ``MAX_NUMBERS`` numbers, no
+  integer argument above ``MAX_SIZE_ARGUMENT`` (an entry cannot make replay
+  allocate gigabytes); a case that does not fit is a malformed entry;
+- its target is loaded only when it is the project's own code (a registered
+  implementation, variant or oracle, or an engine binding). An entry naming a
+  user's function (``MODULE:FUNCTION`` or ``FILE.py:FUNCTION``) never makes
+  batchfuzz import that module or load that file by itself: ``batchfuzz
+  replay --target CONTRACT=MODULE:FUNCTION`` names the function to replay its
+  entries against; without it they are skipped, saying so.
+
+The ``inputs`` and ``reproduction`` fields are Python source *for people to
+read*; nothing here executes them. Replaying an entry re-checks its property
+against its target on the stored case, in a worker process by default
+(``batchfuzz.execution``): it passes once the bug is fixed and fails while
+it is there. ``tests/test_corpus.py`` replays every file of the project's
+corpus in the ordinary test run; ``batchfuzz replay`` does the same.
 """
 
 from __future__ import annotations
@@ -33,13 +44,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from batchfuzz import __version__
 from batchfuzz.case import Case
 from batchfuzz.codec import CodecError, decode_case, encode_case, literal
+from batchfuzz.targets import TargetError, TargetRef, parse
 
-FORMAT = "batchfuzz-corpus/1"
+FORMAT = "batchfuzz-corpus/2"
+OLD_FORMAT = "batchfuzz-corpus/1"  # still read: implementation/target fields instead of one target reference
 ENV_VAR = "BATCHFUZZ_CORPUS"
-TARGET_PREFIX = "target:"
+MAX_FILE_BYTES = 1 << 20
+MAX_DEPTH = 64
+MAX_NUMBERS = 1 << 22
+MAX_SIZE_ARGUMENT = 1 << 22
 _REQUIRED: dict[str, type | tuple[type, ...]] = {
     "format": str, "id": str, "contract": str, "property": str, "device": str, "case": dict, "failure": dict,
 }
@@ -50,15 +68,16 @@ class CorpusError(ValueError):
 
 
 @dataclass
-class Entry:
+class CorpusEntry:
     """One corpus file, decoded."""
 
     contract: str
     property: str
     device: str
     case: Case
-    implementation: str | None = None  # a registry implementation name, or
-    target: str | None = None  # a user's MODULE:FUNCTION / file.py:FUNCTION
+    target: str  # a target reference (batchfuzz.targets)
+    domain: str = "spec"
+    during: str = ""  # for crash and timeout entries: the property being checked
     error_type: str = ""
     message: str = ""
     kind: str = ""
@@ -67,18 +86,17 @@ class Entry:
     data: dict[str, Any] = field(default_factory=dict)
 
     @builtins.property
-    def target_name(self) -> str:
-        """How runs and reports name the target: ``numpy@cpu`` or ``target:mod:fn``."""
-        return f"{self.implementation}@{self.device}" if self.implementation else f"{TARGET_PREFIX}{self.target}"
+    def ref(self) -> TargetRef:
+        return parse(self.target)
 
     @builtins.property
     def id(self) -> str:
-        return entry_id(self.contract, self.implementation, self.target, self.device, self.property, self.case)
+        return entry_id(self.contract, self.target, self.device, self.domain, self.property, self.case)
 
 
-def entry_id(contract: str, implementation: str | None, target: str | None, device: str, prop: str, case: Case) -> str:
-    """The dedupe key: equal failures (same target, property and shrunk case) share it."""
-    key = json.dumps([contract, implementation, target, device, prop, encode_case(case)], sort_keys=True, separators=(",", ":"))
+def entry_id(contract: str, target: str, device: str, domain: str, prop: str, case: Case) -> str:
+    """The content address: equal failures (same target, property and shrunk case) share it."""
+    key = json.dumps([contract, target, device, domain, prop, encode_case(case)], sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
@@ -113,46 +131,34 @@ def versions() -> dict[str, str]:
     return out
 
 
-def make_entry_data(
-    failure: Any,
-    *,
-    implementation: str | None,
-    target: str | None,
-    device: str,
-    found: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The JSON document for a :class:`batchfuzz.runner.Failure`."""
-    if (implementation is None) == (target is None):
-        raise ValueError("exactly one of implementation and target must be given")
+def make_entry_data(failure: Any, *, target: str, device: str, domain: str = "spec",
+                    found: dict[str, Any] | None = None, reproduction: str = "") -> dict[str, Any]:
+    """The JSON document for a :class:`batchfuzz.runner.Failure` of ``target``."""
+    parse(target)  # a TargetError for a reference that is not one
     case: Case = failure.case
     imports: set[str] = set()
-    function = target.rpartition(":")[2].split(".")[-1] if target else None
-    data: dict[str, Any] = {
+    return {
         "format": FORMAT,
-        "id": entry_id(failure.contract, implementation, target, device, failure.property, case),
+        "id": entry_id(failure.contract, target, device, domain, failure.property, case),
         "contract": failure.contract,
-        "implementation": implementation,
         "target": target,
         "device": device,
+        "domain": domain,
         "property": failure.property,
+        "during": failure.during,
         "spec": failure.spec,
-        "failure": {
-            "kind": failure.kind(),
-            "error_type": failure.error_type,
-            "message": failure.message,
-        },
+        "failure": {"kind": failure.kind(), "error_type": failure.error_type, "message": failure.message, "exit": failure.exit},
         # What replay decodes (JSON, never evaluated):
         "case": encode_case(case),
         # For people: the same inputs as Python literals, and a reproduction.
         "inputs": {k: literal(v, imports) for k, v in case.args.items()},
         "context": {k: literal(v, imports) for k, v in case.context.items()},
-        "reproduction": failure.reproduction(function_name=function),
+        "reproduction": reproduction,
         "replay": "batchfuzz replay <this file>",
         "versions": versions(),
         "date": _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
         "found": dict(found or {}),
     }
-    return data
 
 
 def path_for(root: Path | str, data: dict[str, Any]) -> Path:
@@ -174,37 +180,6 @@ def save(root: Path | str, data: dict[str, Any]) -> tuple[Path, bool]:
         return path, False
     write_json_atomic(path, data)
     return path, True
-
-
-def open_duplicate(root: Path | str, data: dict[str, Any], target: Any) -> Path | None:
-    """An entry already in the corpus for the same contract, implementation or
-    target, device and property whose case *still fails* on ``target``.
-
-    Shrinking can end in different local minima on different nights, so the
-    same bug can come back as another small case; while an earlier entry for
-    that property still fails, the new case adds nothing (the test run is red
-    already) and is not saved. Once that entry passes, a new failure of the
-    property is a new bug and is saved.
-    """
-    from batchfuzz import registry
-
-    key = (data["contract"], data.get("implementation"), data.get("target"), data["device"], data["property"])
-    for p in files(Path(root) / _safe(data["contract"])):
-        try:
-            e = load(p)
-        except CorpusError:
-            continue
-        if (e.contract, e.implementation, e.target, e.device, e.property) != key:
-            continue
-        try:
-            prop = registry.get(e.contract).property(e.property)
-        except KeyError:
-            continue
-        try:
-            prop.check(target, e.case.copy())
-        except Exception:
-            return p
-    return None
 
 
 def write_json_atomic(path: Path | str, data: Any, *, fsync: bool = True) -> None:
@@ -241,19 +216,94 @@ def files(root: Path | str | None = None) -> list[Path]:
     return sorted(p for p in root.rglob("*.json") if not p.name.startswith("."))
 
 
-def load(path: Path | str) -> Entry:
+# ---------------------------------------------------------------- loading untrusted files
+
+
+def _depth(text: str) -> int:
+    """How deep ``[`` and ``{`` nest in JSON text (outside strings), without parsing it."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > MAX_DEPTH:
+                return deepest
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def case_size_error(case: Case) -> str | None:
+    """Why a case is too large to replay safely, or None."""
+    numbers = 0
+
+    def walk(value: Any, where: str) -> str | None:
+        nonlocal numbers
+        if isinstance(value, np.ndarray):
+            numbers += int(value.size)
+        elif isinstance(value, (list, tuple)):
+            for k, v in enumerate(value):
+                err = walk(v, f"{where}[{k}]")
+                if err:
+                    return err
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                err = walk(v, f"{where}.{k}")
+                if err:
+                    return err
+        elif hasattr(value, "__dataclass_fields__"):
+            for k in value.__dataclass_fields__:
+                err = walk(getattr(value, k), f"{where}.{k}")
+                if err:
+                    return err
+        elif isinstance(value, int):
+            numbers += 1
+        if numbers > MAX_NUMBERS:
+            return f"the case holds more than {MAX_NUMBERS} numbers"
+        return None
+
+    for name, value in case.args.items():
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_SIZE_ARGUMENT:
+            return f"argument {name} = {value} is larger than {MAX_SIZE_ARGUMENT} (a size this large would allocate too much)"
+    return walk(case.args, "args") or walk(case.context, "context")
+
+
+def load(path: Path | str) -> CorpusEntry:
     """Decode one corpus file. Never executes code; raises CorpusError naming the file."""
     path = Path(path)
     try:
-        text = path.read_text()
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise CorpusError(f"{path}: {size} bytes, larger than a corpus file may be ({MAX_FILE_BYTES})")
+        raw = path.read_bytes()
     except OSError as exc:
         raise CorpusError(f"{path}: cannot read corpus file: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CorpusError(f"{path}: not a text file (not UTF-8 at byte {exc.start})") from None
+    if _depth(text) > MAX_DEPTH:
+        raise CorpusError(f"{path}: JSON nested deeper than {MAX_DEPTH} levels")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise CorpusError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    except RecursionError:
+        raise CorpusError(f"{path}: JSON nested too deep") from None
     if not isinstance(data, dict):
         raise CorpusError(f"{path}: a corpus file must hold a JSON object, got {type(data).__name__}")
+    if data.get("format") == OLD_FORMAT:
+        data = _upgrade(data, path)
     for key, typ in _REQUIRED.items():
         if key not in data:
             raise CorpusError(f"{path}: missing field {key!r}")
@@ -261,20 +311,42 @@ def load(path: Path | str) -> Entry:
             raise CorpusError(f"{path}: field {key!r} must be {_typename(typ)}, got {type(data[key]).__name__}")
     if data["format"] != FORMAT:
         raise CorpusError(f"{path}: unsupported format {data['format']!r} (expected {FORMAT!r})")
-    impl, target = data.get("implementation"), data.get("target")
-    if not ((isinstance(impl, str) and target is None) or (impl is None and isinstance(target, str))):
-        raise CorpusError(f"{path}: exactly one of 'implementation' and 'target' must be a string")
+    target = data.get("target")
+    if not isinstance(target, str):
+        raise CorpusError(f"{path}: field 'target' must be a target reference string")
+    try:
+        parse(target)
+    except TargetError as exc:
+        raise CorpusError(f"{path}: field 'target': {exc}") from None
     try:
         case = decode_case(data["case"])
-    except (CodecError, TypeError, ValueError) as exc:
+    except (CodecError, TypeError, ValueError, RecursionError) as exc:
         raise CorpusError(f"{path}: field 'case' does not decode: {exc}") from None
+    too_large = case_size_error(case)
+    if too_large:
+        raise CorpusError(f"{path}: {too_large}")
     failure = data["failure"]
-    return Entry(
-        contract=data["contract"], property=data["property"], device=data["device"], case=case,
-        implementation=impl, target=target, error_type=str(failure.get("error_type", "")),
+    domain = data.get("domain", "spec")
+    if not isinstance(domain, str):
+        raise CorpusError(f"{path}: field 'domain' must be a string")
+    return CorpusEntry(
+        contract=data["contract"], property=data["property"], device=data["device"], case=case, target=target,
+        domain=domain, during=str(data.get("during") or ""), error_type=str(failure.get("error_type", "")),
         message=str(failure.get("message", "")), kind=str(failure.get("kind", "")), spec=str(data.get("spec", "")),
         path=path, data=data,
     )
+
+
+def _upgrade(data: dict[str, Any], path: Path) -> dict[str, Any]:
+    """A format-1 entry (``implementation`` or ``target``, not both) as format 2."""
+    impl, target = data.get("implementation"), data.get("target")
+    if isinstance(impl, str) and target is None:
+        ref = f"impl:{impl}@{data.get('device', 'cpu')}"
+    elif impl is None and isinstance(target, str):
+        ref = target
+    else:
+        raise CorpusError(f"{path}: exactly one of 'implementation' and 'target' must be a string")
+    return {**data, "format": FORMAT, "target": ref}
 
 
 def _typename(typ: type | tuple[type, ...]) -> str:
@@ -284,11 +356,14 @@ def _typename(typ: type | tuple[type, ...]) -> str:
     return names.get(typ.__name__, typ.__name__)
 
 
+# ---------------------------------------------------------------- replaying
+
+
 @dataclass
 class Outcome:
     """The result of replaying one entry."""
 
-    entry: Entry
+    entry: CorpusEntry
     status: str  # "passes" (fixed), "fails" (the bug is still there), "skipped"
     error_type: str = ""
     message: str = ""
@@ -298,7 +373,7 @@ class Outcome:
         return self.status == "fails"
 
 
-def _contract(entry: Entry) -> Any:
+def _contract(entry: CorpusEntry) -> Any:
     from batchfuzz import registry
 
     try:
@@ -308,74 +383,109 @@ def _contract(entry: Entry) -> Any:
         raise CorpusError(f"{entry.path or '<corpus entry>'}: unknown contract {entry.contract!r} (known: {known})") from None
 
 
-def resolve_target(entry: Entry) -> Any:
-    """The callable an entry names: a registry implementation bound to its
-    device, or the user's target loaded like ``--target`` loads it."""
-    from batchfuzz.targets import TargetError, load_target
-
+def check_entry(entry: CorpusEntry) -> None:
+    """Raise CorpusError when the entry does not fit its contract: an unknown
+    contract, property or domain, argument names other than the contract's,
+    a case outside the entry's domain."""
     where = entry.path or "<corpus entry>"
     contract = _contract(entry)
-    if entry.implementation is not None:
-        try:
-            impl = contract.implementation(entry.implementation)
-        except KeyError:
-            known = ", ".join(i.name for i in contract.implementations)
-            raise CorpusError(f"{where}: contract {entry.contract!r} has no implementation {entry.implementation!r} "
-                              f"(has: {known})") from None
-        if entry.device not in impl.devices:
-            raise CorpusError(f"{where}: implementation {entry.implementation!r} does not run on {entry.device!r}")
-        return impl.for_device(entry.device)
-    assert entry.target is not None
-    spec = _locate(entry.target, entry.path)
+    prop = entry.during if entry.property in ("crash", "timeout") else entry.property
     try:
-        return load_target(spec)
-    except TargetError as exc:
-        raise CorpusError(f"{where}: cannot load target {entry.target!r}: {exc}") from None
-
-
-def _locate(spec: str, path: Path | None) -> str:
-    """A relative ``file.py:FUNCTION`` spec resolves against the working
-    directory, else against the directory that holds the corpus directory
-    (the repository root for the project's own corpus)."""
-    module, sep, attr = spec.rpartition(":")
-    if not (module.endswith(".py") or os.sep in module) or os.path.isabs(module) or os.path.exists(module):
-        return spec
-    if path is not None:
-        for parent in path.resolve().parents:
-            candidate = parent / module
-            if candidate.is_file():
-                return f"{candidate}{sep}{attr}"
-    return spec
-
-
-def replay(entry: Entry) -> Outcome:
-    """Re-check the entry's property on its stored case. Raises CorpusError for
-    an entry that names something that does not exist."""
-    contract = _contract(entry)
-    try:
-        prop = contract.property(entry.property)
+        contract.property(prop)
     except KeyError:
         known = ", ".join(p.name for p in contract.properties)
-        raise CorpusError(f"{entry.path or '<corpus entry>'}: contract {entry.contract!r} has no property "
-                          f"{entry.property!r} (has: {known})") from None
+        raise CorpusError(f"{where}: contract {entry.contract!r} has no property {prop!r} (has: {known})") from None
+    if tuple(entry.case.args) != contract.arguments:
+        raise CorpusError(f"{where}: the case's arguments {list(entry.case.args)} are not {entry.contract}'s "
+                          f"{list(contract.arguments)}")
+    try:
+        domain = contract.domain(entry.domain)
+    except KeyError as exc:
+        raise CorpusError(f"{where}: {str(exc).strip(chr(34) + chr(39))}") from None
+    try:
+        fits = domain.contains(entry.case)
+    except Exception as exc:
+        raise CorpusError(f"{where}: the case does not fit {entry.contract}: {type(exc).__name__}: {exc}") from None
+    if not fits:
+        raise CorpusError(f"{where}: the case is not an input of {entry.contract}'s {entry.domain} domain")
+
+
+def replay(entry: CorpusEntry, *, targets: dict[str, str] | None = None, isolate: bool = True,
+           timeout_s: float = 60.0) -> Outcome:
+    """Re-check the entry's property on its stored case.
+
+    ``targets`` maps a contract to the user's function (``MODULE:FUNCTION``)
+    that entries naming a user's function are replayed against (``replay
+    --target``); without one they are skipped. Raises CorpusError for an
+    entry that does not fit its contract or names something that does not
+    exist.
+    """
+    from batchfuzz.execution import executor_for
+    from batchfuzz.runner import failure_signature
+
+    check_entry(entry)
+    contract = _contract(entry)
+    ref = entry.ref
+    if not ref.is_project_code:
+        chosen = (targets or {}).get(entry.contract)
+        if chosen is None:
+            return Outcome(entry, "skipped", message=f"names a user's function ({entry.target}); pass --target "
+                           f"{entry.contract}=MODULE:FUNCTION to replay it against yours")
+        ref = parse(chosen)
     if entry.device == "cuda":
         import torch
 
         if not torch.cuda.is_available():
             return Outcome(entry, "skipped", message="recorded on cuda; no CUDA device here")
-    target = resolve_target(entry)
+    prop = entry.during if entry.property in ("crash", "timeout") else entry.property
     try:
-        prop.check(target, entry.case.copy())
-    except Exception as exc:
-        return Outcome(entry, "fails", type(exc).__name__, str(exc))
+        with executor_for(contract, ref, isolate=isolate, device=entry.device) as ex:
+            info = ex.describe()
+            if info.get("error"):
+                raise CorpusError(f"{entry.path or '<corpus entry>'}: cannot load target {ref.spec}: {info['error']}")
+            outcome = ex.check(prop, entry.case.copy(), timeout_s)
+    except TargetError as exc:
+        raise CorpusError(f"{entry.path or '<corpus entry>'}: cannot load target {ref.spec}: {exc}") from None
+    if outcome.status == "rejected":
+        return Outcome(entry, "skipped", message="the target's @assumes rejects this case")
+    if failure_signature(outcome) is not None:
+        return Outcome(entry, "fails", outcome.error_type if outcome.status == "failed" else outcome.status,
+                       outcome.message + (f" ({outcome.exit})" if outcome.exit else ""))
     return Outcome(entry, "passes")
+
+
+def open_duplicate(root: Path | str, data: dict[str, Any], executor: Any, timeout_s: float = 30.0) -> Path | None:
+    """An entry already in the corpus for the same contract, target, device,
+    domain and property whose case *still fails* on ``executor``'s target.
+
+    Shrinking can end in different local minima on different nights, so the
+    same bug can come back as another small case; while an earlier entry for
+    that property still fails, the new case adds nothing (the test run is red
+    already) and is not saved. Once that entry passes, a new failure of the
+    property is a new bug and is saved.
+    """
+    from batchfuzz.runner import failure_signature
+
+    key = (data["contract"], data["target"], data["device"], data.get("domain", "spec"), data["property"],
+           data.get("during") or "")
+    for p in files(Path(root) / _safe(data["contract"])):
+        try:
+            e = load(p)
+        except CorpusError:
+            continue
+        if (e.contract, e.target, e.device, e.domain, e.property, e.during) != key:
+            continue
+        prop = e.during if e.property in ("crash", "timeout") else e.property
+        if failure_signature(executor.check(prop, e.case.copy(), timeout_s)) is not None:
+            return p
+    return None
 
 
 def describe(outcome: Outcome) -> str:
     """A readable account of a still-failing entry, with its reproduction."""
     e = outcome.entry
     lines = [
-        f"{e.path}: {e.contract}/{e.target_name} still violates {e.property}" + (f" ({e.spec})" if e.spec else ""),
+        f"{e.path}: {e.contract}/{e.target} still violates {e.property}" + (f" ({e.spec})" if e.spec else ""),
         f"  {outcome.error_type}: {outcome.message.splitlines()[0] if outcome.message else ''}",
     ]
     repro = e.data.get("reproduction")

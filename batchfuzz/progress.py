@@ -1,14 +1,14 @@
 """Progress of a fuzz run: a live per-contract table on a terminal, plain lines otherwise.
 
-It reads the item state files the workers write (:mod:`batchfuzz.fuzzjob`)
-from a background thread, so it works the same with one worker (in-process)
-or many (pytest-xdist), and costs the workers nothing.
+It reads the item state files the runners write (:mod:`batchfuzz.fuzzjob`)
+from a background thread, so it costs the runners nothing.
 
-- On a terminal: a table (contract, items done/total, examples, failures,
+- On a terminal: a table (contract, items run/total, examples, failures,
   cases per second, what is running) redrawn in place every half second with
   ANSI cursor movement, under a header with the time elapsed and left.
-- Otherwise (CI logs, pipes): one line when an item finishes, one line per
-  failure the moment it is found, and a heartbeat line every ``heartbeat_s``.
+- Otherwise (CI logs, pipes): one line per failure the moment it is found,
+  and a heartbeat line every ``heartbeat_s`` (the per-contract table comes at
+  the end, from the controller).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 from batchfuzz.fuzzjob import Job, read_states
 
-_DONE = ("passed", "failed", "error", "interrupted", "not run")
+_RAN = ("passed", "failed", "error", "interrupted", "idle", "running")
 
 
 class Progress:
@@ -91,11 +91,11 @@ class Progress:
                 continue
             r["examples"] += int(s.get("examples", 0))
             r["failures"] += len(s.get("failures", []))
-            r["seconds"] += float(s.get("seconds", 0.0)) if s.get("status") in _DONE else time.time() - float(s["started"])
-            if s.get("status") in _DONE:
+            r["seconds"] += float(s.get("seconds", 0.0))
+            if s.get("status") in _RAN and (int(s.get("slices", 0)) or s.get("status") != "running"):
                 r["done"] += 1
-            elif s.get("status") == "running":
-                r["running"].append(item.name)
+            if s.get("status") == "running":
+                r["running"].append(f"{item.name} {item.property}")
         return list(rows.values())
 
     def _draw_table(self, states: dict[int, dict[str, Any]]) -> None:
@@ -107,7 +107,7 @@ class Progress:
         ]
         for r in self.rows(states):
             rate = f"{r['examples'] / r['seconds']:.0f}" if r["seconds"] > 0 else "-"
-            now = ", ".join(r["running"]) if r["running"] else ("done" if r["done"] == r["items"] else "waiting")
+            now = ", ".join(r["running"]) if r["running"] else ""
             fail = f"{r['failures']}" + (" !" if r["failures"] else "")
             lines.append(f"  {r['contract'][:26]:26} {r['done']:>3}/{r['items']:<3} {r['examples']:9d} {fail:>8} {rate:>8}  {now[:40]}")
         out = []
@@ -120,7 +120,6 @@ class Progress:
 
     def _print_lines(self, states: dict[int, dict[str, Any]]) -> None:
         elapsed, left = self._elapsed_left()
-        total = len(self.job.items)
         for idx in sorted(states):
             s = states[idx]
             for f in s.get("failures", []):
@@ -132,19 +131,12 @@ class Progress:
                 self.stream.write(f"FAILURE {s['contract']} {s['name']} {f['property']}: {f['error_type']}: "
                                   f"{(f['message'] or '').splitlines()[0] if f.get('message') else ''} "
                                   f"-> {where} ({'new' if f.get('new') else 'known'})\n")
-            if s.get("status") in _DONE and idx not in self._seen_done:
-                self._seen_done.add(idx)
-                seconds = float(s.get("seconds", 0.0))
-                rate = s["examples"] / seconds if seconds > 0 else 0.0
-                self.stream.write(f"[{len(self._seen_done)}/{total}] {s['contract']:24} {s['name']:28} "
-                                  f"{s['examples']:8d} examples {len(s.get('failures', [])):3d} failures "
-                                  f"{rate:7.0f}/s  {s['status']}{' (' + s['reason'] + ')' if s.get('reason') else ''}  "
-                                  f"({left:.0f}s left)\n")
         now = time.time()
         if now - self._last_heartbeat >= self.heartbeat_s:
             self._last_heartbeat = now
             examples = sum(int(s.get("examples", 0)) for s in states.values())
             failures = sum(len(s.get("failures", [])) for s in states.values())
+            ran = sum(1 for s in states.values() if int(s.get("slices", 0)) or s.get("status") in ("failed", "error"))
             running = sum(1 for s in states.values() if s.get("status") == "running")
             self.stream.write(f"... {elapsed:.0f}s elapsed, {left:.0f}s left: {examples} examples, {failures} failures, "
-                              f"{len(self._seen_done)}/{total} items done, {running} running\n")
+                              f"{ran}/{len(self.job.items)} items run, {running} running\n")

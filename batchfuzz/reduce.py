@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 from batchfuzz.case import Case
 from batchfuzz.registry import Contract, Domain
+
+T = TypeVar("T")
 
 # A reduction loop that keeps finding smaller cases stops after this many
 # accepted steps or seconds (the case is then returned as far as it got).
@@ -28,17 +31,15 @@ MAX_STEPS = 200
 MAX_SECONDS = 20.0
 
 
-def reduce_case(contract: Contract, domain: Domain, case: Case, error: BaseException,
-                fails: Callable[[Case], BaseException | None], *, max_steps: int = MAX_STEPS,
-                max_seconds: float = MAX_SECONDS) -> tuple[Case, BaseException]:
+def reduce_case(contract: Contract, domain: Domain, case: Case, error: T, fails: Callable[[Case], T | None], *,
+                max_steps: int = MAX_STEPS, max_seconds: float = MAX_SECONDS) -> tuple[Case, T]:
     """The smallest case reachable from ``case`` (which fails with ``error``)
-    by accepted reductions, and the exception it fails with.
+    by accepted reductions, and how it fails.
 
-    ``fails(candidate)`` runs the property on the candidate and returns the
-    exception it raised, or None when it passed; a candidate is accepted when
-    that exception has ``error``'s type (a reduction must not turn one bug
-    into another), it lies in ``domain`` and it is smaller than the current
-    case.
+    ``fails(candidate)`` runs the property on the candidate and returns how
+    it fails, or None when it passes or fails differently (a reduction must
+    not turn one bug into another); a candidate is accepted when it fails,
+    lies in ``domain`` and is smaller than the current case.
     """
     if contract.reductions is None or not domain.reducible:
         return case, error
@@ -51,9 +52,9 @@ def reduce_case(contract: Contract, domain: Domain, case: Case, error: BaseExcep
                 return current, current_error
             if not contract.size(candidate) < size or not domain.contains(candidate):
                 continue
-            exc = fails(candidate.copy())
-            if exc is not None and type(exc) is type(error):
-                current, current_error = candidate, exc
+            how = fails(candidate.copy())
+            if how is not None:
+                current, current_error = candidate, how
                 break
         else:
             return current, current_error

@@ -86,6 +86,9 @@ class Property:
     name: str
     spec: str
     check: Callable[[Target, Case], None]
+    # True for a property about what the target does to its own arguments:
+    # it gets the target itself, not the copying guard of batchfuzz.execution.
+    raw: bool = False
 
 
 @dataclass(frozen=True)
@@ -193,6 +196,10 @@ class Contract:
     labels: Callable[[Case], Sequence[str]] = _no_labels
     size: Callable[[Case], tuple[int, ...]] = _no_size
     reductions: Callable[[Case], Iterable[Case]] | None = None
+    # Arguments (oracle parameter names) the target may write: a persistent
+    # buffer, an ``out=``. Every other argument is passed as a copy
+    # (``batchfuzz.execution.guarded``) and must be left unchanged.
+    writes: tuple[str, ...] = ()
     scores: Callable[[Target, Case], dict[str, int]] | None = None
     reproduce: Callable[[str, Case, str, set[str]], list[str]] | None = None
     notes: str = ""

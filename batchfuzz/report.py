@@ -46,78 +46,93 @@ def build_summary(
     interrupted_by: str | None = None,
     notes: list[str] | None = None,
 ) -> dict[str, Any]:
-    """The whole run as one JSON-able dict (the content of ``summary.json``)."""
+    """The whole run as one JSON-able dict (the content of ``summary.json``):
+    per contract, per implementation (target), per property (a work item)."""
     contracts: dict[str, dict[str, Any]] = {}
     failures: list[dict[str, Any]] = []
     errors: list[dict[str, Any]] = []
+    not_run: list[str] = []
     for item in job.items:
-        s = states.get(item.index)
+        s = states.get(item.index) or {"status": NOT_RUN, "reason": "never started"}
         c = contracts.setdefault(item.contract, {
             "examples": 0, "seconds": 0.0, "cases_per_second": 0.0, "failures": 0, "errors": 0,
             "items": 0, "items_run": 0, "coverage": {}, "implementations": {}, "_events": {},
         })
+        impl = c["implementations"].setdefault(item.name, {
+            "status": NOT_RUN, "reason": "", "examples": 0, "seconds": 0.0, "cases_per_second": 0.0, "failures": [],
+            "properties": {}, "coverage": {}, "scores": {}, "settings": {}, "_events": {},
+        })
         c["items"] += 1
-        if s is None:
-            c["implementations"][item.name] = {
-                "status": NOT_RUN, "reason": "interrupted before it started" if partial else "never started",
-                "examples": 0, "seconds": 0.0, "cases_per_second": 0.0, "failures": [], "properties": {}, "coverage": {},
-            }
-            continue
-        status = s["status"]
-        error = s.get("error")
-        if status == "running":
-            if partial:  # stopped mid-item: what it wrote is what it found
-                status = "interrupted"
-            else:  # the run finished, this item never did: its worker died
-                status = "error"
-                error = {"type": "WorkerDied", "message": "the worker process died while running this item (a crash?)",
-                         "traceback": ""}
+        status = str(s.get("status", NOT_RUN))
         examples, seconds = int(s.get("examples", 0)), float(s.get("seconds", 0.0))
-        item_failures = []
+        impl["properties"][item.property] = {"examples": examples, "seconds": round(seconds, 3), "status": status,
+                                             "slices": s.get("slices", 0), "reason": s.get("reason", "")}
+        if status == NOT_RUN:
+            not_run.append(f"{item.contract}/{item.name}/{item.property}")
+        else:
+            c["items_run"] += 1
         for f in s.get("failures", []):
-            rec = {"contract": item.contract, "implementation": item.name, **f}
-            failures.append(rec)
-            item_failures.append({k: f.get(k) for k in ("property", "error_type", "message", "corpus_file", "new", "id")})
-        if error:
-            errors.append({"contract": item.contract, "implementation": item.name, **error})
+            failures.append({"contract": item.contract, "implementation": item.name, **f})
+            impl["failures"].append({k: f.get(k) for k in ("property", "during", "error_type", "message", "exit",
+                                                           "corpus_file", "new", "id")})
+        if s.get("error"):
+            errors.append({"contract": item.contract, "implementation": item.name, "property": item.property, **s["error"]})
             c["errors"] += 1
-        c["implementations"][item.name] = {
-            "status": status, "reason": s.get("reason", ""), "worker": s.get("worker"), "examples": examples,
-            "seconds": round(seconds, 3), "slice_seconds": s.get("slice_seconds"),
-            "cases_per_second": _rate(examples, seconds), "failures": item_failures,
-            "properties": s.get("properties", {}), "coverage": _coverage(s.get("events", {}), examples),
-            "scores": s.get("scores", {}), "settings": s.get("settings", {}),
-        }
+        impl["examples"] += examples
+        impl["seconds"] += seconds
+        impl["settings"] = s.get("settings") or impl["settings"]
+        for key in ("scores", "_events"):
+            src = s.get("events" if key == "_events" else key, {})
+            for k, v in src.items():
+                impl[key][k] = impl[key].get(k, 0) + int(v)
+                if key == "_events":
+                    c["_events"][k] = c["_events"].get(k, 0) + int(v)
         c["examples"] += examples
         c["seconds"] += seconds
-        c["failures"] += len(item_failures)
-        if status != NOT_RUN:
-            c["items_run"] += 1
-        for k, v in s.get("events", {}).items():
-            c["_events"][k] = c["_events"].get(k, 0) + int(v)
+        c["failures"] += len(s.get("failures", []))
     for c in contracts.values():
+        for impl in c["implementations"].values():
+            statuses = {p["status"] for p in impl["properties"].values()}
+            impl["status"] = ("error" if "error" in statuses else "failed" if impl["failures"] else
+                              "interrupted" if "interrupted" in statuses else NOT_RUN if statuses == {NOT_RUN} else
+                              "incomplete" if NOT_RUN in statuses else "passed")
+            impl["seconds"] = round(impl["seconds"], 3)
+            impl["cases_per_second"] = _rate(impl["examples"], impl["seconds"])
+            impl["coverage"] = _coverage(impl.pop("_events"), impl["examples"])
         c["seconds"] = round(c["seconds"], 3)
         c["cases_per_second"] = _rate(c["examples"], c["seconds"])
         c["coverage"] = _coverage(c.pop("_events"), c["examples"])
     examples = sum(c["examples"] for c in contracts.values())
     wall = max(0.0, finished - started)
-    not_run = [f"{n}/{name}" for n, c in contracts.items() for name, i in c["implementations"].items() if i["status"] == NOT_RUN]
+    notes = list(notes or [])
+    if not_run and not partial:
+        notes.append(f"incomplete: {len(not_run)} of {len(job.items)} items did not run (the budget ended before they "
+                     f"started): " + ", ".join(not_run[:20]) + (" ..." if len(not_run) > 20 else ""))
+    if partial:
+        status = "interrupted"
+    elif failures or errors:
+        status = "failed"
+    elif not_run:
+        status = "incomplete"
+    else:
+        status = "passed" if examples else "no examples"
     return {
         "tool": "batchfuzz",
         "partial": partial,
         "interrupted_by": interrupted_by,
-        "status": "interrupted" if partial else ("failed" if failures or errors else "passed" if examples else "no examples"),
+        "status": status,
         "started": _iso(started),
         "finished": _iso(finished),
         "wall_seconds": round(wall, 3),
         "budget_seconds": job.budget_s,
         "profile": job.profile,
         "seed": job.seed,
-        "rounds": job.rounds,
         "workers": job.workers,
+        "isolated": job.isolate,
         "device": job.items[0].device if job.items else None,
         "database": job.database,
         "corpus": job.corpus_dir,
+        "shard": job.extra.get("shard"),
         "replay_command": job.extra.get("replay_command"),
         "versions": versions(),
         "host": {"platform": platform.platform(), "cpus": os.cpu_count()},
@@ -130,7 +145,8 @@ def build_summary(
             "items_not_run": len(not_run),
             "throughput": _rate(examples, wall),
         },
-        "notes": list(notes or []),
+        "not_run": not_run,
+        "notes": notes,
         "contracts": contracts,
         "failures": failures,
         "errors": errors,
@@ -203,7 +219,7 @@ def render_junit(summary: dict[str, Any]) -> str:
         suite = ET.SubElement(root, "testsuite", name=cname)
         counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
         for iname, i in c["implementations"].items():
-            failed = {f["property"]: f for f in i["failures"]}
+            failed = {f.get("during") or f["property"]: f for f in i["failures"]}
             props = i["properties"] or {"(all properties)": {"examples": 0, "seconds": 0.0, "status": i["status"]}}
             for pname, p in props.items():
                 case = ET.SubElement(suite, "testcase", classname=f"{cname}.{iname}", name=pname,
@@ -216,13 +232,13 @@ def render_junit(summary: dict[str, Any]) -> str:
                     el = ET.SubElement(case, "failure", message=f"{f['error_type']}: {first}", type=str(f["error_type"]))
                     el.text = f"{f['message']}\ncorpus: {f.get('corpus_file')}"
                     counts["failures"] += 1
-                elif i["status"] == NOT_RUN:
-                    ET.SubElement(case, "skipped", message=i.get("reason") or NOT_RUN)
+                elif p.get("status") == NOT_RUN:
+                    ET.SubElement(case, "skipped", message=p.get("reason") or NOT_RUN)
                     counts["skipped"] += 1
-                elif i["status"] == "error":
+                elif p.get("status") == "error":
                     ET.SubElement(case, "error", message="the harness could not run this item")
                     counts["errors"] += 1
-                elif i["status"] == "interrupted":
+                elif p.get("status") == "interrupted":
                     ET.SubElement(case, "system-out").text = f"partial: interrupted after {p.get('examples', 0)} examples"
         for k, v in counts.items():
             suite.set(k, str(v))

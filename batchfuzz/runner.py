@@ -1,18 +1,26 @@
 """Run a contract's properties against a target with Hypothesis.
 
-The same code serves the generated tests, ``batchfuzz check`` and
-``batchfuzz fuzz``: ``hunt`` runs one property once with given settings and
-returns the shrunk counterexample, if any; ``hunt_for`` repeats rounds with
-fresh seeds until a wall-clock budget is spent.
+The same code serves the generated tests, ``batchfuzz check``, ``fuzz``,
+``replay``, the catalogue and ``batchfuzz.testing``: :func:`hunt` runs one
+property once with given settings and returns its shrunk (and reduced)
+counterexample, if any; :func:`hunt_for` repeats rounds over the properties
+with fresh seeds until a deadline.
+
+The target runs in an executor (``batchfuzz.execution``): a worker process
+that may crash or hang without taking this process down, or this process.
+A crash or a hang is a failure of the pseudo-property ``crash`` or
+``timeout``, shrunk like any other. A deadline (wall clock, ``time.time()``,
+so that several processes share one) bounds everything, shrinking included:
+past it a hunt stops and reports the smallest failing case seen so far.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
-import traceback
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,14 +30,25 @@ from hypothesis.errors import HypothesisException
 
 from batchfuzz.case import Case
 from batchfuzz.checks import PropertyViolation
-from batchfuzz.codec import call_literal, encode_case, literal
-from batchfuzz.preconditions import declared_assumptions, declared_domain
+from batchfuzz.codec import encode_case
+from batchfuzz.execution import CRASH, FAILED, REJECTED, TIMEOUT, Executor, Outcome, wrap
 from batchfuzz.reduce import reduce_case
 from batchfuzz.registry import Contract, Property, Target
+
+# The pseudo-properties a crash or a hang fails (the property that was being
+# checked when it happened is kept as ``Failure.during``).
+CRASH_PROPERTY = Property("crash", "calling the target does not kill its process (no segfault, os._exit, sys.exit, "
+                          "BaseException or device fault)", lambda target, case: None)
+TIMEOUT_PROPERTY = Property("timeout", "every call of the target returns within the per-example timeout",
+                            lambda target, case: None)
+# Seconds an example in flight may run past the deadline (the grace of --budget).
+DEADLINE_GRACE_S = 2.0
 
 
 @dataclass
 class Failure:
+    """A counterexample: the property it violates, the shrunk case, the error."""
+
     contract: str
     target: str
     property: str
@@ -38,42 +57,20 @@ class Failure:
     error_type: str
     message: str
     traceback: str = ""
+    exit: str = ""  # for crash and timeout: how the process ended
+    during: str = ""  # for crash and timeout: the property whose calls it happened in
+    complete: bool = True  # False: the deadline stopped shrinking early
 
     def kind(self) -> str:
+        if self.property in (CRASH_PROPERTY.name, TIMEOUT_PROPERTY.name):
+            return self.property
         return "violation" if self.error_type == PropertyViolation.__name__ else "exception"
-
-    def reproduction(self, function_name: str | None = None, import_line: str | None = None) -> str:
-        """A copy-paste Python reproduction of the shrunk case.
-
-        The call is positional (the canonical argument order of SPEC.md), so it
-        works whatever the target names its parameters.
-        """
-        from batchfuzz import registry
-
-        imports: set[str] = set()
-        name = function_name or self.contract
-        try:
-            hook = registry.get(self.contract).reproduce
-        except KeyError:
-            hook = None
-        if hook is not None:
-            body = hook(name, self.case, self.property, imports)
-        else:
-            body = [f"{k} = {literal(v, imports)}  # context the property uses" for k, v in self.case.context.items()]
-            body.append(f"result = {call_literal(name, self.case, imports)}")
-        lines = sorted(imports)
-        if import_line:
-            lines.append(import_line)
-        lines.extend(body)
-        lines.append(f"# violates {self.property}: {self.spec}")
-        lines.append(f"# {self.error_type}: {self.message.splitlines()[0] if self.message else ''}")
-        return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "contract": self.contract, "target": self.target, "property": self.property,
-            "spec": self.spec, "case": encode_case(self.case), "error_type": self.error_type,
-            "message": self.message,
+            "contract": self.contract, "target": self.target, "property": self.property, "spec": self.spec,
+            "case": encode_case(self.case), "error_type": self.error_type, "message": self.message, "exit": self.exit,
+            "during": self.during, "shrink_complete": self.complete,
         }
 
 
@@ -85,11 +82,64 @@ class HuntResult:
     failure: Failure | None = None
     events: Counter[str] = field(default_factory=Counter)
     scores: Counter[str] = field(default_factory=Counter)
+    out_of_time: bool = False  # the deadline ended this hunt
+
+
+class _OutOfTime(BaseException):
+    """Ends a Hypothesis run at the deadline (a BaseException: Hypothesis does
+    not take it for a failure and stops at once)."""
+
+
+class _Failed(Exception):
+    def __init__(self, outcome: Outcome) -> None:
+        super().__init__(outcome.message)
+        self.outcome = outcome
+
+
+class _Crashed(Exception):
+    def __init__(self, outcome: Outcome) -> None:
+        super().__init__(outcome.message)
+        self.outcome = outcome
+
+
+class _TimedOut(Exception):
+    def __init__(self, outcome: Outcome) -> None:
+        super().__init__(outcome.message)
+        self.outcome = outcome
+
+
+def _raise_for(outcome: Outcome) -> None:
+    # Three classes raised from three lines: Hypothesis tells distinct bugs
+    # apart by exception type and place, so a crash and a wrong answer are
+    # shrunk as two bugs, not one turned into the other.
+    if outcome.status == FAILED:
+        raise _Failed(outcome)
+    if outcome.status == CRASH:
+        raise _Crashed(outcome)
+    if outcome.status == TIMEOUT:
+        raise _TimedOut(outcome)
+
+
+def failure_signature(outcome: Outcome | None) -> tuple[str, str] | None:
+    """What counts as "the same failure" when a case is reduced."""
+    if outcome is None or outcome.status not in (FAILED, CRASH, TIMEOUT):
+        return None
+    return outcome.status, outcome.error_type
+
+
+@contextlib.contextmanager
+def _quiet_hypothesis() -> Iterator[None]:
+    """Hypothesis prints how to reproduce an aborted run; the runner reports
+    its own reproduction instead."""
+    from hypothesis import reporting
+
+    with reporting.with_reporter(lambda text: None):
+        yield
 
 
 def hunt(
     contract: Contract,
-    target: Target,
+    target: Target | Executor,
     prop: Property,
     *,
     target_name: str,
@@ -99,50 +149,70 @@ def hunt(
     on_example: Callable[[], None] | None = None,
     domain: str | None = None,
     reduce: bool = True,
+    deadline: float | None = None,
+    example_timeout_s: float | None = None,
+    labels: bool = True,
+    generate_until: float | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> HuntResult:
-    """Run ``prop`` against ``target`` once under ``run_settings``, on cases of
-    the contract's ``domain`` (default: the one the target declares with
-    ``@batchfuzz.domain``, else ``spec``), minus the cases the target's
-    ``@batchfuzz.assumes`` predicates reject.
+    """Run ``prop`` against ``target`` (a callable, run here, or an executor)
+    once under ``run_settings``, on cases of the contract's ``domain``
+    (default: the one the target declares with ``@batchfuzz.domain``, else
+    ``spec``), minus the cases the target's ``@batchfuzz.assumes`` predicates
+    reject.
 
-    Returns the number of examples run and, on failure, the shrunk case (the
-    last failing case Hypothesis replays is its minimal one, since
-    ``report_multiple_bugs`` is off).
+    Returns the examples run and, on failure, the shrunk case (the last
+    failing case Hypothesis replays is its minimal one, since
+    ``report_multiple_bugs`` is off), then reduced by the contract's
+    structural reductions (``batchfuzz.reduce``) when ``reduce``.
 
-    ``reduce``: the shrunk case is then reduced further by the contract's
-    structural reductions (``batchfuzz.reduce``).
+    ``deadline`` (``time.time()``): no example starts after it, an example in
+    flight is cut at it plus ``DEADLINE_GRACE_S``, and a failure found by
+    then is reported as shrunk so far. ``example_timeout_s`` bounds every
+    call (a hang is a ``timeout`` failure; in-process, only Python-level
+    hangs can be interrupted). ``generate_until`` (``time.time()``): no new
+    example is generated after it, unless a failure was found (then it is
+    shrunk until ``deadline``): a fuzz job's time slice. ``should_stop`` is
+    polled before every example (an interrupted run). ``labels``: record the contract's input-class
+    labels (``hypothesis.event`` statistics; they cost a few evaluations of
+    the oracle per example).
 
     Seeds: a randomized run uses ``seed`` (fresh when None); a derandomized
     run (the ``ci`` profile) is seeded from (contract, property, domain)
     alone, so its example stream does not depend on the target or on the
     source code of this function.
     """
-    domain = domain or declared_domain(target) or "spec"
+    executor = wrap(contract, target, target_name)
+    domain = domain or executor.describe().get("domain") or "spec"
     dom = contract.domain(domain)
-    assumptions = declared_assumptions(target)
     result = HuntResult(prop.name)
-    last_failure: list[tuple[Case, BaseException]] = []
+    last_failure: list[tuple[Case, Outcome]] = []
 
-    def admitted(case: Case) -> bool:
-        return all(p(*(case.args[k] for k in contract.arguments)) for p in assumptions)
+    def timeout() -> float | None:
+        if deadline is None:
+            return example_timeout_s
+        left = max(0.05, deadline + DEADLINE_GRACE_S - time.time())
+        return left if example_timeout_s is None else min(example_timeout_s, left)
 
     def body(case: Case) -> None:
-        if assumptions and not admitted(case):
+        now = time.time()
+        if (deadline is not None and now > deadline) or (should_stop is not None and should_stop()) or \
+                (generate_until is not None and now > generate_until and not last_failure):
+            raise _OutOfTime
+        snapshot = case.copy()
+        outcome = executor.check(prop.name, case, timeout())
+        if outcome.status == REJECTED:
             reject()
         result.examples += 1
-        for label in contract.labels(case):
-            event(label)
-            result.events[label] += 1
-        snapshot = case.copy()
-        try:
-            prop.check(target, case)
-        except HypothesisException:
-            raise
-        except Exception as exc:
-            last_failure.append((snapshot, exc))
-            raise
+        if labels:
+            for label in contract.labels(snapshot):
+                event(label)
+                result.events[label] += 1
+        if failure_signature(outcome) is not None:
+            last_failure.append((snapshot, outcome))
+            _raise_for(outcome)
         if contract.scores is not None:
-            result.scores.update(contract.scores(target, snapshot))
+            result.scores.update(executor.scores(snapshot, timeout()))
         if on_example is not None:
             on_example()
 
@@ -166,46 +236,53 @@ def hunt(
     test = settings(run_settings, report_multiple_bugs=False)(test)
     start = time.perf_counter()
     try:
-        test()
+        with _quiet_hypothesis():
+            test()
+    except _OutOfTime:
+        result.out_of_time = True
     except HypothesisException:
-        raise
-    except Exception as exc:
         if not last_failure:
             raise
-        case, err = last_failure[-1]
-        if reduce:
-            within = dataclasses.replace(dom, contains=lambda c: dom.contains(c) and admitted(c))
-            case, err = reduce_case(contract, within, case, err, lambda c: _raised(prop, target, c))
-        result.failure = Failure(
-            contract=contract.name, target=target_name, property=prop.name, spec=prop.spec, case=case,
-            error_type=type(err).__name__, message=str(err),
-            traceback="".join(traceback.format_exception(type(err), err, err.__traceback__)) if err.__traceback__ else str(exc),
-        )
+    except (_Failed, _Crashed, _TimedOut):
+        pass
     finally:
         result.seconds = time.perf_counter() - start
+    if last_failure:
+        case, outcome = last_failure[-1]
+        if reduce and not result.out_of_time:
+            within = dataclasses.replace(dom, contains=lambda c: dom.contains(c) and
+                                         executor.check("__admits__", c).status != REJECTED)
+            want = failure_signature(outcome)
+
+            def fails(c: Case) -> Outcome | None:
+                if deadline is not None and time.time() > deadline:
+                    return None
+                o = executor.check(prop.name, c, timeout())
+                return o if failure_signature(o) == want else None
+
+            case, outcome = reduce_case(contract, within, case, outcome, fails)
+        result.failure = _failure(contract, target_name, prop, case, outcome, complete=not result.out_of_time)
     return result
 
 
-def admits(contract: Contract, target: Target, case: Case, domain: str | None = None) -> bool:
-    """Whether ``case`` is an input of ``target``: it lies in ``domain`` (default:
-    the target's declared domain, else ``spec``) and every ``@assumes``
-    predicate of the target accepts it."""
-    dom = contract.domain(domain or declared_domain(target) or "spec")
-    args = [case.args[k] for k in contract.arguments]
-    return dom.contains(case) and all(p(*args) for p in declared_assumptions(target))
-
-
-def _raised(prop: Property, target: Target, case: Case) -> BaseException | None:
-    try:
-        prop.check(target, case)
-    except Exception as exc:
-        return exc
-    return None
+def _failure(contract: Contract, target_name: str, prop: Property, case: Case, outcome: Outcome, *, complete: bool) -> Failure:
+    if outcome.status == CRASH:
+        p, during = CRASH_PROPERTY, prop.name
+    elif outcome.status == TIMEOUT:
+        p, during = TIMEOUT_PROPERTY, prop.name
+    else:
+        p, during = prop, ""
+    error_type = outcome.error_type
+    if outcome.status == FAILED and error_type == "_Failed":  # pragma: no cover - defensive
+        error_type = "PropertyViolation"
+    return Failure(contract=contract.name, target=target_name, property=p.name, spec=p.spec, case=case,
+                   error_type=error_type, message=outcome.message, traceback=outcome.traceback, exit=outcome.exit,
+                   during=during, complete=complete)
 
 
 def hunt_for(
     contract: Contract,
-    target: Target,
+    target: Target | Executor,
     properties: tuple[Property, ...],
     *,
     target_name: str,
@@ -219,12 +296,16 @@ def hunt_for(
     on_result: Callable[[HuntResult, HuntResult], None] | None = None,
     max_rounds: int | None = None,
     domain: str | None = None,
+    example_timeout_s: float | None = None,
+    labels: bool = True,
 ) -> list[HuntResult]:
-    """Round-robin over ``properties`` with fresh seeds until ``budget_s`` is spent.
+    """Round-robin over ``properties`` with fresh seeds until the deadline
+    (``time.time() + budget_s`` unless ``deadline`` is given).
 
     Each round runs every still-passing property with ``round_examples``
-    examples; a derandomized profile runs a single round of its own size, since
-    a repeated round would replay the same examples.
+    examples, so every property gets examples early whatever the budget; a
+    derandomized profile runs a single round of its own size, since a
+    repeated round would replay the same examples.
 
     ``should_stop`` is polled before every hunt (an interrupted run stops at
     the next hunt boundary and returns what it has); ``on_result(round_result,
@@ -232,10 +313,12 @@ def hunt_for(
     failure the moment it is found; ``max_rounds`` caps the rounds (with a
     fixed ``seed`` and a fixed ``round_examples`` that makes a run replayable
     example for example). ``round_examples`` may be a function of the round
-    number, to size rounds to a time slice.
+    number, to size rounds to a time slice. A property never started before
+    the deadline keeps zero examples (the caller reports it as not run).
     """
+    executor = wrap(contract, target, target_name)
     results = {p.name: HuntResult(p.name) for p in properties}
-    end = deadline if deadline is not None else time.monotonic() + budget_s
+    end = deadline if deadline is not None else time.time() + budget_s
     round_no = 0
     while True:
         live = [p for p in properties if results[p.name].failure is None]
@@ -245,16 +328,18 @@ def hunt_for(
         for p in live:
             if should_stop is not None and should_stop():
                 return list(results.values())
-            if time.monotonic() >= end and round_no > 0:
-                break
+            if time.time() >= end:
+                return list(results.values())
             rs = base_settings if base_settings.derandomize else settings(base_settings, max_examples=n_examples)
-            r = hunt(contract, target, p, target_name=target_name, run_settings=rs,
-                     seed=_round_seed(seed, contract.name, p.name, round_no), domain=domain)
+            r = hunt(contract, executor, p, target_name=target_name, run_settings=rs,
+                     seed=_round_seed(seed, contract.name, p.name, round_no), domain=domain, deadline=end,
+                     example_timeout_s=example_timeout_s, labels=labels)
             acc = results[p.name]
             acc.examples += r.examples
             acc.seconds += r.seconds
             acc.events.update(r.events)
             acc.scores.update(r.scores)
+            acc.out_of_time = acc.out_of_time or r.out_of_time
             if r.failure is not None:
                 acc.failure = r.failure
             if on_result is not None:
@@ -262,23 +347,24 @@ def hunt_for(
             if r.failure is not None and stop_on_failure:
                 return list(results.values())
         round_no += 1
-        if base_settings.derandomize or time.monotonic() >= end or (max_rounds is not None and round_no >= max_rounds):
+        if base_settings.derandomize or time.time() >= end or (max_rounds is not None and round_no >= max_rounds):
             break
     if should_stop is not None and should_stop():
         return list(results.values())
     # The contract's explicit regression examples run last: a failure there is
     # not shrunk by Hypothesis, so generated search gets the first chance to
     # report a minimal case.
-    if contract.examples:
-        for p in properties:
+    if contract.examples and time.time() < end:
+        dom = contract.domain(domain or executor.describe().get("domain") or "spec")
+        examples = tuple(ex for ex in contract.examples
+                         if dom.contains(ex) and executor.check("__admits__", ex).status != REJECTED)
+        for p in properties if examples else ():
             acc = results[p.name]
             if acc.failure is not None:
                 continue
-            examples = tuple(ex for ex in contract.examples if admits(contract, target, ex, domain))
-            if not examples:
-                continue
-            r = hunt(contract, target, p, target_name=target_name, extra_examples=examples,
-                     run_settings=settings(base_settings, phases=[Phase.explicit], database=None), domain=domain)
+            r = hunt(contract, executor, p, target_name=target_name, extra_examples=examples, domain=domain, deadline=end,
+                     run_settings=settings(base_settings, phases=[Phase.explicit], database=None),
+                     example_timeout_s=example_timeout_s, labels=labels)
             acc.examples += r.examples
             acc.seconds += r.seconds
             if r.failure is not None:
@@ -298,12 +384,16 @@ def _round_seed(seed: int, *parts: object) -> int:
     return zlib.crc32(repr((seed, *parts)).encode()) & 0xFFFFFFFF
 
 
-def violated_properties(contract: Contract, target: Target, case: Case) -> list[str]:
+def violated_properties(contract: Contract, target: Target | Executor, case: Case, *, timeout_s: float | None = None) -> list[str]:
     """Every property of ``contract`` that ``case`` violates (or crashes) on ``target``."""
-    out = []
-    for p in contract.properties:
-        try:
-            p.check(target, case.copy())
-        except Exception:
-            out.append(p.name)
-    return out
+    executor = wrap(contract, target)
+    return [p.name for p in contract.properties if failure_signature(executor.check(p.name, case.copy(), timeout_s)) is not None]
+
+
+def admits(contract: Contract, target: Target | Executor, case: Case, domain: str | None = None) -> bool:
+    """Whether ``case`` is an input of ``target``: it lies in ``domain`` (default:
+    the target's declared domain, else ``spec``) and every ``@assumes``
+    predicate of the target accepts it."""
+    executor = wrap(contract, target)
+    dom = contract.domain(domain or executor.describe().get("domain") or "spec")
+    return dom.contains(case) and executor.check("__admits__", case).status != REJECTED

@@ -2,7 +2,7 @@
 
 For every ``1 <= R <= max_reqs`` and every ``R <= N <= max_tokens`` the split
 is computed by a batched implementation (one call per R, all N at once) and
-every property of SPEC.md contract A is checked on the whole block:
+every property of contract A (docs/contracts.md) is checked on the whole block:
 the closed form, ``sum == N``, ``max == ceil(N/R)``, ``min == N // R``,
 non-decreasing, every entry ``>= 1``, and ``max <= L`` for the tightest
 ``L = ceil(N / R)`` (which implies it for every larger ``L``).

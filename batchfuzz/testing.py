@@ -23,7 +23,8 @@ from typing import Any
 
 from hypothesis import settings
 
-from batchfuzz import registry, runner
+from batchfuzz import registry, reproduce, runner
+from batchfuzz.case import Case
 from batchfuzz.registry import Contract
 
 
@@ -60,10 +61,21 @@ def check_contract(contract: str | Contract, target: Callable[..., Any], *, max_
     props = c.properties if properties is None else tuple(c.property(p) for p in properties)
     run_settings = settings() if max_examples is None else settings(settings(), max_examples=max_examples)
     name = getattr(target, "__qualname__", None) or getattr(target, "__name__", None) or "target"
-    module = getattr(target, "__module__", None)
+    module = getattr(target, "__module__", None) or "__main__"
+    ref = f"{module}:{name}" if "<" not in name else f"{module}:target"
     for prop in props:
-        r = runner.hunt(c, target, prop, target_name=f"{module}:{name}", run_settings=run_settings, domain=domain)
+        r = runner.hunt(c, target, prop, target_name=ref, run_settings=run_settings, domain=domain)
         if r.failure is not None:
-            fn = name.split(".")[-1]
-            import_line = f"from {module} import {name.split('.')[0]}" if module and module != "__main__" and "<" not in name else None
-            raise Counterexample(r.failure, r.failure.reproduction(function_name=fn, import_line=import_line))
+            raise Counterexample(r.failure, reproduce.reproduction(r.failure, ref))
+
+
+def assert_property(contract: str | Contract, prop: str, target: Callable[..., Any], args: dict[str, Any],
+                    context: dict[str, Any] | None = None) -> None:
+    """Check one property of a contract on one case (a reproduction's last
+    line): raises ``AssertionError`` (``PropertyViolation``) when it fails,
+    or whatever the target raises."""
+    from batchfuzz.execution import guarded
+
+    c = registry.get(contract) if isinstance(contract, str) else contract
+    p = c.property(prop)
+    p.check(target if p.raw else guarded(c, target), Case(dict(args), dict(context or {})))

@@ -1,8 +1,8 @@
 """Argument validation shared by oracles and implementations.
 
 Every check raises ``TypeError`` for a wrong type and ``ValueError`` for a bad
-value, and the message names the argument and the value (SPEC.md, common
-rules). Oracles and implementations share these so that error inputs get the
+value, and the message names the argument and the value (docs/contracts.md,
+common rules). Oracles and implementations share these so that error inputs get the
 same message whichever one is called.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-# The integer dtypes counts and tables may have (SPEC.md, common rules), in the order strategies draw them:
+# The integer dtypes counts and tables may have (docs/contracts.md, common rules), in the order strategies draw them:
 # int32 first, the engine's own dtype for metadata buffers and block tables.
 INT_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 

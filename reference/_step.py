@@ -49,7 +49,7 @@ Range = tuple[int, int]
 
 @dataclass
 class Step:
-    """One scheduler step as contract E sees it (SPEC.md, contract E).
+    """One scheduler step as contract E sees it (docs/contracts.md, contract E).
 
     ``num_computed_tokens[r]`` (c) and ``num_scheduled_tokens[r]`` (q) per
     request in batch order; ``block_tables[g]`` is group g's (R, W_g) table;
@@ -177,7 +177,7 @@ def plain(step: Step) -> PlainStep:
 
 
 def slot(s: PlainStep, g: int, r: int, p: int) -> tuple[int, int]:
-    """SPEC: position p of request r lives in slot (T_g[r, p // B_g], p % B_g)."""
+    """Position p of request r lives in slot (T_g[r, p // B_g], p % B_g)."""
     size = s.sizes[g]
     return s.tables[g][r][p // size], p % size
 

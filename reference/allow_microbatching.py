@@ -32,7 +32,7 @@ class Violation(NamedTuple):
 def simulate(step: Any, split: Any) -> list[Violation]:
     """Run the step ubatch by ubatch on a model KV cache; return every violation.
 
-    SPEC.md: before the step, the slots of all computed positions are written,
+    docs/contracts.md: before the step, the slots of all computed positions are written,
     except those that some request writes in this step. Within a ubatch, first
     all of its writes, then every token's reads (its request's computed slots
     and its own earlier positions). A read of an unwritten slot is a violation.
@@ -85,7 +85,7 @@ def simulate(step: Any, split: Any) -> list[Violation]:
 
 
 def allow_split(step: Any, split: Any) -> bool:
-    """True when the split has no harmful conflict (SPEC.md, decisions)."""
+    """True when the split has no harmful conflict (docs/contracts.md, "Decisions")."""
     return not harmful_conflicts(step, split)
 
 

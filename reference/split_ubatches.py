@@ -53,7 +53,7 @@ def check_ubatch_args(
 
 
 def refuses(total_tokens: int, num_tokens_padded: int, num_ubatches: int) -> bool:
-    """SPEC.md: refused when ``(Np // n) * (n - 1) >= sum(nst)`` (empty last ubatch)."""
+    """Refused when ``(Np // n) * (n - 1) >= sum(nst)`` (empty last ubatch)."""
     return (num_tokens_padded // num_ubatches) * (num_ubatches - 1) >= total_tokens
 
 

@@ -36,7 +36,7 @@ Decide = Callable[[Sequence[bool], Sequence[int], int, int], bool]
 def dp_allow(
     rank_allows: Sequence[bool], rank_num_tokens: Sequence[int], num_tokens_padded: int, num_ubatches: int = 2
 ) -> bool:
-    """Data-parallel decision (SPEC.md): split only if every rank allows it and
+    """Data-parallel decision (docs/contracts.md): split only if every rank allows it and
     the last ubatch is non-empty on the rank with the fewest tokens.
 
     Every rank splits the same padded token count ``num_tokens_padded`` at the

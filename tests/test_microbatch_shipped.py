@@ -1,4 +1,4 @@
-"""The engine's shipped microbatch check (SPEC.md, "What the engine ships"),
+"""The engine's shipped microbatch check (docs/contracts.md, "What the engine ships"),
 re-expressed in ``batchfuzz.variants.microbatch.shipped_allow_microbatching``,
 judged by the simulation.
 

@@ -1,7 +1,7 @@
 """Contract E's definitions checked against each other and against the
-simulation, SPEC.md's final judge (the oracles of reference/conflicts.py).
+simulation, the final judge (batchfuzz.reference.allow_microbatching.simulate).
 
-SPEC.md claims: unsplit, a step never has violations; split, the violations
+The contract claims: unsplit, a step never has violations; split, the violations
 are exactly the harmful conflicts. docs/microbatch.md claims the exact,
 split-agnostic rule: a harmful split exists iff some reader's computed slot
 is first written by a token after the reader's first token, which on
@@ -57,7 +57,7 @@ def test_unsplit_step_never_violates(case: Case) -> None:
 
 @given(case=conflict_cases.cases())
 def test_violations_are_exactly_the_harmful_conflicts(case: Case) -> None:
-    """SPEC's claim, on well-formed steps; in general every violation whose
+    """The contract's claim, on well-formed steps; in general every violation whose
     slot is first written by another request is a harmful conflict."""
     step = _step(case)
     well_formed = ref_step.is_well_formed(step)
@@ -143,8 +143,8 @@ def _lit(c: list[int], q: list[int], tables: list[list[list[int]]], sizes: list[
 def test_self_overlap_is_a_violation_but_no_conflict() -> None:
     """One request, block 1 at columns 0 and 2: its computed position 0 and
     its written position 2 share slot (1, 0). Split after its first token,
-    it reads the slot before its own later token writes it. SPEC's
-    conflicts need w != r, so there is no conflict: SPEC's "violations are
+    it reads the slot before its own later token writes it. The contract's
+    conflicts need w != r, so there is no conflict: the contract's "violations are
     exactly the harmful conflicts" does not hold for such a step (no engine
     makes one: a block id never repeats inside a row)."""
     step = _lit([1], [2], [[[1, 2, 1]]], [1])

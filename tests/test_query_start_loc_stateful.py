@@ -1,6 +1,6 @@
 """Contract C, stateful form: one persistent buffer over long sequences of steps.
 
-SPEC.md, contract C: "one persistent buffer serves a long sequence of steps of
+docs/contracts.md, contract C: "one buffer serves a long sequence of steps of
 varying R and P (larger steps then smaller ones, real steps mixed with dummy
 runs). After every step its first P + 1 entries obey the contract, whatever
 earlier steps left there." A Hypothesis ``RuleBasedStateMachine`` owns the

@@ -14,7 +14,7 @@ rotating order), it times:
 - ``validation``: ``batchfuzz.reference._step.check_step``, the input validation
   the exact implementations begin with (included in their times; the
   shipped check validates nothing);
-- ``shipped numpy``: the engine's shipped check (SPEC.md, "What the engine
+- ``shipped numpy``: the engine's shipped check (docs/contracts.md, "What the engine
   ships") vectorised here as an engine would write it; checked on every step
   to decide exactly as ``shipped loops``;
 - ``shipped loops``: ``batchfuzz.variants.microbatch.shipped_allow_microbatching``
@@ -101,7 +101,7 @@ def register(sub: Any) -> None:
 
 def shipped_allow_numpy(c: np.ndarray, q: np.ndarray, tables: list[np.ndarray], sizes: list[int],
                         reorder_batch_threshold: int = 1) -> bool:
-    """SPEC.md's shipped check as an engine would vectorise it: readers are the
+    """The shipped check (docs/contracts.md) as an engine would vectorise it: readers are the
     requests with ``q > threshold`` and ``c > 0``; a reader reads its whole
     blocks (columns ``[0, c // B)``); written are the columns ``[c // B,
     ceil((c + q) / B))`` of every request, null entries included; veto when a

@@ -33,7 +33,7 @@ def register(sub: Any) -> None:
                                    "properties under the ci profile and report what catches it, its shrunk counterexample "
                                    "and how long the search took.")
     p.add_argument("--contract", action="append", default=None, metavar="NAME",
-                   help="only this contract (name or SPEC section letter; repeatable)")
+                   help="only this contract (name or section letter; repeatable)")
     p.add_argument("--variant", action="append", default=None, metavar="NAME", help="only this variant name (repeatable)")
     p.add_argument("--markdown", metavar="PATH",
                    help="write the Markdown table here (between the catalogue markers when the file already has them)")

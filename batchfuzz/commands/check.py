@@ -1,128 +1,214 @@
-"""``batchfuzz check CONTRACT MODULE:FUNCTION``: fuzz a user's function against a contract.
+"""``batchfuzz check CONTRACT TARGET``: fuzz a function against a contract.
 
-Exit codes: 0 no counterexample within the budget, 1 counterexample found
-(printed as a copy-paste reproduction), 2 usage or import error.
+The target runs in a worker process (``batchfuzz.execution``) unless
+``--no-isolation``: a segfault, an exit, a device fault or a hang is a
+counterexample of the pseudo-property ``crash`` or ``timeout``, shrunk and
+reproduced like any other. ``--budget`` bounds the whole command.
+
+Exit codes: 0 every property ran and passed; 1 a counterexample (a wrong
+result, a crash or a timeout), printed as a reproduction; 2 a usage error,
+found before any example runs (unknown contract or domain, a target that
+cannot be imported or whose signature cannot take the contract's arguments,
+an unwritable --json path, a --database path that is a regular file); 3
+incomplete: the budget ended before every property ran.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
-from typing import Any
+from typing import Any, TextIO
 
 from hypothesis import settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 
-from batchfuzz import profiles, registry, runner
-from batchfuzz.cli import UsageError, parse_duration
+from batchfuzz import profiles, registry, reproduce, runner
+from batchfuzz.cli import UsageError, parse_duration, writable_file
 from batchfuzz.codec import literal
-from batchfuzz.targets import TargetError, load_target
+from batchfuzz.execution import executor_for
+from batchfuzz.targets import TargetError, parse
+
+# How long after --budget check may still run: the example in flight
+# (runner.DEADLINE_GRACE_S), then the report.
+GRACE_S = runner.DEADLINE_GRACE_S + 3.0
+
+
+def default_timeout(budget_s: float) -> float:
+    """The per-example timeout a budget implies: a tenth of it, within [1 s, 30 s]."""
+    return min(30.0, max(1.0, budget_s / 10))
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("check", help="fuzz your own function against a contract",
-                       description="Fuzz MODULE:FUNCTION (the contract's canonical signature) against CONTRACT's properties. "
-                                   "The contracts, their domains and the target signatures: docs/contracts.md.")
+    p = sub.add_parser(
+        "check", help="fuzz your own function against a contract",
+        description="Fuzz TARGET (a function with the contract's canonical signature) against CONTRACT's properties. "
+                    "The contracts, their domains and the target signatures: docs/contracts.md. Exit codes: 0 passed, "
+                    "1 counterexample, 2 usage error, 3 incomplete (the budget ended before every property ran).")
     p.add_argument("contract", help="contract name (see `batchfuzz list`)")
-    p.add_argument("target", help="MODULE:FUNCTION or path/to/file.py:FUNCTION")
-    p.add_argument("--budget", type=parse_duration, default=30.0, help="wall-clock budget, e.g. 30, 90s, 5m (default 30s)")
+    p.add_argument("target", help="MODULE:FUNCTION or path/to/file.py:FUNCTION (also impl:NAME@DEVICE, variant:NAME, oracle)")
+    p.add_argument("--budget", type=parse_duration, default=30.0,
+                   help=f"wall-clock budget for the whole command, shrinking included, e.g. 30, 90s, 5m (default 30s); "
+                        f"it ends within the budget plus {GRACE_S:g}s")
+    p.add_argument("--timeout", type=parse_duration, default=None, metavar="SECONDS",
+                   help="per-example timeout: a call that runs longer is a `timeout` counterexample "
+                        "(default: a tenth of the budget, between 1s and 30s)")
+    p.add_argument("--no-isolation", action="store_true",
+                   help="run the target in this process: faster, but a segfault or a hang in C code ends the command")
+    p.add_argument("--domain", default=None, metavar="NAME",
+                   help="input domain: spec (the widest) or engine (what an engine's callers produce); default: the one "
+                        "the target declares with @batchfuzz.domain, else spec")
     p.add_argument("--json", dest="json_path", metavar="PATH", help="write a JSON report here")
     p.add_argument("--seed", type=int, default=None, help="seed for a deterministic run")
     p.add_argument("--database", metavar="PATH", help="persist Hypothesis examples here (replayed by later runs)")
     p.add_argument("--property", action="append", default=None, help="only this property (repeatable)")
-    p.add_argument("--domain", default=None, metavar="NAME",
-                   help="input domain: spec (the widest) or engine (what an engine's callers produce); default: the one "
-                        "the target declares with @batchfuzz.domain, else spec")
     p.set_defaults(func=run)
 
 
-def _load(args: argparse.Namespace) -> tuple[registry.Contract, Any]:
+class _Progress:
+    """Per property: examples run, failures, time left; a live line on a terminal, plain lines otherwise."""
+
+    def __init__(self, stream: TextIO, deadline: float) -> None:
+        self.stream, self.deadline = stream, deadline
+        self.tty = stream.isatty()
+        self.last = time.time()
+
+    def update(self, acc: runner.HuntResult, final: bool = False) -> None:
+        left = max(0.0, self.deadline - time.time())
+        status = "FAIL" if acc.failure else "ok"
+        line = f"  {status:4} {acc.property:40} {acc.examples:7d} examples  {left:5.0f}s left"
+        if self.tty:
+            self.stream.write("\r" + line.ljust(78) + ("\n" if final else ""))
+        elif final or time.time() - self.last > 5:
+            self.stream.write(line + "\n")
+            self.last = time.time()
+        self.stream.flush()
+
+
+def _database(path: str | None) -> Any:
+    if not path:
+        return None
+    if os.path.isfile(path):
+        raise UsageError(f"--database {path}: is a regular file, not a database directory")
+    return DirectoryBasedExampleDatabase(path)
+
+
+def run(args: argparse.Namespace) -> int:
+    started = time.time()
+    deadline = started + args.budget
     try:
         contract = registry.get(args.contract)
     except KeyError as exc:
         raise UsageError(str(exc).strip("'\"")) from None
-    try:
-        target = load_target(args.target)
-    except TargetError as exc:
-        raise UsageError(str(exc)) from None
-    return contract, target
-
-
-def run(args: argparse.Namespace) -> int:
-    contract, target = _load(args)
-    props = contract.properties
     if args.domain is not None:
         try:
             contract.domain(args.domain)
         except KeyError as exc:
             raise UsageError(str(exc).strip("'\"")) from None
+    props = contract.properties
     if args.property:
         try:
             props = tuple(contract.property(n) for n in args.property)
         except KeyError as exc:
             raise UsageError(str(exc).strip("'\"")) from None
-    profiles.register_profiles()
-    base = settings(
-        settings.get_profile("dev"), derandomize=False,
-        database=DirectoryBasedExampleDatabase(args.database) if args.database else None,
-    )
-    seed = args.seed if args.seed is not None else int(time.time() * 1000) & 0xFFFFFFFF
-    from batchfuzz.preconditions import declared_domain
-
-    domain = args.domain or declared_domain(target) or "spec"
-    print(f"batchfuzz check {contract.name} {args.target}: {len(props)} properties, domain {domain}, budget {args.budget:g}s, seed {seed}")
-    start = time.monotonic()
+    if args.json_path:
+        writable_file(args.json_path, "--json")
+    database = _database(args.database)
     try:
-        results = runner.hunt_for(contract, target, props, target_name=args.target, budget_s=args.budget,
-                                  base_settings=base, seed=seed, domain=domain)
+        ref = parse(args.target)
+        executor = executor_for(contract, ref, isolate=not args.no_isolation)
+        info = executor.describe()
+    except TargetError as exc:
+        raise UsageError(f"target {args.target}: {exc}") from None
+    if info.get("error"):
+        executor.close()
+        raise UsageError(f"target {args.target}: {info['error']}")
+    with executor:
+        return _check(args, contract, props, ref, executor, info, database, started, deadline)
+
+
+def _check(args: argparse.Namespace, contract: registry.Contract, props: tuple[registry.Property, ...], ref: Any,
+           executor: Any, info: dict[str, Any], database: Any, started: float, deadline: float) -> int:
+    profiles.register_profiles()
+    base = settings(settings.get_profile("dev"), derandomize=False, database=database)
+    seed = args.seed if args.seed is not None else int(time.time() * 1000) & 0xFFFFFFFF
+    domain = args.domain or info.get("domain") or "spec"
+    timeout = args.timeout if args.timeout is not None else default_timeout(args.budget)
+    mode = "in this process" if args.no_isolation else "in a worker process"
+    print(f"batchfuzz check {contract.name} {args.target}: {len(props)} properties, domain {domain}, budget {args.budget:g}s, "
+          f"timeout {timeout:g}s per example, {mode}, seed {seed}", flush=True)
+    progress = _Progress(sys.stdout, deadline)
+    try:
+        results = runner.hunt_for(contract, executor, props, target_name=ref.spec, budget_s=args.budget, base_settings=base,
+                                  seed=seed, domain=domain, deadline=deadline, example_timeout_s=timeout,
+                                  on_result=lambda r, acc: progress.update(acc))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    seconds = time.monotonic() - start
+    seconds = time.time() - started
     examples = sum(r.examples for r in results)
     failure = next((r.failure for r in results if r.failure is not None), None)
     scores: dict[str, int] = {}
     for r in results:
         for k, v in r.scores.items():
             scores[k] = scores.get(k, 0) + v
+    if progress.tty:
+        print()
+    not_run = [r.property for r in results if r.examples == 0 and r.failure is None]
     for r in results:
         if r.failure:
             mark, note = "FAIL", ""
         elif r.examples:
             mark, note = "ok", ""
-        else:
+        elif failure is not None:
             mark, note = "-", "  (not run: the search stops at the first counterexample)"
+        else:
+            mark, note = "-", "  (not run: the budget ended first)"
         print(f"  {mark:4} {r.property:40} {r.examples:7d} examples{note}")
     if scores:
         print("  scores (reported, not failed on): " + ", ".join(f"{k}={v}" for k, v in sorted(scores.items())))
     report: dict[str, Any] = {
-        "contract": contract.name, "target": args.target, "examples": examples, "seconds": round(seconds, 3),
-        "seed": seed, "domain": domain, "scores": scores, "status": "passed", "property": None, "counterexample": None,
+        "contract": contract.name, "target": args.target, "domain": domain, "examples": examples,
+        "seconds": round(seconds, 3), "budget": args.budget, "timeout": timeout, "isolated": not args.no_isolation,
+        "seed": seed, "scores": scores, "status": "passed", "property": None, "counterexample": None,
+        "properties": {r.property: {"examples": r.examples, "status": "failed" if r.failure else "passed" if r.examples else
+                                    "not run"} for r in results},
     }
+    code = 0
     if failure is not None:
-        module, _, func = args.target.rpartition(":")
-        import_line = f"from {module} import {func}" if not module.endswith(".py") else f"# load {func} from {module}"
-        repro = failure.reproduction(function_name=func.split(".")[-1], import_line=import_line)
-        print(f"\nCOUNTEREXAMPLE: property {failure.property} ({failure.spec})")
+        code = 1
+        repro = reproduce.reproduction(failure, ref, timeout_s=max(10.0, 3 * timeout))
+        print(f"\nCOUNTEREXAMPLE: property {failure.property} ({failure.spec})"
+              + (f", while checking {failure.during}" if failure.during else ""))
         print(f"{failure.error_type}: {failure.message}\n")
-        print("--- reproduction (copy-paste) ---")
+        if not failure.complete:
+            print("(the budget ended while shrinking: the case is the smallest found so far)\n")
+        print("--- reproduction (copy-paste; run it with python) ---")
         print(repro)
-        also = runner.violated_properties(contract, target, failure.case)
-        if also:
-            print(f"--- the shrunk case violates: {', '.join(also)}")
-        cmd = f"batchfuzz check {contract.name} {args.target} --property {failure.property} --seed {seed}"
-        print(f"--- replay the search: {cmd}")
+        also: list[str] = []
+        if time.time() < deadline + runner.DEADLINE_GRACE_S and failure.property not in ("crash", "timeout"):
+            also = runner.violated_properties(contract, executor, failure.case, timeout_s=timeout)
+            if also:
+                print(f"--- the shrunk case violates: {', '.join(also)}")
+        print(f"--- replay the search: batchfuzz check {contract.name} {args.target} --property "
+              f"{failure.during or failure.property} --seed {seed}")
         report.update(
-            status="counterexample", property=failure.property, message=failure.message, error_type=failure.error_type,
+            status="counterexample", property=failure.property, during=failure.during, message=failure.message,
+            error_type=failure.error_type, exit=failure.exit, shrink_complete=failure.complete,
             counterexample={"args": {k: literal(v) for k, v in failure.case.args.items()},
                             "context": {k: literal(v) for k, v in failure.case.context.items()}},
             case=failure.to_json()["case"], reproduction=repro, violated_properties=also,
         )
+    elif not_run:
+        code = 3
+        print(f"\nincomplete: the budget ended before {len(not_run)} of {len(results)} properties ran: {', '.join(not_run)} "
+              f"({examples} examples in {seconds:.1f}s); give it a larger --budget")
+        report.update(status="incomplete", not_run=not_run)
     else:
         print(f"\npassed: no counterexample in {examples} examples ({seconds:.1f}s)")
     if args.json_path:
         with open(args.json_path, "w") as fh:
             json.dump(report, fh, indent=2)
-    return 1 if failure is not None else 0
+    return code

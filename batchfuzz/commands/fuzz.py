@@ -1,16 +1,21 @@
 """``batchfuzz fuzz``: the (nightly) fuzz job.
 
 Every contract's properties against every implementation on the chosen
-device (and any ``--target`` a user adds), within a wall-clock budget,
-spread over ``--workers`` processes by pytest-xdist (see
-:mod:`batchfuzz.fuzzjob`). Progress on the terminal; reports
-(``summary.json``, ``summary.md``, ``junit.xml``) in ``--report``; every
-failure shrunk and saved to the corpus as it is found.
+device (and any ``--target`` a user adds), one work item per contract x
+target x property, within a wall-clock budget, spread over ``--workers``
+runner processes (:mod:`batchfuzz.fuzzjob`). The controller hands out items
+in time slices, round robin over every live item: every item gets its first
+slice before any gets a second, so a budget of at least ``MIN_SLICE_S``
+seconds per item per worker (plus a few seconds of start-up) runs every
+item. Progress on the terminal; reports (``summary.json``, ``summary.md``,
+``junit.xml``) in ``--report``; every failure shrunk and saved to the corpus
+as it is found. ``--shard K/N`` runs only the items of shard K of N.
 
-Exit codes: 0 no failure; 1 failures (or harness errors) found, listed;
-2 usage error, or a budget too small to run anything; 3 the internal pytest
-run itself broke (its log is printed); 128+N interrupted by signal N
-(130 SIGINT, 143 SIGTERM) after writing a partial report.
+Exit codes: 0 every item ran and passed; 1 a counterexample (a wrong result,
+a crash or a timeout) or a harness error, listed; 2 a usage error, found
+before any example runs; 3 incomplete: the budget ended before every item
+ran (the reports name them); 128+N interrupted by signal N (130 SIGINT,
+143 SIGTERM), after writing a partial report.
 """
 
 from __future__ import annotations
@@ -21,18 +26,27 @@ import os
 import shlex
 import signal
 import sys
-import threading
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any, TextIO
 
 from batchfuzz import corpus, profiles, registry
-from batchfuzz.cli import UsageError, parse_duration
-from batchfuzz.fuzzjob import JOB_OPTION, Job, WorkItem, read_states
-from batchfuzz.targets import TargetError, load_target
+from batchfuzz.cli import UsageError, parse_duration, writable_dir
+from batchfuzz.fuzzjob import FINAL, IDLE, RUNNING, WAITING, Job, WorkItem, new_state, read_states, runner_main, write_state
+from batchfuzz.targets import TargetError, parse
 
 DEFAULT_REPORT = "reports/fuzz"
-GRACE_S = float(os.environ.get("BATCHFUZZ_STOP_GRACE", "30"))  # after a stop request, before a hard exit
+# A slice is at least this long (seconds): every item runs once when the
+# budget gives each item this much per worker.
+MIN_SLICE_S = 0.25
+MAX_SLICE_S = 300.0
+# Slices are sized so that the budget holds about this many rounds.
+TARGET_ROUNDS = 2
+# After the deadline: the slices in flight finish (each stops generating at
+# once and shrinking by the deadline plus runner.DEADLINE_GRACE_S), then the
+# runners are stopped; a runner still busy this long after the deadline is killed.
+GRACE_S = float(os.environ.get("BATCHFUZZ_STOP_GRACE", "15"))
 _RANDOM_PROFILES = ("dev", "nightly")
 
 
@@ -53,37 +67,56 @@ def _target_spec(text: str) -> tuple[str, str]:
     return contract, spec
 
 
+def _shard(text: str) -> tuple[int, int]:
+    from batchfuzz.shards import parse_shard
+
+    try:
+        return parse_shard(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "fuzz", help="fuzz every contract and implementation (the nightly job)",
         description="Fuzz every contract's properties against its implementations (and your --target functions) "
-                    "within a budget, in parallel; save every failure to the corpus; write reports.",
+                    "within a budget, in parallel; save every failure to the corpus; write reports. Exit codes: 0 passed, "
+                    "1 failures, 2 usage error, 3 incomplete (the budget ended before every item ran), 128+N signal N.",
     )
-    p.add_argument("--budget", type=parse_duration, default=60.0, help="wall-clock budget, e.g. 90s, 15m, 2h (default 60s)")
-    p.add_argument("--workers", type=_positive_int, default=1,
-                   help="parallel worker processes (pytest-xdist); 1 runs in-process (default 1)")
+    p.add_argument("--budget", type=parse_duration, default=60.0,
+                   help=f"wall-clock budget, e.g. 90s, 15m, 2h (default 60s); every item runs when the budget gives each "
+                        f"item {MIN_SLICE_S:g}s per worker; the job ends within the budget plus {GRACE_S:g}s")
+    p.add_argument("--workers", type=_positive_int, default=1, help="parallel runner processes (default 1)")
     p.add_argument("--profile", choices=profiles.PROFILES, default="dev",
                    help="Hypothesis profile: nightly/dev are random with the example database; "
-                        "ci/mutation are derandomized single rounds (default dev)")
+                        "ci/mutation are derandomized single runs (default dev)")
     p.add_argument("--contract", action="append", default=None, metavar="NAME",
                    help="only contracts matching NAME (a name or a glob; repeatable)")
     p.add_argument("--impl", action="append", default=None, metavar="NAME",
-                   help="only implementations matching NAME (e.g. numpy, 'engine.*', 'target:*'; repeatable)")
+                   help="only targets matching NAME (e.g. 'impl:numpy@cpu', 'impl:engine.*', 'mymod:*'; repeatable)")
     p.add_argument("--target", action="append", default=[], type=_target_spec, metavar="CONTRACT=MODULE:FUNCTION",
                    help="also fuzz your own function against CONTRACT (repeatable; FILE.py:FUNCTION works too)")
+    p.add_argument("--domain", default=None, metavar="NAME",
+                   help="input domain for --target functions (spec or engine; default: the one each declares with "
+                        "@batchfuzz.domain, else spec); implementations are fuzzed on spec")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="device for torch implementations (default cpu)")
     p.add_argument("--seed", type=int, default=None,
-                   help="run seed: every round's examples are a function of (seed, contract, target, property, round); "
+                   help="run seed: every slice's examples are a function of (seed, contract, target, property, slice); "
                         "default: random, printed")
-    p.add_argument("--rounds", type=_positive_int, default=None,
-                   help="stop each item after N rounds of every property (with --seed: an exact replay of a run)")
-    p.add_argument("--database", metavar="PATH", default=None,
-                   help="Hypothesis example database directory shared by workers and later runs "
-                        f"(default for dev/nightly: ${profiles.DATABASE_ENV_VAR} or {profiles.DEFAULT_DATABASE})")
+    p.add_argument("--database", metavar="DB", default=None,
+                   help="Hypothesis example database: a directory, or redis://HOST:PORT/DB (a shared server, with a local "
+                        f"copy; needs batchfuzz[redis]); default for dev/nightly: ${profiles.DATABASE_ENV_VAR} or "
+                        f"{profiles.DEFAULT_DATABASE}")
     p.add_argument("--no-database", action="store_true", help="run without an example database")
+    p.add_argument("--shard", type=_shard, default=None, metavar="K/N",
+                   help="run only shard K of N: a stable partition of the work items (docs/nightly-shards.md)")
     p.add_argument("--report", metavar="DIR", default=DEFAULT_REPORT, help=f"report directory (default {DEFAULT_REPORT})")
     p.add_argument("--corpus", metavar="DIR", default=None,
                    help=f"failure corpus directory (default ${corpus.ENV_VAR}, else corpus/ of the checkout, else ./corpus)")
+    p.add_argument("--no-isolation", action="store_true",
+                   help="run targets inside the runner processes: faster, but a segfault or a hang in C code ends a runner")
+    p.add_argument("--timeout", type=parse_duration, default=30.0, metavar="SECONDS",
+                   help="per-example timeout: a longer call is a `timeout` counterexample (default 30s)")
     p.add_argument("--progress", choices=("auto", "table", "lines", "none"), default="auto",
                    help="live table on a terminal, plain lines otherwise (default auto)")
     p.set_defaults(func=run)
@@ -97,7 +130,7 @@ def _match(name: str, patterns: list[str]) -> bool:
 
 
 def plan(args: argparse.Namespace) -> list[WorkItem]:
-    """The run's work items, in SPEC order; raises UsageError on a bad filter or target."""
+    """The run's work items, in section order; raises UsageError on a bad filter or target."""
     contracts = registry.contracts()
     names = [c.name for c in contracts]
     if args.contract:
@@ -105,45 +138,83 @@ def plan(args: argparse.Namespace) -> list[WorkItem]:
             if not any(_match(n, [pat]) for n in names):
                 raise UsageError(f"--contract {pat!r} matches no contract; known: {', '.join(names)}")
         contracts = [c for c in contracts if _match(c.name, args.contract)]
-    selected = {c.name for c in contracts}
-    items: list[WorkItem] = []
+    by_name = {c.name: c for c in contracts}
+    pairs: list[tuple[Any, str, str | None]] = []
     # The user's own functions first (what they run the job for), then every
-    # implementation in SPEC order.
+    # implementation in section order.
     for cname, spec in args.target:
         if cname not in names:
             raise UsageError(f"--target {cname}={spec}: unknown contract {cname!r}; known: {', '.join(names)}")
-        if cname not in selected:
+        if cname not in by_name:
             raise UsageError(f"--target {cname}={spec}: contract {cname!r} is not selected by --contract")
+        if args.domain is not None:
+            try:
+                by_name[cname].domain(args.domain)
+            except KeyError as exc:
+                raise UsageError(f"--domain: {str(exc).strip(chr(39) + chr(34))}") from None
         try:
-            load_target(spec)
+            ref = parse(spec)
         except TargetError as exc:
             raise UsageError(f"--target {cname}={spec}: {exc}") from None
-        items.append(WorkItem(len(items), cname, args.device, target=spec))
+        pairs.append((by_name[cname], ref.spec, args.domain))
     for c in contracts:
         for impl in c.implementations:
             if args.device in impl.devices:
-                items.append(WorkItem(len(items), c.name, args.device, implementation=impl.name))
+                pairs.append((c, f"impl:{impl.name}@{args.device}", None))
     if args.impl:
         for pat in args.impl:
-            if not any(_match(i.implementation or f"target:{i.target}", [pat]) for i in items):
-                known = sorted({i.implementation or f"target:{i.target}" for i in items})
-                raise UsageError(f"--impl {pat!r} matches no implementation on {args.device}; known: {', '.join(known)}")
-        items = [i for i in items if _match(i.implementation or f"target:{i.target}", args.impl)]
-    if not items:
+            if not any(_match(t, [pat]) for _, t, _ in pairs):
+                known = sorted({t for _, t, _ in pairs})
+                raise UsageError(f"--impl {pat!r} matches no target on {args.device}; known: {', '.join(known)}")
+        pairs = [x for x in pairs if _match(x[1], args.impl)]
+    items = [WorkItem(0, c.name, target, args.device, p.name, domain) for c, target, domain in pairs for p in c.properties]
+    if args.shard is not None:
+        from batchfuzz.shards import select
+
+        k, n = args.shard
+        items = select(items, lambda i: i.shard_key, k, n)
+    if not items and args.shard is None:
         raise UsageError(f"nothing to fuzz on device {args.device!r} with these filters")
-    return [WorkItem(k, i.contract, i.device, i.implementation, i.target) for k, i in enumerate(items)]
+    return [WorkItem(k, i.contract, i.target, i.device, i.property, i.domain) for k, i in enumerate(items)]
+
+
+def _check_targets(items: list[WorkItem], isolate: bool) -> None:
+    """Every user target must load and take the contract's arguments, before any example runs."""
+    from batchfuzz.execution import executor_for
+
+    seen: set[tuple[str, str]] = set()
+    for item in items:
+        key = (item.contract, item.target)
+        if key in seen or parse(item.target).is_project_code:
+            continue
+        seen.add(key)
+        try:
+            with executor_for(registry.get(item.contract), item.target, isolate=isolate) as ex:
+                info = ex.describe()
+        except TargetError as exc:
+            raise UsageError(f"--target {item.contract}={item.target}: {exc}") from None
+        if info.get("error"):
+            raise UsageError(f"--target {item.contract}={item.target}: {info['error']}")
 
 
 def _database(args: argparse.Namespace) -> str | None:
+    """What the runners open (checked here first: a usage error before any example)."""
     if args.no_database:
         if args.database:
             raise UsageError("--database and --no-database contradict each other")
         return None
-    if args.database:
-        return str(Path(args.database).absolute())
-    if args.profile in _RANDOM_PROFILES:
-        return str(Path(profiles.database_path()).absolute())
-    return None
+    spec = args.database or (os.environ.get(profiles.DATABASE_ENV_VAR) if args.profile in _RANDOM_PROFILES else None)
+    if spec is None:
+        return "profile" if args.profile in _RANDOM_PROFILES else None
+    from batchfuzz.database import DatabaseError, open_database
+
+    if "://" not in spec:
+        spec = str(Path(spec).absolute())
+    try:
+        open_database(spec, local_dir=profiles.database_path())
+    except DatabaseError as exc:
+        raise UsageError(f"--database: {exc}") from None
+    return spec
 
 
 def _replay_command(args: argparse.Namespace, seed: int) -> str:
@@ -153,8 +224,12 @@ def _replay_command(args: argparse.Namespace, seed: int) -> str:
     parts += [f"--contract {q(c)}" for c in args.contract or []]
     parts += [f"--impl {q(i)}" for i in args.impl or []]
     parts += [f"--target {q(f'{c}={s}')}" for c, s in args.target]
-    if args.rounds:
-        parts.append(f"--rounds {args.rounds}")
+    if args.shard:
+        parts.append(f"--shard {args.shard[0]}/{args.shard[1]}")
+    if args.no_isolation:
+        parts.append("--no-isolation")
+    if args.timeout != 30.0:
+        parts.append(f"--timeout {args.timeout:g}")
     return " ".join(parts)
 
 
@@ -162,12 +237,7 @@ def _replay_command(args: argparse.Namespace, seed: int) -> str:
 
 
 def _progress_stream() -> TextIO:
-    """A private handle on the real stdout: pytest's output capture (which
-    redirects fd 1 while a test runs in-process) does not touch it."""
-    try:
-        return os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1, closefd=True)
-    except (AttributeError, OSError, ValueError):
-        return sys.stdout
+    return sys.stdout
 
 
 def _prepare_report_dir(report_dir: Path) -> None:
@@ -175,7 +245,7 @@ def _prepare_report_dir(report_dir: Path) -> None:
     there (our file names only: the directory may be shared with other things)."""
     import re
 
-    report_dir.mkdir(parents=True, exist_ok=True)
+    writable_dir(str(report_dir), "--report")
     for name in ("summary.json", "summary.md", "junit.xml"):
         (report_dir / name).unlink(missing_ok=True)
     items = report_dir / "items"
@@ -185,91 +255,173 @@ def _prepare_report_dir(report_dir: Path) -> None:
                 p.unlink()
     run_dir = report_dir / ".run"
     if run_dir.is_dir():
-        started = run_dir / "started"
-        if started.is_dir():
-            for p in started.iterdir():
-                if p.name.isdigit():
-                    p.unlink()
-        for name in ("job.json", "pytest.ini", "pytest.log", "STOP"):
+        for name in ("job.json", "STOP"):
             (run_dir / name).unlink(missing_ok=True)
     items.mkdir(exist_ok=True)
     run_dir.mkdir(exist_ok=True)
 
 
-def _pytest_args(job_path: Path, run_dir: Path, workers: int) -> list[str]:
-    import batchfuzz._fuzzjob_items as items_module
+class _Scheduler:
+    """Hands out slices to the runners, round robin over the live items."""
 
-    args = [
-        str(Path(items_module.__file__ or "").resolve()),
-        "-p", "batchfuzz.fuzzjob", f"{JOB_OPTION}={job_path}",
-        # Isolation from the caller's pytest setup: our own empty ini file, no
-        # conftest.py, no cache, no third-party plugins (autoload is off).
-        "-c", str(run_dir / "pytest.ini"), "--rootdir", str(run_dir), "--noconftest",
-        "-p", "no:cacheprovider", "--assert=plain", "-q", "--tb=short", "-rfE",
-    ]
-    if workers > 1:
-        # worksteal, not load: load hands each worker a batch of items up front,
-        # so with few items a worker can sit on an item it never reaches before
-        # the deadline while another worker idles (seen on CUDA, where each
-        # worker's start-up is long); idle workers steal pending items instead.
-        args += ["-p", "xdist.plugin", "-n", str(workers), "--dist", "worksteal"]
-    return args
+    def __init__(self, job: Job, job_path: Path, stream: TextIO, progress: Any) -> None:
+        from batchfuzz.execution import process_context, without_main_module
 
-
-class _Controller:
-    def __init__(self, job: Job, progress: Any, stream: TextIO, started: float) -> None:
-        self.job = job
-        self.progress = progress
-        self.stream = stream
-        self.started = started
+        self.job, self.job_path, self.stream, self.progress = job, job_path, stream, progress
+        self.ctx, self._no_main = process_context(), without_main_module
+        self.live = deque(item.index for item in job.items)
+        self.slices = {item.index: 0 for item in job.items}
+        self.runners: dict[int, tuple[Any, Any]] = {}  # runner id -> (process, connection)
+        self.busy: dict[int, int] = {}  # runner id -> item index
+        self.next_id = 0
         self.signum: int | None = None
         self.stop_reason: str | None = None
-        self.stop_time: float | None = None
-        self.done = threading.Event()
-        self.hard_deadline = job.deadline + max(30.0, 0.1 * job.budget_s)
-        self.lock = threading.RLock()
 
-    def request_stop(self, reason: str) -> None:
-        with self.lock:
-            if self.stop_time is not None:
-                return
-            self.stop_reason = reason
-            self.stop_time = time.time()
-            self.job.stop_file.touch()
-        self._say(f"batchfuzz: {reason}: stopping the workers and writing a partial report")
-
-    def _say(self, text: str) -> None:
+    def say(self, text: str) -> None:
         if self.progress is not None:
             self.progress.message(text)
         else:
             self.stream.write(text + "\n")
             self.stream.flush()
 
+    def spawn(self) -> int:
+        rid = self.next_id
+        self.next_id += 1
+        parent, child = self.ctx.Pipe()
+        proc = self.ctx.Process(target=runner_main, args=(child, str(self.job_path), f"runner-{rid}", os.getpid()), daemon=False)
+        with self._no_main():
+            proc.start()
+        child.close()
+        self.runners[rid] = (proc, parent)
+        return rid
+
+    def request_stop(self, reason: str) -> None:
+        if self.stop_reason is None:
+            self.stop_reason = reason
+            self.job.stop_file.touch()
+            self.say(f"batchfuzz: {reason}: stopping the runners and writing a partial report")
+
     def on_signal(self, signum: int, frame: Any) -> None:
         if self.signum is not None:
-            # A second signal: stop waiting for the workers.
-            raise KeyboardInterrupt
+            raise KeyboardInterrupt  # a second signal: stop waiting for the runners
         self.signum = signum
         self.request_stop(f"{signal.Signals(signum).name} received")
 
-    def watchdog(self) -> None:
-        while not self.done.wait(0.5):
-            now = time.time()
-            if self.stop_time is None and now > self.hard_deadline:
-                self.request_stop(f"the run overran its budget by {now - self.job.deadline:.0f}s (an item hangs?)")
-            if self.stop_time is not None and now > self.stop_time + GRACE_S and not self.done.is_set():
-                self._say(f"batchfuzz: workers did not stop within {GRACE_S:.0f}s; writing the partial report and exiting")
-                code = finish(self.job, self, self.stream, partial=True)
-                states = read_states(self.job.items_dir)
-                for s in states.values():  # our own worker processes, by the pids they recorded
-                    pid = int(s.get("pid", 0))
-                    if pid and pid != os.getpid() and s.get("status") == "running":
-                        try:
-                            os.kill(pid, signal.SIGKILL)
-                        except OSError:
-                            pass
-                self.stream.flush()
-                os._exit(code)
+    def slice_end(self, now: float) -> float:
+        if settings_derandomized(self.job):
+            return self.job.deadline  # a fixed stream runs once, whole
+        left = max(0.0, self.job.deadline - now)
+        n = max(1, len(self.live) + len(self.busy))
+        length = max(MIN_SLICE_S, min(MAX_SLICE_S, left * self.job.workers / n / TARGET_ROUNDS))
+        return min(self.job.deadline, now + length)
+
+    def dispatch(self) -> None:
+        now = time.time()
+        for rid, (_, conn) in self.runners.items():
+            if rid in self.busy or self.stop_reason or now >= self.job.deadline:
+                continue
+            index = self._next_item()
+            if index is None:
+                return
+            self.slices[index] += 1
+            self.busy[rid] = index
+            conn.send((index, self.slices[index], self.slice_end(now)))
+
+    def _next_item(self) -> int | None:
+        running = set(self.busy.values())
+        for _ in range(len(self.live)):
+            index = self.live.popleft()
+            self.live.append(index)
+            if index not in running:
+                return index
+        return None
+
+    def finish_slice(self, rid: int, index: int, status: str) -> None:
+        self.busy.pop(rid, None)
+        if status in FINAL and index in self.live:
+            self.live.remove(index)
+
+    def runner_died(self, rid: int) -> None:
+        proc, conn = self.runners.pop(rid)
+        index = self.busy.pop(rid, None)
+        conn.close()
+        if index is not None:
+            item = self.job.items[index]
+            state = read_item(self.job, item)
+            state.update(status="error", error={"type": "RunnerDied", "traceback": "",
+                                                "message": f"the runner process died (exit {proc.exitcode}) while fuzzing "
+                                                           f"this item; the target may have crashed it (--no-isolation?)"})
+            write_state(self.job, item, state, final=True)
+            if index in self.live:
+                self.live.remove(index)
+
+    def loop(self) -> None:
+        from multiprocessing.connection import wait
+
+        for _ in range(self.job.workers):
+            self.spawn()
+        hard_deadline = self.job.deadline + GRACE_S
+        while True:
+            self.dispatch()
+            if not self.busy and (not self.live or self.stop_reason or time.time() >= self.job.deadline):
+                break
+            if time.time() > hard_deadline:
+                self.say(f"batchfuzz: runners still busy {GRACE_S:g}s after the deadline: stopping them")
+                break
+            waitables = {conn: rid for rid, (_, conn) in self.runners.items()}
+            sentinels = {proc.sentinel: rid for rid, (proc, _) in self.runners.items()}
+            try:
+                ready = wait(list(waitables) + list(sentinels), timeout=0.5)
+            except KeyboardInterrupt:
+                break
+            for obj in ready:
+                if obj in waitables:
+                    rid = waitables[obj]
+                    try:
+                        index, status = obj.recv()
+                    except (EOFError, OSError):
+                        continue  # its sentinel reports the death
+                    self.finish_slice(rid, index, status)
+                elif obj in sentinels:
+                    rid = sentinels[obj]
+                    if rid in self.runners and not self.runners[rid][0].is_alive():
+                        self.runner_died(rid)
+                        if self.live and not self.stop_reason and time.time() < self.job.deadline:
+                            self.spawn()
+        self.shutdown()
+
+    def shutdown(self) -> None:
+        for proc, conn in self.runners.values():
+            try:
+                conn.send(None)
+            except (OSError, BrokenPipeError):
+                pass
+        end = time.time() + 10
+        for proc, _ in self.runners.values():
+            proc.join(max(0.1, end - time.time()))
+        for rid, (proc, conn) in list(self.runners.items()):
+            if proc.is_alive():
+                proc.kill()
+                proc.join(5)
+            if rid in self.busy:
+                item = self.job.items[self.busy[rid]]
+                state = read_item(self.job, item)
+                state.update(status="interrupted", reason="stopped after the deadline while still busy")
+                write_state(self.job, item, state, final=True)
+            conn.close()
+
+
+def settings_derandomized(job: Job) -> bool:
+    from hypothesis import settings
+
+    profiles.register_profiles()
+    return bool(settings.get_profile(job.profile).derandomize)
+
+
+def read_item(job: Job, item: WorkItem) -> dict[str, Any]:
+    from batchfuzz.fuzzjob import read_state
+
+    return read_state(job, item)
 
 
 def run(args: argparse.Namespace, stream: TextIO | None = None) -> int:
@@ -279,23 +431,28 @@ def run(args: argparse.Namespace, stream: TextIO | None = None) -> int:
         if not torch.cuda.is_available():
             raise UsageError("--device cuda: no CUDA device is available (torch.cuda.is_available() is False)")
     items = plan(args)
+    _check_targets(items, isolate=not args.no_isolation)
     database = _database(args)
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
     report_dir = Path(args.report).absolute()
     corpus_dir = Path(args.corpus).absolute() if args.corpus else corpus.default_dir()
     _prepare_report_dir(report_dir)
-    corpus_dir.mkdir(parents=True, exist_ok=True)
-    if database:
-        Path(database).mkdir(parents=True, exist_ok=True)
+    writable_dir(str(corpus_dir), "--corpus")
     started = time.time()
+    shard = None
+    if args.shard is not None:
+        from batchfuzz.shards import plan_digest
+
+        everything = plan(argparse.Namespace(**{**vars(args), "shard": None}))
+        shard = {"index": args.shard[0], "count": args.shard[1], "plan": plan_digest([i.shard_key for i in everything])}
     job = Job(items=items, report_dir=str(report_dir), corpus_dir=str(corpus_dir), database=database,
               profile=args.profile, seed=seed, workers=args.workers, budget_s=float(args.budget),
-              deadline=started + float(args.budget), rounds=args.rounds,
-              extra={"replay_command": _replay_command(args, seed)})
-    run_dir = job.run_dir
-    job_path = run_dir / "job.json"
+              deadline=started + float(args.budget), isolate=not args.no_isolation, example_timeout_s=float(args.timeout),
+              extra={"replay_command": _replay_command(args, seed), "shard": shard})
+    for item in items:
+        write_state(job, item, new_state(item))
+    job_path = job.run_dir / "job.json"
     job.save(job_path)
-    (run_dir / "pytest.ini").write_text("[pytest]\n")
 
     out = stream or _progress_stream()
     mode = args.progress
@@ -304,90 +461,57 @@ def run(args: argparse.Namespace, stream: TextIO | None = None) -> int:
     from batchfuzz.progress import Progress
 
     progress = Progress(out, job, started, tty=(mode == "table")) if mode != "none" else None
-    out.write(f"batchfuzz fuzz: {len(items)} work items ({len({i.contract for i in items})} contracts) on {args.device}, "
-              f"budget {args.budget:g}s, {args.workers} worker(s), profile {args.profile}, seed {seed}\n"
-              f"  database {database or 'off'}; corpus {corpus_dir}; report {report_dir}\n")
+    targets = sorted({(i.contract, i.target) for i in items})
+    out.write(f"batchfuzz fuzz: {len(items)} work items ({len({i.contract for i in items})} contracts, {len(targets)} targets) "
+              f"on {args.device}, budget {args.budget:g}s, {args.workers} worker(s), profile {args.profile}, seed {seed}"
+              + (f", shard {args.shard[0]}/{args.shard[1]}" if args.shard else "") + "\n"
+              f"  database {database or 'off'}; corpus {corpus_dir}; report {report_dir}; "
+              f"{'targets isolated in worker processes' if job.isolate else 'targets in the runner processes'}\n")
     out.flush()
-    ctl = _Controller(job, progress, out, started)
-    code = _run_pytest(job, job_path, ctl, progress, args.workers)
-    return code if code is not None else finish(job, ctl, out, partial=ctl.stop_time is not None)
-
-
-def _run_pytest(job: Job, job_path: Path, ctl: _Controller, progress: Any, workers: int) -> int | None:
-    """Run the work items; None when pytest ran (whatever the items found), else an exit code."""
-    import pytest
-
+    scheduler = _Scheduler(job, job_path, out, progress)
     handlers = {}
-    in_main = threading.current_thread() is threading.main_thread()
-    if in_main:
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
-            handlers[sig] = signal.signal(sig, ctl.on_signal)
-    env_before = {k: os.environ.get(k) for k in ("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PYTEST_ADDOPTS", "OMP_NUM_THREADS")}
-    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-    os.environ.pop("PYTEST_ADDOPTS", None)
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    log_path = job.run_dir / "pytest.log"
-    saved = sys.stdout, sys.stderr
-    watchdog = threading.Thread(target=ctl.watchdog, name="batchfuzz-watchdog", daemon=True)
-    watchdog.start()
+            handlers[sig] = signal.signal(sig, scheduler.on_signal)
     if progress is not None:
         progress.start()
-    exit_code: Any = None
     try:
-        with open(log_path, "w") as log:
-            sys.stdout = sys.stderr = log
-            try:
-                exit_code = pytest.main(_pytest_args(job_path, job.run_dir, workers))
-            except KeyboardInterrupt:
-                exit_code = pytest.ExitCode.INTERRUPTED
-            finally:
-                sys.stdout, sys.stderr = saved
+        scheduler.loop()
     finally:
-        ctl.done.set()
-        for k, v in env_before.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
         for sig, h in handlers.items():
             signal.signal(sig, h)
         if progress is not None:
             progress.stop()
-    if int(exit_code) in (int(pytest.ExitCode.OK), int(pytest.ExitCode.TESTS_FAILED)):
-        return None
-    if int(exit_code) == int(pytest.ExitCode.INTERRUPTED) or ctl.stop_time is not None:
-        if ctl.stop_time is None:
-            ctl.stop_reason = "interrupted"
-            ctl.stop_time = time.time()
-        return None
-    tail = log_path.read_text()[-4000:] if log_path.exists() else ""
-    ctl.stream.write(f"batchfuzz: the internal pytest run failed (exit {int(exit_code)}); its log ({log_path}) ends:\n{tail}\n")
-    finish(job, ctl, ctl.stream, partial=True, note=f"internal pytest run failed with exit code {int(exit_code)}")
-    return 3
+    return finish(job, scheduler, out, started)
 
 
-def finish(job: Job, ctl: _Controller, out: TextIO, *, partial: bool, note: str | None = None) -> int:
+def finish(job: Job, scheduler: Any, out: TextIO, started: float) -> int:
     """Write the reports, print the summary, return the exit code."""
     from batchfuzz import report
 
-    finished = time.time()
+    partial = scheduler.stop_reason is not None
     states = read_states(job.items_dir)
-    notes = [note] if note else []
-    examples = sum(int(s.get("examples", 0)) for s in states.values())
-    not_run = [s for s in states.values() if s.get("status") == "not run" and "budget" in s.get("reason", "")]
-    too_small = examples == 0 and not partial
-    if not_run:
-        notes.append(f"{len(not_run)} of {len(job.items)} items did not run: the budget was spent before they started")
-    if too_small:
-        notes.append(f"budget {job.budget_s:g}s too small: no example ran")
-    summary = report.build_summary(job, states, started=ctl.started, finished=finished, partial=partial,
-                                   interrupted_by=ctl.stop_reason if partial else None, notes=notes)
+    for item in job.items:  # what never ran, or was left between slices, gets its final word
+        s = states.get(item.index) or new_state(item)
+        if s.get("status") == WAITING:
+            s.update(status="not run", reason="interrupted before it started" if partial else
+                     "the budget ended before it started")
+        elif s.get("status") in (IDLE, RUNNING):
+            s["status"] = "interrupted" if partial else "passed"
+        states[item.index] = s
+        write_state(job, item, s, final=True)
+    finished = time.time()
+    summary = report.build_summary(job, states, started=started, finished=finished, partial=partial,
+                                   interrupted_by=scheduler.stop_reason if partial else None)
     paths = report.write_reports(job.report_dir, summary)
     t = summary["totals"]
-    out.write(f"\n{'contract':26} {'items':>6} {'examples':>9} {'failures':>8} {'cases/s':>8}\n")
+    out.write(f"\n{'contract':26} {'items':>9} {'examples':>9} {'failures':>8} {'cases/s':>8}\n")
     for name, c in summary["contracts"].items():
-        out.write(f"{name:26} {c['items_run']:>3}/{c['items']:<2} {c['examples']:9d} {c['failures']:8d} {c['cases_per_second']:8.0f}\n")
-    out.write(f"{'total':26} {'':6} {t['examples']:9d} {t['failures']:8d} {t['throughput']:8.0f} per wall second "
+        out.write(f"{name:26} {c['items_run']:>4}/{c['items']:<4} {c['examples']:9d} {c['failures']:8d} "
+                  f"{c['cases_per_second']:8.0f}\n")
+    out.write(f"{'total':26} {'':9} {t['examples']:9d} {t['failures']:8d} {t['throughput']:8.0f} per wall second "
               f"({summary['wall_seconds']:.1f}s, {job.workers} worker(s))\n")
     for f in summary["failures"]:
         first = f["message"].splitlines()[0] if f.get("message") else ""
@@ -396,18 +520,16 @@ def finish(job: Job, ctl: _Controller, out: TextIO, *, partial: bool, note: str 
         out.write("".join(f"  | {line}\n" for line in f.get("reproduction", "").splitlines()))
     for e in summary["errors"]:
         out.write(f"\nERROR {e['contract']} {e['implementation']}: {e['type']}: {e['message']}\n")
-    for n in notes:
+    for n in summary["notes"]:
         out.write(f"note: {n}\n")
     out.write(f"reports: {', '.join(str(p) for p in paths)}" + (" (PARTIAL)" if partial else "") + "\n")
     out.write(f"rerun with the same seed: {job.extra.get('replay_command')}\n")
     out.flush()
-    if partial:
-        return 128 + ctl.signum if ctl.signum else 1
+    if partial and scheduler.signum:
+        return 128 + scheduler.signum
     if summary["failures"] or summary["errors"]:
         return 1
-    if too_small:
-        out.write(f"batchfuzz: error: budget {job.budget_s:g}s is too small to run anything; give it at least a few "
-                  f"seconds (worker start-up alone takes ~1-5s)\n")
-        out.flush()
-        return 2
+    if summary["status"] in ("incomplete", "interrupted"):
+        return 3
     return 0
+

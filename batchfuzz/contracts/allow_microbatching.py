@@ -31,6 +31,7 @@ from batchfuzz.contracts.allow_microbatching_variants import VARIANTS
 from batchfuzz.impl import allow_microbatching_numpy, allow_microbatching_torch
 from batchfuzz.reference import allow_microbatching as oracle
 from batchfuzz.reference._step import STEP_ARGUMENTS
+from batchfuzz.contracts._inputs import inputs_unchanged
 from batchfuzz.registry import Contract, Property, Target
 from batchfuzz.strategies import allow_microbatching as strategies
 
@@ -73,6 +74,7 @@ PROPERTIES = (
     Property("sound_under_engine_splits", "if it allows, the engine's token-rule split has no violation", _sound(("engine",))),
     Property("sound_under_adversarial_splits", "if it allows, no consecutive split (arbitrary cut points, a cut after each "
              "reader's first token) has a violation", _sound(("adversarial", "reader cut"))),
+    inputs_unchanged(STEP_ARGUMENTS),
 )
 
 
@@ -85,8 +87,8 @@ def _scores(target: Target, case: Case) -> dict[str, int]:
 
 
 IMPLEMENTATIONS = (
-    registry.host_impl("numpy", allow_microbatching_numpy.allow_microbatching, "exact rule: earliest write per slot, searchsorted"),
-    registry.torch_impl("torch", allow_microbatching_torch.bind, "exact rule on a dense (R, W*B) grid; no host sync until the result"),
+    registry.host_impl("numpy", allow_microbatching_numpy.allow_microbatching, "ExactMicrobatchCheck: block level, a fast path under one write record per block, a general path otherwise"),
+    registry.torch_impl("torch", allow_microbatching_torch.bind, "ExactMicrobatchCheckTorch: scatter_reduce over all groups at once; no host sync until the result"),
 )
 
 DOMAINS = registry.domains_from(strategies, {

@@ -94,11 +94,19 @@ def allow_returns_conflicts(c: Any, q: Any, tables: Any, sizes: Any) -> Any:
 _SOUND = ("sound_under_adversarial_splits",)
 
 
+
+def allow_zeroing_tables(c: Any, q: Any, tables: Any, sizes: Any) -> bool:
+    """Clears the caller's block tables, then allows the split (nothing is shared any more)."""
+    for t in tables:
+        t[...] = 0
+    return _allow((c, q, tables, sizes))
+
+
 VARIANTS = (
     Variant("no_check", "no check at all: every step is split (the engine before the fix)",
             no_check_allow_microbatching, "shipped", _SOUND + ("sound_under_engine_splits",),
             k([1, 0], [1, 1], [[[1, 0], [1, 0]]], [1])),
-    Variant("shipped_check", "vLLM's check since 0.28 as SPEC.md describes it: readers need q > 1 and c > 0, whole blocks "
+    Variant("shipped_check", "vLLM's check since 0.28 as docs/contracts.md describes it: readers need q > 1 and c > 0, whole blocks "
             "only, written columns include nulls", shipped_allow_microbatching, "shipped", _SOUND,
             # Realizable (docs/microbatch.md): two identical 3-token prompts; request 1 fills block 1 in this
             # step, request 0 hits it (c == 2), recomputes its last token (q == 1) and is moved to the front as
@@ -118,5 +126,7 @@ VARIANTS = (
             "missed", allow_floor_written_columns, "mutant", _SOUND, k([1, 0], [1, 1], [[[1], [1]]], [2])),
     Variant("returns_conflicts", "returns the list of unsafe conflicts instead of a bool",
             allow_returns_conflicts, "mutant", ("returns_bool",), k([0, 0], [0, 0], [[[], []]], [1])),
+    Variant("zeroes_tables", "clears the caller's block tables in place, then allows every split", allow_zeroing_tables,
+            "mutant", ("inputs_unchanged", "sound_under_adversarial_splits"), k([0], [0], [[[1]]], [1])),
 )
 

@@ -17,6 +17,7 @@ from batchfuzz.impl import find_conflicts_numpy, find_conflicts_torch
 from batchfuzz.reference import find_conflicts as oracle
 from batchfuzz.reference._step import STEP_ARGUMENTS, Conflict, Step, is_well_formed
 from batchfuzz.reference.allow_microbatching import simulate
+from batchfuzz.contracts._inputs import inputs_unchanged
 from batchfuzz.registry import Contract, Property, Target
 from batchfuzz.strategies import find_conflicts as strategies
 
@@ -140,11 +141,12 @@ PROPERTIES = (
     Property("no_missing_conflicts", "every conflict of the step is reported", _no_missing),
     Property("harmful_match_simulation", "under every split, the harmful reported conflicts are the simulation's violations "
              "(well-formed steps; in general every violation with w != r is one)", _harmful_matches_simulation),
+    inputs_unchanged(STEP_ARGUMENTS),
 )
 
 IMPLEMENTATIONS = (
-    registry.host_impl("numpy", find_conflicts_numpy.find_conflicts, "ragged positions, sort + searchsorted join, O(sum(c + q))"),
-    registry.torch_impl("torch", find_conflicts_torch.bind, "dense (R, W*B) grid per group, sort + searchsorted"),
+    registry.host_impl("numpy", find_conflicts_numpy.find_conflicts, "block level: write records and whole-block reads, slot level only for partly written blocks"),
+    registry.torch_impl("torch", find_conflicts_torch.bind, "earliest write per slot by scatter_reduce on the device (synchronises once to size the set)"),
 )
 
 DOMAINS = registry.domains_from(strategies, {

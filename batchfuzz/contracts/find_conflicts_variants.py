@@ -85,6 +85,14 @@ def conflicts_last_written_missed(c: Any, q: Any, tables: Any, sizes: Any) -> se
 
 
 
+
+def conflicts_zeroing_tables(c: Any, q: Any, tables: Any, sizes: Any) -> set[Conflict]:
+    """Clears the caller's block tables, then reports the conflicts of what is left (none)."""
+    for t in tables:
+        t[...] = 0
+    return _conflicts((c, q, tables, sizes))
+
+
 VARIANTS = (
     Variant("first_group_only", "looks at KV-cache group 0 only", conflicts_first_group_only, "mutant",
             ("no_missing_conflicts", "matches_oracle", "harmful_match_simulation"), k([0, 1], [1, 1], [[[0], [0]], [[1], [1]]], [2, 2])),
@@ -105,5 +113,7 @@ VARIANTS = (
     Variant("last_written_missed", "writes positions [c, c + q - 1): the last scheduled token's write is missed",
             conflicts_last_written_missed, "mutant", ("no_missing_conflicts", "matches_oracle"),
             k([0, 1], [1, 1], [[[1, 0], [1, 0]]], [1])),
+    Variant("zeroes_tables", "clears the caller's block tables in place, then finds no conflict", conflicts_zeroing_tables,
+            "mutant", ("inputs_unchanged", "matches_oracle", "no_missing_conflicts"), k([0], [0], [[[1]]], [1])),
 )
 

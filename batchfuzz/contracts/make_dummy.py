@@ -174,6 +174,7 @@ CONTRACT = registry.register(Contract(
     name="make_dummy",
     title="Dummy batch layout",
     section="B",
+    writes=("buffers",),
     signature="make_dummy(num_reqs: int, num_tokens: int, buffers: DummyBuffers) -> DummyBatch",
     arguments=("num_reqs", "num_tokens", "buffers"),
     oracle=oracle.make_dummy,

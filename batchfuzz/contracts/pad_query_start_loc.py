@@ -24,6 +24,7 @@ from batchfuzz.consumers import token_map_numpy, token_map_torch
 from batchfuzz.contracts.pad_query_start_loc_variants import VARIANTS
 from batchfuzz.impl import pad_query_start_loc_numpy, pad_query_start_loc_torch
 from batchfuzz.reference import pad_query_start_loc as oracle
+from batchfuzz.contracts._inputs import inputs_unchanged
 from batchfuzz.registry import Contract, ErrorInput, Property, Target
 from batchfuzz.strategies import pad_query_start_loc as strategies
 
@@ -183,7 +184,7 @@ def _persistent_buffer(target: Target, case: Case) -> None:
 
 
 def check_query_start_loc(result: Any, num_scheduled_tokens: Any, num_reqs_padded: int, where: str) -> None:
-    """Every single-result property of SPEC.md on one ``query_start_loc``:
+    """Every single-result property of the contract on one ``query_start_loc``:
     equal to the oracle, starts at 0, non-decreasing, ``diff`` right on real and
     padded slots, ``q[P] == sum(nst)``, and both consumers' token-to-request
     maps. Used by the state machine after every step."""
@@ -209,6 +210,7 @@ PROPERTIES = (
     Property("out_form", "with out: writes out[:P+1], leaves out[P+1:] untouched, returns out[:P+1]", _out_form),
     Property("persistent_buffer", "one buffer over a sequence of steps: after each, buffer[:P+1] obeys the contract "
              "whatever earlier steps left", _persistent_buffer),
+    inputs_unchanged(("num_scheduled_tokens", "num_reqs_padded")),
 )
 
 
@@ -328,6 +330,7 @@ CONTRACT = registry.register(Contract(
     name="pad_query_start_loc",
     title="Padded query_start_loc",
     section="C",
+    writes=("out",),
     signature="pad_query_start_loc(num_scheduled_tokens, num_reqs_padded: int, out=None) -> int array of length P + 1",
     arguments=("num_scheduled_tokens", "num_reqs_padded"),
     oracle=oracle.pad_query_start_loc,

@@ -32,7 +32,7 @@ def _write_real(q: np.ndarray, nst: np.ndarray, r: int) -> None:
 
 
 def padding_unwritten(num_scheduled_tokens: Any, num_reqs_padded: Any, out: Any = None) -> np.ndarray:
-    """SPEC.md bug 2: a reused buffer gets ``[0, cumsum]`` in ``out[:R+1]`` and
+    """The second shipped bug: a reused buffer gets ``[0, cumsum]`` in ``out[:R+1]`` and
     the padded slots ``out[R+1:P+1]`` keep whatever an earlier step left there.
     A fresh array (``out=None``) is padded correctly, which is why tests that
     only ever use fresh arrays cannot see the bug."""
@@ -159,6 +159,15 @@ def _nst(*values: int) -> np.ndarray:
 
 _STALE = ("matches_oracle", "non_decreasing", "diff_padding_is_zero", "last_is_total",
           "token_map_numpy", "token_map_torch", "persistent_buffer")
+
+def zeroes_counts(num_scheduled_tokens: Any, num_reqs_padded: Any, out: Any = None) -> np.ndarray:
+    """The right answer, but the caller's counts are zeroed afterwards (a staging array reused in place)."""
+    q = pad_query_start_loc_numpy.pad_query_start_loc(num_scheduled_tokens, num_reqs_padded, out)
+    if isinstance(num_scheduled_tokens, np.ndarray):
+        num_scheduled_tokens[:] = 0
+    return q
+
+
 VARIANTS = (
     Variant("padding_unwritten", "padded entries out[R+1:P+1] keep an earlier step's values in the reused buffer (shipped)",
             padding_unwritten, "shipped", _STALE, {"num_scheduled_tokens": _nst(), "num_reqs_padded": 1}),
@@ -188,4 +197,6 @@ VARIANTS = (
             fills_whole_tail, "mutant", ("out_form", "persistent_buffer"), {"num_scheduled_tokens": _nst(), "num_reqs_padded": 0}),
     Variant("rebinds_out", "returns a new array and never writes the caller's out",
             rebinds_out, "mutant", ("out_form", "persistent_buffer"), {"num_scheduled_tokens": _nst(), "num_reqs_padded": 0}),
+    Variant("zeroes_counts", "right answer, but zeroes the caller's num_scheduled_tokens in place",
+            zeroes_counts, "mutant", ("inputs_unchanged",), {"num_scheduled_tokens": _nst(1), "num_reqs_padded": 1}),
 )

@@ -13,6 +13,7 @@ from batchfuzz.checks import PropertyViolation, require
 from batchfuzz.contracts.split_ubatches_variants import VARIANTS
 from batchfuzz.impl import split_ubatches_numpy
 from batchfuzz.reference import split_ubatches as oracle
+from batchfuzz.contracts._inputs import inputs_unchanged
 from batchfuzz.registry import Contract, ErrorInput, Property, Target
 from batchfuzz.strategies import split_ubatches as strategies
 
@@ -168,6 +169,7 @@ PROPERTIES = (
              _request_ranges),
     Property("per_request_token_counts", "per-request token counts summed over ubatches equal nst", _per_request_counts),
     Property("straddlers_in_both", "a request crossing a split point belongs to both neighbouring ubatches", _straddlers),
+    inputs_unchanged(("num_scheduled_tokens", "num_tokens_padded", "num_reqs_padded", "num_ubatches")),
 )
 
 IMPLEMENTATIONS = (

@@ -81,6 +81,16 @@ def _canon(nst: list[int], padded: int, padded_reqs: int, n: int) -> dict[str, A
     return {"num_scheduled_tokens": nst, "num_tokens_padded": padded, "num_reqs_padded": padded_reqs, "num_ubatches": n}
 
 
+
+def split_zeroes_counts(nst: Any, padded: int, padded_reqs: int, n: int) -> list[UbatchSlice] | None:
+    """The right split, but the caller's counts are zeroed afterwards."""
+    from batchfuzz.reference.split_ubatches import split_ubatches
+
+    out = split_ubatches(nst, padded, padded_reqs, n)
+    nst[:] = 0
+    return out
+
+
 VARIANTS = (
     Variant("no_refusal", "the ubatch split without the empty-last-ubatch refusal (shipped before the refusal existed)",
             split_no_refusal, "shipped", ("refusal_rule", "last_ubatch_has_real_token", "matches_oracle"), _canon([1], 2, 1, 2)),
@@ -97,5 +107,7 @@ VARIANTS = (
     Variant("straddler_once", "a straddling request is listed in the earlier ubatch only",
             split_straddler_once, "mutant",
             ("straddlers_in_both", "request_ranges_exact", "per_request_token_counts", "matches_oracle"), _canon([2], 2, 1, 2)),
+    Variant("zeroes_counts", "right split, but zeroes the caller's num_scheduled_tokens in place", split_zeroes_counts, "mutant",
+            ("inputs_unchanged",), _canon([1], 2, 1, 2)),
 )
 

@@ -52,6 +52,7 @@ from batchfuzz import bind
 from batchfuzz import engines as _engines
 from batchfuzz.bind import Record, Recorder, Stub
 from batchfuzz.engines import Bound, SourceError
+from batchfuzz.preconditions import domain
 from batchfuzz.reference.make_dummy import DummyBatch, DummyBuffers
 
 ENGINE = "vllm"
@@ -359,6 +360,8 @@ def _bind_one(rel: _Release, spec: _Spec) -> Bound:
         return Bound(release, spec.function, spec.contract, "unbindable", reason=str(exc))
     target.__name__ = spec.contract
     target.__qualname__ = f"vllm_{rel.source.version.replace('.', '_')}.{spec.function.split(':')[-1]}[{spec.contract}]"
+    # The engine's code is checked on the inputs the engine's callers produce.
+    target = domain("engine")(target)
     return Bound(release, spec.function, spec.contract, "bound", target=target, ref=_ref(rel.source, spec), detail=detail)
 
 
@@ -398,6 +401,3 @@ def resolve(ref: str) -> Callable[..., Any]:
     if bound.target is None:
         raise LookupError(f"{bound.function} as {bound.contract} is {bound.status} in {bound.release}: {bound.reason}")
     return bound.target
-
-
-# ---------------------------------------------------------------- the engine domain

@@ -1,0 +1,116 @@
+"""A reproduction is a test: the printed block of a counterexample.
+
+Pasted into a file and run with ``python``, it fails while the bug is there
+and passes once it is fixed:
+
+- for a property violation, it imports the target (by module, by
+  ``importlib`` for a ``FILE.py:FUNCTION`` target, through the registry for
+  the project's own implementations and variants), makes the call(s) the
+  property makes (the contract's ``reproduce`` hook writes the forms, for
+  contract C the ``out=`` form on the stale buffer and the earlier steps),
+  shows the contract's own answer, and asserts the violated property with
+  ``batchfuzz.testing.assert_property``, which raises an ``AssertionError``
+  with the property's message;
+- for a ``crash`` or ``timeout``, it runs that check in a subprocess and
+  asserts that the subprocess exits cleanly within the timeout.
+
+``tests/test_reproduction.py`` executes printed reproductions for every
+contract, for a crash and for a timeout.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from batchfuzz import registry
+from batchfuzz.codec import call_literal, literal
+from batchfuzz.runner import CRASH_PROPERTY, TIMEOUT_PROPERTY, Failure
+from batchfuzz.targets import TargetRef, parse
+
+# Context keys only statistics read (labels); left out of reproductions.
+_STATISTICS_ONLY = ("labels", "source", "kind")
+_EXPECTED_LIMIT = 400  # characters: a longer expected value is not printed
+
+
+def import_lines(ref: TargetRef, contract: str, name: str) -> list[str]:
+    """Lines that bind ``name`` to the target ``ref`` names."""
+    if ref.kind == "user":
+        module, _, attr = ref.name.rpartition(":")
+        head, _, rest = attr.partition(".")
+        if module.endswith(".py") or os.sep in module:
+            path = os.path.abspath(module)
+            lines = ["import importlib.util", "import sys",
+                     f"sys.path.insert(0, {os.path.dirname(path)!r})",
+                     f"_spec = importlib.util.spec_from_file_location({os.path.splitext(os.path.basename(path))[0]!r}, {path!r})",
+                     "_module = importlib.util.module_from_spec(_spec)", "_spec.loader.exec_module(_module)",
+                     f"{name} = _module.{attr}"]
+            return lines
+        if rest or head != name:
+            return [f"from {module} import {head}", f"{name} = {attr}"] if rest else [f"from {module} import {head} as {name}"]
+        return [f"from {module} import {head}"]
+    lines = ["from batchfuzz import registry"]
+    if ref.kind == "impl":
+        return lines + [f"{name} = registry.get({contract!r}).implementation({ref.name!r}).for_device({ref.device!r})"]
+    if ref.kind == "variant":
+        return lines + [f"{name} = registry.get({contract!r}).variant({ref.name!r}).fn"]
+    if ref.kind == "oracle":
+        return lines + [f"{name} = registry.get({contract!r}).oracle"]
+    return ["from batchfuzz import engines", f"{name} = engines.resolve({ref.name!r})"]
+
+
+def _name(ref: TargetRef) -> str:
+    if ref.kind == "user":
+        return ref.name.rpartition(":")[2].split(".")[-1]
+    return ref.function_name
+
+
+def _context(failure: Failure) -> dict[str, Any]:
+    return {k: v for k, v in failure.case.context.items() if k not in _STATISTICS_ONLY}
+
+
+def _expected(contract: registry.Contract, failure: Failure, imports: set[str]) -> str | None:
+    try:
+        value = contract.call(contract.oracle, failure.case.copy())
+    except Exception:
+        return None
+    text = literal(value, imports)
+    return text if len(text) <= _EXPECTED_LIMIT else None
+
+
+def reproduction(failure: Failure, target: TargetRef | str | None = None, *, timeout_s: float = 60.0) -> str:
+    """The test that replays ``failure`` on the target ``target`` names
+    (default: ``failure.target``)."""
+    contract = registry.get(failure.contract)
+    ref = parse(target or failure.target) if isinstance(target or failure.target, str) else target
+    assert isinstance(ref, TargetRef)
+    name = _name(ref)
+    imports: set[str] = set()
+    crash = failure.property in (CRASH_PROPERTY.name, TIMEOUT_PROPERTY.name)
+    prop = failure.during if crash else failure.property
+    args = literal(failure.case.args, imports)
+    context = literal(_context(failure), imports)
+    check = f"assert_property({contract.name!r}, {prop!r}, {name}, {args}, {context})"
+    head = [f"# batchfuzz reproduction: {contract.name}, target {ref.spec}",
+            f"# violates {failure.property}: {failure.spec}",
+            f"# {failure.error_type}: {failure.message.splitlines()[0] if failure.message else ''}",
+            "# Run it with python: it fails while the bug is there and passes once it is fixed."]
+    if not crash:
+        if contract.reproduce is not None:
+            calls = contract.reproduce(name, failure.case, prop, imports)
+        else:
+            calls = [f"result = {call_literal(name, failure.case, imports)}"]
+        expected = _expected(contract, failure, imports)
+        body = [*import_lines(ref, contract.name, name), "from batchfuzz.testing import assert_property", "", *calls]
+        if expected is not None:
+            body.append(f"expected = {expected}  # the contract's answer ({contract.oracle.__module__})")
+        body.append(check)
+        return "\n".join([*head, *sorted(imports), *body])
+    inner = [*sorted(imports), *import_lines(ref, contract.name, name), "from batchfuzz.testing import assert_property",
+             check]
+    how = "ran past its per-example timeout" if failure.property == TIMEOUT_PROPERTY.name else f"ended: {failure.exit}"
+    body = ["import subprocess", "import sys", "", "CALL = '''", *inner, "'''",
+            f"# In batchfuzz's worker process the call {how}.",
+            f"run = subprocess.run([sys.executable, '-c', CALL], timeout={timeout_s:g})  # a hang raises TimeoutExpired",
+            "assert run.returncode == 0, f'the call ended with exit status {run.returncode}'"]
+    return "\n".join([*head, *body])
