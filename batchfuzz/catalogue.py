@@ -54,12 +54,12 @@ import numpy as np
 from hypothesis import settings
 
 from batchfuzz import profiles, registry, runner
-from batchfuzz.execution import InProcess
-from batchfuzz.reproduce import reproduction
 from batchfuzz._host import to_host
 from batchfuzz.case import Case
 from batchfuzz.codec import encode, encode_case, literal
+from batchfuzz.execution import InProcess
 from batchfuzz.registry import Contract, Property, Target, Variant
+from batchfuzz.reproduce import reproduction
 
 # The catalogue's search budget: the ``ci`` profile with more examples. Only a
 # variant that is not found pays for all of them; a found one stops at its

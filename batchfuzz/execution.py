@@ -291,11 +291,13 @@ def watch_owner(owner: int) -> None:
     threading.Thread(target=watch, name="batchfuzz-owner-watch", daemon=True).start()
 
 
-def _serve(conn: Any, contract_name: str, ref: str, device: str, sys_path: list[str], log_path: str, owner: int) -> None:
+def _serve(conn: Any, contract_name: str, ref: str, device: str, sys_path: list[str], log_path: str, owner: int,
+           env: dict[str, str]) -> None:
     """A worker: load the target, then answer requests until the pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     watch_owner(owner)
     sys.path[:] = sys_path
+    os.environ.update(env)
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(log, 1)
     os.dup2(log, 2)
@@ -356,8 +358,11 @@ def _describe_exit(code: int | None) -> str:
 class Isolated(Executor):
     """The target runs in a worker process, replaced after each crash or timeout."""
 
-    def __init__(self, contract: registry.Contract, ref: TargetRef | str, *, device: str | None = None) -> None:
+    def __init__(self, contract: registry.Contract, ref: TargetRef | str, *, device: str | None = None,
+                 env: dict[str, str] | None = None) -> None:
         self.contract = contract
+        # The worker's environment: the caller's now (the fork server's may be older), plus ``env``.
+        self.env = {**os.environ, **(env or {})}
         self.ref = parse(ref) if isinstance(ref, str) else ref
         self.name = self.ref.spec
         self.device = device or self.ref.device
@@ -373,7 +378,7 @@ class Isolated(Executor):
         ctx = process_context()
         parent, child = ctx.Pipe()
         self._proc = ctx.Process(target=_serve, args=(child, self.contract.name, self.ref.spec, self.device, list(sys.path),
-                                                      self._log, os.getpid()), daemon=True)
+                                                      self._log, os.getpid(), self.env), daemon=True)
         with without_main_module():
             self._proc.start()
         child.close()

@@ -28,6 +28,7 @@ every runner polls it between examples and stops, recording what it has.
 
 from __future__ import annotations
 
+import builtins
 import json
 import os
 import signal
@@ -53,6 +54,9 @@ SHRINK_MIN_S = 2.0
 
 @dataclass(frozen=True)
 class WorkItem:
+    """One property of one target of one contract on one device: the unit a
+    shard owns and a runner process hunts in time slices."""
+
     index: int
     contract: str
     target: str  # a target reference (batchfuzz.targets): impl:NAME@DEVICE, or MODULE:FUNCTION for a user's
@@ -60,16 +64,16 @@ class WorkItem:
     property: str
     domain: str | None = None  # None: the target's declared domain, else spec
 
-    @property
+    @builtins.property
     def name(self) -> str:
         """What reports call the target (``impl:numpy@cpu``, ``mymod:split``)."""
         return self.target
 
-    @property
+    @builtins.property
     def id(self) -> str:
         return f"{self.index:04d}-{self.contract}-{self.target}-{self.property}"
 
-    @property
+    @builtins.property
     def shard_key(self) -> str:
         from batchfuzz.shards import item_key
 

@@ -82,8 +82,8 @@ def reproduction(failure: Failure, target: TargetRef | str | None = None, *, tim
     """The test that replays ``failure`` on the target ``target`` names
     (default: ``failure.target``)."""
     contract = registry.get(failure.contract)
-    ref = parse(target or failure.target) if isinstance(target or failure.target, str) else target
-    assert isinstance(ref, TargetRef)
+    given = target or failure.target
+    ref = parse(given) if isinstance(given, str) else given
     name = _name(ref)
     imports: set[str] = set()
     crash = failure.property in (CRASH_PROPERTY.name, TIMEOUT_PROPERTY.name)

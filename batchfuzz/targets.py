@@ -152,8 +152,3 @@ def load_function(spec: str) -> Target:
     if not callable(obj):
         raise TargetError(f"{spec!r} is not callable (got {type(obj).__name__})")
     return obj
-
-
-def load_target(spec: str) -> Target:
-    """A user's function (``MODULE:FUNCTION`` or ``FILE.py:FUNCTION``)."""
-    return load_function(spec)

@@ -23,7 +23,7 @@ import warnings
 import numpy as np
 import pytest
 
-from batchfuzz import catalogue, registry
+from batchfuzz import catalogue, registry, reproduce
 from batchfuzz.case import Case
 from batchfuzz.cli import main
 from batchfuzz.reference.make_dummy import DummyBuffers
@@ -47,7 +47,7 @@ def test_variant_is_caught_with_its_canonical_counterexample(contract: Contract,
     if variant.canonical is not None:
         lines.append(f"  canonical: {catalogue.compact_args(variant.canonical)}")
     if e.failure is not None:
-        repro = e.failure.reproduction(function_name=f"variant_{variant.name.replace('.', '_')}")
+        repro = reproduce.reproduction(e.failure, f"variant:{variant.name}")
         lines += ["--- reproduction ---", repro] if len(repro) <= 2000 else [
             f"(reproduction too long to print: `batchfuzz catalogue --contract {contract.name} --variant {variant.name} "
             "--json PATH` writes it)"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import settings
 
-from batchfuzz import registry, runner
+from batchfuzz import registry, reproduce, runner
 from batchfuzz.registry import Contract, ErrorInput, Implementation, Property
 from tests.generate import error_params, impl_params, oracle_params
 
@@ -17,7 +17,7 @@ def _fail_with(result: runner.HuntResult) -> None:
     assert f is not None
     pytest.fail(
         f"{f.contract}/{f.target}: property {f.property} failed ({f.error_type}): {f.message}\n"
-        f"--- reproduction ---\n{f.reproduction()}",
+        f"--- reproduction ---\n{reproduce.reproduction(f)}",
         pytrace=False,
     )
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,8 @@ from hypothesis import settings
 
 from batchfuzz import cli, corpus, registry, runner
 from batchfuzz.case import Case
-from batchfuzz.targets import load_target
+from batchfuzz.execution import InProcess
+from batchfuzz.targets import load_function
 
 # --------------------------------------------------------------------------- the corpus itself
 
@@ -32,10 +34,18 @@ def _corpus_params() -> list[Any]:
     return [pytest.param(p, id=str(p.relative_to(root)) if p.is_relative_to(root) else p.name) for p in paths]
 
 
+def _replay_targets() -> dict[str, str]:
+    """``$BATCHFUZZ_REPLAY_TARGETS`` (``CONTRACT=MODULE:FUNCTION,...``): the user's
+    functions to replay entries recorded against a user's function with (the
+    corpus never loads one by itself)."""
+    pairs = [p.partition("=") for p in os.environ.get("BATCHFUZZ_REPLAY_TARGETS", "").split(",") if p.strip()]
+    return {c: spec for c, _, spec in pairs}
+
+
 @pytest.mark.parametrize("path", _corpus_params())
 def test_corpus_entry_passes(path: Path) -> None:
     entry = corpus.load(path)  # a malformed file errors here, naming the file
-    outcome = corpus.replay(entry)
+    outcome = corpus.replay(entry, targets=_replay_targets())
     if outcome.status == "skipped":
         pytest.skip(outcome.message)
     if outcome.fails:
@@ -91,8 +101,8 @@ def _failure(spec: str, prop: str = "max_is_ceil") -> runner.Failure:
 
 
 def _entry_data(spec: str, prop: str = "max_is_ceil") -> dict[str, Any]:
-    return corpus.make_entry_data(_failure(spec, prop), implementation=None, target=spec, device="cpu",
-                                  found={"seed": 0, "profile": "test"})
+    return corpus.make_entry_data(_failure(spec, prop), target=spec, device="cpu", found={"seed": 0, "profile": "test"},
+                                  reproduction="split(3, 5)")
 
 
 def test_failure_is_saved_once_and_round_trips(tmp_path: Path, planted: Path) -> None:
@@ -105,7 +115,7 @@ def test_failure_is_saved_once_and_round_trips(tmp_path: Path, planted: Path) ->
     assert again == path and not new_again
     assert corpus.files(root) == [path]
     e = corpus.load(path)
-    assert (e.contract, e.target, e.implementation, e.property, e.device) == (CONTRACT, spec, None, "max_is_ceil", "cpu")
+    assert (e.contract, e.target, e.property, e.device, e.domain) == (CONTRACT, spec, "max_is_ceil", "cpu", "spec")
     assert e.id == data["id"] and e.kind == "violation" and e.error_type == "PropertyViolation"
     assert e.case.args == _failure(spec).case.args  # derandomized: the same shrunk case
     raw = json.loads(path.read_text())
@@ -122,21 +132,24 @@ def test_open_duplicate_with_another_case_is_not_saved(tmp_path: Path, planted: 
     corpus.save(root, first)
     # The same bug shrunk to a different local minimum (another night, another seed):
     other = dict(first, id="0" * 16, case={"args": {"num_reqs": 3, "num_tokens": 134}, "context": {"max_model_len": 45}})
-    target = load_target(spec)
-    assert corpus.open_duplicate(root, other, target) == corpus.path_for(root, first)
+    contract = registry.get(CONTRACT)
+    assert corpus.open_duplicate(root, other, InProcess(contract, load_function(spec))) == corpus.path_for(root, first)
     planted.write_text(FIXED)  # once the first entry passes, a new failure of the property is a new bug
-    assert corpus.open_duplicate(root, other, load_target(spec)) is None
+    assert corpus.open_duplicate(root, other, InProcess(contract, load_function(spec))) is None
 
 
 def test_replay_fails_until_the_bug_is_fixed(tmp_path: Path, planted: Path) -> None:
     spec = f"{planted}:split"
     path, _ = corpus.save(tmp_path, _entry_data(spec, "within_max_model_len"))
-    outcome = corpus.replay(corpus.load(path))
+    # Without --target the entry is skipped: a corpus file never makes batchfuzz load a file.
+    skipped = corpus.replay(corpus.load(path))
+    assert skipped.status == "skipped" and "--target" in skipped.message
+    outcome = corpus.replay(corpus.load(path), targets={CONTRACT: spec})
     assert outcome.fails and outcome.error_type == "PropertyViolation"
     text = corpus.describe(outcome)
     assert str(path) in text and "within_max_model_len" in text and "split(" in text
     planted.write_text(FIXED)
-    assert corpus.replay(corpus.load(path)).status == "passes"
+    assert corpus.replay(corpus.load(path), targets={CONTRACT: spec}).status == "passes"
 
 
 def test_registry_implementation_entry_replays(tmp_path: Path, planted: Path) -> None:
@@ -144,10 +157,10 @@ def test_registry_implementation_entry_replays(tmp_path: Path, planted: Path) ->
     the project's implementations are correct, so the planted case passes."""
     c = registry.get(CONTRACT)
     impl = c.implementations[0]
-    data = corpus.make_entry_data(_failure(f"{planted}:split"), implementation=impl.name, target=None, device="cpu")
+    data = corpus.make_entry_data(_failure(f"{planted}:split"), target=f"impl:{impl.name}@cpu", device="cpu")
     path, _ = corpus.save(tmp_path, data)
     e = corpus.load(path)
-    assert e.target_name == f"{impl.name}@cpu"
+    assert e.target == f"impl:{impl.name}@cpu"
     assert corpus.replay(e).status == "passes"
 
 
@@ -158,7 +171,7 @@ def test_cuda_entry_is_skipped_without_a_gpu(tmp_path: Path, planted: Path) -> N
     impl = next((i for i in c.implementations if "cuda" in i.devices), None)
     if impl is None or torch.cuda.is_available():
         pytest.skip("needs a torch implementation and no CUDA device")
-    data = corpus.make_entry_data(_failure(f"{planted}:split"), implementation=impl.name, target=None, device="cuda")
+    data = corpus.make_entry_data(_failure(f"{planted}:split"), target=f"impl:{impl.name}@cuda", device="cuda")
     path, _ = corpus.save(tmp_path, data)
     assert corpus.replay(corpus.load(path)).status == "skipped"
 
@@ -182,25 +195,64 @@ def _valid(planted: Path) -> dict[str, Any]:
     (lambda d: dict(d, case="num_reqs=3"), r"field 'case' must be an object, got str"),
     (lambda d: dict(d, case={"args": {"x": {"ndarray": [1], "dtype": "object"}}}), r"'case' does not decode: unsupported array dtype"),
     (lambda d: dict(d, case={"args": {"x": {"dataclass": "Popen", "fields": {}}}}), r"does not decode: unknown dataclass 'Popen'"),
-    (lambda d: dict(d, implementation="numpy"), r"exactly one of 'implementation' and 'target'"),
-], ids=["json", "not-object", "missing", "format", "case-type", "dtype", "dataclass", "both-targets"])
-def test_malformed_file_gets_a_clear_error_naming_it(tmp_path: Path, planted: Path, mutate: Any, match: str) -> None:
+    (lambda d: dict(d, target=["x"]), r"field 'target' must be a target reference string"),
+    (lambda d: dict(d, target="impl:numpy"), r"field 'target': an implementation target is impl:NAME@DEVICE"),
+    (lambda d: "[" * 200000, r"nested deeper than 64 levels"),
+    (lambda d: dict(d, case={"args": {"num_reqs": 20_000_000, "num_tokens": 20_000_000}}), r"num_reqs = 20000000 is larger"),
+    (lambda d: dict(d, format="batchfuzz-corpus/1", target=None, implementation="numpy"), None),
+], ids=["json", "not-object", "missing", "format", "case-type", "dtype", "dataclass", "target-type", "target-ref",
+        "nesting", "case-size", "format-1-upgrades"])
+def test_malformed_file_gets_a_clear_error_naming_it(tmp_path: Path, planted: Path, mutate: Any, match: str | None) -> None:
     p = _write(tmp_path, "broken.json", mutate(_valid(planted)))
+    if match is None:  # not malformed: an entry of the earlier format is read as the current one
+        assert corpus.load(p).target == "impl:numpy@cpu"
+        return
     with pytest.raises(corpus.CorpusError, match=match) as info:
         corpus.load(p)
     assert str(p) in str(info.value)
 
 
+def test_binary_and_oversized_files_are_rejected_by_name(tmp_path: Path) -> None:
+    binary = tmp_path / CONTRACT / "binary.json"
+    binary.parent.mkdir(parents=True)
+    binary.write_bytes(bytes(range(256)))
+    with pytest.raises(corpus.CorpusError, match=r"binary.json: not a text file"):
+        corpus.load(binary)
+    big = tmp_path / CONTRACT / "big.json"
+    big.write_text(" " * (corpus.MAX_FILE_BYTES + 1))
+    with pytest.raises(corpus.CorpusError, match=r"big.json: .* larger than a corpus file may be"):
+        corpus.load(big)
+
+
 @pytest.mark.parametrize(("field", "value", "match"), [
     ("contract", "no_such_contract", r"unknown contract 'no_such_contract'"),
     ("property", "no_such_property", r"has no property 'no_such_property'"),
-    ("target", "/no/such/file.py:f", r"cannot load target"),
+    ("target", "impl:no_such_impl@cpu", r"has no implementation 'no_such_impl'"),
+    ("case", {"args": {"requests": 3, "tokens": 5}, "context": {}}, r"arguments \['requests', 'tokens'\] are not"),
+    ("case", {"args": {"num_reqs": 5, "num_tokens": 3}, "context": {}}, r"not an input of split_dummy_tokens's spec domain"),
+    ("domain", "nightly", r"has no domain 'nightly'"),
 ])
-def test_unreplayable_entry_names_the_file(tmp_path: Path, planted: Path, field: str, value: str, match: str) -> None:
-    p = _write(tmp_path, "stale.json", dict(_valid(planted), **{field: value}))
+def test_an_entry_that_does_not_fit_its_contract_is_malformed(tmp_path: Path, planted: Path, field: str, value: Any,
+                                                              match: str) -> None:
+    data = dict(_valid(planted), target="impl:numpy@cpu", **{field: value}) if field != "target" else \
+        dict(_valid(planted), target=value)
+    p = _write(tmp_path, "stale.json", data)
     with pytest.raises(corpus.CorpusError, match=match) as info:
         corpus.replay(corpus.load(p))
     assert str(p) in str(info.value)
+
+
+def test_a_file_target_is_never_loaded_by_the_corpus(tmp_path: Path) -> None:
+    """An entry naming ``helper.py:f`` does not run helper.py's top-level code:
+    it is skipped unless ``--target`` names the function."""
+    marker = tmp_path / "executed"
+    helper = tmp_path / "helper.py"
+    helper.write_text(f"import pathlib\npathlib.Path({str(marker)!r}).touch()\n\ndef f(r, n):\n    return [n // r] * r\n")
+    data = corpus.make_entry_data(_failure_of("max_is_ceil"), target=f"{helper}:f", device="cpu")
+    path, _ = corpus.save(tmp_path / "corpus", data)
+    assert corpus.replay(corpus.load(path)).status == "skipped"
+    assert cli.main(["replay", str(path)]) == 0
+    assert not marker.exists()
 
 
 def test_loading_never_executes_code(tmp_path: Path, planted: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -213,7 +265,8 @@ def test_loading_never_executes_code(tmp_path: Path, planted: Path, monkeypatch:
     p = _write(tmp_path, "hostile.json", d)
     e = corpus.load(p)
     assert e.case.args["num_reqs"] == payload  # a string, never evaluated
-    corpus.replay(e)  # the target sees a string and fails; nothing runs the payload
+    with pytest.raises(corpus.CorpusError, match="does not fit split_dummy_tokens"):
+        corpus.replay(e)  # a string where a count belongs: malformed, and nothing runs the payload
     assert not marker.exists()
 
 
@@ -232,23 +285,28 @@ def test_replay_command_exit_codes(tmp_path: Path, planted: Path, capsys: pytest
     (tmp_path / "empty").mkdir()
     assert cli.main(["replay", str(tmp_path / "empty")]) == 0
     path, _ = corpus.save(root, _entry_data(f"{planted}:split"))
-    assert cli.main(["replay", str(root)]) == 1
+    target = ["--target", f"{CONTRACT}={planted}:split"]
+    assert cli.main(["replay", str(root), *target]) == 1
     out = capsys.readouterr().out
     assert "FAIL" in out and str(path) in out and "1 still fail" in out
     planted.write_text(FIXED)
-    assert cli.main(["replay", str(path)]) == 0
+    assert cli.main(["replay", str(path), *target]) == 0
+    # Garbage files are named, and the valid entries are still replayed.
     _write(root, "broken.json", "{")
-    assert cli.main(["replay", "-q", str(root)]) == 2
+    (root / CONTRACT / "binary.json").write_bytes(b"\xff\xfe\x00")
+    assert cli.main(["replay", "-q", str(root), *target]) == 2
     out = capsys.readouterr().out
-    assert "broken.json: not valid JSON" in out and "1 malformed" in out
+    assert "broken.json: not valid JSON" in out and "binary.json: not a text file" in out
+    assert "3 corpus entries: 1 pass, 0 still fail, 0 skipped, 2 malformed" in out
 
 
 def test_entry_ids_are_stable_and_distinct() -> None:
     case = Case({"num_reqs": 3, "num_tokens": 5}, {"max_model_len": 2})
-    a = corpus.entry_id(CONTRACT, "numpy", None, "cpu", "max_is_ceil", case)
-    assert a == corpus.entry_id(CONTRACT, "numpy", None, "cpu", "max_is_ceil", case.copy())
+    a = corpus.entry_id(CONTRACT, "impl:numpy@cpu", "cpu", "spec", "max_is_ceil", case)
+    assert a == corpus.entry_id(CONTRACT, "impl:numpy@cpu", "cpu", "spec", "max_is_ceil", case.copy())
     assert len({a,
-                corpus.entry_id(CONTRACT, "torch", None, "cpu", "max_is_ceil", case),
-                corpus.entry_id(CONTRACT, "numpy", None, "cuda", "max_is_ceil", case),
-                corpus.entry_id(CONTRACT, "numpy", None, "cpu", "sum_is_num_tokens", case),
-                corpus.entry_id(CONTRACT, "numpy", None, "cpu", "max_is_ceil", Case({"num_reqs": 3, "num_tokens": 6}))}) == 5
+                corpus.entry_id(CONTRACT, "impl:torch@cpu", "cpu", "spec", "max_is_ceil", case),
+                corpus.entry_id(CONTRACT, "impl:numpy@cpu", "cuda", "spec", "max_is_ceil", case),
+                corpus.entry_id(CONTRACT, "impl:numpy@cpu", "cpu", "engine", "max_is_ceil", case),
+                corpus.entry_id(CONTRACT, "impl:numpy@cpu", "cpu", "spec", "sum_is_num_tokens", case),
+                corpus.entry_id(CONTRACT, "impl:numpy@cpu", "cpu", "spec", "max_is_ceil", Case({"num_reqs": 3, "num_tokens": 6}))}) == 6

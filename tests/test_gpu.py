@@ -21,13 +21,14 @@ import torch
 from hypothesis import settings
 
 from batchfuzz import registry, runner
+from batchfuzz.execution import Isolated
 from batchfuzz.impl import make_dummy_torch, split_dummy_tokens_torch
 from batchfuzz.impl.make_dummy_torch import make_dummy_graph
 from batchfuzz.impl.pad_query_start_loc_torch import pad_query_start_loc_graph
 from batchfuzz.impl.split_dummy_tokens_torch import split_dummy_tokens_batched
-from batchfuzz.isolate import IsolatedRunner
 from batchfuzz.reference import make_dummy as dummy_oracle
 from batchfuzz.reference.make_dummy import DummyBuffers
+from batchfuzz.reproduce import reproduction
 from batchfuzz.strategies._engine import default_capture_sizes
 from batchfuzz.sweep import sweep_split
 
@@ -165,29 +166,24 @@ def test_device_fault_is_isolated_reported_and_the_run_continues() -> None:
     prop = contract.property("dummy_attention_in_bounds")
     env = {"BATCHFUZZ_KERNEL_DEVICE": CUDA}
     start = time.perf_counter()
-    bad = IsolatedRunner(contract, "variant:remainder_to_last.dummy_run", device=CUDA, env=env)
-    try:
-        r = runner.hunt(contract, None, bad.isolated(prop), target_name="variant:remainder_to_last.dummy_run@cuda",  # type: ignore[arg-type]
-                        run_settings=settings(settings(), max_examples=100, database=None))
-    finally:
-        bad.close()
+    with Isolated(contract, "variant:remainder_to_last.dummy_run", device=CUDA, env=env) as bad:
+        r = runner.hunt(contract, bad, prop, target_name="variant:remainder_to_last.dummy_run",
+                        run_settings=settings(settings(), max_examples=100, database=None), example_timeout_s=60)
+        crashes, started = bad.crashes, bad.started
     assert r.failure is not None, "the faulting variant was not found"
-    assert r.failure.error_type == "IsolatedCrash", r.failure.message
-    assert bad.crashes >= 1
-    repro = r.failure.reproduction()
+    assert r.failure.property == "crash" and "device fault" in r.failure.message, r.failure.message
+    assert crashes >= 1
+    repro = reproduction(r.failure)
     # The parent's own CUDA context is intact, and a correct target passes in a fresh worker.
     assert torch.ones(4, device=CUDA).sum().item() == 4
-    good = IsolatedRunner(contract, "impl:torch", device=CUDA, env=env)
-    try:
-        r2 = runner.hunt(contract, None, good.isolated(prop), target_name="impl:torch@cuda",  # type: ignore[arg-type]
-                         run_settings=settings(settings(), max_examples=50, database=None))
-    finally:
-        good.close()
+    with Isolated(contract, f"impl:torch@{CUDA}", env=env) as good:
+        r2 = runner.hunt(contract, good, prop, target_name=f"impl:torch@{CUDA}",
+                         run_settings=settings(settings(), max_examples=50, database=None), example_timeout_s=60)
     assert r2.failure is None
     _record("crash_isolation", {"variant": "remainder_to_last.dummy_run", "property": prop.name,
-                                "error_type": r.failure.error_type, "message": r.failure.message[:600],
+                                "failure_property": r.failure.property, "message": r.failure.message[:600],
                                 "shrunk_args": r.failure.case.args, "context": r.failure.case.context,
-                                "worker_crashes": bad.crashes, "cases_in_workers": bad.cases,
+                                "worker_crashes": crashes, "workers_started": started,
                                 "reproduction": repro, "then_correct_impl_examples": r2.examples,
                                 "seconds": time.perf_counter() - start})
 

@@ -1,58 +1,187 @@
-"""Crash isolation, on the CPU: a worker that dies or raises is reported and
-replaced, the search shrinks the case, and the run goes on."""
+"""The execution layer (``batchfuzz.execution``), on the CPU: a target that
+segfaults, exits, raises a BaseException or hangs costs only its worker
+process; the case is a ``crash`` or ``timeout`` failure, shrunk, and a fresh
+worker takes the next one. Inputs stay pristine in both executors."""
 
 from __future__ import annotations
 
 import os
 import textwrap
+import time
+from pathlib import Path
 
+import numpy as np
+import pytest
 from hypothesis import settings
 
 from batchfuzz import registry, runner
-from batchfuzz.isolate import IsolatedRunner
+from batchfuzz.case import Case
+from batchfuzz.execution import CRASH, FAILED, PASSED, TIMEOUT, InProcess, Isolated, guarded, signature_error
+
+CONTRACT = "split_dummy_tokens"
+
+HOSTILE = '''
+import ctypes, os, sys
+
+def even(num_reqs, num_tokens):
+    q, r = divmod(num_tokens, num_reqs)
+    return [q + (i >= num_reqs - r) for i in range(num_reqs)]
+
+def segv(num_reqs, num_tokens):
+    if num_reqs >= 3:
+        ctypes.string_at(0)
+    return even(num_reqs, num_tokens)
+
+def hard_exit(num_reqs, num_tokens):
+    os._exit(1)
+
+def soft_exit(num_reqs, num_tokens):
+    sys.exit(3)
+
+class Boom(BaseException):
+    pass
+
+def base_exception(num_reqs, num_tokens):
+    raise Boom("not an Exception")
+
+def hang(num_reqs, num_tokens):
+    if num_tokens >= 40:
+        while True:
+            pass
+    return even(num_reqs, num_tokens)
+
+def one_arg(num_reqs):
+    return [num_reqs]
+'''
 
 
-def test_isolated_violation_is_shrunk_and_the_run_continues() -> None:
-    contract = registry.get("split_dummy_tokens")
-    prop = contract.property("dummy_attention_in_bounds")
-    bad = IsolatedRunner(contract, "variant:remainder_to_last.dummy_run", device="cpu")
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    p = tmp_path_factory.mktemp("hostile") / "hostile.py"
+    p.write_text(textwrap.dedent(HOSTILE))
+    return p
+
+
+def _case(r: int, n: int) -> Case:
+    return Case({"num_reqs": r, "num_tokens": n}, {"max_model_len": n})
+
+
+@pytest.mark.parametrize(("fn", "status", "exit"), [
+    ("segv", CRASH, "killed by signal 11 (SIGSEGV)"),
+    ("hard_exit", CRASH, "exit status 1"),
+    ("soft_exit", CRASH, "sys.exit(3)"),
+    ("base_exception", CRASH, "raised Boom"),
+])
+def test_a_crash_costs_only_the_worker(hostile: Path, fn: str, status: str, exit: str) -> None:
+    contract = registry.get(CONTRACT)
+    with Isolated(contract, f"{hostile}:{fn}") as ex:
+        assert ex.describe()["error"] is None
+        out = ex.check("sum_is_num_tokens", _case(3, 10), 10)
+        assert (out.status, out.exit) == (status, exit), out
+        # The next case runs (in a fresh worker where the last one died).
+        again = ex.check("sum_is_num_tokens", _case(2, 10), 10)
+        assert again.status in (PASSED, CRASH)
+    if fn == "segv":
+        assert "Segmentation fault" in out.message and "in segv" in out.message  # where it crashed, from the worker's log
+
+
+def test_a_hang_is_a_timeout_and_the_worker_is_replaced(hostile: Path) -> None:
+    contract = registry.get(CONTRACT)
+    with Isolated(contract, f"{hostile}:hang") as ex:
+        start = time.perf_counter()
+        out = ex.check("sum_is_num_tokens", _case(2, 50), 1.0)
+        assert out.status == TIMEOUT and time.perf_counter() - start < 5
+        assert ex.check("sum_is_num_tokens", _case(2, 10), 5).status == PASSED
+        assert ex.started == 2
+
+
+def test_an_isolated_crash_is_shrunk_like_any_failure(hostile: Path) -> None:
+    contract = registry.get(CONTRACT)
+    with Isolated(contract, f"{hostile}:segv") as ex:
+        r = runner.hunt(contract, ex, contract.property("sum_is_num_tokens"), target_name="segv",
+                        run_settings=settings(max_examples=100, derandomize=True, database=None, deadline=None))
+    assert r.failure is not None and r.failure.property == "crash" and r.failure.during == "sum_is_num_tokens"
+    assert r.failure.case.args == {"num_reqs": 3, "num_tokens": 3}  # shrunk, then reduced, to the smallest that crashes
+    assert "SIGSEGV" in r.failure.exit
+
+
+def test_a_signature_that_cannot_take_the_arguments_is_found_before_any_case(hostile: Path) -> None:
+    contract = registry.get(CONTRACT)
+    with Isolated(contract, f"{hostile}:one_arg") as ex:
+        assert "cannot take the 2 positional arguments (num_reqs, num_tokens)" in ex.describe()["error"]
+    qsl = registry.get("pad_query_start_loc")
+    assert "cannot take the 3 positional arguments" in (signature_error(qsl, lambda nst, p: nst) or "")
+    assert signature_error(qsl, lambda nst, p, out=None: nst) is None
+
+
+def test_the_worker_dies_with_its_owner(tmp_path: Path, hostile: Path) -> None:
+    """A worker stuck in a hang ends when the process that owns it is killed."""
+    import subprocess
+    import sys
+
+    pid_file = tmp_path / "worker.pid"
+    code = textwrap.dedent(f"""
+        import os, sys
+        from batchfuzz import registry
+        from batchfuzz.case import Case
+        from batchfuzz.execution import Isolated
+        ex = Isolated(registry.get({CONTRACT!r}), {f"{hostile}:hang"!r})
+        ex.describe()
+        open({str(pid_file)!r}, "w").write(str(ex._proc.pid))
+        ex.check("sum_is_num_tokens", Case({{"num_reqs": 2, "num_tokens": 50}}, {{"max_model_len": 50}}), 600)
+    """)
+    owner = subprocess.Popen([sys.executable, "-c", code])
     try:
-        r = runner.hunt(contract, None, bad.isolated(prop), target_name="isolated",  # type: ignore[arg-type]
-                        run_settings=settings(settings(), max_examples=200))
+        deadline = time.time() + 60
+        while not pid_file.exists() and time.time() < deadline:
+            time.sleep(0.1)
+        worker = int(pid_file.read_text())
+        time.sleep(0.5)
     finally:
-        bad.close()
-    assert r.failure is not None
-    assert r.failure.error_type == "PropertyViolation"
-    good = IsolatedRunner(contract, "impl:numpy", device="cpu")
-    try:
-        r2 = runner.hunt(contract, None, good.isolated(prop), target_name="isolated",  # type: ignore[arg-type]
-                         run_settings=settings(settings(), max_examples=20))
-    finally:
-        good.close()
-    assert r2.failure is None and r2.examples > 0
+        owner.kill()
+        owner.wait()
+    for _ in range(50):
+        try:
+            os.kill(worker, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    os.kill(worker, 9)
+    pytest.fail("the hung worker outlived its owner")
 
 
-def test_dying_worker_is_reported_as_crash_and_replaced(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    mod = tmp_path / "dies.py"
-    mod.write_text(textwrap.dedent("""
-        import os
-        def split(num_reqs, num_tokens):
-            if num_reqs == 3:
-                os.abort()  # a hard fault: the process is gone, like a kernel crash
-            q, r = divmod(num_tokens, num_reqs)
-            return [q + (i >= num_reqs - r) for i in range(num_reqs)]
-    """))
-    contract = registry.get("split_dummy_tokens")
-    prop = contract.property("sum_is_num_tokens")
-    worker = IsolatedRunner(contract, f"target:{mod}:split", device="cpu")
-    try:
-        from batchfuzz.codec import decode_case
+def test_in_process_exceptions_and_exits_are_outcomes_and_python_hangs_are_interrupted(hostile: Path) -> None:
+    from batchfuzz.targets import load_function
 
-        outcomes = [worker.evaluate(prop, decode_case({"args": {"num_reqs": r, "num_tokens": 10}, "context": {"max_model_len": 10}}))
-                    for r in (2, 3, 4)]
-    finally:
-        worker.close()
-    assert [o["status"] for o in outcomes] == ["passed", "crash", "passed"]
-    assert worker.crashes == 1
-    assert "worker died" in outcomes[1]["message"]
-    assert os.getpid() > 0  # this process is untouched
+    contract = registry.get(CONTRACT)
+    ex = InProcess(contract, load_function(f"{hostile}:soft_exit"))
+    assert ex.check("sum_is_num_tokens", _case(2, 4)).exit == "sys.exit(3)"
+    ex = InProcess(contract, load_function(f"{hostile}:hang"))
+    out = ex.check("sum_is_num_tokens", _case(2, 50), 0.5)
+    assert out.status == TIMEOUT
+
+
+def test_the_guard_hands_the_target_copies_of_what_it_may_not_write() -> None:
+    qsl = registry.get("pad_query_start_loc")
+    seen: dict[str, np.ndarray] = {}
+
+    def scribbler(nst: np.ndarray, p: int, out: np.ndarray | None = None) -> np.ndarray:
+        nst[:] = 0  # a read-only input: the caller's array must not change
+        if out is not None:
+            out[0] = 42  # the documented out=: the caller's array must change
+            seen["out"] = out
+        return np.zeros(p + 1, dtype=np.int64)
+
+    nst, out = np.array([1, 2], dtype=np.int64), np.zeros(4, dtype=np.int64)
+    guarded(qsl, scribbler)(nst, 2, out)
+    assert nst.tolist() == [1, 2] and out[0] == 42 and seen["out"] is out
+
+
+def test_inputs_unchanged_names_the_argument(hostile: Path) -> None:
+    c = registry.get("allow_microbatching")
+    ex = InProcess(c, c.variant("zeroes_tables").fn)
+    case = Case({"num_computed_tokens": np.array([1, 0]), "num_scheduled_tokens": np.array([1, 1]),
+                 "block_tables": [np.array([[1, 0], [1, 0]])], "block_sizes": [1]}, {})
+    out = ex.check("inputs_unchanged", case)
+    assert out.status == FAILED and "the target changed its argument block_tables: block_tables[0][0, 0] was 1, is 0" in out.message
+    assert case.args["block_tables"][0][0, 0] == 1  # the case itself is untouched

@@ -317,17 +317,17 @@ import json, sys
 from hypothesis import settings
 from batchfuzz import corpus, registry, runner
 from batchfuzz.database import open_database
-from batchfuzz.targets import load_target
+from batchfuzz.targets import load_function
 
 url, local, corpus_dir, seed, worker, spec = sys.argv[1:7]
 contract = registry.get("split_dummy_tokens")
 db = open_database(url, local_dir=local)
 examples = []
-r = runner.hunt(contract, load_target(spec), contract.property("within_max_model_len"), target_name=spec, seed=int(seed),
+r = runner.hunt(contract, load_function(spec), contract.property("within_max_model_len"), target_name=spec, seed=int(seed),
                 run_settings=settings(max_examples=300, derandomize=False, database=db, deadline=None),
                 on_example=lambda: examples.append(1))
 assert r.failure is not None, "the planted bug was not found"
-data = corpus.make_entry_data(r.failure, implementation=None, target=spec, device="cpu",
+data = corpus.make_entry_data(r.failure, target=spec, device="cpu",
                               found={"seed": int(seed), "profile": "nightly", "worker": worker})
 path, new = corpus.save(corpus_dir, data)
 print(json.dumps({"path": str(path), "name": path.name, "case": data["case"], "examples": r.examples}))

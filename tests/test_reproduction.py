@@ -1,37 +1,100 @@
-"""Printed reproductions are real code: executed, they replay the failure."""
+"""A printed reproduction is a test: written to a file and run with
+``python``, it fails while the bug is there and passes once it is fixed.
+
+For every contract, a variant's reproduction is run as printed (it fails),
+then pointed at the contract's correct implementation (it passes); for a
+user's file target, the file is fixed in place; for a crash and a timeout,
+the reproduction runs the call in a subprocess and checks how it ends.
+"""
 
 from __future__ import annotations
 
-import numpy as np
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
 from hypothesis import settings
 
 from batchfuzz import registry, runner
+from batchfuzz.execution import Isolated
+from batchfuzz.reproduce import reproduction
+
+REPO = Path(__file__).resolve().parent.parent
 
 
-def _hunt(contract_name: str, variant: str, prop: str) -> runner.Failure:
-    c = registry.get(contract_name)
-    r = runner.hunt(c, c.variant(variant).fn, c.property(prop), target_name=variant,
-                    run_settings=settings(settings(), max_examples=300, database=None))
-    assert r.failure is not None
+def _run(code: str, tmp_path: Path, name: str = "repro.py") -> subprocess.CompletedProcess[str]:
+    path = tmp_path / name
+    path.write_text(code)
+    return subprocess.run([sys.executable, str(path)], cwd=tmp_path, capture_output=True, text=True, timeout=240)
+
+
+def _hunt(contract: registry.Contract, target: object, prop: str, name: str) -> runner.Failure:
+    r = runner.hunt(contract, target, contract.property(prop), target_name=name,  # type: ignore[arg-type]
+                    run_settings=settings(max_examples=300, derandomize=True, database=None, deadline=None))
+    assert r.failure is not None, (contract.name, name, prop)
     return r.failure
 
 
-def test_positional_reproduction_replays_a_dummy_split_failure() -> None:
-    f = _hunt("split_dummy_tokens", "remainder_to_last.dummy_run", "max_is_ceil")
-    ns: dict = {"bad": registry.get("split_dummy_tokens").variant("remainder_to_last.dummy_run").fn}
-    exec(f.reproduction(function_name="bad"), ns)
-    n = ns["result"]
-    assert max(n) > -(-f.case.args["num_tokens"] // f.case.args["num_reqs"])
+@pytest.mark.parametrize("name", [c.name for c in registry.contracts()])
+def test_a_variants_reproduction_fails_and_passes_on_the_correct_implementation(name: str, tmp_path: Path) -> None:
+    contract = registry.get(name)
+    variant = contract.variants[0]
+    failure = _hunt(contract, variant.fn, variant.caught_by[0], f"variant:{variant.name}")
+    code = reproduction(failure, f"variant:{variant.name}")
+    bad = _run(code, tmp_path)
+    assert (bad.returncode != 0 and "AssertionError" in bad.stderr) or "PropertyViolation" in bad.stderr, code + bad.stderr
+    fixed = reproduction(failure, f"impl:{contract.implementations[0].name}@cpu")
+    good = _run(fixed, tmp_path)
+    assert good.returncode == 0, fixed + good.stderr
 
 
-def test_out_form_reproduction_replays_the_stale_padding_through_its_history() -> None:
-    f = _hunt("pad_query_start_loc", "padding_unwritten", "persistent_buffer")
-    ns: dict = {"bad": registry.get("pad_query_start_loc").variant("padding_unwritten").fn}
-    code = f.reproduction(function_name="bad")
-    assert "out = np.array(" in code and "result_out = bad(" in code
-    exec(code, ns)
-    oracle = registry.get("pad_query_start_loc").oracle
-    steps = [*f.case.context["history"], (f.case.args["num_scheduled_tokens"], f.case.args["num_reqs_padded"])]
-    results = [ns[f"step_{k + 1}"] for k in range(len(steps) - 1)] + [np.asarray(ns["result_out"]).tolist()]
-    wrong = [k for k, ((nst, p), got) in enumerate(zip(steps, results, strict=True)) if got != oracle(nst, p).tolist()]
-    assert wrong, code
+PLANTED = '''
+def split(num_reqs, num_tokens):
+    out = [num_tokens // num_reqs] * num_reqs
+    out[-1] += num_tokens % num_reqs
+    return out
+'''
+FIXED = '''
+def split(num_reqs, num_tokens):
+    q, r = divmod(num_tokens, num_reqs)
+    return [q + (i >= num_reqs - r) for i in range(num_reqs)]
+'''
+
+
+def test_a_file_targets_reproduction_imports_it_and_turns_green_when_fixed(tmp_path: Path) -> None:
+    target = tmp_path / "engine_split.py"
+    target.write_text(textwrap.dedent(PLANTED))
+    contract = registry.get("split_dummy_tokens")
+    with Isolated(contract, f"{target}:split") as ex:
+        failure = _hunt(contract, ex, "max_is_ceil", f"{target}:split")
+    code = reproduction(failure)
+    assert "importlib.util.spec_from_file_location" in code and "split(3, 5)" in code
+    assert _run(code, tmp_path / "..").returncode != 0  # from another folder: the file is found by its path
+    target.write_text(textwrap.dedent(FIXED))
+    assert _run(code, tmp_path).returncode == 0
+
+
+@pytest.mark.parametrize(("body", "kind"), [
+    ("import ctypes\n    if num_reqs >= 3:\n        ctypes.string_at(0)", "crash"),
+    ("if num_tokens >= 40:\n        while True:\n            pass", "timeout"),
+])
+def test_crash_and_timeout_reproductions_run_the_call_in_a_subprocess(body: str, kind: str, tmp_path: Path) -> None:
+    target = tmp_path / "hostile.py"
+    target.write_text(f"def split(num_reqs, num_tokens):\n    {body}\n{textwrap.indent(textwrap.dedent(FIXED), '')}"
+                      .replace("def split(num_reqs, num_tokens):\n    q, r", "def _even(num_reqs, num_tokens):\n    q, r")
+                      + "\n\ndef fixed(num_reqs, num_tokens):\n    return _even(num_reqs, num_tokens)\n")
+    src = target.read_text().replace(f"    {body}\n", f"    {body}\n    return _even(num_reqs, num_tokens)\n", 1)
+    target.write_text(src)
+    contract = registry.get("split_dummy_tokens")
+    with Isolated(contract, f"{target}:split") as ex:
+        r = runner.hunt(contract, ex, contract.property("sum_is_num_tokens"), target_name=f"{target}:split",
+                        run_settings=settings(max_examples=100, derandomize=True, database=None, deadline=None),
+                        example_timeout_s=1.0)
+    assert r.failure is not None and r.failure.property == kind
+    code = reproduction(r.failure, timeout_s=5)
+    assert "subprocess.run" in code
+    assert _run(code, tmp_path).returncode != 0
+    target.write_text(src.replace(f"    {body}\n", "", 1))
+    assert _run(code, tmp_path).returncode == 0

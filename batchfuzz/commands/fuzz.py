@@ -378,7 +378,7 @@ class _Scheduler:
                 if obj in waitables:
                     rid = waitables[obj]
                     try:
-                        index, status = obj.recv()
+                        index, status = self.runners[rid][1].recv()
                     except (EOFError, OSError):
                         continue  # its sentinel reports the death
                     self.finish_slice(rid, index, status)
@@ -391,7 +391,7 @@ class _Scheduler:
         self.shutdown()
 
     def shutdown(self) -> None:
-        for proc, conn in self.runners.values():
+        for _proc, conn in self.runners.values():
             try:
                 conn.send(None)
             except (OSError, BrokenPipeError):

@@ -32,7 +32,7 @@ def _difference(before: Any, after: Any, where: str) -> str | None:
         diff = np.argwhere(before != after)
         if diff.size:
             i = tuple(int(x) for x in diff[0])
-            return f"{where}[{', '.join(map(str, i))}] was {before[i]!r}, is {after[i]!r}"
+            return f"{where}[{', '.join(map(str, i))}] was {before[i].item()!r}, is {after[i].item()!r}"
         return None
     if isinstance(before, (list, tuple)) and isinstance(after, (list, tuple)):
         if len(before) != len(after):

@@ -26,12 +26,12 @@ from batchfuzz import registry
 from batchfuzz._host import to_host
 from batchfuzz.case import Case
 from batchfuzz.checks import PropertyViolation, require
+from batchfuzz.contracts._inputs import inputs_unchanged
 from batchfuzz.contracts._microbatch import a, call, describe, error_inputs, labels, splits_of, step_of
 from batchfuzz.contracts.allow_microbatching_variants import VARIANTS
 from batchfuzz.impl import allow_microbatching_numpy, allow_microbatching_torch
 from batchfuzz.reference import allow_microbatching as oracle
 from batchfuzz.reference._step import STEP_ARGUMENTS
-from batchfuzz.contracts._inputs import inputs_unchanged
 from batchfuzz.registry import Contract, Property, Target
 from batchfuzz.strategies import allow_microbatching as strategies
 
@@ -87,8 +87,10 @@ def _scores(target: Target, case: Case) -> dict[str, int]:
 
 
 IMPLEMENTATIONS = (
-    registry.host_impl("numpy", allow_microbatching_numpy.allow_microbatching, "ExactMicrobatchCheck: block level, a fast path under one write record per block, a general path otherwise"),
-    registry.torch_impl("torch", allow_microbatching_torch.bind, "ExactMicrobatchCheckTorch: scatter_reduce over all groups at once; no host sync until the result"),
+    registry.host_impl("numpy", allow_microbatching_numpy.allow_microbatching,
+                       "ExactMicrobatchCheck: block level, a fast path under one write record per block, a general path otherwise"),
+    registry.torch_impl("torch", allow_microbatching_torch.bind,
+                       "ExactMicrobatchCheckTorch: scatter_reduce over all groups at once; no host sync until the result"),
 )
 
 DOMAINS = registry.domains_from(strategies, {

@@ -11,13 +11,13 @@ from batchfuzz._host import to_host
 from batchfuzz.case import Case
 from batchfuzz.checks import PropertyViolation, require
 from batchfuzz.codec import register_dataclass
+from batchfuzz.contracts._inputs import inputs_unchanged
 from batchfuzz.contracts._microbatch import a, call, describe, error_inputs, harmful_among, labels, splits_of, step_of
 from batchfuzz.contracts.find_conflicts_variants import VARIANTS
 from batchfuzz.impl import find_conflicts_numpy, find_conflicts_torch
 from batchfuzz.reference import find_conflicts as oracle
 from batchfuzz.reference._step import STEP_ARGUMENTS, Conflict, Step, is_well_formed
 from batchfuzz.reference.allow_microbatching import simulate
-from batchfuzz.contracts._inputs import inputs_unchanged
 from batchfuzz.registry import Contract, Property, Target
 from batchfuzz.strategies import find_conflicts as strategies
 
@@ -145,8 +145,10 @@ PROPERTIES = (
 )
 
 IMPLEMENTATIONS = (
-    registry.host_impl("numpy", find_conflicts_numpy.find_conflicts, "block level: write records and whole-block reads, slot level only for partly written blocks"),
-    registry.torch_impl("torch", find_conflicts_torch.bind, "earliest write per slot by scatter_reduce on the device (synchronises once to size the set)"),
+    registry.host_impl("numpy", find_conflicts_numpy.find_conflicts,
+                       "block level: write records and whole-block reads, slot level only for partly written blocks"),
+    registry.torch_impl("torch", find_conflicts_torch.bind,
+                       "earliest write per slot by scatter_reduce on the device (synchronises once to size the set)"),
 )
 
 DOMAINS = registry.domains_from(strategies, {

@@ -21,10 +21,10 @@ from batchfuzz.case import Case
 from batchfuzz.checks import PropertyViolation, as_int_array, assert_array_equal, assert_non_decreasing, require
 from batchfuzz.codec import literal
 from batchfuzz.consumers import token_map_numpy, token_map_torch
+from batchfuzz.contracts._inputs import inputs_unchanged
 from batchfuzz.contracts.pad_query_start_loc_variants import VARIANTS
 from batchfuzz.impl import pad_query_start_loc_numpy, pad_query_start_loc_torch
 from batchfuzz.reference import pad_query_start_loc as oracle
-from batchfuzz.contracts._inputs import inputs_unchanged
 from batchfuzz.registry import Contract, ErrorInput, Property, Target
 from batchfuzz.strategies import pad_query_start_loc as strategies
 

@@ -10,10 +10,10 @@ from batchfuzz import registry
 from batchfuzz._host import to_host
 from batchfuzz.case import Case
 from batchfuzz.checks import PropertyViolation, require
+from batchfuzz.contracts._inputs import inputs_unchanged
 from batchfuzz.contracts.split_ubatches_variants import VARIANTS
 from batchfuzz.impl import split_ubatches_numpy
 from batchfuzz.reference import split_ubatches as oracle
-from batchfuzz.contracts._inputs import inputs_unchanged
 from batchfuzz.registry import Contract, ErrorInput, Property, Target
 from batchfuzz.strategies import split_ubatches as strategies
 
