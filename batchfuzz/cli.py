@@ -9,6 +9,7 @@ import math
 import os
 import pkgutil
 import sys
+import time
 
 from batchfuzz import __version__
 
@@ -70,9 +71,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Commands that run code under test in worker processes: the fork server they
+# come from starts before the commands are imported, so that its imports and
+# ours overlap.
+_RUNS_WORKERS = frozenset({"check", "fuzz", "replay", "catalogue", "sweep"})
+
+
 def main(argv: list[str] | None = None) -> int:
+    started = time.time()  # budgets count from here, before the (slow) imports of the commands
+    words = sys.argv[1:] if argv is None else argv
+    if words and words[0] in _RUNS_WORKERS and "--help" not in words and "-h" not in words:
+        from batchfuzz.execution import start_fork_server
+
+        start_fork_server()
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.started = started
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -248,6 +248,16 @@ def process_context() -> Any:
     return _CONTEXT
 
 
+def start_fork_server() -> None:
+    """Start the fork server now, without waiting for it: its imports
+    (torch, the registry: seconds) then overlap the caller's own, instead of
+    delaying the first worker. Starting it again is a no-op."""
+    if process_context().get_start_method() == "forkserver":
+        from multiprocessing import forkserver
+
+        forkserver.ensure_running()
+
+
 @contextlib.contextmanager
 def without_main_module() -> Iterator[None]:
     """Start a process without re-running the caller's ``__main__``.

@@ -46,10 +46,6 @@ FINAL = ("passed", "failed", "error", "interrupted", "not run")
 # Executors a runner keeps alive for the items it may get again (each an
 # isolated worker process).
 EXECUTOR_CACHE = 4
-# A failure found in a slice is shrunk (and reduced) past the slice's end for
-# at most this share of the budget, or SHRINK_MIN_S seconds if that is more.
-SHRINK_SHARE = 0.05
-SHRINK_MIN_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -205,9 +201,10 @@ class _Runner:
         base = settings.get_profile(self.job.profile)
         return settings(base, database=self.database)
 
-    def run_slice(self, item: WorkItem, slice_no: int, slice_end: float) -> dict[str, Any]:
-        """Fuzz ``item`` until ``slice_end`` (a failure found by then is shrunk
-        until the job's deadline); return (and write) its state."""
+    def run_slice(self, item: WorkItem, slice_no: int, slice_s: float, shrink_s: float) -> dict[str, Any]:
+        """Fuzz ``item`` for ``slice_s`` seconds from when its target is ready
+        (a failure found by then is shrunk for ``shrink_s`` more), within the
+        job's deadline; return (and write) its state."""
         from batchfuzz import registry, runner
 
         job = self.job
@@ -222,13 +219,14 @@ class _Runner:
             info = executor.describe()
             if info.get("error"):
                 raise RuntimeError(info["error"])
+            # Starting the target's worker (and importing it) is not the item's fuzzing time: the slice starts now.
+            slice_end = min(job.deadline, time.time() + slice_s)
+            shrink_until = min(job.deadline, slice_end + shrink_s)
             domain = item.domain or info.get("domain") or "spec"
             rs = self.settings()
             state["settings"] = {"profile": job.profile, "derandomize": bool(rs.derandomize), "isolated": job.isolate,
                                  "database": repr(rs.database) if rs.database is not None else None, "domain": domain,
                                  "seed": job.seed, "timeout": job.example_timeout_s}
-            # A failure found in the slice is shrunk past its end for a bounded time (SHRINK_SHARE).
-            shrink_until = min(job.deadline, slice_end + max(SHRINK_MIN_S, SHRINK_SHARE * job.budget_s))
             r = runner.hunt(contract, executor, contract.property(item.property), target_name=item.target, run_settings=rs,
                             seed=runner._round_seed(job.seed, item.contract, item.target, item.property, slice_no),
                             domain=domain, deadline=shrink_until, generate_until=slice_end,
@@ -303,19 +301,21 @@ def _save_failure(job: Job, item: WorkItem, contract: Any, executor: Any, failur
 
 
 def runner_main(conn: Any, job_path: str, worker: str, owner: int) -> None:
-    """A runner process: take ``(item index, slice number, slice end)`` tasks
+    """A runner process: take ``(item index, slice number, slice seconds, shrink seconds)`` tasks
     from the controller until it sends None; answer each with the item's state."""
-    from batchfuzz.execution import watch_owner
+    from batchfuzz.execution import start_fork_server, watch_owner
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the controller decides when to stop (the STOP file)
     watch_owner(owner)
+    job = Job.load(job_path)
+    if job.isolate:
+        start_fork_server()  # this process's own (the controller's is not reachable from here): start it early
     try:
         import torch
 
         torch.set_num_threads(1)  # one core per runner
     except Exception:  # pragma: no cover - torch is a dependency
         pass
-    job = Job.load(job_path)
     r = _Runner(job, worker)
     try:
         while True:
@@ -325,8 +325,8 @@ def runner_main(conn: Any, job_path: str, worker: str, owner: int) -> None:
                 return
             if task is None:
                 return
-            index, slice_no, slice_end = task
-            state = r.run_slice(job.items[index], slice_no, slice_end)
+            index, slice_no, slice_s, shrink_s = task
+            state = r.run_slice(job.items[index], slice_no, slice_s, shrink_s)
             conn.send((index, state["status"]))
     finally:
         r.close()

@@ -171,8 +171,8 @@ def hunt(
     then is reported as shrunk so far. ``example_timeout_s`` bounds every
     call (a hang is a ``timeout`` failure; in-process, only Python-level
     hangs can be interrupted). ``generate_until`` (``time.time()``): no new
-    example is generated after it, unless a failure was found (then it is
-    shrunk until ``deadline``): a fuzz job's time slice. ``should_stop`` is
+    example is generated after it (but the first), unless a failure was found
+    (then it is shrunk until ``deadline``): a fuzz job's time slice. ``should_stop`` is
     polled before every example (an interrupted run). ``labels``: record the contract's input-class
     labels (``hypothesis.event`` statistics; they cost a few evaluations of
     the oracle per example).
@@ -197,7 +197,7 @@ def hunt(
     def body(case: Case) -> None:
         now = time.time()
         if (deadline is not None and now > deadline) or (should_stop is not None and should_stop()) or \
-                (generate_until is not None and now > generate_until and not last_failure):
+                (generate_until is not None and now > generate_until and result.examples and not last_failure):
             raise _OutOfTime
         snapshot = case.copy()
         outcome = executor.check(prop.name, case, timeout())

@@ -441,7 +441,7 @@ def step_reductions(case: Case) -> Iterator[Case]:
 DOMAINS = ("spec", "engine")
 
 
-def contract_cases(domain: str, *, ill_formed: bool) -> st.SearchStrategy[Case]:
+def contract_cases(domain: str = "spec", *, ill_formed: bool) -> st.SearchStrategy[Case]:
     """Contract E cases of ``domain``: ``spec`` draws general steps (unrepaired
     ones too with ``ill_formed``) and realizable steps, ``engine`` realizable
     steps only."""

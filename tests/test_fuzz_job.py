@@ -158,7 +158,7 @@ def test_a_fair_share_runs_every_item(tmp_path: Path) -> None:
     no item is left unrun: items are handed out round robin, each gets a slice
     before any gets a second."""
     items = fuzz.plan(cli.build_parser().parse_args(["fuzz", "--contract", CONTRACT]))
-    budget = len(items) * fuzz.MIN_SLICE_S + 8  # 8 s for start-up
+    budget = fuzz.STARTUP_S + len(items) * fuzz.MIN_SLICE_S
     r = _fuzz(tmp_path, "--budget", f"{budget}s", "--no-database", "--contract", CONTRACT)
     assert r.returncode == 0, r.stdout + r.stderr
     s = _summary(tmp_path)
@@ -174,7 +174,8 @@ def test_a_fair_share_runs_every_item(tmp_path: Path) -> None:
     ["fuzz", "--target", "no_such_contract=x.py:f"],
     ["fuzz", "--target", f"{CONTRACT}=/no/such/file.py:f"],
     ["fuzz", "--database", "x", "--no-database"],
-], ids=["contract", "impl", "target-contract", "target-file", "database"])
+    ["fuzz", "--contract", CONTRACT, "--property", "no_such_property"],
+], ids=["contract", "impl", "target-contract", "target-file", "database", "property"])
 def test_usage_errors_exit_2(argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main([*argv, "--report", str(tmp_path / "r")]) == 2
     assert "batchfuzz: error:" in capsys.readouterr().err
@@ -220,6 +221,9 @@ def test_plan_covers_every_contract_property_and_filters_by_glob(planted: Path) 
     only = _plan("--contract", CONTRACT, "--impl", f"{planted}:*", "--target", f"{CONTRACT}={planted}:split")
     assert {(w.contract, w.target) for w in only} == {(CONTRACT, f"{planted}:split")}
     assert len(only) == len(registry.get(CONTRACT).properties)
+    props = _plan("--contract", CONTRACT, "--property", "m*_is_*")
+    assert {w.property for w in props} == {p.name for p in registry.get(CONTRACT).properties if p.name.startswith("m")
+                                           and "_is_" in p.name} and props
     first = CONTRACT[:5] + "*"
     assert {w.contract for w in _plan("--contract", first)} == {c.name for c in registry.contracts() if c.name.startswith(CONTRACT[:5])}
 

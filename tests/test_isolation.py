@@ -20,46 +20,12 @@ from batchfuzz.execution import CRASH, FAILED, PASSED, TIMEOUT, InProcess, Isola
 
 CONTRACT = "split_dummy_tokens"
 
-HOSTILE = '''
-import ctypes, os, sys
-
-def even(num_reqs, num_tokens):
-    q, r = divmod(num_tokens, num_reqs)
-    return [q + (i >= num_reqs - r) for i in range(num_reqs)]
-
-def segv(num_reqs, num_tokens):
-    if num_reqs >= 3:
-        ctypes.string_at(0)
-    return even(num_reqs, num_tokens)
-
-def hard_exit(num_reqs, num_tokens):
-    os._exit(1)
-
-def soft_exit(num_reqs, num_tokens):
-    sys.exit(3)
-
-class Boom(BaseException):
-    pass
-
-def base_exception(num_reqs, num_tokens):
-    raise Boom("not an Exception")
-
-def hang(num_reqs, num_tokens):
-    if num_tokens >= 40:
-        while True:
-            pass
-    return even(num_reqs, num_tokens)
-
-def one_arg(num_reqs):
-    return [num_reqs]
-'''
+HOSTILE = Path(__file__).with_name("hostile.py")  # the misbehaving functions, loaded by file path
 
 
 @pytest.fixture(scope="module")
-def hostile(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    p = tmp_path_factory.mktemp("hostile") / "hostile.py"
-    p.write_text(textwrap.dedent(HOSTILE))
-    return p
+def hostile() -> Path:
+    return HOSTILE
 
 
 def _case(r: int, n: int) -> Case:

@@ -222,7 +222,7 @@ def test_the_toy_contract_is_listed(toy: tuple[Path, dict[str, str]]) -> None:
 
 def test_check_passes_a_correct_function_and_catches_a_bad_one(toy: tuple[Path, dict[str, str]]) -> None:
     root = toy[0]
-    good = _run(toy, "check", "request_offsets", "usertarget:offsets", "--budget", "3", "--seed", "1")
+    good = _run(toy, "check", "request_offsets", "usertarget:offsets", "--budget", "8", "--seed", "1")
     assert good.returncode == 0, good.stdout + good.stderr
     bad = _run(toy, "check", "request_offsets", "usertarget:bad_offsets", "--budget", "10", "--seed", "1",
                "--json", str(root / "bad.json"))
@@ -234,7 +234,7 @@ def test_check_passes_a_correct_function_and_catches_a_bad_one(toy: tuple[Path, 
 
 def test_fuzz_runs_the_toy_contract(toy: tuple[Path, dict[str, str]]) -> None:
     root = toy[0]
-    r = _run(toy, "fuzz", "--contract", "request_offsets", "--budget", "4", "--no-database", "--report", str(root / "report"))
+    r = _run(toy, "fuzz", "--contract", "request_offsets", "--budget", "10", "--no-database", "--report", str(root / "report"))
     assert r.returncode == 0, r.stdout + r.stderr
     summary = json.loads((root / "report" / "summary.json").read_text())
     assert summary["contracts"]["request_offsets"]["examples"] > 0

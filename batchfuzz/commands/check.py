@@ -96,7 +96,7 @@ def _database(path: str | None) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    started = time.time()
+    started = getattr(args, "started", None) or time.time()
     deadline = started + args.budget
     try:
         contract = registry.get(args.contract)

@@ -5,9 +5,8 @@ device (and any ``--target`` a user adds), one work item per contract x
 target x property, within a wall-clock budget, spread over ``--workers``
 runner processes (:mod:`batchfuzz.fuzzjob`). The controller hands out items
 in time slices, round robin over every live item: every item gets its first
-slice before any gets a second, so a budget of at least ``MIN_SLICE_S``
-seconds per item per worker (plus a few seconds of start-up) runs every
-item. Progress on the terminal; reports (``summary.json``, ``summary.md``,
+slice before any gets a second, so a budget of at least ``STARTUP_S`` plus
+``MIN_SLICE_S`` seconds per item per worker runs every item. Progress on the terminal; reports (``summary.json``, ``summary.md``,
 ``junit.xml``) in ``--report``; every failure shrunk and saved to the corpus
 as it is found. ``--shard K/N`` runs only the items of shard K of N.
 
@@ -22,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import math
 import os
 import shlex
 import signal
@@ -40,7 +40,15 @@ DEFAULT_REPORT = "reports/fuzz"
 # A slice is at least this long (seconds): every item runs once when the
 # budget gives each item this much per worker.
 MIN_SLICE_S = 0.25
+# What start-up (imports, the fork server, the runners) may take of the budget,
+# which counts from the start of the command.
+STARTUP_S = 10.0
 MAX_SLICE_S = 300.0
+# A failure found in a slice is shrunk (and reduced) past the slice's end for
+# at most this share of the budget, or SHRINK_MIN_S seconds if that is more;
+# for one more slice's length only while some item has not run yet.
+SHRINK_SHARE = 0.05
+SHRINK_MIN_S = 2.0
 # Slices are sized so that the budget holds about this many rounds.
 TARGET_ROUNDS = 2
 # After the deadline: the slices in flight finish (each stops generating at
@@ -84,8 +92,8 @@ def register(sub: Any) -> None:
                     "1 failures, 2 usage error, 3 incomplete (the budget ended before every item ran), 128+N signal N.",
     )
     p.add_argument("--budget", type=parse_duration, default=60.0,
-                   help=f"wall-clock budget, e.g. 90s, 15m, 2h (default 60s); every item runs when the budget gives each "
-                        f"item {MIN_SLICE_S:g}s per worker; the job ends within the budget plus {GRACE_S:g}s")
+                   help=f"wall-clock budget, e.g. 90s, 15m, 2h (default 60s); every item runs when the budget is at least "
+                        f"{STARTUP_S:g}s plus {MIN_SLICE_S:g}s per item per worker; the job ends within the budget plus {GRACE_S:g}s")
     p.add_argument("--workers", type=_positive_int, default=1, help="parallel runner processes (default 1)")
     p.add_argument("--profile", choices=profiles.PROFILES, default="dev",
                    help="Hypothesis profile: nightly/dev are random with the example database; "
@@ -94,6 +102,8 @@ def register(sub: Any) -> None:
                    help="only contracts matching NAME (a name or a glob; repeatable)")
     p.add_argument("--impl", action="append", default=None, metavar="NAME",
                    help="only targets matching NAME (e.g. 'impl:numpy@cpu', 'impl:engine.*', 'mymod:*'; repeatable)")
+    p.add_argument("--property", action="append", default=None, metavar="NAME",
+                   help="only properties matching NAME (a name or a glob; repeatable)")
     p.add_argument("--target", action="append", default=[], type=_target_spec, metavar="CONTRACT=MODULE:FUNCTION",
                    help="also fuzz your own function against CONTRACT (repeatable; FILE.py:FUNCTION works too)")
     p.add_argument("--domain", default=None, metavar="NAME",
@@ -168,6 +178,12 @@ def plan(args: argparse.Namespace) -> list[WorkItem]:
                 raise UsageError(f"--impl {pat!r} matches no target on {args.device}; known: {', '.join(known)}")
         pairs = [x for x in pairs if _match(x[1], args.impl)]
     items = [WorkItem(0, c.name, target, args.device, p.name, domain) for c, target, domain in pairs for p in c.properties]
+    if getattr(args, "property", None):
+        for pat in args.property:
+            if not any(_match(i.property, [pat]) for i in items):
+                known = sorted({i.property for i in items})
+                raise UsageError(f"--property {pat!r} matches no property of the selected contracts; known: {', '.join(known)}")
+        items = [i for i in items if _match(i.property, args.property)]
     if args.shard is not None:
         from batchfuzz.shards import select
 
@@ -307,13 +323,25 @@ class _Scheduler:
         self.signum = signum
         self.request_stop(f"{signal.Signals(signum).name} received")
 
-    def slice_end(self, now: float) -> float:
+    def slice_length(self, now: float) -> float:
+        """Seconds of fuzzing the next slice gets, counted by the runner from
+        when the item's target is ready: a share of what is left, so that the
+        budget holds about ``TARGET_ROUNDS`` rounds over the live items."""
         if settings_derandomized(self.job):
-            return self.job.deadline  # a fixed stream runs once, whole
+            return math.inf  # a fixed stream runs once, whole (to the deadline)
         left = max(0.0, self.job.deadline - now)
         n = max(1, len(self.live) + len(self.busy))
-        length = max(MIN_SLICE_S, min(MAX_SLICE_S, left * self.job.workers / n / TARGET_ROUNDS))
-        return min(self.job.deadline, now + length)
+        return max(MIN_SLICE_S, min(MAX_SLICE_S, left * self.job.workers / n / TARGET_ROUNDS))
+
+    def shrink_length(self, slice_s: float) -> float:
+        """Seconds a failure found in a slice may be shrunk past its end:
+        while some item has not had its first slice, one more slice's length
+        (a failing item must not take the others' share; its case is then
+        reported as shrunk so far); after that, ``SHRINK_SHARE`` of the
+        budget, at least ``SHRINK_MIN_S``."""
+        if any(n == 0 for n in self.slices.values()):
+            return max(MIN_SLICE_S, slice_s)
+        return max(SHRINK_MIN_S, SHRINK_SHARE * self.job.budget_s)
 
     def dispatch(self) -> None:
         now = time.time()
@@ -325,7 +353,8 @@ class _Scheduler:
                 return
             self.slices[index] += 1
             self.busy[rid] = index
-            conn.send((index, self.slices[index], self.slice_end(now)))
+            length = self.slice_length(now)
+            conn.send((index, self.slices[index], length, self.shrink_length(length)))
 
     def _next_item(self) -> int | None:
         running = set(self.busy.values())
@@ -438,7 +467,7 @@ def run(args: argparse.Namespace, stream: TextIO | None = None) -> int:
     corpus_dir = Path(args.corpus).absolute() if args.corpus else corpus.default_dir()
     _prepare_report_dir(report_dir)
     writable_dir(str(corpus_dir), "--corpus")
-    started = time.time()
+    started = getattr(args, "started", None) or time.time()
     shard = None
     if args.shard is not None:
         from batchfuzz.shards import plan_digest
@@ -499,7 +528,12 @@ def finish(job: Job, scheduler: Any, out: TextIO, started: float) -> int:
             s.update(status="not run", reason="interrupted before it started" if partial else
                      "the budget ended before it started")
         elif s.get("status") in (IDLE, RUNNING):
-            s["status"] = "interrupted" if partial else "passed"
+            if partial:
+                s["status"] = "interrupted"
+            elif int(s.get("examples", 0)) == 0:  # its slices went to start-up: nothing was checked
+                s.update(status="not run", reason="its slices ended before its first example")
+            else:
+                s["status"] = "passed"
         states[item.index] = s
         write_state(job, item, s, final=True)
     finished = time.time()

@@ -1,0 +1,91 @@
+"""Functions that misbehave the way broken engine code does, as targets for
+the tests of the execution layer (tests/test_isolation.py) and of the
+commands (tests/test_hostile.py). They are loaded by file path
+(``tests/hostile.py:segv``), like a user's target.
+
+Contract A (``split_dummy_tokens(num_reqs, num_tokens)``): ``even`` is
+correct; the others crash, exit, hang or are slow. The ``zeroes_*`` and
+``*_zeroed`` functions scribble on their inputs and then give the answer the
+scribbled inputs would make right.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+
+def even(num_reqs: int, num_tokens: int) -> list[int]:
+    q, r = divmod(num_tokens, num_reqs)
+    return [q + (i >= num_reqs - r) for i in range(num_reqs)]
+
+
+def segv(num_reqs: int, num_tokens: int) -> list[int]:
+    if num_reqs >= 3:
+        ctypes.string_at(0)  # reads address 0: SIGSEGV
+    return even(num_reqs, num_tokens)
+
+
+def hard_exit(num_reqs: int, num_tokens: int) -> list[int]:
+    os._exit(1)
+
+
+def soft_exit(num_reqs: int, num_tokens: int) -> list[int]:
+    sys.exit(3)
+
+
+class Boom(BaseException):
+    pass
+
+
+def base_exception(num_reqs: int, num_tokens: int) -> list[int]:
+    raise Boom("not an Exception")
+
+
+def hang(num_reqs: int, num_tokens: int) -> list[int]:
+    if num_tokens >= 40:
+        while True:
+            pass
+    return even(num_reqs, num_tokens)
+
+
+def slow(num_reqs: int, num_tokens: int) -> list[int]:
+    """Correct, 50 ms a call."""
+    time.sleep(0.05)
+    return even(num_reqs, num_tokens)
+
+
+def one_arg(num_reqs: int) -> list[int]:
+    return [num_reqs]
+
+
+# --------------------------------------------------------------------------- scribblers
+
+
+def find_conflicts_zeroed(num_computed_tokens: Any, num_scheduled_tokens: Any, block_tables: Any, block_sizes: Any) -> set[Any]:
+    """Zeroes the block tables (block 0 is the null block: nothing conflicts) and says so."""
+    for t in block_tables:
+        t[...] = 0
+    return set()
+
+
+def allow_microbatching_zeroed(num_computed_tokens: Any, num_scheduled_tokens: Any, block_tables: Any, block_sizes: Any) -> bool:
+    """Zeroes the block tables, then allows every split."""
+    for t in block_tables:
+        t[...] = 0
+    return True
+
+
+def pad_query_start_loc_zeroed(num_scheduled_tokens: Any, num_reqs_padded: Any, out: Any = None) -> np.ndarray:
+    """Zeroes the caller's counts, then pads the zeros correctly."""
+    num_scheduled_tokens[...] = 0
+    q = np.zeros(int(num_reqs_padded) + 1, dtype=np.int32)
+    if out is not None:
+        out[: len(q)] = q
+        return out[: len(q)]
+    return q

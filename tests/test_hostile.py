@@ -1,0 +1,145 @@
+"""The commands on hostile code, as a user runs them: ``batchfuzz check``
+and ``batchfuzz fuzz --target`` in a subprocess, on functions that segfault,
+exit, hang, are slow, have the wrong arity or scribble on their inputs
+(tests/hostile.py). Each gets its verdict and exit code, within its budget
+plus the grace the command states, with its report written.
+
+The wall-clock bounds are checked against the command's own promise
+(``--budget`` plus ``GRACE_S``, counted from the start of the command) plus
+``STARTUP_S`` for the interpreter, which the command cannot count.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from batchfuzz.commands import check, fuzz
+
+REPO = Path(__file__).resolve().parent.parent
+HOSTILE = Path(__file__).with_name("hostile.py")
+STARTUP_S = 5.0  # the interpreter before the command's clock starts, and a loaded CI machine's scheduling
+
+
+def _batchfuzz(*argv: str, cwd: Path) -> tuple[subprocess.CompletedProcess[str], float]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "BATCHFUZZ_", "HYPOTHESIS_"))}
+    env["PYTHONPATH"] = str(REPO)
+    t = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "batchfuzz", *argv], cwd=cwd, env=env, capture_output=True, text=True,
+                       timeout=120)
+    return r, time.monotonic() - t
+
+
+def _check(tmp_path: Path, contract: str, fn: str, budget: float, *extra: str) -> tuple[int, dict[str, Any], str, float]:
+    report = tmp_path / f"{fn}.json"
+    r, wall = _batchfuzz("check", contract, f"{HOSTILE}:{fn}", "--budget", f"{budget:g}s", "--json", str(report), *extra,
+                         cwd=tmp_path)
+    assert wall <= budget + check.GRACE_S + STARTUP_S, f"{fn}: {wall:.1f}s for --budget {budget}\n{r.stdout}{r.stderr}"
+    data = json.loads(report.read_text()) if report.exists() else {}
+    assert not data or data["seconds"] <= budget + check.GRACE_S, data  # by the command's own clock
+    return r.returncode, data, r.stdout + r.stderr, wall
+
+
+@pytest.mark.parametrize(("fn", "exit_text"), [
+    ("segv", "killed by signal 11 (SIGSEGV)"),
+    ("hard_exit", "exit status 1"),
+    ("soft_exit", "sys.exit(3)"),
+])
+def test_check_reports_a_crash_as_a_counterexample(tmp_path: Path, fn: str, exit_text: str) -> None:
+    code, data, out, _ = _check(tmp_path, "split_dummy_tokens", fn, 8)
+    assert code == 1, out
+    assert data["status"] == "counterexample" and data["property"] == "crash", data
+    assert exit_text in data["exit"] and exit_text in out
+    assert "COUNTEREXAMPLE: property crash" in out and "--- reproduction" in out
+    if fn == "segv":  # shrunk to the smallest crashing case, when the budget let the shrinking finish
+        args = data["counterexample"]["args"]
+        assert int(args["num_reqs"]) >= 3 and (not data["shrink_complete"] or args == {"num_reqs": "3", "num_tokens": "3"}), data
+
+
+def test_check_bounds_a_hang_by_the_budget_and_reports_the_timeout(tmp_path: Path) -> None:
+    """Every shrink step that hangs costs a timeout, so the case is shrunk as
+    far as the budget allows, and says whether it got to the end."""
+    code, data, out, _ = _check(tmp_path, "split_dummy_tokens", "hang", 8, "--timeout", "0.5")
+    assert code == 1, out
+    assert data["property"] == "timeout" and int(data["counterexample"]["args"]["num_tokens"]) >= 40, data
+    assert isinstance(data["shrink_complete"], bool) and "Timeout" in data["error_type"], data
+
+
+@pytest.mark.parametrize("budget", [2, 10])
+def test_check_of_a_slow_correct_function_ends_within_the_budget(tmp_path: Path, budget: float) -> None:
+    """50 ms a call: 2 s (start-up included) cannot reach every property, and
+    says so (exit 3, the properties named); 10 s reaches some with examples."""
+    code, data, out, _ = _check(tmp_path, "split_dummy_tokens", "slow", budget)
+    assert code in (0, 3), out
+    if code == 3:
+        assert data["status"] == "incomplete" and data["not_run"], data
+    else:
+        assert data["status"] == "passed"
+    assert data["examples"] <= budget / 0.05  # every example really made its 50 ms call
+    if budget >= 10:
+        assert data["examples"] > 0, data
+
+
+def test_a_wrong_arity_is_a_usage_error_before_any_example(tmp_path: Path) -> None:
+    code, data, out, wall = _check(tmp_path, "split_dummy_tokens", "one_arg", 30)
+    assert code == 2 and "cannot take the 2 positional arguments" in out, out
+    assert not data and wall < 30  # no report, no budget spent
+
+
+def test_an_unwritable_json_path_is_a_usage_error_before_any_example(tmp_path: Path) -> None:
+    (tmp_path / "ro").mkdir(mode=0o500)
+    r, wall = _batchfuzz("check", "split_dummy_tokens", f"{HOSTILE}:even", "--budget", "30s", "--json",
+                         str(tmp_path / "ro" / "sub" / "x.json"), cwd=tmp_path)
+    if os.geteuid() == 0:  # root writes anywhere: aim at a path under a regular file instead
+        (tmp_path / "file").write_text("")
+        r, wall = _batchfuzz("check", "split_dummy_tokens", f"{HOSTILE}:even", "--budget", "30s", "--json",
+                             str(tmp_path / "file" / "x.json"), cwd=tmp_path)
+    assert r.returncode == 2 and "--json" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert wall < 30
+
+
+@pytest.mark.parametrize(("contract", "fn", "argument", "judged"), [
+    ("find_conflicts", "find_conflicts_zeroed", "block_tables", "matches_oracle"),
+    ("allow_microbatching", "allow_microbatching_zeroed", "block_tables", "sound_under_adversarial_splits"),
+    ("pad_query_start_loc", "pad_query_start_loc_zeroed", "num_scheduled_tokens", "matches_oracle"),
+])
+def test_a_target_that_scribbles_on_its_inputs_is_caught(tmp_path: Path, contract: str, fn: str, argument: str,
+                                                         judged: str) -> None:
+    """Caught by the property about the inputs, naming the argument, and by a
+    property about the result, which judges it against the inputs as they were."""
+    code, data, out, _ = _check(tmp_path, contract, fn, 8, "--property", "inputs_unchanged")
+    assert code == 1, out
+    assert data["property"] == "inputs_unchanged" and f"the target changed its argument {argument}" in data["message"], data
+    code, data, out, _ = _check(tmp_path, contract, fn, 8, "--property", judged)
+    assert code == 1 and data["property"] == judged, out
+
+
+def test_fuzz_with_a_segfaulting_and_a_hanging_target_finishes_and_keeps_both(tmp_path: Path) -> None:
+    budget = 20.0
+    r, wall = _batchfuzz(
+        "fuzz", "--contract", "split_dummy_tokens", "--impl", f"{HOSTILE}:*",
+        "--target", f"split_dummy_tokens={HOSTILE}:segv", "--target", f"split_dummy_tokens={HOSTILE}:hang",
+        "--property", "matches_oracle", "--property", "sum_is_num_tokens",
+        "--budget", f"{budget:g}s", "--timeout", "0.5", "--profile", "dev", "--no-database",
+        "--report", str(tmp_path / "report"), "--corpus", str(tmp_path / "corpus"), "--progress", "lines", cwd=tmp_path)
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out
+    assert wall <= budget + fuzz.GRACE_S + STARTUP_S, out
+    summary = json.loads((tmp_path / "report" / "summary.json").read_text())
+    found = {(f["implementation"].rsplit(":", 1)[1], f["property"]) for f in summary["failures"]}
+    assert {p for fn, p in found if fn == "segv"} == {"crash"} and {p for fn, p in found if fn == "hang"} == {"timeout"}, found
+    entries = [json.loads(p.read_text()) for p in (tmp_path / "corpus").rglob("*.json")]
+    kept = {(e["target"].rsplit(":", 1)[1], e["property"]) for e in entries}
+    assert {("segv", "crash"), ("hang", "timeout")} <= kept, kept
+    segv = next(e for e in entries if e["property"] == "crash")
+    assert "SIGSEGV" in segv["failure"]["exit"] and "subprocess.run" in segv["reproduction"]
+    # every item ran: a crash of one costs neither the others nor the job
+    impls = summary["contracts"]["split_dummy_tokens"]["implementations"]
+    assert all(p["status"] != "not run" for i in impls.values() for p in i["properties"].values()), impls
