@@ -484,11 +484,12 @@ def run_items(items: Sequence[tuple[Contract, Variant]], *, max_examples: int = 
             if on_entry is not None:
                 on_entry(k + 1, len(items), e)
         return out
-    import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
+    from batchfuzz.execution import process_context, without_main_module
+
     results: dict[int, Row] = {}
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+    with without_main_module(), ProcessPoolExecutor(max_workers=jobs, mp_context=process_context()) as pool:
         futures = {pool.submit(_run_named, c.name, v.name, max_examples, check_all): k for k, (c, v) in enumerate(items)}
         for done, fut in enumerate(as_completed(futures)):
             e = fut.result()

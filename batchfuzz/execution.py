@@ -19,7 +19,15 @@ target runs in an :class:`Executor`:
   the cost of isolation); an exception is still a failing case and a
   ``sys.exit`` a crash, but a segfault or a hang in C code takes the process
   down. A Python-level hang past the timeout is interrupted (SIGALRM, main
-  thread only).
+  thread only). The catalogue runs the registry's own variants this way:
+  they are known Python code that fails by raising, and its figures (examples
+  and seconds to find each bug) are search costs a pipe would distort.
+
+Every process batchfuzz starts comes from :func:`process_context` (the fork
+server): isolated workers, the fuzz job's runner processes and the
+catalogue's ``--jobs`` pool. The only other child processes are ``pip``
+(downloading an engine's release wheel) and the ``python`` a crash or
+timeout reproduction starts, which is the user's code, not batchfuzz's.
 
 Both run every property on a *guarded* target (:func:`guarded`): each call
 gets copies of the arguments the contract does not let it write, so a target

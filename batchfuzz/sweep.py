@@ -34,7 +34,10 @@ class SweepResult:
         return not self.failures
 
 
-def sweep_split(split: BatchedSplit, *, max_reqs: int, max_tokens: int, device: str = "cpu") -> SweepResult:
+def sweep_split(split: BatchedSplit, *, max_reqs: int, max_tokens: int, device: str = "cpu",
+                on_progress: Callable[[SweepResult, int], None] | None = None) -> SweepResult:
+    """Every ``(R, N)`` with ``1 <= R <= max_reqs``, ``R <= N <= max_tokens``,
+    one ``R`` at a time; ``on_progress(result so far, R)`` after each."""
     if max_reqs < 1 or max_tokens < max_reqs:
         raise ValueError(f"need 1 <= max_reqs <= max_tokens, got max_reqs={max_reqs}, max_tokens={max_tokens}")
     res = SweepResult(max_reqs, max_tokens, device)
@@ -69,6 +72,9 @@ def sweep_split(split: BatchedSplit, *, max_reqs: int, max_tokens: int, device: 
                     res.failures[name] = (r, int(n_vals[first].item()))
         res.pairs += int(n_vals.numel())
         res.elements += int(n_vals.numel()) * r
+        if on_progress is not None:
+            res.seconds = time.perf_counter() - start
+            on_progress(res, r)
     if device == "cuda":
         torch.cuda.synchronize()
     res.seconds = time.perf_counter() - start

@@ -3,6 +3,7 @@ power to fail: a batched remainder-to-last split is caught."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from batchfuzz.impl.split_dummy_tokens_torch import split_dummy_tokens_batched
@@ -26,3 +27,20 @@ def test_sweep_catches_the_shipped_split() -> None:
     res = sweep_split(_remainder_to_last, max_reqs=8, max_tokens=64, device="cpu")
     assert set(res.failures) == {"matches_oracle", "max_is_ceil", "within_max_model_len"}
     assert res.failures["max_is_ceil"] == (3, 5)
+
+
+def test_sweep_reports_progress_after_every_request_count() -> None:
+    seen: list[tuple[int, int]] = []
+    res = sweep_split(split_dummy_tokens_batched, max_reqs=5, max_tokens=20, device="cpu",
+                      on_progress=lambda r, k: seen.append((k, r.pairs)))
+    assert [k for k, _ in seen] == [1, 2, 3, 4, 5]
+    assert [p for _, p in seen] == [sum(20 - r + 1 for r in range(1, k + 1)) for k in range(1, 6)]
+    assert seen[-1][1] == res.pairs
+
+
+def test_the_sweep_command_prints_progress_lines(capsys: pytest.CaptureFixture[str]) -> None:
+    from batchfuzz.cli import main
+
+    assert main(["sweep", "--max-reqs", "4", "--max-tokens", "16"]) == 0
+    out = capsys.readouterr().out
+    assert "R 4/4:" in out and "all properties hold" in out  # the last R always gets its line
