@@ -280,6 +280,11 @@ def _failure(contract: Contract, target_name: str, prop: Property, case: Case, o
                    during=during, complete=complete)
 
 
+# hunt_for's default round sizes (examples per property per round).
+FIRST_ROUND_EXAMPLES = 10
+ROUND_EXAMPLES = 50
+
+
 def hunt_for(
     contract: Contract,
     target: Target | Executor,
@@ -289,7 +294,7 @@ def hunt_for(
     budget_s: float,
     base_settings: settings,
     seed: int = 0,
-    round_examples: int | Callable[[int], int] = 50,
+    round_examples: int | Callable[[int], int] | None = None,
     stop_on_failure: bool = True,
     deadline: float | None = None,
     should_stop: Callable[[], bool] | None = None,
@@ -303,7 +308,8 @@ def hunt_for(
     (``time.time() + budget_s`` unless ``deadline`` is given).
 
     Each round runs every still-passing property with ``round_examples``
-    examples, so every property gets examples early whatever the budget; a
+    examples (default: ``FIRST_ROUND_EXAMPLES`` in the first round,
+    ``ROUND_EXAMPLES`` after), so every property gets examples early whatever the budget; a
     derandomized profile runs a single round of its own size, since a
     repeated round would replay the same examples.
 
@@ -324,7 +330,10 @@ def hunt_for(
         live = [p for p in properties if results[p.name].failure is None]
         if not live:
             break
-        n_examples = round_examples(round_no) if callable(round_examples) else round_examples
+        if round_examples is None:  # a short first round: every property gets examples early, whatever the budget
+            n_examples = FIRST_ROUND_EXAMPLES if round_no == 0 else ROUND_EXAMPLES
+        else:
+            n_examples = round_examples(round_no) if callable(round_examples) else round_examples
         for p in live:
             if should_stop is not None and should_stop():
                 return list(results.values())
