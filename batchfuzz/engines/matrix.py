@@ -14,6 +14,7 @@ reference, so a release whose code crashes or hangs costs only its cell.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
@@ -116,10 +117,24 @@ def _short_function(function: str) -> str:
     return f"{path.rsplit('/', 1)[-1]}:{qual}"
 
 
+_ARRAY = re.compile(r"np\.array\((\[[^()]*?\]), dtype=np\.\w+\)")
+
+
+def compact_args(counterexample: dict[str, Any], limit: int = 60) -> str:
+    """A counterexample's arguments for a table cell: arrays as lists, and a
+    long value (an engine object) by its type only (the JSON has it whole)."""
+    parts = []
+    for k, v in counterexample["args"].items():
+        v = _ARRAY.sub(r"\1", v)
+        if len(v) > limit and "(" in v:
+            v = v.split("(", 1)[0] + "(...)"
+        parts.append(f"{k}={v}")
+    return ", ".join(parts)
+
+
 def _detail(cell: Cell) -> str:
     if cell.verdict == "fail" and cell.counterexample:
-        args = ", ".join(f"{k}={v}" for k, v in cell.counterexample["args"].items())
-        return f"{cell.property}: {args}"
+        return f"{cell.property}: {compact_args(cell.counterexample)}"
     if cell.verdict in ("absent", "unbindable", "incomplete", "error"):
         return cell.reason.splitlines()[0][:160] if cell.reason else ""
     return f"{cell.examples} examples"
@@ -147,8 +162,7 @@ def to_markdown(cells: list[Cell]) -> str:
             if c is None:
                 cols.append("")
             elif c.verdict == "fail" and c.counterexample:
-                args = ", ".join(f"{k}={v}" for k, v in c.counterexample["args"].items())
-                cols.append(f"**fail** `{c.property}` `{args}`".replace("|", "\\|"))
+                cols.append(f"**fail** `{c.property}` `{compact_args(c.counterexample)}`".replace("|", "\\|"))
             else:
                 cols.append(c.verdict)
         out.append(f"| `{_short_function(function)}` | {contract} | " + " | ".join(cols) + " |")
