@@ -203,10 +203,12 @@ def test_a_complete_run_without_failures_exits_0(tmp_path: Path) -> None:
     assert s["status"] == "passed" and s["totals"]["items"] == len(_plan(*extra, planted=False)) and not s["not_run"]
 
 
-def test_items_that_did_not_run_make_the_merge_incomplete(tmp_path: Path) -> None:
+def test_items_that_did_not_run_make_the_merge_incomplete(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Every shard given, no failure, but one item never started: exit 3, as the fuzz command's."""
     extra = ("--contract", "pad_query_start_loc")
     dirs = [_write_shard(tmp_path, k, 2, extra=extra, clean=True, planted=False) for k in (1, 2)]
+    assert _merge_cli(*dirs, "--report", tmp_path / "out") == 3
+    assert f"incomplete: 1 work item(s) did not run: {NOT_RUN[0]}/{NOT_RUN[1]}/" in capsys.readouterr().out
     merged = merge.merge_dirs(dirs)
     assert merged.summary["status"] == "incomplete" and merged.exit_code == merge.EXIT_INCOMPLETE
     assert merged.summary["shards"]["complete"] and merged.summary["totals"]["items_not_run"] == 1

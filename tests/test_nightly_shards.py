@@ -171,7 +171,10 @@ def test_two_shards_run_disjoint_items_whose_union_is_the_plan(night: Night) -> 
         assert s["shard"] == {"index": k, "count": 2, "plan": plan_digest(i.shard_key for i in plan)}
         assert s["totals"]["items_not_run"] == 0 and s["status"] in ("passed", "failed"), run.output
         assert run.items == _triples(_plan("--shard", f"{k}/2")) and run.items  # what the planner gives shard k
-        assert "RedisExampleDatabase" in s["database"] or "redis://" in s["database"]
+        assert s["database"] == night.server.url
+        for impl in s["contracts"][CONTRACT]["implementations"].values():  # what the hunts really ran with
+            assert f"SharedRedisDatabase('{night.server.url}'" in impl["settings"]["database"]
+            assert f"DirectoryBasedExampleDatabase(PosixPath('{run.local}'))" in impl["settings"]["database"]
     assert not runs[1].items & runs[2].items
     assert runs[1].items | runs[2].items == _triples(plan)
     # Both shards found planted failures (the planted target's properties are in both).
