@@ -83,11 +83,21 @@ class HuntResult:
     events: Counter[str] = field(default_factory=Counter)
     scores: Counter[str] = field(default_factory=Counter)
     out_of_time: bool = False  # the deadline ended this hunt
+    # When the first failing example ran: its number among this hunt's examples
+    # (1 = the very first: a failure replayed from the example database comes
+    # before any generated example) and its wall-clock time (time.time()).
+    first_failure_example: int | None = None
+    first_failure_time: float | None = None
 
 
-class _OutOfTime(BaseException):
-    """Ends a Hypothesis run at the deadline (a BaseException: Hypothesis does
-    not take it for a failure and stops at once)."""
+class _OutOfTime(KeyboardInterrupt):
+    """Ends a Hypothesis run at the deadline or the end of a time slice.
+
+    A KeyboardInterrupt, because that is the one exception Hypothesis neither
+    takes for a failure nor answers by saving the example it interrupted: for
+    any other BaseException it saves that example (never checked) under the
+    test's primary database key, where every later run replays it before the
+    real failures; each slice's end would leave one such entry."""
 
 
 class _Failed(Exception):
@@ -209,6 +219,8 @@ def hunt(
                 event(label)
                 result.events[label] += 1
         if failure_signature(outcome) is not None:
+            if result.first_failure_example is None:
+                result.first_failure_example, result.first_failure_time = result.examples, time.time()
             last_failure.append((snapshot, outcome))
             _raise_for(outcome)
         if contract.scores is not None:

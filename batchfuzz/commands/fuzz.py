@@ -119,7 +119,7 @@ def register(sub: Any) -> None:
                         f"{profiles.DEFAULT_DATABASE}")
     p.add_argument("--no-database", action="store_true", help="run without an example database")
     p.add_argument("--shard", type=_shard, default=None, metavar="K/N",
-                   help="run only shard K of N: a stable partition of the work items (docs/nightly-shards.md)")
+                   help="run only shard K of N: a stable partition of the work items (docs/nightly.md)")
     p.add_argument("--report", metavar="DIR", default=DEFAULT_REPORT, help=f"report directory (default {DEFAULT_REPORT})")
     p.add_argument("--corpus", metavar="DIR", default=None,
                    help=f"failure corpus directory (default ${corpus.ENV_VAR}, else corpus/ of the checkout, else ./corpus)")
