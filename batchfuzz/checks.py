@@ -13,6 +13,15 @@ class PropertyViolation(AssertionError):
     """A property of a contract does not hold for a target's output."""
 
 
+class ResultTypeError(PropertyViolation):
+    """The target's result is of a type the contract's properties cannot read
+    at all (an engine object, a tuple where a list belongs, a string). On one
+    case it is a counterexample like any other; on the probe case the commands
+    try before any example (``runner.probe_result``), a usage error: the
+    target needs a binding that converts its result (docs/bindings.md).
+    """
+
+
 def _fmt(arr: np.ndarray, limit: int = 24) -> str:
     items = arr.tolist()
     if len(items) > limit:
@@ -34,7 +43,7 @@ def as_int_array(value: Any, what: str) -> np.ndarray:
         if value.dtype.kind not in "iu":
             raise PropertyViolation(f"{what} must be an integer array, got dtype {value.dtype}")
         return value.astype(np.int64).reshape(-1) if value.ndim == 1 else value.astype(np.int64)
-    raise PropertyViolation(f"{what} must be a sequence of ints, got {type(value).__name__}: {value!r}")
+    raise ResultTypeError(f"{what} must be a sequence of ints, got {type(value).__name__}: {value!r:.120}")
 
 
 def require(condition: bool, message: str) -> None:

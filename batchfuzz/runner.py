@@ -411,6 +411,27 @@ def violated_properties(contract: Contract, target: Target | Executor, case: Cas
     return [p.name for p in contract.properties if failure_signature(executor.check(p.name, case.copy(), timeout_s)) is not None]
 
 
+def probe_result(contract: Contract, executor: Executor, domain: str, *, timeout_s: float | None = None) -> str | None:
+    """Why the target's result cannot be read as the contract's, or None.
+
+    Runs the contract's first property on its first regression example that
+    lies in ``domain`` and that the target admits (before any generated
+    example, so that a target returning engine objects is a usage error, not
+    a "counterexample" on every input). Only a ``ResultTypeError`` counts: a
+    wrong value, an exception or a crash is left to the run to report.
+    """
+    dom = contract.domain(domain)
+    for case in contract.examples:
+        if not dom.contains(case) or executor.check("__admits__", case).status == REJECTED:
+            continue
+        outcome = executor.check(contract.properties[0].name, case.copy(), timeout_s)
+        if outcome.error_type == "ResultTypeError":
+            args = ", ".join(f"{k}={v!r}" for k, v in case.args.items())
+            return f"its result cannot be read as {contract.name}'s (on {args}): {outcome.message.splitlines()[0]}"
+        return None
+    return None
+
+
 def admits(contract: Contract, target: Target | Executor, case: Case, domain: str | None = None) -> bool:
     """Whether ``case`` is an input of ``target``: it lies in ``domain`` (default:
     the target's declared domain, else ``spec``) and every ``@assumes``

@@ -137,3 +137,16 @@ def test_fuzz_with_a_segfaulting_and_a_hanging_target_finishes_and_keeps_both(tm
     # every item ran: a crash of one costs neither the others nor the job
     impls = summary["contracts"]["split_dummy_tokens"]["implementations"]
     assert all(p["status"] != "not run" for i in impls.values() for p in i["properties"].values()), impls
+
+
+def test_a_result_the_contract_cannot_read_is_a_usage_error_before_any_example(tmp_path: Path) -> None:
+    """An engine's own result type (a list of slice objects) needs a binding:
+    check and fuzz say so and stop, rather than reporting every input."""
+    code, data, out, wall = _check(tmp_path, "split_ubatches", "engine_ubatch_slices", 30)
+    assert code == 2 and "its result cannot be read as split_ubatches's" in out and "UBatchSlice" in out, out
+    assert not data and wall < 30
+    r, wall = _batchfuzz("fuzz", "--contract", "split_ubatches", "--impl", f"{HOSTILE}:*",
+                         "--target", f"split_ubatches={HOSTILE}:engine_ubatch_slices", "--budget", "30s",
+                         "--report", str(tmp_path / "report"), cwd=tmp_path)
+    assert r.returncode == 2 and "its result cannot be read" in r.stderr, r.stdout + r.stderr
+    assert not (tmp_path / "report" / "summary.json").exists() and wall < 30
