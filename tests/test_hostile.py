@@ -25,7 +25,9 @@ from batchfuzz.commands import check, fuzz
 
 REPO = Path(__file__).resolve().parent.parent
 HOSTILE = Path(__file__).with_name("hostile.py")
-STARTUP_S = 15.0  # the interpreter before the command's clock starts, on a loaded CI machine (the command's own clock is held to the budget plus grace exactly)
+# The interpreter's start before the command's clock runs, on a loaded CI machine;
+# the command's own clock is held to the budget plus grace exactly.
+STARTUP_S = 15.0
 
 
 def _batchfuzz(*argv: str, cwd: Path) -> tuple[subprocess.CompletedProcess[str], float]:
