@@ -245,7 +245,7 @@ def measure(contracts: list[str] | None = None, *, examples: int = 100, repeat: 
     import hypothesis
 
     from batchfuzz import registry, runner
-    from batchfuzz.execution import Isolated, InProcess, start_fork_server
+    from batchfuzz.execution import InProcess, Isolated, start_fork_server
 
     if examples < 1:
         raise ValueError(f"examples must be >= 1, got {examples}")
