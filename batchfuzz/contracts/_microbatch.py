@@ -186,12 +186,12 @@ def labels(case: Case) -> list[str]:
     exact = True
     self_overlap = False
     for g, r, _p, b, o in reads(s):
-        per = writers.get((g, b, o))
-        if not per:
+        by_writer = writers.get((g, b, o))
+        if not by_writer:
             continue
-        if min(per.values()) > s.start[r]:
+        if min(by_writer.values()) > s.start[r]:
             exact = False  # the slot's first write comes after the reader's first token
-        for w, t in per.items():
+        for w, t in by_writer.items():
             if w == r:
                 self_overlap = True
             else:
