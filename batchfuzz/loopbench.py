@@ -138,32 +138,38 @@ class LoopReport:
     # ------------------------------------------------------------ tables
 
     def _property_rows(self) -> tuple[list[str], list[list[str]]]:
+        """Per property: each loop's median rate [lowest-highest sample] and
+        its ratio to the contract's ceiling."""
         head = ["contract", "property", "ceiling /s"] + [f"{m} /s" for m in MODES[1:]] + [f"{m}/ceiling" for m in MODES[1:]]
         rows = []
         for r in self.rows:
-            rows.append([r.contract, r.property, _rate(self.ceiling(r.contract))] + [_rate(r.median(m)) for m in MODES[1:]]
+            rows.append([r.contract, r.property, self._spread(r.contract, CEILING)]
+                        + [_rate(r.median(m)) + _range(r.samples[m]) for m in MODES[1:]]
                         + [_pct(self.ratio(r, m)) for m in MODES[1:]])
         return head, rows
 
+    def _spread(self, contract: str, mode: str) -> str:
+        samples = [s for r in self.rows if r.contract == contract for s in r.samples[mode]]
+        return _rate(self.ceiling(contract)) + _range(samples) if mode == CEILING else "-"
+
     def _contract_rows(self) -> tuple[list[str], list[list[str]]]:
-        """Per contract: the ceiling and, per loop, the median over its
-        properties and the slowest property."""
-        head = ["contract", "properties", "ceiling /s"] + [f"{m} /s (ratio), median; slowest" for m in MODES[1:]]
+        """Per contract: the ceiling; per loop the median rate over its
+        properties, and the ratio to the ceiling as median (lowest); the
+        property whose labelled loop is slowest."""
+        head = (["contract", "properties", "ceiling /s"] + [f"{m} /s" for m in MODES[1:]]
+                + [f"{m}/ceiling" for m in MODES[1:]] + ["slowest with labels"])
         rows = []
         for c in self.contracts():
             mine = [r for r in self.rows if r.contract == c]
-            cells = []
+            rates, ratios = [], []
             for m in MODES[1:]:
-                rated = [(r.median(m), r) for r in mine if r.median(m) is not None]
-                if not rated:
-                    cells.append("-")
-                    continue
-                med = statistics.median(v for v, _ in rated if v is not None)
-                worst_v, worst = min(rated, key=lambda vr: vr[0] or 0.0)
-                ceiling = self.ceiling(c)
-                cells.append(f"{_rate(med)} ({_pct(med / ceiling if ceiling else None)}); "
-                             f"{_rate(worst_v)} ({_pct(self.ratio(worst, m))}) {worst.property}")
-            rows.append([c, str(len(mine)), _rate(self.ceiling(c))] + cells)
+                rs = [x for x in (r.median(m) for r in mine) if x is not None]
+                xs = [x for x in (self.ratio(r, m) for r in mine) if x is not None]
+                rates.append(_rate(statistics.median(rs)) if rs else "-")
+                ratios.append(f"{_pct(statistics.median(xs))} ({_pct(min(xs))})" if xs else "-")
+            slowest = min(mine, key=lambda r: self.ratio(r, LABELS) or 0.0)
+            rows.append([c, str(len(mine)), self._spread(c, CEILING)] + rates + ratios
+                        + [f"{slowest.property} {_pct(self.ratio(slowest, LABELS))}"])
         return head, rows
 
     def to_text(self) -> str:
@@ -197,11 +203,20 @@ class LoopReport:
     def _legend(self) -> str:
         return ("ceiling: the same strategy under a test whose body does nothing; in-process: runner.hunt, target in this "
                 "process, labels off; labels: the same recording the contract's labels (the fuzz job's default); "
-                "isolated: the target in a worker process, labels off; ratios are to the contract's median ceiling")
+                "isolated: the target in a worker process, labels off. Rates: median [lowest-highest sample]; ratios: "
+                "median rate / the contract's median ceiling; per contract: median over its properties (lowest)")
 
 
 def _rate(x: float | None) -> str:
     return "-" if x is None else f"{x:.0f}"
+
+
+def _range(samples: list[Sample]) -> str:
+    """`` [lowest-highest]`` of the samples' rates (the noise), when there are several."""
+    if len(samples) < 2:
+        return ""
+    rates = [x.rate for x in samples]
+    return f" [{min(rates):.0f}-{max(rates):.0f}]"
 
 
 def _pct(x: float | None) -> str:
