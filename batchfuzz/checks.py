@@ -34,6 +34,8 @@ def as_int_array(value: Any, what: str) -> np.ndarray:
 
     A float or bool output is a violation: counts are integers (docs/contracts.md, common rules).
     """
+    if type(value) is list and all(type(v) is int for v in value):
+        return np.array(value, dtype=np.int64)  # the common case (an oracle's list), without the element-wise walk below
     value = to_host(value)
     if isinstance(value, (list, tuple)):
         if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in value):
