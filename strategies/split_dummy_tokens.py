@@ -121,10 +121,12 @@ def size(case: Case) -> tuple[int, ...]:
 
 def reductions(case: Case) -> Iterator[Case]:
     """Smaller cases built from ``case`` (``batchfuzz.reduce``): fewer tokens
-    with the same remainder (``N - R``), one request or token fewer, halves,
-    each with the tightest ``max_model_len``."""
+    with the same remainder ``N % R`` (the fewest, half the quotient, one
+    quotient less), one request or token fewer, halves, each with the
+    tightest ``max_model_len``."""
     r, n = case.args["num_reqs"], case.args["num_tokens"]
-    for r2, n2 in ((r, n), (r, n - r), (r - 1, n), (r, n - 1), (r - 1, n - 1), (r, n // 2), (r // 2, n // 2),
-                   (r - 1, n - r)):
+    same_remainder = (r + n % r, n - r * (n // r // 2), n - r)
+    for r2, n2 in ((r, n), *((r, m) for m in same_remainder), (r - 1, n), (r, n - 1), (r - 1, n - 1), (r, n // 2),
+                   (r // 2, n // 2), (r - 1, n - r)):
         if 1 <= r2 <= n2:
             yield Case({"num_reqs": r2, "num_tokens": n2}, {**case.context, "max_model_len": ceil_div(n2, r2)})

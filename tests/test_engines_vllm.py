@@ -10,6 +10,7 @@ helper renamed, a signature changed.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -312,3 +313,58 @@ def test_installed_release_is_found_through_its_metadata(tmp_path: Path, monkeyp
     assert source.read("vllm/v1/worker/gpu_model_runner.py") is None
     statuses = {b.contract: b.status for b in vllm.bindings(source)}
     assert statuses["split_ubatches"] == "absent" and "vllm" not in sys.modules
+
+
+# --------------------------------------------------------------------------- the release matrix command
+
+
+def test_the_vllm_command_finds_the_shipped_microbatching_check_unsound(wheel: Path, tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """``batchfuzz vllm``: the cell of 0.33.0's ``_allow_microbatching`` fails on
+    a realizable step (engine domain), in a worker process; the JSON row says
+    which property and which shrunk case."""
+    from batchfuzz.cli import main
+
+    out = tmp_path / "m.json"
+    code = main(["vllm", "--wheel", str(wheel), "--function", "*._allow_microbatching", "--budget", "20", "--seed", "3",
+                 "--json", str(out), "--markdown", str(tmp_path / "m.md")])
+    rows = json.loads(out.read_text())["rows"]
+    assert code == 1, capsys.readouterr().out
+    assert len(rows) == 1
+    row = rows[0]
+    assert (row["release"], row["function"], row["contract"], row["domain"]) == (RELEASE, ALLOW, "allow_microbatching", "engine")
+    assert row["verdict"] == "fail" and row["property"].startswith("sound_under_"), row
+    case = engines_case(row)
+    assert decision_oracle.allow_microbatching(*case) is False  # the oracle vetoes the step the engine allowed
+    assert "**fail**" in (tmp_path / "m.md").read_text()
+
+
+def engines_case(row: dict[str, Any]) -> tuple[Any, ...]:
+    """The step of a matrix row's counterexample, decoded from its JSON case."""
+    from batchfuzz.codec import decode_case
+
+    case = decode_case(row["counterexample"]["case"])
+    return tuple(case.args[k] for k in step_oracle.STEP_ARGUMENTS)
+
+
+def test_the_vllm_command_reports_absent_functions_and_refuses_bad_input(wheel: Path, tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from batchfuzz.cli import main
+
+    assert main(["vllm"]) == 2
+    assert "give at least one release" in capsys.readouterr().err
+    assert main(["vllm", "--wheel", str(tmp_path / "nope.whl")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert main(["vllm", "--wheel", str(wheel), "--function", "no_such_function"]) == 2
+    assert "matches no bound function" in capsys.readouterr().err
+    # a release without the function: an edited copy of 0.33.0 with _allow_microbatching renamed
+    tree = tmp_path / "tree"
+    with zipfile.ZipFile(wheel) as z:
+        text = z.read(V1).decode()
+        (tree / Path(V1).parent).mkdir(parents=True)
+        (tree / V1).write_text(text.replace("def _allow_microbatching(", "def _allow_microbatching_renamed("))
+        (tree / "vllm" / "_version.py").write_text("__version__ = version = '0.33.0+edited'\n")
+    out = tmp_path / "m.json"
+    assert main(["vllm", "--source", str(tree), "--function", "*._allow_microbatching", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["release"], r["verdict"]) for r in rows] == [("0.33.0+edited", "absent")], rows

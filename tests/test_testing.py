@@ -4,6 +4,8 @@ the remainder-to-last split that shipped, and passes for a correct one."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -13,6 +15,8 @@ import numpy as np
 import pytest
 
 from batchfuzz import testing
+
+REPO = Path(__file__).resolve().parent.parent
 
 USER_TESTS = '''
 import batchfuzz.testing
@@ -83,3 +87,41 @@ def test_check_contract_takes_a_domain_and_rejects_bad_arguments() -> None:
         testing.check_contract("pad_query_start_loc", fill, max_examples=0)
     with pytest.raises(KeyError, match="unknown contract 'nope'"):
         testing.check_contract("nope", fill)
+
+
+ENGINE_FILLS = '''
+import numpy as np
+
+def fill(num_scheduled_tokens, num_reqs_padded, out=None):
+    """Right where the engine calls it: it leaves out[0] alone (the engine's buffer starts zeroed)."""
+    nst, p = num_scheduled_tokens, num_reqs_padded
+    q = np.zeros(p + 1, dtype=np.int32) if out is None else out[: p + 1]
+    q[1 : nst.size + 1] = np.cumsum(nst)
+    q[nst.size + 1 :] = nst.sum()
+    return q
+
+def unpadded(num_scheduled_tokens, num_reqs_padded, out=None):
+    """The shipped bug: the padded entries keep what an earlier step left there."""
+    nst, p = num_scheduled_tokens, num_reqs_padded
+    q = np.zeros(p + 1, dtype=np.int32) if out is None else out[: p + 1]
+    q[0] = 0
+    q[1 : nst.size + 1] = np.cumsum(nst)
+    return q
+'''
+
+
+@pytest.mark.parametrize(("fn", "domain", "code"), [("fill", "engine", 0), ("fill", "spec", 1), ("unpadded", "engine", 1)])
+def test_check_on_the_engine_domain(tmp_path: Path, fn: str, domain: str, code: int) -> None:
+    """``batchfuzz check pad_query_start_loc FILE:fill --domain engine`` passes a fill that
+    is right on the inputs the engine produces and fails it on ``spec``; the padding bug
+    fails on the engine domain too, with a counterexample that lies in it (R >= 1)."""
+    (tmp_path / "fills.py").write_text(ENGINE_FILLS)
+    report = tmp_path / "r.json"
+    r = subprocess.run([sys.executable, "-m", "batchfuzz", "check", "pad_query_start_loc", f"{tmp_path}/fills.py:{fn}",
+                        "--domain", domain, "--budget", "12", "--seed", "2", "--json", str(report)],
+                       capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert r.returncode == code, r.stdout + r.stderr
+    data = json.loads(report.read_text())
+    assert data["domain"] == domain
+    if code == 1 and domain == "engine":
+        assert data["case"]["args"]["num_scheduled_tokens"]["ndarray"], data["case"]  # R >= 1

@@ -1,0 +1,180 @@
+"""The release matrix: every release given x every bound engine function x
+its contract, each cell a verdict (the engine-agnostic part of ``batchfuzz
+vllm``).
+
+A cell is ``pass`` (every property of the contract ran on the binding's
+domain, ``engine``, and none failed), ``fail`` (a property failed: the
+property, the shrunk counterexample and the seconds it took), ``absent``
+(the release has no such function), ``unbindable`` (it has it, but its code
+no longer fits the binding: the reason) or ``incomplete`` (the cell's budget
+ended before every property ran). Bound functions run in isolated worker
+processes (``batchfuzz.execution``) through their ``engine:`` target
+reference, so a release whose code crashes or hangs costs only its cell.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from hypothesis import settings
+
+from batchfuzz import profiles, registry, runner
+from batchfuzz.codec import encode_case, literal
+from batchfuzz.engines import Bound
+from batchfuzz.execution import executor_for
+from batchfuzz.targets import parse
+
+VERDICTS = ("pass", "fail", "absent", "unbindable", "incomplete", "error")
+
+
+@dataclass
+class Cell:
+    """One row of the matrix (the JSON ``rows`` entries)."""
+
+    release: str
+    function: str
+    contract: str
+    domain: str
+    verdict: str
+    property: str | None = None
+    counterexample: dict[str, Any] | None = None
+    message: str = ""
+    reason: str = ""
+    examples: int = 0
+    seconds: float = 0.0
+    target: str = ""
+    properties: dict[str, int] = field(default_factory=dict)  # property -> examples run
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def run_cell(bound: Bound, *, budget_s: float, timeout_s: float, seed: int, isolate: bool = True,
+             domain: str = "engine") -> Cell:
+    """The verdict of one binding: all the contract's properties, round robin
+    (``runner.hunt_for``) within ``budget_s``, stopping at the first failure."""
+    release = bound.release.split(" ", 1)[-1]
+    cell = Cell(release=release, function=bound.function, contract=bound.contract, domain=domain,
+                verdict=bound.status if bound.status != "bound" else "pass", reason=bound.reason, target=bound.ref)
+    if bound.status != "bound":
+        return cell
+    contract = registry.get(bound.contract)
+    started = time.time()
+    base = settings(settings.get_profile("dev"), derandomize=False, database=None)
+    try:
+        with executor_for(contract, parse(f"engine:{bound.ref}"), isolate=isolate) as executor:
+            info = executor.describe()
+            if info.get("error"):
+                cell.verdict, cell.reason = "error", str(info["error"])
+                return cell
+            results = runner.hunt_for(contract, executor, contract.properties, target_name=f"engine:{bound.ref}",
+                                      budget_s=budget_s, base_settings=base, seed=seed, domain=domain,
+                                      example_timeout_s=timeout_s)
+    except Exception as exc:  # the harness could not run the cell: said, never a pass
+        cell.verdict, cell.reason = "error", f"{type(exc).__name__}: {exc}"
+        cell.seconds = round(time.time() - started, 2)
+        return cell
+    cell.seconds = round(time.time() - started, 2)
+    cell.properties = {r.property: r.examples for r in results}
+    cell.examples = sum(r.examples for r in results)
+    failure = next((r.failure for r in results if r.failure is not None), None)
+    if failure is not None:
+        cell.verdict, cell.property = "fail", failure.property
+        cell.message = failure.message.splitlines()[0] if failure.message else failure.error_type
+        cell.counterexample = {"args": {k: literal(v) for k, v in failure.case.args.items()},
+                               "context": {k: literal(v) for k, v in failure.case.context.items()},
+                               "case": encode_case(failure.case)}
+    elif any(r.examples == 0 for r in results):
+        cell.verdict = "incomplete"
+        cell.reason = "the budget ended before " + ", ".join(r.property for r in results if r.examples == 0) + " ran"
+    return cell
+
+
+def run_matrix(releases: Iterable[tuple[str, Callable[[], list[Bound]]]], *, budget_s: float, timeout_s: float,
+               seed: int, isolate: bool = True, keep: Callable[[Bound], bool] = lambda b: True,
+               on_cell: Callable[[Cell], None] | None = None) -> list[Cell]:
+    """Every cell of every release: ``releases`` is ``(name, bindings)`` pairs,
+    ``bindings()`` giving the release's :class:`Bound` list."""
+    profiles.register_profiles()
+    cells: list[Cell] = []
+    for _name, bindings in releases:
+        for b in bindings():
+            if not keep(b):
+                continue
+            cell = run_cell(b, budget_s=budget_s, timeout_s=timeout_s, seed=seed, isolate=isolate)
+            cells.append(cell)
+            if on_cell is not None:
+                on_cell(cell)
+    return cells
+
+
+def _short_function(function: str) -> str:
+    path, _, qual = function.partition(":")
+    return f"{path.rsplit('/', 1)[-1]}:{qual}"
+
+
+_ARRAY = re.compile(r"np\.array\((\[[^()]*?\]), dtype=np\.\w+\)")
+
+
+def compact_args(counterexample: dict[str, Any], limit: int = 60) -> str:
+    """A counterexample's arguments for a table cell: arrays as lists, and a
+    long value (an engine object) by its type only (the JSON has it whole)."""
+    parts = []
+    for k, v in counterexample["args"].items():
+        v = _ARRAY.sub(r"\1", v)
+        if len(v) > limit and "(" in v:
+            v = v.split("(", 1)[0] + "(...)"
+        parts.append(f"{k}={v}")
+    return ", ".join(parts)
+
+
+def _detail(cell: Cell) -> str:
+    if cell.verdict == "fail" and cell.counterexample:
+        return f"{cell.property}: {compact_args(cell.counterexample)}"
+    if cell.verdict in ("absent", "unbindable", "incomplete", "error"):
+        return cell.reason.splitlines()[0][:160] if cell.reason else ""
+    return f"{cell.examples} examples"
+
+
+def to_text(cells: list[Cell]) -> str:
+    """A plain table: one line per cell."""
+    lines = [f"{'release':9} {'function':52} {'contract':22} {'verdict':10} {'seconds':>7}  detail"]
+    for c in cells:
+        lines.append(f"{c.release:9} {_short_function(c.function):52} {c.contract:22} {c.verdict:10} {c.seconds:7.1f}  "
+                     f"{_detail(c)}")
+    return "\n".join(lines)
+
+
+def to_markdown(cells: list[Cell]) -> str:
+    """The matrix as a Markdown table: a row per (function, contract), a column per release."""
+    releases = list(dict.fromkeys(c.release for c in cells))
+    rows = list(dict.fromkeys((c.function, c.contract) for c in cells))
+    by_key = {(c.function, c.contract, c.release): c for c in cells}
+    out = ["| function | contract | " + " | ".join(releases) + " |", "|---|---|" + "---|" * len(releases)]
+    for function, contract in rows:
+        cols = []
+        for rel in releases:
+            c = by_key.get((function, contract, rel))
+            if c is None:
+                cols.append("")
+            elif c.verdict == "fail" and c.counterexample:
+                cols.append(f"**fail** `{c.property}` `{compact_args(c.counterexample)}`".replace("|", "\\|"))
+            else:
+                cols.append(c.verdict)
+        out.append(f"| `{_short_function(function)}` | {contract} | " + " | ".join(cols) + " |")
+    return "\n".join(out) + "\n"
+
+
+def exit_code(cells: list[Cell]) -> int:
+    """0 every bound cell passed; 1 a fail, an unbindable function or a harness
+    error (each is news about the engine or the bindings); 3 a cell incomplete."""
+    verdicts = {c.verdict for c in cells}
+    if verdicts & {"fail", "unbindable", "error"}:
+        return 1
+    if "incomplete" in verdicts:
+        return 3
+    return 0
