@@ -460,7 +460,8 @@ def test_microbench_runs_and_compares() -> None:
     for sc in report.scenarios:
         assert sc.samples == {col: 4 for col in report.columns}
         assert all(v > 0 for v in sc.medians.values())
-        assert set(sc.ratios) == {"exact/shipped", "find/exact", "exact+validation/shipped", "engine/shipped", "exact/engine"}
+        assert set(sc.ratios) == {"exact/shipped", "find/exact", "exact+validation/shipped", "engine/shipped", "exact/engine",
+                                  "find/engine"}
         assert sc.steps[0]["decisions"]["oracle"] == sc.steps[0]["decisions"]["exact"]
         assert "oracle" not in sc.steps[1]["decisions"]
     text, md = report.to_text(), report.to_markdown()

@@ -37,7 +37,10 @@ vetoes a safe one.
 
 ``--drop-in`` runs ``batchfuzz.microbench`` instead: the block-level exact
 check of ``batchfuzz.impl.allow_microbatching_numpy`` against the shipped check as the
-engine ships it (docs/exact-microbatching.md).
+engine ships it (docs/exact-microbatching.md); with ``--vllm-wheel FILE``
+also the engine's own function from that release, and with ``--devices``
+(default there: cuda when present) the sync-free torch decision and
+conflict set with inputs resident on the device.
 """
 
 from __future__ import annotations
@@ -93,6 +96,10 @@ def register(sub: Any) -> None:
     p.add_argument("--oracle-steps", type=int, default=1,
                    help="with --drop-in: steps per scenario checked against the oracle (default 1; 0 with --no-oracle)")
     p.add_argument("--markdown", dest="markdown_path", metavar="PATH", help="with --drop-in: write the table as Markdown here")
+    p.add_argument("--vllm-wheel", metavar="FILE",
+                   help="with --drop-in: also time the release's own GPUModelRunner._allow_microbatching (vLLM >= 0.28), "
+                        "cut out of this wheel through batchfuzz.engines.vllm, and check that our copy of the shipped "
+                        "check decides as it does on every step (exit 1 otherwise)")
     from batchfuzz import loopbench
 
     loopbench.add_arguments(p)  # --loop: the fuzz loop's speed and the cost of isolation
@@ -252,6 +259,8 @@ def run(args: argparse.Namespace) -> int:
         return loopbench.run_command(args)
     if args.drop_in:
         return _run_drop_in(args)
+    if args.vllm_wheel:
+        raise UsageError("--vllm-wheel needs --drop-in")
     from batchfuzz.scheduler_model import sample_realizable_step
 
     quick = bool(args.quick)
@@ -428,18 +437,56 @@ def _print_table(rows: list[tuple[Scenario, dict[str, float | None], list[dict[s
         print(f"  {sc.name:18} " + "; ".join(parts))
 
 
+def _engine_factory(wheel: str) -> tuple[Any, str]:
+    """The ``engine`` column's factory for ``microbench.run``: the release's
+    ``_allow_microbatching`` on a stand-in runner built per step (untimed),
+    with the step's ``reorder_batch_threshold``."""
+    from batchfuzz import bind
+    from batchfuzz.engines import SourceError, vllm
+
+    try:
+        source = vllm.ReleaseSource.from_wheel(wheel)
+        prepare = vllm.allow_microbatching_on_steps(source)
+    except SourceError as exc:
+        raise UsageError(f"--vllm-wheel: {exc}") from None
+    except (bind.Absent, bind.Unbindable) as exc:
+        raise UsageError(f"--vllm-wheel: vllm {source.version} has no usable GPUModelRunner._allow_microbatching "
+                         f"(it ships from 0.28.0): {exc}") from None
+
+    def factory(step: Any, info: dict[str, Any]) -> Any:
+        return prepare(step.num_reqs, step.num_computed_tokens, step.num_scheduled_tokens, list(step.block_tables),
+                       list(step.block_sizes), int(info["reorder_batch_threshold"]))
+
+    return factory, f"vllm {source.version} GPUModelRunner._allow_microbatching (cut out of {os.path.basename(wheel)})"
+
+
 def _run_drop_in(args: argparse.Namespace) -> int:
     """``--drop-in``: the per-scenario microbenchmark of ``batchfuzz.microbench``."""
     from batchfuzz import microbench
 
     quick = bool(args.quick)
     names = [n for n, _, _ in _select(args.scenarios)]
+    engine, label = _engine_factory(args.vllm_wheel) if args.vllm_wheel else (None, None)
+    spec = args.devices.strip()
+    if spec == "auto":
+        import torch
+
+        devices = ["cuda"] if torch.cuda.is_available() else []
+    else:
+        devices = [] if spec in ("", "none") else [d.strip() for d in spec.split(",") if d.strip()]
+    for dev in devices:
+        if dev not in ("cpu", "cuda"):
+            raise UsageError(f"--devices: unknown device {dev!r} (cpu, cuda, none or auto)")
+    if devices and args.torch_threads:
+        import torch
+
+        torch.set_num_threads(args.torch_threads)
     try:
         report = microbench.run(
             names, num_reqs=args.num_reqs or (16 if quick else 256), width=args.width or (64 if quick else 2048),
             steps=args.steps or (1 if quick else 2), repeat=args.repeat or (3 if quick else 7),
-            oracle_steps=0 if args.no_oracle else args.oracle_steps, seed=args.seed,
-            log=lambda line: print(line, file=sys.stderr, flush=True))
+            oracle_steps=0 if args.no_oracle else args.oracle_steps, seed=args.seed, engine=engine, engine_label=label,
+            devices=devices, log=lambda line: print(line, file=sys.stderr, flush=True))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     print(report.to_text())
