@@ -415,8 +415,8 @@ class _TorchColumns:
             out.append(f"{decide} {decisions[decide]} != exact {decisions[EXACT]}")
         found = per[find]()
         if bool(found.overflow):
-            out.append(f"{find}: {int(found.pairs)} pairs overflow max_pairs ({self.finder.max_pairs})")
+            out.append(f"{find}: {int(found.num_pairs)} pairs overflow max_pairs ({self.finder.max_pairs})")
         elif not np.array_equal(found.to_numpy(), rows):
-            out.append(f"{find} ({int(found.count)} conflicts) != find ({rows.shape[0]})")
-        decisions[find] = int(found.count)
+            out.append(f"{find} ({int(found.num_conflicts)} conflicts) != find ({rows.shape[0]})")
+        decisions[find] = int(found.num_conflicts)
         return out

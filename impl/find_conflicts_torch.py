@@ -5,9 +5,9 @@ The set's size depends on the data, and reading a size on the host is a
 synchronisation, so every shape here is fixed by host ints: ``num_reqs``,
 ``num_tokens`` and the capacity ``max_pairs`` chosen at construction. The
 result is a fixed-size :class:`DeviceConflicts`: ``(max_pairs, 4)`` rows, of
-which the first ``count`` (a 0-d tensor) are the sorted unique conflicts
-``(g, r, w, b)`` and the rest ``-1``, and ``pairs``, the number of candidate
-pairs; the rows are the whole set iff ``pairs <= max_pairs`` (``overflow``
+which the first ``num_conflicts`` (a 0-d tensor) are the sorted unique
+conflicts ``(g, r, w, b)`` and the rest ``-1``, and ``num_pairs``, the number of
+candidate pairs; the rows are the whole set iff ``num_pairs <= max_pairs`` (``overflow``
 says when not; :func:`bind` then retries with room for all of them).
 
 Method, every group at once (the combined table of
@@ -56,25 +56,26 @@ DEFAULT_MAX_PAIRS = 1 << 16
 class DeviceConflicts(NamedTuple):
     """A conflict set on the device, of fixed shape.
 
-    ``rows``: ``(max_pairs, 4)`` int64, the first ``count`` rows the sorted
-    unique conflicts ``(g, r, w, b)``, the others ``-1``; ``count``: 0-d int64;
-    ``pairs``: 0-d int64, the candidate pairs enumerated (reader-writer pairs
-    sharing a block, own ones included), complete iff ``pairs <= max_pairs``.
+    ``rows``: ``(max_pairs, 4)`` int64, the first ``num_conflicts`` rows the
+    sorted unique conflicts ``(g, r, w, b)``, the others ``-1``;
+    ``num_conflicts``: 0-d int64; ``num_pairs``: 0-d int64, the candidate pairs
+    (reader-writer pairs sharing a block, own ones included), complete iff
+    ``num_pairs <= max_pairs``.
     """
 
     rows: torch.Tensor
-    count: torch.Tensor
-    pairs: torch.Tensor
+    num_conflicts: torch.Tensor
+    num_pairs: torch.Tensor
 
     @property
     def overflow(self) -> torch.Tensor:
         """0-d bool: some pairs did not fit, so ``rows`` may miss conflicts."""
-        return self.pairs > self.rows.shape[0]
+        return self.num_pairs > self.rows.shape[0]
 
     def to_numpy(self) -> np.ndarray:
-        """The conflicts as a ``(count, 4)`` int64 numpy array (synchronises);
+        """The conflicts as a ``(num_conflicts, 4)`` int64 numpy array (synchronises);
         RuntimeError when they did not fit."""
-        pairs, count = int(self.pairs), int(self.count)
+        pairs, count = int(self.num_pairs), int(self.num_conflicts)
         if pairs > self.rows.shape[0]:
             raise RuntimeError(f"the step has {pairs} candidate pairs, over max_pairs ({self.rows.shape[0]}): "
                                f"the conflict set is incomplete")
@@ -196,7 +197,7 @@ def bind(device: str) -> Callable[..., np.ndarray]:
         step = check_step(num_computed_tokens, num_scheduled_tokens, block_tables, block_sizes)
         finder, args = checker_for(step, device, max_pairs=64)
         found = finder.find_conflicts(*args)
-        pairs = int(found.pairs)
+        pairs = int(found.num_pairs)
         if pairs > finder.max_pairs:
             finder, args = checker_for(step, device, max_pairs=pairs)
             found = finder.find_conflicts(*args)

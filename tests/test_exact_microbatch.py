@@ -411,15 +411,15 @@ def torch_conflicts_are_exact_and_sync_free(cls: type[find_conflicts_torch.Exact
         tables = [torch.from_numpy(t.astype(np.int32)) for t in s.block_tables]
         with ForbidHostReads():
             found = finder.find_conflicts(s.num_reqs, c, q, tables)
-        assert found.rows.shape == (max_pairs, 4) and found.count.shape == found.pairs.shape == ()
+        assert found.rows.shape == (max_pairs, 4) and found.num_conflicts.shape == found.num_pairs.shape == ()
         expected = sorted(ref_conflicts.find_conflicts(*_args(step)))
         if bool(found.overflow):  # then room for the pairs it counted must be enough, and give the same count
             roomy = cls(s.num_reqs, [int(t.shape[1]) for t in s.block_tables], list(s.block_sizes), top + 1,
-                        int(s.num_scheduled_tokens.sum()) + 3, "cpu", int(found.pairs))
+                        int(s.num_scheduled_tokens.sum()) + 3, "cpu", int(found.num_pairs))
             again = roomy.find_conflicts(s.num_reqs, c, q, tables)
-            assert int(again.pairs) == int(found.pairs) > max_pairs and not bool(again.overflow)
+            assert int(again.num_pairs) == int(found.num_pairs) > max_pairs and not bool(again.overflow)
             found = again
-        count = int(found.count)
+        count = int(found.num_conflicts)
         assert [tuple(r) for r in found.rows[:count].tolist()] == expected
         assert bool((found.rows[count:] == -1).all())
 
@@ -432,7 +432,7 @@ class CapacityBlind(find_conflicts_torch.ExactConflictsTorch):
 
     def find_conflicts(self, *args: Any, **kwargs: Any) -> Any:
         found = super().find_conflicts(*args, **kwargs)
-        return found._replace(pairs=torch.clamp(found.pairs, max=self.max_pairs))
+        return found._replace(num_pairs=torch.clamp(found.num_pairs, max=self.max_pairs))
 
 
 class OwnPairsKept(find_conflicts_torch.ExactConflictsTorch):
@@ -441,7 +441,7 @@ class OwnPairsKept(find_conflicts_torch.ExactConflictsTorch):
     def find_conflicts(self, num_reqs: int, c: Any, q: Any, tables: Any, num_tokens: int | None = None) -> Any:
         found = super().find_conflicts(num_reqs, c, q, tables, num_tokens)
         own = torch.full((1, 4), 0, dtype=torch.int64)
-        return found._replace(rows=torch.cat([own, found.rows[:-1]]), count=found.count + 1)
+        return found._replace(rows=torch.cat([own, found.rows[:-1]]), num_conflicts=found.num_conflicts + 1)
 
 
 @given(step=ANY_STEP)
