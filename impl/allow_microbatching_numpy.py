@@ -371,7 +371,7 @@ class ExactMicrobatchCheck:
         """Under U' (the mark array holding ``writer << bits_block | block`` at
         the written blocks): ``(reader, writer << bits_block | block)`` for
         every whole-block read of a written block. Clears the marks."""
-        marks = self._marks_at(grp.read_block)
+        marks = self._marks_at(grp.read_block, self._buf.get("read_mark", grp.read_block.shape[0], self._mark.dtype))
         self._mark[grp.rec_block] = 0
         hits = _nonzero(marks)
         return grp.read_rows(hits), marks[hits].astype(np.int64, copy=False)

@@ -81,7 +81,8 @@ def register(sub: Any) -> None:
     p.add_argument("--devices", default="auto",
                    help="torch devices, comma-separated: cpu, cuda, none, or auto (default: cuda when present; with "
                         "--quick also cpu). The torch version builds a dense (R, W*B) grid per group: at full size "
-                        "on CPU it costs tens of seconds per step, so cpu is opt-in there")
+                        "on CPU it costs tens of seconds per step, so cpu is opt-in there. With --drop-in: devices for the sync-free "
+                        "torch decision and conflict set, inputs resident (auto: cuda when present)")
     p.add_argument("--torch-threads", type=int, default=1,
                    help="torch intra-op CPU threads (default 1, like numpy; 0 keeps torch's default)")
     p.add_argument("--slow", type=float, default=0.5,
