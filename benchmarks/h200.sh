@@ -5,7 +5,9 @@
 # Usage: OUT=dir benchmarks/h200.sh   (the device tool sets OUT)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 BATCHFUZZ_CACHE=/tmp/bfcache
+export PYTHONUNBUFFERED=1 BATCHFUZZ_CACHE=/tmp/bfcache
+# The checkout installed as the README says for a machine without network.
+python3 -m pip install -q --no-deps --no-build-isolation -e . || exit 2
 r=$OUT/r
 mkdir -p "$r"
 {
