@@ -172,7 +172,7 @@ class ExactMicrobatchCheckTorch:
         latest = self._latest.fill_(-1)
         latest.scatter_reduce_(0, torch.where(written, self._group_block_base + block, latest.shape[0] - 1).reshape(-1),
                                earliest[slot].reshape(-1), reduce="amax")
-        latest[-1] = -1  # the discard entry
+        latest[-1:].fill_(-1)  # the discard entry (a slice fill: an indexed scalar store synchronises on CUDA)
         return earliest, latest
 
 

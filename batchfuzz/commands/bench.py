@@ -187,16 +187,14 @@ def _variants(devices: list[str], oracle: bool) -> tuple[list[Variant], list[str
 
                 out.append(Variant(f"exact torch {dev}", binder))
 
-                def move(step: Any, dev: str = dev) -> Any:
-                    def t(a: Any) -> Any:
-                        return torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)).to(dev)
+                def resident(step: Any, dev: str = dev) -> Any:
+                    """The checker with its scratch buffers and the step's arrays on ``dev``, made outside the timed call."""
+                    from batchfuzz.reference._step import check_step
 
-                    return (t(step.num_computed_tokens), t(step.num_scheduled_tokens),
-                            [t(x) for x in step.block_tables], list(step.block_sizes))
+                    return ct.checker_for(check_step(*canon(step)), dev)
 
                 if dev != "cpu":  # on CPU "resident" is the same computation without the copy
-                    out.append(Variant(f"exact torch {dev} resident", lambda s, i: bool(ct.allow_microbatching(*s)),
-                                       prepare=move))
+                    out.append(Variant(f"exact torch {dev} resident", lambda s, i: bool(s[0](*s[1])), prepare=resident))
         except ImportError as exc:
             notes.append(f"exact torch unavailable: {exc}")
     if oracle:

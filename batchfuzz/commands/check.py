@@ -18,13 +18,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from typing import Any, TextIO
 
 from hypothesis import settings
-from hypothesis.database import DirectoryBasedExampleDatabase
 
 from batchfuzz import profiles, registry, reproduce, runner
 from batchfuzz.cli import UsageError, parse_duration, writable_file
@@ -63,7 +61,10 @@ def register(sub: Any) -> None:
                         "the target declares with @batchfuzz.domain, else spec")
     p.add_argument("--json", dest="json_path", metavar="PATH", help="write a JSON report here")
     p.add_argument("--seed", type=int, default=None, help="seed for a deterministic run")
-    p.add_argument("--database", metavar="PATH", help="persist Hypothesis examples here (replayed by later runs)")
+    p.add_argument("--database", metavar="PATH|URL",
+                   help="a directory: persist Hypothesis examples there (replayed by later runs); a redis:// URL: read the "
+                        "nightly job's shared database without writing to it, new examples going to the local copy "
+                        "(docs/nightly.md)")
     p.add_argument("--property", action="append", default=None, help="only this property (repeatable)")
     p.set_defaults(func=run)
 
@@ -88,12 +89,19 @@ class _Progress:
         self.stream.flush()
 
 
-def _database(path: str | None) -> Any:
-    if not path:
+def _database(spec: str | None) -> Any:
+    """``--database``: a directory is read and written; a shared Redis database
+    is only read (a ``check`` of one function must not seed every machine's
+    nightly run with its examples), its local copy written."""
+    if not spec:
         return None
-    if os.path.isfile(path):
-        raise UsageError(f"--database {path}: is a regular file, not a database directory")
-    return DirectoryBasedExampleDatabase(path)
+    from batchfuzz import profiles
+    from batchfuzz.database import DatabaseError, open_database
+
+    try:
+        return open_database(spec, local_dir=profiles.database_path(), read_only="://" in spec)
+    except DatabaseError as exc:
+        raise UsageError(f"--database: {exc}") from None
 
 
 def run(args: argparse.Namespace) -> int:
