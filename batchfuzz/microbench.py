@@ -1,5 +1,5 @@
 """Microbenchmark of the drop-in exact microbatching check against the check
-the engine ships, on realistic steps (``batchfuzz bench --drop-in``).
+the engine ships, on realistic steps (``batchfuzz bench``).
 
 Per scenario (profile x number of KV groups, steps from
 ``strategies.realizable.sample_realizable_step``), in one process, with the
@@ -19,7 +19,7 @@ one call of each of:
 - ``exact+validation`` (optional): the canonical ``allow_microbatching``,
   which validates its input (``batchfuzz.reference._step.check_step``) first;
 - ``engine`` (optional): the engine's real function, through a factory the
-  caller supplies (see :data:`EngineFactory`; ``batchfuzz bench --drop-in
+  caller supplies (see :data:`EngineFactory`; ``batchfuzz bench
   --vllm-wheel FILE`` passes vLLM's ``GPUModelRunner._allow_microbatching`` cut
   out of the wheel);
 - ``torch <device>`` and ``find torch <device>`` (optional, per device):

@@ -13,7 +13,6 @@ mkdir -p "$r"
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   python3 -c "import sys, torch, numpy, hypothesis, pytest; print(sys.version); print('torch', torch.__version__, 'cuda', torch.version.cuda); print('numpy', numpy.__version__, 'hypothesis', hypothesis.__version__, 'pytest', pytest.__version__)"
-  git log -1 --format='commit %H %s' 2>/dev/null || true
   nproc
 } > "$r/env.txt" 2>&1
 step() {
@@ -25,7 +24,8 @@ step() {
 }
 step sweep-large python3 -m batchfuzz sweep --device cuda --max-reqs 4096 --max-tokens 65536 --json "$r/sweep-large.json"
 step sweep-prod python3 -m batchfuzz sweep --device cuda --json "$r/sweep-prod.json"
-step bench timeout 120 python3 -m batchfuzz bench --devices cuda --steps 1 --repeat 7 --json "$r/bench.json"
+step variants timeout 120 python3 -m batchfuzz bench --variants --devices cuda --steps 1 --repeat 7 --json "$r/bench.json"
+step drop-in timeout 240 python3 -m batchfuzz bench --devices cuda --repeat 15 --oracle-steps 1 --markdown "$r/drop-in.md" --json "$r/drop-in.json"
 step fuzz timeout 120 python3 -m batchfuzz fuzz --device cuda --budget 60s --workers 4 --profile nightly --seed 7 --no-database --report "$r/fuzz"
 step gpu-tests timeout 240 python3 -m pytest -n 8 --device cuda -q -rs -p no:cacheprovider --junitxml="$r/junit-gpu.xml"
 cp "$r/fuzz/summary.md" "$r/fuzz-summary.md" 2>/dev/null

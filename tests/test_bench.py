@@ -1,5 +1,5 @@
 """``batchfuzz bench``: the --quick smoke test (it runs, prints the table, writes
-JSON with every scenario's medians, exact and oracle decide alike) and --drop-in
+JSON with every scenario's medians, exact and oracle decide alike) and the default drop-in comparison
 with the engine's own function cut out of a cached vLLM wheel."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from batchfuzz.commands.bench import shipped_allow_numpy
 
 def test_bench_quick_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "bench.json"
-    rc = main(["bench", "--quick", "--scenarios", "mixed/G1,prefill-heavy/G3", "--json", str(out)])
+    rc = main(["bench", "--variants", "--quick", "--scenarios", "mixed/G1,prefill-heavy/G3", "--json", str(out)])
     text = capsys.readouterr().out
     assert rc == 0, text
     assert "exact/shipped" in text and "mixed/G1" in text and "prefill-heavy/G3" in text
@@ -33,7 +33,7 @@ def test_bench_quick_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_bench_bad_scenario_is_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["bench", "--quick", "--scenarios", "nope"]) == 2
+    assert main(["bench", "--variants", "--quick", "--scenarios", "nope"]) == 2
     assert "matches none of" in capsys.readouterr().err
 
 
@@ -45,7 +45,7 @@ def test_shipped_numpy_matches_spec_example() -> None:
     assert shipped_allow_numpy(np.array([0, 2]), np.array([3, 1]), tables, [2]) is True
 
 
-# ---------------------------------------------------------------- --drop-in with the engine's own function
+# ---------------------------------------------------------------- the drop-in comparison with the engine's own function
 
 def _cached_wheel(version: str) -> Path:
     """A vLLM wheel already in the cache (never downloaded here), else skip."""
@@ -62,7 +62,7 @@ def test_bench_drop_in_times_the_real_shipped_check(tmp_path: Path, capsys: pyte
     every step, decides as our copy of it, and the ratios against it are printed."""
     wheel = _cached_wheel("0.33.0")
     out = tmp_path / "r.json"
-    rc = main(["bench", "--drop-in", "--quick", "--scenarios", "mixed/G3,decode-heavy/G1", "--repeat", "2", "--devices", "cpu",
+    rc = main(["bench", "--quick", "--scenarios", "mixed/G3,decode-heavy/G1", "--repeat", "2", "--devices", "cpu",
                "--vllm-wheel", str(wheel), "--json", str(out)])
     text = capsys.readouterr().out
     assert rc == 0, text
@@ -90,21 +90,21 @@ def test_bench_drop_in_exits_1_when_the_engine_disagrees(monkeypatch: pytest.Mon
         return lambda *a: (lambda f=prepare(*a): not f())
 
     monkeypatch.setattr(vllm, "allow_microbatching_on_steps", contrary)
-    rc = main(["bench", "--drop-in", "--quick", "--scenarios", "mixed/G1", "--repeat", "1", "--no-oracle", "--devices", "none",
+    rc = main(["bench", "--quick", "--scenarios", "mixed/G1", "--repeat", "1", "--no-oracle", "--devices", "none",
                "--vllm-wheel", str(wheel)])
     text = capsys.readouterr().out
     assert rc == 1 and "MISMATCH mixed/G1: step 0: engine" in text
 
 
 def test_bench_vllm_wheel_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--variants", "--quick", "--vllm-wheel", str(tmp_path / "x.whl")]) == 2
+    assert "not to --variants" in capsys.readouterr().err
     assert main(["bench", "--quick", "--vllm-wheel", str(tmp_path / "x.whl")]) == 2
-    assert "--vllm-wheel needs --drop-in" in capsys.readouterr().err
-    assert main(["bench", "--drop-in", "--quick", "--vllm-wheel", str(tmp_path / "x.whl")]) == 2
     assert "does not exist" in capsys.readouterr().err
 
 
 def test_bench_vllm_wheel_before_the_check_existed(capsys: pytest.CaptureFixture[str]) -> None:
     """vLLM 0.27 has no ``_allow_microbatching``: a usage error saying so."""
     wheel = _cached_wheel("0.27.0")
-    assert main(["bench", "--drop-in", "--quick", "--vllm-wheel", str(wheel)]) == 2
+    assert main(["bench", "--quick", "--vllm-wheel", str(wheel)]) == 2
     assert "ships from 0.28.0" in capsys.readouterr().err

@@ -591,7 +591,7 @@ def test_bench_drop_in_cli_writes_json_and_markdown(tmp_path: Any, capsys: pytes
     from batchfuzz.cli import main
 
     js, md = tmp_path / "r.json", tmp_path / "r.md"
-    assert main(["bench", "--drop-in", "--quick", "--scenarios", "mixed/G1", "--json", str(js), "--markdown", str(md)]) == 0
+    assert main(["bench", "--quick", "--scenarios", "mixed/G1", "--json", str(js), "--markdown", str(md)]) == 0
     assert "exact/shipped" in capsys.readouterr().out
     report = json.loads(js.read_text())
     assert report["mismatches"] == [] and report["scenarios"][0]["name"] == "mixed/G1"

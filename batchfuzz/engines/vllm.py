@@ -312,7 +312,7 @@ def _bind_allow_microbatching(rel: _Release) -> tuple[Callable[..., Any], str]:
 
 def allow_microbatching_on_steps(source: _engines.ReleaseSource) -> Callable[..., Callable[[], bool]]:
     """The release's own ``GPUModelRunner._allow_microbatching`` (v1, 0.28.0
-    and later) for timing it (``batchfuzz bench --drop-in --vllm-wheel``):
+    and later) for timing it (``batchfuzz bench --vllm-wheel``):
     returns ``prepare(num_reqs, c, q, tables, block_sizes,
     reorder_batch_threshold)``, which builds the stand-in runner (int32
     persistent arrays, ubatching on) once and returns a zero-argument callable
