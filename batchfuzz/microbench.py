@@ -28,12 +28,15 @@ one call of each of:
   copied there before timing), ``num_tokens`` the step's; on CUDA the timed
   region is ``torch.cuda.synchronize()``, the call, ``torch.cuda.synchronize()``
   (the queue is empty before it), so the figure is the step's device time
-  plus the launches.
+  plus the launches; on CUDA also ``torch cuda graph`` and ``find torch cuda
+  graph``, the same calls replayed from a CUDA graph captured once per step
+  shape (``batchfuzz.impl._cuda_graph.CapturedStep``: the inputs copied into
+  the graph's static buffers, then one replay), so without the launches.
 
 Untimed, on every step: ``shipped`` must decide as the registered variant
 ``batchfuzz.variants.microbatch.shipped_allow_microbatching``, ``engine`` as
-``shipped``, ``exact+validation`` and ``torch <device>`` as ``exact``,
-``find torch <device>`` must give ``find``'s rows (and not overflow); on the first
+``shipped``, ``exact+validation`` and the torch decisions as ``exact``,
+the torch conflict sets must give ``find``'s rows (and not overflow); on the first
 ``oracle_steps`` steps of each scenario, ``exact`` must equal the oracle
 ``batchfuzz.reference.allow_microbatching`` and ``find`` must equal
 ``batchfuzz.reference.find_conflicts`` (the oracle is slow: it is run once
@@ -70,9 +73,11 @@ EngineFactory = Callable[[Step, dict[str, Any]], Callable[[], bool]]
 EXACT, SHIPPED, FIND, VALIDATED, ENGINE = "exact", "shipped", "find", "exact+validation", "engine"
 
 
-def torch_columns(device: str) -> tuple[str, str]:
-    """The names of the torch decision's and conflict set's columns on ``device``."""
-    return f"torch {device}", f"find torch {device}"
+def torch_columns(device: str) -> tuple[str, ...]:
+    """The names of the torch decision's and conflict set's columns on
+    ``device``; on CUDA also both replayed from a CUDA graph."""
+    eager = (f"torch {device}", f"find torch {device}")
+    return eager + ((f"torch {device} graph", f"find torch {device} graph") if device.startswith("cuda") else ())
 
 
 # ---------------------------------------------------------------- the shipped check, at its cost
@@ -215,7 +220,8 @@ def _legend(settings: dict[str, Any]) -> str:
     if settings.get("engine_label"):
         text += f"; engine: {settings['engine_label']}, decided as shipped on every step unless a MISMATCH line says otherwise"
     if settings.get("devices"):
-        text += ("; torch/find torch: ExactConflictsTorch, inputs resident on the device, timed between two "
+        text += ("; torch/find torch: ExactConflictsTorch, inputs resident on the device (graph: replayed from a CUDA "
+                 "graph), timed between two "
                  "torch.cuda.synchronize() on CUDA")
     return text
 
@@ -393,6 +399,11 @@ class _TorchColumns:
                                           num_blocks, max_num_tokens, device)
         self.sync = torch.cuda.synchronize if self.finder.device.type == "cuda" else None
         self._torch = torch
+        if self.finder.device.type == "cuda":
+            from batchfuzz.impl._cuda_graph import CapturedStep
+
+            self._graph_decide = CapturedStep(self.finder)
+            self._graph_find = CapturedStep(self.finder.find_conflicts)
 
     def calls(self, step: Step) -> dict[str, Callable[[], Any]]:
         torch = self._torch
@@ -403,20 +414,27 @@ class _TorchColumns:
         args = (step.num_reqs, move(step.num_computed_tokens), move(step.num_scheduled_tokens),
                 [move(t) for t in step.block_tables])
         tokens = int(step.num_scheduled_tokens.sum())
-        decide, find = torch_columns(self.device)
-        return {decide: partial(self.finder, *args, num_tokens=tokens), find: partial(self.finder.find_conflicts, *args, tokens)}
+        decide, find, *graphed = torch_columns(self.device)
+        out: dict[str, Callable[[], Any]] = {decide: partial(self.finder, *args, num_tokens=tokens),
+                                             find: partial(self.finder.find_conflicts, *args, tokens)}
+        if graphed:
+            out[graphed[0]] = partial(self._graph_decide, *args, tokens)
+            out[graphed[1]] = partial(self._graph_find, *args, tokens)
+        return out
 
     def compare(self, per: dict[str, Callable[[], Any]], decisions: dict[str, Any], rows: np.ndarray) -> list[str]:
-        """Untimed: the torch decision equals ``exact``, the torch rows ``find``'s."""
-        decide, find = torch_columns(self.device)
+        """Untimed: the torch decisions equal ``exact``, the torch rows ``find``'s."""
+        names = torch_columns(self.device)
         out = []
-        decisions[decide] = bool(per[decide]())
-        if decisions[decide] != decisions[EXACT]:
-            out.append(f"{decide} {decisions[decide]} != exact {decisions[EXACT]}")
-        found = per[find]()
-        if bool(found.overflow):
-            out.append(f"{find}: {int(found.num_pairs)} pairs overflow max_pairs ({self.finder.max_pairs})")
-        elif not np.array_equal(found.to_numpy(), rows):
-            out.append(f"{find} ({int(found.num_conflicts)} conflicts) != find ({rows.shape[0]})")
-        decisions[find] = int(found.num_conflicts)
+        for decide in names[0::2]:
+            decisions[decide] = bool(per[decide]())
+            if decisions[decide] != decisions[EXACT]:
+                out.append(f"{decide} {decisions[decide]} != exact {decisions[EXACT]}")
+        for find in names[1::2]:
+            found = per[find]()
+            if bool(found.overflow):
+                out.append(f"{find}: {int(found.num_pairs)} pairs overflow max_pairs ({self.finder.max_pairs})")
+            elif not np.array_equal(found.to_numpy(), rows):
+                out.append(f"{find} ({int(found.num_conflicts)} conflicts) != find ({rows.shape[0]})")
+            decisions[find] = int(found.num_conflicts)
         return out

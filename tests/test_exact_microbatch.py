@@ -512,6 +512,36 @@ def test_torch_decision_on_cuda_does_not_synchronise() -> None:
     assert bool(got) is ref_decision.allow_microbatching(*_args(step))
 
 
+@pytest.mark.gpu
+def test_cuda_graph_replays_are_exact_on_new_values_of_one_shape() -> None:
+    """``CapturedStep`` captures once per shape and replays on the values
+    copied in: a second step of the same shape (the block ids relabelled, the
+    scheduled counts changed) gets its own answer, not the captured one."""
+    from batchfuzz.impl._cuda_graph import CapturedStep
+
+    step, _ = sample_realizable_step(np.random.default_rng(3), num_reqs=32, max_blocks_per_req=128, profile="prefill-heavy",
+                                     num_groups=2)
+    s = ref_step.check_step(*_args(step))
+    top = max(int(t.max()) for t in s.block_tables)
+    relabel = np.concatenate([[0], np.random.default_rng(4).permutation(np.arange(1, top + 1))]).astype(step.block_tables[0].dtype)
+    other_c = step.num_computed_tokens.copy()
+    other_c[::2] = 0  # every second request computed nothing: different reads, different conflicts
+    other = (other_c, step.num_scheduled_tokens.copy(), [relabel[t] for t in step.block_tables], list(step.block_sizes))
+    finder = find_conflicts_torch.ExactConflictsTorch(s.num_reqs, [int(t.shape[1]) for t in s.block_tables],
+                                                      list(s.block_sizes), top + 1, 1 << 14, "cuda")
+    graphed_find, graphed_decide = CapturedStep(finder.find_conflicts), CapturedStep(finder)
+    tokens = int(s.num_scheduled_tokens.sum())
+    results = []
+    for c, q, tables, sizes in (_args(step), other, _args(step)):
+        args = (s.num_reqs, torch.from_numpy(np.asarray(c)).cuda(), torch.from_numpy(np.asarray(q)).cuda(),
+                [torch.from_numpy(np.ascontiguousarray(t)).cuda() for t in tables])
+        got = _rows(graphed_find(*args, tokens).to_numpy())
+        assert got == ref_conflicts.find_conflicts(c, q, tables, sizes)
+        assert bool(graphed_decide(*args, tokens)) is ref_decision.allow_microbatching(c, q, tables, sizes)
+        results.append(got)
+    assert len(graphed_find._graphs) == 1 and results[0] != results[1]
+
+
 # ---------------------------------------------------------------- the benchmark's shipped check
 
 
