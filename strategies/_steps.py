@@ -26,6 +26,7 @@ engine rule with ``n = 2`` and a single cut near the start.
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -39,6 +40,7 @@ from batchfuzz.reference._args import INT_DTYPES, ceil_div
 from batchfuzz.reference._step import STEP_ARGUMENTS, Range, Step, check_step, cuts_to_split, is_well_formed
 from batchfuzz.reference.split_ubatches import split_ubatches
 from batchfuzz.strategies._engine import default_capture_sizes, pad_to_capture_size
+from batchfuzz.strategies._exhaustive import ScopeSpec, check_scope, restricted_growth
 from batchfuzz.strategies._validate import check_choice, check_integer, check_interval
 
 T = TypeVar("T")
@@ -458,3 +460,87 @@ def contract_in_domain(case: Case, domain: str, *, ill_formed: bool) -> bool:
     except (TypeError, ValueError, KeyError):
         return False
     return (ill_formed and domain == "spec") or is_well_formed(step)
+
+
+
+# ---------------------------------------------------------------- bounded-exhaustive scopes
+
+SCOPE_BLOCK_SIZES = (1, 2)
+SCOPE_MAX_IDS = 4
+
+
+@functools.cache
+def _scope_bounds(scope: str) -> tuple[int, int, int, int]:
+    """(max requests, max sum(c) + sum(q), max groups, max table cells in all) of a scope."""
+    return {"small": (3, 4, 2, 4), "ci": (2, 3, 2, 2)}[scope]
+
+
+def scope_specs(ill_formed: bool) -> dict[str, ScopeSpec]:
+    """The scopes of a contract E record (``ill_formed``: the conflict set's,
+    whose spec domain keeps ill-formed steps; otherwise well-formed steps only)."""
+    which = "every valid step" if ill_formed else "every well-formed step"
+    counts = {"small": 10484, "ci": 376} if ill_formed else {"small": 9174, "ci": 367}
+    return {
+        "small": ScopeSpec(
+            f"{which} with 1 <= R <= 3 requests, sum(c) + sum(q) <= 4 tokens, 1 or 2 KV groups of block size 1 or 2, each "
+            "table of the tightest width (a table no token needs may have one column), at most 4 table cells in all (the cells are the exponent of the "
+            "count), every cell the null block or a block id 1..4, up to renaming the ids (ids in order of first "
+            "appearance); int32; splits: the engine's rule (n = 2, no padding), every two-ubatch cut, and one token per "
+            "ubatch; in the order of the contract's size: R, tokens, groups, block sizes, cells, non-null cells, ids",
+            "spec", counts["small"]),
+        "ci": ScopeSpec(f"as small with R <= 2, sum(c) + sum(q) <= 3 and at most 2 table cells ({which})", "spec", counts["ci"]),
+    }
+
+
+def _scope_case(c: tuple[int, ...], q: tuple[int, ...], tables: list[np.ndarray], sizes: tuple[int, ...]) -> Case:
+    """A scope's step with its splits: the engine's token rule over the
+    requests with tokens (``n = 2``, no padding) unless it refuses, every
+    two-ubatch cut, and one token per ubatch."""
+    nst = [x for x in q if x > 0]
+    total = sum(q)
+    engine = split_ubatches(nst, total, len(nst), 2) if total >= 2 else None
+    adversarial = [cuts_to_split([k], total) for k in range(1, total)]
+    if total >= 3:
+        adversarial.append(cuts_to_split(range(1, total), total))
+    return Case(
+        {"num_computed_tokens": np.array(c, dtype=np.int32), "num_scheduled_tokens": np.array(q, dtype=np.int32),
+         "block_tables": tables, "block_sizes": list(sizes)},
+        {"engine_splits": [] if engine is None else [[rng for _, rng in engine]], "adversarial_splits": adversarial,
+         "source": "exhaustive", "labels": []})
+
+
+def scope_cases(scope: str = "small", *, ill_formed: bool) -> Iterator[Case]:
+    """Every contract E case of ``scope`` (:func:`scope_specs`), smallest first
+    in :func:`step_size`'s order. Steps are grouped by (R, tokens, groups, sum
+    of block sizes), the order's leading terms, and sorted by the rest inside
+    each group."""
+    check_scope(scope, scope_specs(ill_formed))
+    max_reqs, max_tokens, max_groups, max_cells = _scope_bounds(scope)
+    for r in range(1, max_reqs + 1):
+        for tokens in range(max_tokens + 1):
+            counts = [(cq[0::2], cq[1::2]) for cq in itertools.product(range(tokens + 1), repeat=2 * r) if sum(cq) == tokens]
+            for g in range(1, max_groups + 1):
+                block_sizes = list(itertools.product(SCOPE_BLOCK_SIZES, repeat=g))
+                for size_sum in sorted({sum(b) for b in block_sizes}):
+                    group: list[tuple[tuple[int, ...], Case]] = []
+                    for sizes in (b for b in block_sizes if sum(b) == size_sum):
+                        for c, q in counts:
+                            tight = [max(ceil_div(c[k] + q[k], b) for k in range(r)) for b in sizes]
+                            # A table no token needs a column of may still have one (cells nobody reads).
+                            for widths in itertools.product(*[(w,) if w else (0, 1) for w in tight]):
+                                if r * sum(widths) > max_cells:
+                                    continue
+                                for fill in restricted_growth(r * sum(widths), SCOPE_MAX_IDS):
+                                    tables, at = [], 0
+                                    for w in widths:
+                                        tables.append(np.array(fill[at: at + r * w], dtype=np.int32).reshape(r, w))
+                                        at += r * w
+                                    case = _scope_case(c, q, tables, sizes)
+                                    if ill_formed or is_well_formed(step_of_case(case)):
+                                        group.append((step_size(case), case))
+                    group.sort(key=lambda sc: sc[0])
+                    yield from (case for _, case in group)
+
+
+def step_of_case(case: Case) -> Step:
+    return Step(*(case.args[k] for k in STEP_ARGUMENTS))
