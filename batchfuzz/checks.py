@@ -13,6 +13,15 @@ class PropertyViolation(AssertionError):
     """A property of a contract does not hold for a target's output."""
 
 
+class ResultTypeError(PropertyViolation):
+    """The target's result is of a type the contract's properties cannot read
+    at all (an engine object, a tuple where a list belongs, a string). On one
+    case it is a counterexample like any other; on the probe case the commands
+    try before any example (``runner.probe_result``), a usage error: the
+    target needs a binding that converts its result (docs/bindings.md).
+    """
+
+
 def _fmt(arr: np.ndarray, limit: int = 24) -> str:
     items = arr.tolist()
     if len(items) > limit:
@@ -25,6 +34,8 @@ def as_int_array(value: Any, what: str) -> np.ndarray:
 
     A float or bool output is a violation: counts are integers (docs/contracts.md, common rules).
     """
+    if type(value) is list and all(type(v) is int for v in value):
+        return np.array(value, dtype=np.int64)  # the common case (an oracle's list), without the element-wise walk below
     value = to_host(value)
     if isinstance(value, (list, tuple)):
         if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in value):
@@ -34,7 +45,7 @@ def as_int_array(value: Any, what: str) -> np.ndarray:
         if value.dtype.kind not in "iu":
             raise PropertyViolation(f"{what} must be an integer array, got dtype {value.dtype}")
         return value.astype(np.int64).reshape(-1) if value.ndim == 1 else value.astype(np.int64)
-    raise PropertyViolation(f"{what} must be a sequence of ints, got {type(value).__name__}: {value!r}")
+    raise ResultTypeError(f"{what} must be a sequence of ints, got {type(value).__name__}: {value!r:.120}")
 
 
 def require(condition: bool, message: str) -> None:

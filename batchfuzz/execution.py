@@ -86,17 +86,34 @@ class Outcome:
 # ---------------------------------------------------------------- guarding inputs
 
 
+# Values deepcopy returns as they are: passed without copying.
+_IMMUTABLE = (int, float, bool, str, bytes, type(None))
+
+
 def _copy(value: Any) -> Any:
+    if type(value) in _IMMUTABLE:
+        return value
     if hasattr(value, "copy") and callable(value.copy) and type(value).__module__.startswith(("numpy", "batchfuzz")):
         return value.copy()
     return copy.deepcopy(value)
+
+
+# The oracle's parameter names, per oracle (inspect.signature costs more than a small property).
+_PARAMETERS: dict[Callable[..., Any], list[str]] = {}
+
+
+def _parameters(contract: registry.Contract) -> list[str]:
+    names = _PARAMETERS.get(contract.oracle)
+    if names is None:
+        names = _PARAMETERS[contract.oracle] = list(inspect.signature(contract.oracle).parameters)
+    return names
 
 
 def guarded(contract: registry.Contract, target: Callable[..., Any]) -> Callable[..., Any]:
     """``target`` called on copies of every argument it may not write (all but
     ``contract.writes``: a persistent buffer, an ``out=``), so the caller's
     values (the case the properties judge by) stay as they were."""
-    names = list(inspect.signature(contract.oracle).parameters)
+    names = _parameters(contract)
     writes = set(contract.writes)
 
     def call(*args: Any, **kwargs: Any) -> Any:

@@ -238,8 +238,9 @@ class _Runner:
             state["seconds"] = round(float(state["seconds"]) + time.time() - began, 3)
             write_state(job, item, state, final=True)
             return state
+        examples_before = int(state["examples"])
         state["slices"] = int(state["slices"]) + 1
-        state["examples"] = int(state["examples"]) + r.examples
+        state["examples"] = examples_before + r.examples
         state["seconds"] = round(float(state["seconds"]) + time.time() - began, 3)
         for key, counter in (("events", r.events), ("scores", r.scores)):
             merged = dict(state[key])
@@ -247,7 +248,13 @@ class _Runner:
                 merged[k] = int(merged.get(k, 0)) + int(v)
             state[key] = merged
         if r.failure is not None:
-            state["failures"].append(_save_failure(job, item, contract, executor, r.failure, domain))
+            record = _save_failure(job, item, contract, executor, r.failure, domain)
+            # Which of the item's examples failed first, and when: 1 for a failure the
+            # example database replayed at the start of the item's first slice.
+            if r.first_failure_example is not None:
+                record["found_at_example"] = examples_before + r.first_failure_example
+                record["found_at_time"] = r.first_failure_time
+            state["failures"].append(record)
             state["status"] = "failed"
         elif stop_requested(job):
             state.update(status="interrupted", reason="the run was stopped (signal)")

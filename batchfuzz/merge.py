@@ -2,34 +2,49 @@
 
 Each shard of ``batchfuzz fuzz --shard K/N`` writes ``summary.json``,
 ``summary.md`` and ``junit.xml`` in its report directory; its summary says
-which shard it is (``"shard": {"index": K, "count": N}``, optionally
-``"plan"``: :func:`batchfuzz.shards.plan_digest` of the whole item list). A
-summary without ``"shard"`` is a single unsharded run (shard 1 of 1).
+which shard it is (``"shard": {"index": K, "count": N, "plan": DIGEST}``,
+``plan`` being :func:`batchfuzz.shards.plan_digest` of the whole item list).
+A summary whose ``"shard"`` is absent or null is a single unsharded run
+(shard 1 of 1).
 
-:func:`merge` combines them into one report of the same format as a single
-run's (so one renderer, :func:`batchfuzz.report.render_markdown`, serves
-both): per-contract figures and totals recomputed, every implementation,
-failure and error tagged with its shard, plus a ``"shards"`` section (which
-were given, which are missing). ``junit.xml`` is merged from the shards'
-own files, a ``testsuite`` per contract, counts recomputed.
+Work items are per property (contract x target x device x property), so one
+implementation (target) is usually spread over several shards. :func:`merge`
+puts each implementation back together from its shards' entries: the union
+of their ``properties`` (a property in two shards is the same work item in
+two shards: refused), examples, seconds, scores and failures summed or
+concatenated, ``coverage`` recomputed from the raw per-label example counts
+the shards carry, and the status recomputed by the rule of a single run
+(:func:`batchfuzz.report.implementation_status`). Contracts and totals are
+recomputed the same way and the run's status by
+:func:`batchfuzz.report.run_status`, a missing shard counting as work not
+run. The result has the format of a single run's ``summary.json``, so the
+single-run renderers write ``summary.md`` and ``junit.xml``
+(:func:`batchfuzz.report.render_markdown`, :func:`~batchfuzz.report.render_junit`),
+plus: ``"merged": true``, a ``"shards"`` section (given, missing), each
+property tagged with its ``"shard"``, each implementation with its
+``"shards"``, each failure and error with its ``"shard"``. JUnit gets one
+more suite, ``batchfuzz.shards``, with an error per missing shard.
 
 Checked, with every problem named at once (:class:`MergeError`): a
 directory without a readable report, garbage or truncated files (named, with
-line and column), a shard given twice, shards of different runs (different
-N, seed or item list, or the same work item in two shards). A missing shard
-is not an error: the merge goes on and says so (exit code 3, "incomplete").
+line and column), a ``junit.xml`` whose test cases are not those of its
+``summary.json`` (the two files of different runs), a shard given twice,
+shards of different runs (different N, seed or item list), the same work item
+in two shards. A missing shard is not an error: the merge goes on and says
+so (exit code 3, "incomplete").
 
-Exit codes (:attr:`Merged.exit_code`): 0 complete, no failure; 1 a failure
-or a harness error in any shard (even when incomplete: the failure is the
-news); 3 incomplete (a shard missing, or a shard interrupted) without
-failures. The command adds 2 for bad input.
+Exit codes (:attr:`Merged.exit_code`), those of ``batchfuzz fuzz``: 0
+complete, no failure; 1 a failure or a harness error in any shard (even when
+incomplete: the failure is the news); 3 incomplete (a shard missing or
+interrupted, or work items that did not run) without failures. The command
+adds 2 for bad input.
 
-Corpora: a corpus file's name is the hash of its identity (contract,
-implementation or target, device, property, shrunk case:
-:func:`batchfuzz.corpus.entry_id`), so merging the shards' corpora is a plain
-copy (:func:`merge_corpora`). Two files of the same name are the same failure;
-they may differ only in :data:`VOLATILE_FIELDS` (when, where and under which
-seed it was found), and the first one is kept.
+Corpora: a corpus file's name is the hash of its identity (contract, target,
+device, property, shrunk case: :func:`batchfuzz.corpus.entry_id`), so merging
+the shards' corpora is a plain copy (:func:`merge_corpora`). Two files of the
+same name are the same failure; they may differ only in
+:data:`VOLATILE_FIELDS` (when, where and under which seed it was found), and
+the first one is kept.
 """
 
 from __future__ import annotations
@@ -46,20 +61,31 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from batchfuzz import corpus
+from batchfuzz import corpus, report
 
 EXIT_OK, EXIT_FAILURES, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
 VOLATILE_FIELDS = ("date", "found")  # found = {seed, profile, worker}: differ between processes finding the same failure
 REPORT_FILES = ("summary.json", "summary.md", "junit.xml")
 SHARDS_SUITE = "batchfuzz.shards"
 
+Number = (int, float)
 # Fields a shard's summary must have, with their types: what merging and rendering read.
 _TOP: dict[str, type | tuple[type, ...]] = {
-    "partial": bool, "status": str, "wall_seconds": (int, float), "budget_seconds": (int, float), "profile": str,
+    "partial": bool, "status": str, "wall_seconds": Number, "budget_seconds": Number, "profile": str,
     "workers": int, "versions": dict, "totals": dict, "contracts": dict, "failures": list, "errors": list, "notes": list,
+    "not_run": list,
 }
-_IMPL: dict[str, type | tuple[type, ...]] = {"status": str, "examples": int, "failures": list}
-_SUMMED = ("examples", "seconds", "failures", "errors", "items", "items_run")
+_CONTRACT: dict[str, type | tuple[type, ...]] = {
+    "examples": int, "seconds": Number, "failures": int, "errors": int, "items": int, "items_run": int,
+    "coverage": dict, "implementations": dict,
+}
+_IMPL: dict[str, type | tuple[type, ...]] = {
+    "status": str, "examples": int, "seconds": Number, "failures": list, "properties": dict, "coverage": dict,
+    "scores": dict, "settings": dict,
+}
+_PROPERTY: dict[str, type | tuple[type, ...]] = {"status": str, "examples": int, "seconds": Number}
+_CONTRACT_SUMS = ("examples", "seconds", "failures", "errors", "items", "items_run")
+_TOTAL_SUMS = ("items", "items_not_run")
 
 
 class MergeError(ValueError):
@@ -82,9 +108,10 @@ class ShardReport:
         return f"{self.index}/{self.count}"
 
     @property
-    def items(self) -> list[tuple[str, str]]:
-        """(contract, implementation) of every work item in this shard."""
-        return [(c, i) for c, data in self.summary["contracts"].items() for i in data["implementations"]]
+    def items(self) -> list[tuple[str, str, str]]:
+        """(contract, implementation, property) of every work item in this shard."""
+        return [(c, i, p) for c, data in self.summary["contracts"].items()
+                for i, impl in data["implementations"].items() for p in impl["properties"]]
 
 
 @dataclass
@@ -105,7 +132,9 @@ def _type_name(typ: type | tuple[type, ...]) -> str:
     return " or ".join(t.__name__ for t in typ) if isinstance(typ, tuple) else typ.__name__
 
 
-def _check_fields(where: str, data: dict[str, Any], spec: dict[str, type | tuple[type, ...]]) -> None:
+def _check_fields(where: str, data: Any, spec: dict[str, type | tuple[type, ...]]) -> None:
+    if not isinstance(data, dict):
+        raise MergeError(f"{where} must be an object, got {type(data).__name__}")
     for key, typ in spec.items():
         if key not in data:
             raise MergeError(f"{where}: missing field {key!r}")
@@ -143,6 +172,26 @@ def _read_junit(path: Path) -> ET.Element:
     return root
 
 
+def _testcases(root: ET.Element) -> list[tuple[str, str, str]]:
+    """(suite, classname, name) of every testcase, sorted."""
+    return sorted((s.get("name", ""), c.get("classname", ""), c.get("name", "")) for s in root for c in s.iter("testcase"))
+
+
+def _check_summary(path: Path, summary: Any) -> None:
+    if not isinstance(summary, dict) or summary.get("tool") != "batchfuzz":
+        raise MergeError(f"{path}: not a batchfuzz fuzz summary (no \"tool\": \"batchfuzz\")")
+    _check_fields(str(path), summary, _TOP)
+    for cname, c in summary["contracts"].items():
+        _check_fields(f"{path}: contract {cname}", c, _CONTRACT)
+        for iname, impl in c["implementations"].items():
+            _check_fields(f"{path}: {cname}/{iname}", impl, _IMPL)
+            for pname, p in impl["properties"].items():
+                _check_fields(f"{path}: {cname}/{iname}/{pname}", p, _PROPERTY)
+    for key in ("failures", "errors"):
+        if not all(isinstance(x, dict) for x in summary[key]):
+            raise MergeError(f"{path}: every entry of {key!r} must be an object")
+
+
 def load_shard(directory: str | os.PathLike[str]) -> ShardReport:
     """Load and check one shard's report directory; raises MergeError naming the file."""
     if not isinstance(directory, (str, os.PathLike)):
@@ -152,20 +201,11 @@ def load_shard(directory: str | os.PathLike[str]) -> ShardReport:
         raise MergeError(f"{d}: no such report directory")
     path = d / "summary.json"
     summary = _read_json(path)
-    if not isinstance(summary, dict) or summary.get("tool") != "batchfuzz":
-        raise MergeError(f"{path}: not a batchfuzz fuzz summary (no \"tool\": \"batchfuzz\")")
-    _check_fields(str(path), summary, _TOP)
-    for cname, c in summary["contracts"].items():
-        if not isinstance(c, dict) or not isinstance(c.get("implementations"), dict):
-            raise MergeError(f"{path}: contract {cname!r} must be an object with an 'implementations' object")
-        for iname, impl in c["implementations"].items():
-            if not isinstance(impl, dict):
-                raise MergeError(f"{path}: {cname}/{iname} must be an object")
-            _check_fields(f"{path}: {cname}/{iname}", impl, _IMPL)
-    for key in ("failures", "errors"):
-        if not all(isinstance(x, dict) for x in summary[key]):
-            raise MergeError(f"{path}: every entry of {key!r} must be an object")
-    report = ShardReport(path=d, summary=summary, junit=_read_junit(d / "junit.xml"))
+    _check_summary(path, summary)
+    junit = _read_junit(d / "junit.xml")
+    if _testcases(junit) != _testcases(ET.fromstring(report.render_junit(summary))):
+        raise MergeError(f"{d / 'junit.xml'}: its test cases are not those of {path} (files of different runs?)")
+    shard_report = ShardReport(path=d, summary=summary, junit=junit)
     shard = summary.get("shard")
     if shard is not None:
         ok = isinstance(shard, dict) and all(isinstance(shard.get(k), int) and not isinstance(shard.get(k), bool)
@@ -174,8 +214,8 @@ def load_shard(directory: str | os.PathLike[str]) -> ShardReport:
             raise MergeError(f"{path}: field 'shard' must be {{\"index\": K, \"count\": N}} with 1 <= K <= N, got {shard!r}")
         if "plan" in shard and not isinstance(shard["plan"], str):
             raise MergeError(f"{path}: field 'shard.plan' must be a string, got {shard['plan']!r}")
-        report.index, report.count, report.sharded = shard["index"], shard["count"], True
-    return report
+        shard_report.index, shard_report.count, shard_report.sharded = shard["index"], shard["count"], True
+    return shard_report
 
 
 # --------------------------------------------------------------------------- checking the set
@@ -203,23 +243,19 @@ def check_same_run(reports: Sequence[ShardReport]) -> list[int]:
         plans = (first.summary.get("shard") or {}).get("plan"), (r.summary.get("shard") or {}).get("plan")
         if None not in plans and plans[0] != plans[1]:
             problems.append(f"shards of different runs: item list {plans[0]} in {first.path}, {plans[1]} in {r.path}")
-    owner: dict[tuple[str, str], ShardReport] = {}
+    owner: dict[tuple[str, str, str], ShardReport] = {}
     for r in reports:
         for item in r.items:
             other = owner.setdefault(item, r)
             if other is not r and other.index != r.index:
-                problems.append(f"work item {item[0]}/{item[1]} is in shard {other.name} ({other.path}) and in shard "
-                                f"{r.name} ({r.path}): shards of different runs or partitions")
+                problems.append(f"the same work item in two shards: {'/'.join(item)} is in shard {other.name} ({other.path}) "
+                                f"and in shard {r.name} ({r.path}): shards of different runs or partitions")
     if problems:
         raise MergeError("cannot merge these reports:\n  " + "\n  ".join(problems))
     return [k for k in range(1, first.count + 1) if k not in by_index]
 
 
 # --------------------------------------------------------------------------- merging
-
-
-def _rate(examples: int, seconds: float) -> float:
-    return round(examples / seconds, 1) if seconds > 0 else 0.0
 
 
 def _parse_time(text: Any) -> float | None:
@@ -233,35 +269,58 @@ def _iso(t: float) -> str:
     return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).replace(microsecond=0).isoformat()
 
 
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _add_counts(into: dict[str, int], counts: dict[str, Any]) -> None:
+    for k, v in counts.items():
+        into[k] = into.get(k, 0) + _count(v)
+
+
+def _label_counts(coverage: dict[str, Any]) -> dict[str, int]:
+    """The raw per-label example counts a report's ``coverage`` carries (its fractions are recomputed)."""
+    return {label: _count(v.get("examples")) if isinstance(v, dict) else 0 for label, v in coverage.items()}
+
+
+def _merge_implementation(into: dict[str, Any] | None, impl: dict[str, Any], shard: int) -> dict[str, Any]:
+    """Add one shard's entry of an implementation to what the earlier shards gave (``into``)."""
+    if into is None:
+        into = {**copy.deepcopy(impl), "examples": 0, "seconds": 0.0, "failures": [], "properties": {}, "scores": {},
+                "settings": {}, "shards": [], "_labels": {}}
+    into["examples"] += impl["examples"]
+    into["seconds"] += float(impl["seconds"])
+    into["failures"] += copy.deepcopy(impl["failures"])
+    into["properties"].update({p: {**copy.deepcopy(v), "shard": shard} for p, v in impl["properties"].items()})
+    _add_counts(into["scores"], impl["scores"])
+    _add_counts(into["_labels"], _label_counts(impl["coverage"]))
+    into["settings"] = copy.deepcopy(impl["settings"]) or into["settings"]  # as in a run: the last item's that ran
+    into["shards"].append(shard)
+    return into
+
+
 def _merge_contracts(reports: Sequence[ShardReport]) -> dict[str, dict[str, Any]]:
     contracts: dict[str, dict[str, Any]] = {}
-    labels: dict[str, dict[str, int]] = {}
     for r in reports:
         for cname, c in r.summary["contracts"].items():
-            if cname not in contracts:
-                contracts[cname] = {**copy.deepcopy(c), **{k: 0 for k in _SUMMED}, "implementations": {}}
-                labels[cname] = {}
-            m = contracts[cname]
-            for k in _SUMMED:
-                value = c.get(k, 0)
-                m[k] += value if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
+            m = contracts.setdefault(cname, {**{k: 0 for k in _CONTRACT_SUMS}, "cases_per_second": 0.0, "coverage": {},
+                                             "implementations": {}, "_labels": {}})
+            for k in _CONTRACT_SUMS:
+                m[k] += c[k]
+            _add_counts(m["_labels"], _label_counts(c["coverage"]))
             for iname, impl in c["implementations"].items():
-                m["implementations"][iname] = {**copy.deepcopy(impl), "shard": r.index}
-            for label, cov in (c.get("coverage") or {}).items():
-                n = cov.get("examples", 0) if isinstance(cov, dict) else 0
-                labels[cname][label] = labels[cname].get(label, 0) + (n if isinstance(n, int) else 0)
-    for cname, m in contracts.items():
+                m["implementations"][iname] = _merge_implementation(m["implementations"].get(iname), impl, r.index)
+    for m in contracts.values():
+        for impl in m["implementations"].values():
+            impl["status"] = report.implementation_status((p["status"] for p in impl["properties"].values()),
+                                                          failed=bool(impl["failures"]))
+            impl["seconds"] = round(impl["seconds"], 3)
+            impl["cases_per_second"] = report._rate(impl["examples"], impl["seconds"])
+            impl["coverage"] = report._coverage(impl.pop("_labels"), impl["examples"])
         m["seconds"] = round(float(m["seconds"]), 3)
-        m["cases_per_second"] = _rate(m["examples"], m["seconds"])
-        m["coverage"] = {
-            label: {"examples": n, "fraction": round(n / m["examples"], 4) if m["examples"] else 0.0}
-            for label, n in sorted(labels[cname].items(), key=lambda kv: (-kv[1], kv[0]))
-        }
+        m["cases_per_second"] = report._rate(m["examples"], m["seconds"])
+        m["coverage"] = report._coverage(m.pop("_labels"), m["examples"])
     return contracts
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def merge(reports: Sequence[ShardReport]) -> Merged:
@@ -273,6 +332,7 @@ def merge(reports: Sequence[ShardReport]) -> Merged:
     contracts = _merge_contracts(shards)
     failures = [{**f, "shard": r.index} for r in shards for f in r.summary["failures"]]
     errors = [{**e, "shard": r.index} for r in shards for e in r.summary["errors"]]
+    not_run = [name for r in shards for name in r.summary["not_run"]]
     starts = [_parse_time(r.summary.get("started")) for r in shards]
     ends = [_parse_time(r.summary.get("finished")) for r in shards]
     if None in starts or None in ends:
@@ -283,14 +343,8 @@ def merge(reports: Sequence[ShardReport]) -> Merged:
         wall = max(0.0, finished - started)
     examples = sum(c["examples"] for c in contracts.values())
     partial = [r for r in shards if r.summary["partial"]]
-    if missing:
-        status = "incomplete"
-    elif partial:
-        status = "interrupted"
-    elif failures or errors:
-        status = "failed"
-    else:
-        status = "passed" if examples else "no examples"
+    status = report.run_status(partial=bool(partial), failed=bool(failures or errors), incomplete=bool(missing or not_run),
+                               examples=examples)
     notes = []
     if count > 1 or len(shards) > 1:
         notes.append(f"merged from shard(s) {', '.join(r.name for r in shards)}"
@@ -304,12 +358,11 @@ def merge(reports: Sequence[ShardReport]) -> Merged:
         "failures": len(failures),
         "new_corpus_entries": sum(1 for f in failures if f.get("new")),
         "errors": len(errors),
-        "items": sum(_int(r.summary["totals"].get("items")) for r in shards),
-        "items_not_run": sum(_int(r.summary["totals"].get("items_not_run")) for r in shards),
-        "throughput": _rate(examples, wall),
+        **{k: sum(_count(r.summary["totals"].get(k)) for r in shards) for k in _TOTAL_SUMS},
+        "throughput": report._rate(examples, wall),
     }
     summary: dict[str, Any] = {
-        **{k: v for k, v in first.summary.items() if k not in ("shard", "host", "replay_command")},
+        **{k: v for k, v in first.summary.items() if k not in ("host", "replay_command")},
         "merged": True,
         "partial": bool(partial),
         "interrupted_by": "; ".join(f"shard {r.name}: {r.summary.get('interrupted_by')}" for r in partial) or None,
@@ -319,9 +372,11 @@ def merge(reports: Sequence[ShardReport]) -> Merged:
         "wall_seconds": round(wall, 3),
         "workers": sum(r.summary["workers"] for r in shards),
         "device": next((r.summary.get("device") for r in shards if r.summary.get("device")), None),  # an empty shard has none
+        "shard": None,  # the merged run is the whole run
         "replay_command": None,
         "host": None,
         "totals": totals,
+        "not_run": not_run,
         "notes": notes,
         "contracts": contracts,
         "failures": failures,
@@ -333,67 +388,49 @@ def merge(reports: Sequence[ShardReport]) -> Merged:
             "given": [{
                 "index": r.index, "dir": str(r.path), "sharded": r.sharded, "status": r.summary["status"],
                 "partial": r.summary["partial"], "wall_seconds": r.summary["wall_seconds"],
-                "examples": _int(r.summary["totals"].get("examples")), "failures": len(r.summary["failures"]),
-                "errors": len(r.summary["errors"]), "workers": r.summary["workers"], "host": r.summary.get("host"),
+                "examples": _count(r.summary["totals"].get("examples")), "failures": len(r.summary["failures"]),
+                "errors": len(r.summary["errors"]), "items": _count(r.summary["totals"].get("items")),
+                "workers": r.summary["workers"], "host": r.summary.get("host"),
                 "replay_command": r.summary.get("replay_command"),
             } for r in shards],
         },
     }
     if failures or errors:
         code = EXIT_FAILURES
-    elif missing or partial:
+    elif status in ("incomplete", "interrupted"):
         code = EXIT_INCOMPLETE
     else:
         code = EXIT_OK
-    return Merged(summary=summary, markdown=render_markdown(summary), junit=merge_junit(shards, missing, count, wall),
+    return Merged(summary=summary, markdown=render_markdown(summary), junit=render_junit(summary),
                   missing=missing, exit_code=code)
 
 
-def merge_junit(reports: Sequence[ShardReport], missing: Sequence[int], count: int, wall: float) -> str:
-    """The shards' ``junit.xml`` as one: a testsuite per contract, counts recomputed; a
-    ``batchfuzz.shards`` suite with an error per missing shard."""
-    root = ET.Element("testsuites", name="batchfuzz fuzz", time=f"{wall:.3f}")
-    suites: dict[str, ET.Element] = {}
-    for r in reports:
-        for suite in r.junit:
-            name = suite.get("name", "")
-            if name not in suites:
-                suites[name] = ET.SubElement(root, "testsuite", name=name)
-            for child in suite:
-                suites[name].append(copy.deepcopy(child))
-    if missing:
-        suite = ET.SubElement(root, "testsuite", name=SHARDS_SUITE)
-        for k in missing:
-            case = ET.SubElement(suite, "testcase", classname=SHARDS_SUITE, name=f"shard {k}/{count}", time="0.000")
-            ET.SubElement(case, "error", message=f"shard {k}/{count} missing: no report was given to merge-reports")
-    for suite in root:
-        cases = suite.findall("testcase")
-        suite.set("tests", str(len(cases)))
-        for kind, attr in (("failure", "failures"), ("error", "errors"), ("skipped", "skipped")):
-            suite.set(attr, str(sum(1 for c in cases if c.find(kind) is not None)))
-        suite.set("time", f"{sum(_float(c.get('time')) for c in cases):.3f}")
+def render_junit(summary: dict[str, Any]) -> str:
+    """The single-run JUnit report of the merged summary (a testsuite per contract, a
+    testcase per implementation and property), plus a ``batchfuzz.shards`` suite
+    with an error per missing shard."""
+    root = ET.fromstring(report.render_junit(summary))
+    s = summary["shards"]
+    if s["missing"]:
+        suite = ET.SubElement(root, "testsuite", name=SHARDS_SUITE, tests=str(len(s["missing"])), failures="0",
+                              errors=str(len(s["missing"])), skipped="0")
+        for k in s["missing"]:
+            case = ET.SubElement(suite, "testcase", classname=SHARDS_SUITE, name=f"shard {k}/{s['count']}", time="0.000")
+            ET.SubElement(case, "error", message=f"shard {k}/{s['count']} missing: no report was given to merge-reports")
     ET.indent(root)
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
 
-def _float(text: str | None) -> float:
-    try:
-        return float(text or 0.0)
-    except ValueError:
-        return 0.0
-
-
 def render_markdown(summary: dict[str, Any]) -> str:
     """The single-run renderer on the merged summary, plus a table of the shards."""
-    from batchfuzz.report import render_markdown as render_run
-
     s = summary["shards"]
-    lines = [render_run(summary).rstrip("\n"), "", f"### Shards ({len(s['given'])} of {s['count']} merged)", "",
-             "| shard | status | examples | failures | errors | wall s | report |", "|---|---|---:|---:|---:|---:|---|"]
+    lines = [report.render_markdown(summary).rstrip("\n"), "", f"### Shards ({len(s['given'])} of {s['count']} merged)", "",
+             "| shard | status | items | examples | failures | errors | wall s | report |",
+             "|---|---|---:|---:|---:|---:|---:|---|"]
     for g in s["given"]:
-        lines.append(f"| {g['index']}/{s['count']} | {g['status']} | {g['examples']} | {g['failures']} | {g['errors']} | "
-                     f"{float(g['wall_seconds']):.0f} | `{g['dir']}` |")
-    lines += [f"| {k}/{s['count']} | **missing** | | | | | |" for k in s["missing"]]
+        lines.append(f"| {g['index']}/{s['count']} | {g['status']} | {g['items']} | {g['examples']} | {g['failures']} | "
+                     f"{g['errors']} | {float(g['wall_seconds']):.0f} | `{g['dir']}` |")
+    lines += [f"| {k}/{s['count']} | **missing** | | | | | | |" for k in s["missing"]]
     return "\n".join(lines) + "\n"
 
 

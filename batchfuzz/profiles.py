@@ -25,7 +25,11 @@ _NO_EXPLAIN = tuple(p for p in Phase if p.name != "explain")
 
 
 def database_path() -> str:
-    return os.environ.get(DATABASE_ENV_VAR) or DEFAULT_DATABASE
+    """The local example database directory: ``$BATCHFUZZ_DATABASE`` when it is a
+    directory, else ``.hypothesis/batchfuzz`` (also when it is a ``redis://`` URL:
+    the directory is then the shared database's local copy)."""
+    value = os.environ.get(DATABASE_ENV_VAR)
+    return value if value and "://" not in value else DEFAULT_DATABASE
 
 
 def register_profiles() -> None:

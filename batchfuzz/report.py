@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import platform
 import xml.etree.ElementTree as ET
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,37 @@ def _coverage(events: dict[str, int], examples: int) -> dict[str, Any]:
         label: {"examples": n, "fraction": round(n / examples, 4) if examples else 0.0}
         for label, n in sorted(events.items(), key=lambda kv: (-kv[1], kv[0]))
     }
+
+
+def implementation_status(property_statuses: Iterable[str], *, failed: bool) -> str:
+    """An implementation's status from its properties' (work items') statuses and
+    whether a failure of it was recorded: the first that applies of error,
+    failed, interrupted, not run (every property), incomplete (some property
+    not run), passed. One rule for a run's report and for merged shards (whose
+    properties of one implementation come from several shards)."""
+    statuses = set(property_statuses)
+    if "error" in statuses:
+        return "error"
+    if failed:
+        return "failed"
+    if "interrupted" in statuses:
+        return "interrupted"
+    if statuses == {NOT_RUN}:
+        return NOT_RUN
+    return "incomplete" if NOT_RUN in statuses else "passed"
+
+
+def run_status(*, partial: bool, failed: bool, incomplete: bool, examples: int) -> str:
+    """A whole run's status: interrupted (stopped by a signal), failed (a failure
+    or a harness error), incomplete (work items that did not run; for merged
+    shards also a missing shard), passed, or "no examples"."""
+    if partial:
+        return "interrupted"
+    if failed:
+        return "failed"
+    if incomplete:
+        return "incomplete"
+    return "passed" if examples else "no examples"
 
 
 def build_summary(
@@ -92,10 +124,8 @@ def build_summary(
         c["failures"] += len(s.get("failures", []))
     for c in contracts.values():
         for impl in c["implementations"].values():
-            statuses = {p["status"] for p in impl["properties"].values()}
-            impl["status"] = ("error" if "error" in statuses else "failed" if impl["failures"] else
-                              "interrupted" if "interrupted" in statuses else NOT_RUN if statuses == {NOT_RUN} else
-                              "incomplete" if NOT_RUN in statuses else "passed")
+            impl["status"] = implementation_status((p["status"] for p in impl["properties"].values()),
+                                                   failed=bool(impl["failures"]))
             impl["seconds"] = round(impl["seconds"], 3)
             impl["cases_per_second"] = _rate(impl["examples"], impl["seconds"])
             impl["coverage"] = _coverage(impl.pop("_events"), impl["examples"])
@@ -108,14 +138,7 @@ def build_summary(
     if not_run and not partial:
         notes.append(f"incomplete: {len(not_run)} of {len(job.items)} items did not run (the budget ended before they "
                      f"started): " + ", ".join(not_run[:20]) + (" ..." if len(not_run) > 20 else ""))
-    if partial:
-        status = "interrupted"
-    elif failures or errors:
-        status = "failed"
-    elif not_run:
-        status = "incomplete"
-    else:
-        status = "passed" if examples else "no examples"
+    status = run_status(partial=partial, failed=bool(failures or errors), incomplete=bool(not_run), examples=examples)
     return {
         "tool": "batchfuzz",
         "partial": partial,

@@ -83,11 +83,21 @@ class HuntResult:
     events: Counter[str] = field(default_factory=Counter)
     scores: Counter[str] = field(default_factory=Counter)
     out_of_time: bool = False  # the deadline ended this hunt
+    # When the first failing example ran: its number among this hunt's examples
+    # (1 = the very first: a failure replayed from the example database comes
+    # before any generated example) and its wall-clock time (time.time()).
+    first_failure_example: int | None = None
+    first_failure_time: float | None = None
 
 
-class _OutOfTime(BaseException):
-    """Ends a Hypothesis run at the deadline (a BaseException: Hypothesis does
-    not take it for a failure and stops at once)."""
+class _OutOfTime(KeyboardInterrupt):
+    """Ends a Hypothesis run at the deadline or the end of a time slice.
+
+    A KeyboardInterrupt, because that is the one exception Hypothesis neither
+    takes for a failure nor answers by saving the example it interrupted: for
+    any other BaseException it saves that example (never checked) under the
+    test's primary database key, where every later run replays it before the
+    real failures; each slice's end would leave one such entry."""
 
 
 class _Failed(Exception):
@@ -209,6 +219,8 @@ def hunt(
                 event(label)
                 result.events[label] += 1
         if failure_signature(outcome) is not None:
+            if result.first_failure_example is None:
+                result.first_failure_example, result.first_failure_time = result.examples, time.time()
             last_failure.append((snapshot, outcome))
             _raise_for(outcome)
         if contract.scores is not None:
@@ -397,6 +409,27 @@ def violated_properties(contract: Contract, target: Target | Executor, case: Cas
     """Every property of ``contract`` that ``case`` violates (or crashes) on ``target``."""
     executor = wrap(contract, target)
     return [p.name for p in contract.properties if failure_signature(executor.check(p.name, case.copy(), timeout_s)) is not None]
+
+
+def probe_result(contract: Contract, executor: Executor, domain: str, *, timeout_s: float | None = None) -> str | None:
+    """Why the target's result cannot be read as the contract's, or None.
+
+    Runs the contract's first property on its first regression example that
+    lies in ``domain`` and that the target admits (before any generated
+    example, so that a target returning engine objects is a usage error, not
+    a "counterexample" on every input). Only a ``ResultTypeError`` counts: a
+    wrong value, an exception or a crash is left to the run to report.
+    """
+    dom = contract.domain(domain)
+    for case in contract.examples:
+        if not dom.contains(case) or executor.check("__admits__", case).status == REJECTED:
+            continue
+        outcome = executor.check(contract.properties[0].name, case.copy(), timeout_s)
+        if outcome.error_type == "ResultTypeError":
+            args = ", ".join(f"{k}={v!r}" for k, v in case.args.items())
+            return f"its result cannot be read as {contract.name}'s (on {args}): {outcome.message.splitlines()[0]}"
+        return None
+    return None
 
 
 def admits(contract: Contract, target: Target | Executor, case: Case, domain: str | None = None) -> bool:

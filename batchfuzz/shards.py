@@ -3,9 +3,10 @@
 A nightly job spread over N machines runs ``batchfuzz fuzz --shard K/N`` on
 machine K; ``batchfuzz merge-reports`` puts the N reports back together.
 
-The partition is a function of each item's key alone (contract,
-implementation or target, device, and the property when items are per
-property: :func:`item_key`), never of its position in the list, so:
+The partition is a function of each item's key alone (contract, target
+reference, device, property: :func:`item_key`, what
+``batchfuzz.fuzzjob.WorkItem.shard_key`` gives), never of its position in
+the list, so:
 
 - every item is in exactly one shard;
 - adding or removing other items (a new contract, a user's ``--target``, a
@@ -21,7 +22,7 @@ where hash-mod-N would move about N/(N+1).
 Balance: any scheme that places each item by its own key alone gives a
 multinomial spread of item counts: the same for rendezvous and hash-mod-N.
 For small lists it is uneven (16 items over 4 shards: typically 2 to 6 per
-shard; an empty shard happens). docs/nightly-shards.md has the measured
+shard; an empty shard happens). docs/nightly.md has the measured
 table (``tests/measure_shards.py``). A perfectly even split would have to
 depend on the other items, which is exactly what moves items between shards
 when the list changes. Since every shard fuzzes for the same budget, an
@@ -63,8 +64,10 @@ def _check_count(n: int, name: str = "n") -> None:
 
 
 def item_key(contract: str, target: str, device: str, prop: str | None = None) -> str:
-    """The key a work item is sharded by: ``target`` is the registry implementation
-    name or ``target:MODULE:FUNCTION``; ``prop`` only when items are per property."""
+    """The key a work item is sharded by (compact JSON of the parts): ``target`` is
+    the item's target reference (``impl:numpy@cpu``, ``variant:NAME``, a user's
+    ``MODULE:FUNCTION`` or ``FILE.py:FUNCTION`` as given); the fuzz job's items
+    are per property, so it passes ``prop``."""
     for name, value in (("contract", contract), ("target", target), ("device", device)):
         if not isinstance(value, str) or not value:
             raise TypeError(f"{name} must be a non-empty string, got {value!r}")

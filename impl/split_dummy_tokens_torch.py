@@ -27,15 +27,16 @@ def split_dummy_tokens(num_reqs: int, num_tokens: int, device: str | torch.devic
 def split_dummy_tokens_batched(num_reqs: int, num_tokens: torch.Tensor) -> torch.Tensor:
     """Contract A for one ``num_reqs`` and many ``num_tokens`` at once.
 
-    ``num_tokens`` is a 1-D int64 tensor (each ``>= num_reqs``); the result has
-    shape ``(len(num_tokens), num_reqs)``, row k being the split of
-    ``num_tokens[k]``. Used by the exhaustive sweep; validation of the values
-    is the caller's (no host synchronisation here).
+    ``num_tokens`` is a 1-D int32 or int64 tensor (each ``>= num_reqs``); the
+    result has its dtype and shape ``(len(num_tokens), num_reqs)``, row k being
+    the split of ``num_tokens[k]``. Used by the exhaustive sweep; validation of
+    the values is the caller's (no host synchronisation here).
     """
     r = check_split_args(num_reqs, num_reqs)[0]
-    n = num_tokens.to(torch.int64).unsqueeze(1)
-    req = torch.arange(r, device=num_tokens.device, dtype=torch.int64).unsqueeze(0)
-    return torch.div(n, r, rounding_mode="floor") + (req >= r - torch.remainder(n, r)).to(torch.int64)
+    dtype = num_tokens.dtype if num_tokens.dtype in (torch.int32, torch.int64) else torch.int64
+    n = num_tokens.to(dtype).unsqueeze(1)
+    req = torch.arange(r, device=num_tokens.device, dtype=dtype).unsqueeze(0)
+    return torch.div(n, r, rounding_mode="floor") + (req >= r - torch.remainder(n, r)).to(dtype)
 
 
 

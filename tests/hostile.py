@@ -89,3 +89,20 @@ def pad_query_start_loc_zeroed(num_scheduled_tokens: Any, num_reqs_padded: Any, 
         out[: len(q)] = q
         return out[: len(q)]
     return q
+
+
+# --------------------------------------------------------------------------- engine result types
+
+
+class UBatchSlice:
+    """An engine's own result type (Python slices in attributes), not the contract's pairs."""
+
+    def __init__(self, request_slice: slice, token_slice: slice) -> None:
+        self.request_slice, self.token_slice = request_slice, token_slice
+
+
+def engine_ubatch_slices(num_scheduled_tokens: Any, num_tokens_padded: Any, num_reqs_padded: Any,
+                         num_ubatches: Any) -> list[UBatchSlice]:
+    """The right split, in the engine's own result type."""
+    half = int(num_tokens_padded) // 2
+    return [UBatchSlice(slice(0, 1), slice(0, half)), UBatchSlice(slice(1, 2), slice(half, int(num_tokens_padded)))]

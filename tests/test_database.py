@@ -361,3 +361,18 @@ def test_a_failure_shrunk_in_one_process_is_replayed_first_by_another(tmp_path: 
     # The control: without the shared database, seed 2 needs a search of its own.
     alone = json.loads(_python(_PLANTED, str(tmp_path / "alone-db"), str(tmp_path / "unused"), "2").stdout)
     assert alone["failed"] and alone["first_failure_at"] > 1, alone
+
+
+def test_a_redis_url_in_the_environment_is_the_fuzz_jobs_database_with_a_local_directory(
+        tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``BATCHFUZZ_DATABASE=redis://...`` is what ``fuzz`` opens; the local copy (and the
+    profiles' directory database) stays a directory, not a folder named ``redis:``."""
+    from batchfuzz import cli, profiles
+    from batchfuzz.commands import fuzz
+
+    monkeypatch.setenv(profiles.DATABASE_ENV_VAR, redis_url)
+    monkeypatch.chdir(tmp_path)
+    assert profiles.database_path() == profiles.DEFAULT_DATABASE
+    assert fuzz._database(cli.build_parser().parse_args(["fuzz", "--profile", "nightly"])) == redis_url
+    monkeypatch.setenv(profiles.DATABASE_ENV_VAR, str(tmp_path / "dir"))
+    assert profiles.database_path() == str(tmp_path / "dir")

@@ -25,7 +25,9 @@ from batchfuzz.commands import check, fuzz
 
 REPO = Path(__file__).resolve().parent.parent
 HOSTILE = Path(__file__).with_name("hostile.py")
-STARTUP_S = 5.0  # the interpreter before the command's clock starts, and a loaded CI machine's scheduling
+# The interpreter's start before the command's clock runs, on a loaded CI machine;
+# the command's own clock is held to the budget plus grace exactly.
+STARTUP_S = 15.0
 
 
 def _batchfuzz(*argv: str, cwd: Path) -> tuple[subprocess.CompletedProcess[str], float]:
@@ -53,7 +55,7 @@ def _check(tmp_path: Path, contract: str, fn: str, budget: float, *extra: str) -
     ("soft_exit", "sys.exit(3)"),
 ])
 def test_check_reports_a_crash_as_a_counterexample(tmp_path: Path, fn: str, exit_text: str) -> None:
-    code, data, out, _ = _check(tmp_path, "split_dummy_tokens", fn, 8)
+    code, data, out, _ = _check(tmp_path, "split_dummy_tokens", fn, 8, "--property", "matches_oracle")
     assert code == 1, out
     assert data["status"] == "counterexample" and data["property"] == "crash", data
     assert exit_text in data["exit"] and exit_text in out
@@ -72,10 +74,10 @@ def test_check_bounds_a_hang_by_the_budget_and_reports_the_timeout(tmp_path: Pat
     assert isinstance(data["shrink_complete"], bool) and "Timeout" in data["error_type"], data
 
 
-@pytest.mark.parametrize("budget", [2, 10])
-def test_check_of_a_slow_correct_function_ends_within_the_budget(tmp_path: Path, budget: float) -> None:
-    """50 ms a call: 2 s (start-up included) cannot reach every property, and
-    says so (exit 3, the properties named); 10 s reaches some with examples."""
+def test_check_of_a_slow_correct_function_ends_within_the_budget(tmp_path: Path) -> None:
+    """50 ms a call, with --budget 2 (start-up included): the command ends in
+    time and says what it could not reach (exit 3, the properties named)."""
+    budget = 2
     code, data, out, _ = _check(tmp_path, "split_dummy_tokens", "slow", budget)
     assert code in (0, 3), out
     if code == 3:
@@ -83,8 +85,6 @@ def test_check_of_a_slow_correct_function_ends_within_the_budget(tmp_path: Path,
     else:
         assert data["status"] == "passed"
     assert data["examples"] <= budget / 0.05  # every example really made its 50 ms call
-    if budget >= 10:
-        assert data["examples"] > 0, data
 
 
 def test_a_wrong_arity_is_a_usage_error_before_any_example(tmp_path: Path) -> None:
@@ -94,13 +94,9 @@ def test_a_wrong_arity_is_a_usage_error_before_any_example(tmp_path: Path) -> No
 
 
 def test_an_unwritable_json_path_is_a_usage_error_before_any_example(tmp_path: Path) -> None:
-    (tmp_path / "ro").mkdir(mode=0o500)
+    (tmp_path / "file").write_text("")  # a path under a regular file: unwritable even for root
     r, wall = _batchfuzz("check", "split_dummy_tokens", f"{HOSTILE}:even", "--budget", "30s", "--json",
-                         str(tmp_path / "ro" / "sub" / "x.json"), cwd=tmp_path)
-    if os.geteuid() == 0:  # root writes anywhere: aim at a path under a regular file instead
-        (tmp_path / "file").write_text("")
-        r, wall = _batchfuzz("check", "split_dummy_tokens", f"{HOSTILE}:even", "--budget", "30s", "--json",
-                             str(tmp_path / "file" / "x.json"), cwd=tmp_path)
+                         str(tmp_path / "file" / "x.json"), cwd=tmp_path)
     assert r.returncode == 2 and "--json" in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert wall < 30
 
@@ -114,15 +110,15 @@ def test_a_target_that_scribbles_on_its_inputs_is_caught(tmp_path: Path, contrac
                                                          judged: str) -> None:
     """Caught by the property about the inputs, naming the argument, and by a
     property about the result, which judges it against the inputs as they were."""
-    code, data, out, _ = _check(tmp_path, contract, fn, 8, "--property", "inputs_unchanged")
+    code, data, out, _ = _check(tmp_path, contract, fn, 6, "--property", "inputs_unchanged")
     assert code == 1, out
     assert data["property"] == "inputs_unchanged" and f"the target changed its argument {argument}" in data["message"], data
-    code, data, out, _ = _check(tmp_path, contract, fn, 8, "--property", judged)
+    code, data, out, _ = _check(tmp_path, contract, fn, 6, "--property", judged)
     assert code == 1 and data["property"] == judged, out
 
 
 def test_fuzz_with_a_segfaulting_and_a_hanging_target_finishes_and_keeps_both(tmp_path: Path) -> None:
-    budget = 20.0
+    budget = 14.0
     r, wall = _batchfuzz(
         "fuzz", "--contract", "split_dummy_tokens", "--impl", f"{HOSTILE}:*",
         "--target", f"split_dummy_tokens={HOSTILE}:segv", "--target", f"split_dummy_tokens={HOSTILE}:hang",
@@ -143,3 +139,16 @@ def test_fuzz_with_a_segfaulting_and_a_hanging_target_finishes_and_keeps_both(tm
     # every item ran: a crash of one costs neither the others nor the job
     impls = summary["contracts"]["split_dummy_tokens"]["implementations"]
     assert all(p["status"] != "not run" for i in impls.values() for p in i["properties"].values()), impls
+
+
+def test_a_result_the_contract_cannot_read_is_a_usage_error_before_any_example(tmp_path: Path) -> None:
+    """An engine's own result type (a list of slice objects) needs a binding:
+    check and fuzz say so and stop, rather than reporting every input."""
+    code, data, out, wall = _check(tmp_path, "split_ubatches", "engine_ubatch_slices", 30)
+    assert code == 2 and "its result cannot be read as split_ubatches's" in out and "UBatchSlice" in out, out
+    assert not data and wall < 30
+    r, wall = _batchfuzz("fuzz", "--contract", "split_ubatches", "--impl", f"{HOSTILE}:*",
+                         "--target", f"split_ubatches={HOSTILE}:engine_ubatch_slices", "--budget", "30s",
+                         "--report", str(tmp_path / "report"), cwd=tmp_path)
+    assert r.returncode == 2 and "its result cannot be read" in r.stderr, r.stdout + r.stderr
+    assert not (tmp_path / "report" / "summary.json").exists() and wall < 30

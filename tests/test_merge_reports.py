@@ -1,13 +1,16 @@
 """Merging a sharded fuzz run's reports (``batchfuzz.merge``, ``batchfuzz merge-reports``)
 and its corpora across shards.
 
-Shard reports are written by the fuzz job's own report code
-(``batchfuzz.report.build_summary`` / ``write_reports``) from item states of
-the real work-item list, split with ``batchfuzz.shards``; only the
-``"shard"`` field, which the fuzz command does not write yet, is added. The
-oracle for a merge is the report of the same items built as one unsharded
-run. The corpus test runs two real hunts in two processes through a shared
-Redis database.
+Shard reports are written by the fuzz job's own code: the work items are
+planned by ``batchfuzz fuzz``'s planner (``commands.fuzz.plan``, with
+``--shard K/N`` exactly as the command runs it), their states are what a
+runner writes (``fuzzjob.new_state``, filled in), and the reports are built
+and written by ``report.build_summary`` / ``write_reports``, with the
+``"shard"`` field the fuzz command records. Work items are per property, so
+an implementation is spread over several shards. The oracle for a merge is
+the report of the same items built as one unsharded run. The corpus test
+runs two real hunts in two processes through a shared Redis database; the
+real ``batchfuzz fuzz --shard`` processes are in ``tests/test_nightly_shards.py``.
 """
 
 from __future__ import annotations
@@ -26,63 +29,79 @@ from typing import Any
 import pytest
 
 from batchfuzz import cli, corpus, merge, registry, report
-from batchfuzz.fuzzjob import Job, WorkItem
-from batchfuzz.shards import item_key, plan_digest, shard_of
+from batchfuzz.commands import fuzz
+from batchfuzz.fuzzjob import Job, WorkItem, new_state
+from batchfuzz.shards import plan_digest, shard_of
 from tests.redis_server import redis_server, redis_url
 
 __all__ = ["redis_server", "redis_url"]  # fixtures, imported for pytest
 
 REPO = Path(__file__).resolve().parent.parent
 STARTED = 1_800_000_000.0
-PLANTED = "target:planted.py:split"
+CONTRACT = "split_dummy_tokens"
+PLANTED = "planted.py:split"  # a user's target (the file need not exist: nothing runs it here)
+# The planted target's failures: a wrong answer, and a crash while checking another property.
+VIOLATED, CRASHED = "max_is_ceil", "within_max_model_len"
+ERRORED = ("make_dummy", "impl:torch@cpu")  # its first property: the harness could not run it
+NOT_RUN = ("pad_query_start_loc", "impl:torch.graph@cpu")  # its last property never started
 
 
-def _items() -> list[WorkItem]:
-    """The real cpu work items plus a planted target."""
-    out = [WorkItem(0, "split_dummy_tokens", "cpu", target="planted.py:split")]
-    for c in registry.contracts():
-        out += [WorkItem(0, c.name, "cpu", implementation=i.name) for i in c.implementations if "cpu" in i.devices]
-    return out
+def _plan(*extra: str, planted: bool = True) -> list[WorkItem]:
+    """The work items ``batchfuzz fuzz [--target CONTRACT=PLANTED] EXTRA...`` plans (cpu)."""
+    argv = ["fuzz", *(["--target", f"{CONTRACT}={PLANTED}"] if planted else []), *extra]
+    return fuzz.plan(cli.build_parser().parse_args(argv))
 
 
-def _key(item: WorkItem) -> str:
-    return item_key(item.contract, item.implementation or f"target:{item.target}", item.device)
+def _failure(item: WorkItem) -> dict[str, Any]:
+    crash = item.property == CRASHED
+    return {"property": "crash" if crash else item.property, "during": item.property if crash else "",
+            "spec": "the spec", "kind": "crash" if crash else "violation",
+            "error_type": "Crash" if crash else "PropertyViolation", "message": "planted\nsecond line",
+            "exit": "signal 11" if crash else "", "inputs": {"num_reqs": "3", "num_tokens": "5"},
+            "reproduction": "split(3, 5)", "corpus_file": f"corpus/{CONTRACT}/{item.property[:16]:0<16}.json",
+            "new": True, "id": f"{item.property[:16]:0<16}", "shrink_complete": True}
 
 
-def _state(item: WorkItem, index: int, *, failing: bool) -> dict[str, Any]:
-    rng = random.Random(item.name + item.contract)
+def _state(item: WorkItem, *, clean: bool, interrupted: bool) -> dict[str, Any]:
+    """What a runner leaves in ``items/NNNN.json`` for this item at the end of a run."""
     props = [p.name for p in registry.get(item.contract).properties]
-    per: dict[str, dict[str, Any]] = {
-        p: {"examples": rng.randint(5, 200), "seconds": round(rng.uniform(0.01, 2), 3), "status": "passed"} for p in props}
-    failures = []
-    if failing:
-        per[props[0]]["status"] = "failed"
-        failures.append({"property": props[0], "error_type": "PropertyViolation", "message": "planted\nsecond line",
-                         "corpus_file": f"corpus/{item.contract}/0123456789abcdef.json", "new": True,
-                         "id": "0123456789abcdef", "spec": "the spec", "reproduction": "split(3, 5)"})
-    examples = sum(p["examples"] for p in per.values())
-    return {"index": index, "status": "failed" if failing else "passed", "reason": "", "worker": "gw0",
-            "examples": examples, "seconds": round(sum(p["seconds"] for p in per.values()), 3), "slice_seconds": 5.0,
-            "properties": per, "events": {"R == 1": rng.randint(0, examples), "N % R == 0": rng.randint(0, examples)},
-            "failures": failures, "settings": {"derandomize": False}}
+    rng = random.Random(item.shard_key)
+    s = new_state(item)
+    examples = rng.randint(5, 400)
+    s.update(status="passed", worker="runner-0", started=STARTED + 1, slices=rng.randint(1, 3), examples=examples,
+             seconds=round(rng.uniform(0.01, 3), 3),
+             events={label: rng.randint(0, examples) for label in ("R == 1", "N % R == 0", "R == N") if rng.random() < 0.8},
+             scores={"size": rng.randint(0, 50)} if rng.random() < 0.3 else {},
+             settings={"profile": "nightly", "derandomize": False, "isolated": True, "database": None, "domain": "spec"})
+    if not clean and item.target == PLANTED and item.property in (VIOLATED, CRASHED):
+        s.update(status="failed", failures=[_failure(item)])
+    elif not clean and (item.contract, item.target) == ERRORED and item.property == props[0]:
+        s.update(status="error", examples=0, events={}, error={"type": "RuntimeError", "message": "cannot start", "traceback": ""})
+    elif interrupted or ((item.contract, item.target) == NOT_RUN and item.property == props[-1]):
+        s.update(status="interrupted" if interrupted else "not run", examples=0 if not interrupted else examples,
+                 slices=0 if not interrupted else 1, seconds=0.0 if not interrupted else s["seconds"],
+                 events={} if not interrupted else s["events"], scores={},
+                 reason="the run was stopped (signal)" if interrupted else "the budget ended before it started")
+    return s
 
 
-def _summary(items: list[WorkItem], *, seed: int = 5, partial: bool = False, not_run: tuple[WorkItem, ...] = (),
-             duration: float = 60.0) -> dict[str, Any]:
-    job = Job(items=[WorkItem(i, it.contract, it.device, it.implementation, it.target) for i, it in enumerate(items)],
-              report_dir="unused", corpus_dir="corpus", database=None, profile="nightly", seed=seed, workers=2,
-              budget_s=60.0, deadline=STARTED + 60.0)
-    states = {i: _state(it, i, failing=it.name == PLANTED) for i, it in enumerate(job.items)
-              if (it.contract, it.name) not in {(n.contract, n.name) for n in not_run}}
-    return report.build_summary(job, states, started=STARTED, finished=STARTED + duration, partial=partial,
+def _summary(items: list[WorkItem], *, seed: int = 5, clean: bool = False, partial: bool = False,
+             shard: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``build_summary`` of a run of ``items`` (``partial``: stopped by SIGTERM, every item interrupted)."""
+    job = Job(items=items, report_dir="unused", corpus_dir="corpus", database=None, profile="nightly", seed=seed, workers=1,
+              budget_s=60.0, deadline=STARTED + 60.0, extra={"shard": shard, "replay_command": "batchfuzz fuzz ..."})
+    states = {it.index: _state(it, clean=clean, interrupted=partial) for it in items}
+    return report.build_summary(job, states, started=STARTED, finished=STARTED + 60.0, partial=partial,
                                 interrupted_by="SIGTERM received" if partial else None)
 
 
 def _write_shard(root: Path, k: int, n: int, *, summary: dict[str, Any] | None = None, seed: int = 5,
-                 plan: str | None = None, **kwargs: Any) -> Path:
-    items = [it for it in _items() if shard_of(_key(it), n) == k]
-    s = summary if summary is not None else _summary(items, seed=seed, **kwargs)
-    s["shard"] = {"index": k, "count": n, "plan": plan or plan_digest(_key(it) for it in _items())}
+                 plan: str | None = None, extra: tuple[str, ...] = (), planted: bool = True, **kwargs: Any) -> Path:
+    """Shard k of n of the run ``batchfuzz fuzz [--target ...] EXTRA`` as the fuzz command writes it."""
+    shard = {"index": k, "count": n, "plan": plan or plan_digest(i.shard_key for i in _plan(*extra, planted=planted))}
+    s = summary if summary is not None else _summary(_plan(*extra, "--shard", f"{k}/{n}", planted=planted), seed=seed,
+                                                     shard=shard, **kwargs)
+    s["shard"] = shard
     d = root / f"shard-{k}-of-{n}"
     report.write_reports(d, s)
     return d
@@ -92,89 +111,133 @@ def _merge_cli(*args: str | Path) -> int:
     return cli.main(["merge-reports", *map(str, args)])
 
 
-# --------------------------------------------------------------------------- complete runs
-
-
-def _without_merge_tags(summary: dict[str, Any]) -> dict[str, Any]:
+def _canonical(summary: dict[str, Any]) -> dict[str, Any]:
+    """A summary without the merge's shard tags, its lists in a fixed order (a merge
+    concatenates the shards' lists; a run lists in plan order)."""
     out = json.loads(json.dumps(summary))
+
+    def ordered(xs: list[Any]) -> list[Any]:
+        return sorted(xs, key=lambda x: json.dumps(x, sort_keys=True))
+
     for c in out["contracts"].values():
         for i in c["implementations"].values():
-            i.pop("shard", None)
-    for f in out["failures"] + out["errors"]:
-        f.pop("shard", None)
+            i.pop("shards", None)
+            i["failures"] = ordered(i["failures"])
+            for p in i["properties"].values():
+                p.pop("shard", None)
+    for key in ("failures", "errors", "not_run"):
+        for x in out[key]:
+            if isinstance(x, dict):
+                x.pop("shard", None)
+        out[key] = ordered(out[key])
     return out
+
+
+def _impl_rows(markdown: str) -> set[str]:
+    """The rows of the report's implementation table (| contract | `target` | status | ...)."""
+    return {line for line in markdown.splitlines() if line.count("|") > 2 and line.split("|")[2].strip().startswith("`")}
+
+
+# --------------------------------------------------------------------------- complete runs
 
 
 @pytest.mark.parametrize("n", [2, 3, 5])
 def test_merging_every_shard_equals_the_unsharded_report(tmp_path: Path, n: int) -> None:
     dirs = [_write_shard(tmp_path, k, n) for k in range(1, n + 1)]
     merged = merge.merge_dirs(dirs)
-    whole = _without_merge_tags(_summary(_items()))  # the oracle: the same items as one run
-    got = _without_merge_tags(merged.summary)
-    assert got["totals"] == whole["totals"]
-    assert got["totals"]["items"] == len(_items()) and got["totals"]["failures"] == 1
-    assert set(got["contracts"]) == set(whole["contracts"])
-    for name, c in whole["contracts"].items():
-        g = got["contracts"][name]
-        assert g["implementations"] == c["implementations"], name
-        for key in ("examples", "seconds", "cases_per_second", "failures", "errors", "items", "items_run", "coverage"):
-            assert g[key] == c[key], (name, key)
-    assert got["failures"] == whole["failures"] and got["errors"] == whole["errors"]
+    whole = _summary(_plan())  # the oracle: the same items as one run
+    got, want = _canonical(merged.summary), _canonical(whole)
+    for key in ("status", "partial", "totals", "not_run", "failures", "errors", "profile", "seed", "device", "wall_seconds"):
+        assert got[key] == want[key], key
+    assert got["contracts"] == want["contracts"]
+    assert list(got["contracts"]["split_dummy_tokens"]["coverage"]) == list(want["contracts"]["split_dummy_tokens"]["coverage"])
+    assert set(got) == set(want) | {"merged", "shards"}  # the format of a single run's summary
+    t = got["totals"]
+    assert (t["items"], t["failures"], t["errors"], t["items_not_run"]) == (len(_plan()), 2, 1, 1)
     assert merged.summary["status"] == "failed" and merged.exit_code == merge.EXIT_FAILURES
-    (failure,) = merged.summary["failures"]
-    assert failure["shard"] == shard_of(item_key("split_dummy_tokens", PLANTED, "cpu"), n)
     assert merged.summary["shards"]["complete"] and merged.summary["shards"]["missing"] == []
-    assert merged.summary["workers"] == 2 * n and merged.summary["wall_seconds"] == 60.0
+    assert merged.summary["workers"] == n and merged.summary["shard"] is None
 
-    # junit: the shards' testcases, all of them, in a suite per contract with recomputed counts.
-    root = ET.fromstring(merged.junit)
-    oracle = ET.fromstring(report.render_junit(whole))
+    # The planted target is spread over several shards and put back together: every
+    # property once, each tagged with its shard, the status recomputed (a shard that
+    # holds only passing properties of it calls it passed).
+    impl = merged.summary["contracts"][CONTRACT]["implementations"][PLANTED]
+    owners = {p: shard_of(i.shard_key, n) for i in _plan() if i.target == PLANTED for p in [i.property]}
+    assert {p: v["shard"] for p, v in impl["properties"].items()} == owners
+    assert len(set(owners.values())) > 1 and impl["shards"] == sorted(set(owners.values()))
+    shard_statuses = {json.loads((dirs[k - 1] / "summary.json").read_text())["contracts"][CONTRACT]["implementations"][PLANTED]
+                      ["status"] for k in impl["shards"]}
+    assert "passed" in shard_statuses and impl["status"] == "failed"
+    for cname, iname, status in ((*ERRORED, "error"), (*NOT_RUN, "incomplete")):
+        assert merged.summary["contracts"][cname]["implementations"][iname]["status"] == status
+    assert {f["shard"] for f in merged.summary["failures"]} == {owners[VIOLATED], owners[CRASHED]}
 
-    def cases(r: ET.Element) -> list[tuple[str | None, str | None, bool]]:
-        return sorted((c.get("classname"), c.get("name"), c.find("failure") is not None) for c in r.iter("testcase"))
-    assert cases(root) == cases(oracle)
+    # junit: the single run's test cases and counts, a suite per contract.
+    root, oracle = ET.fromstring(merged.junit), ET.fromstring(report.render_junit(whole))
+
+    def cases(r: ET.Element) -> list[tuple[Any, ...]]:
+        return sorted((c.get("classname"), c.get("name"), tuple((x.tag, x.get("message")) for x in c if x.tag != "properties"),
+                       c.find("properties/property").get("value"))  # type: ignore[union-attr]
+                      for c in r.iter("testcase"))
+    assert cases(root) == cases(oracle) and len(cases(root)) == len(_plan())
     for suite in root:
-        want = oracle.find(f"testsuite[@name='{suite.get('name')}']")
-        assert want is not None
+        want_suite = oracle.find(f"testsuite[@name='{suite.get('name')}']")
+        assert want_suite is not None
         for attr in ("tests", "failures", "errors", "skipped"):
-            assert suite.get(attr) == want.get(attr), (suite.get("name"), attr)
+            assert suite.get(attr) == want_suite.get(attr), (suite.get("name"), attr)
 
     out = tmp_path / "merged"
     assert _merge_cli(*dirs, "--report", out) == 1
     assert json.loads((out / "summary.json").read_text())["totals"] == merged.summary["totals"]
     md = (out / "summary.md").read_text()
     assert md.startswith("## batchfuzz fuzz: failed") and f"### Shards ({n} of {n} merged)" in md
+    assert _impl_rows(md) == _impl_rows(report.render_markdown(whole)) and len(_impl_rows(md)) == 17
     assert "planted" in md and ET.parse(out / "junit.xml").getroot().tag == "testsuites"
 
 
 def test_a_complete_run_without_failures_exits_0(tmp_path: Path) -> None:
-    items = [it for it in _items() if it.name != PLANTED]
-    dirs = []
-    for k in (1, 2):
-        s = _summary([it for it in items if shard_of(_key(it), 2) == k])
-        dirs.append(_write_shard(tmp_path, k, 2, summary=s))
+    extra = ("--contract", "split_dummy_tokens", "--contract", "make_dummy")
+    dirs = [_write_shard(tmp_path, k, 2, extra=extra, clean=True, planted=False) for k in (1, 2)]
     assert _merge_cli(*dirs, "--report", tmp_path / "out") == 0
-    assert json.loads((tmp_path / "out" / "summary.json").read_text())["status"] == "passed"
+    s = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert s["status"] == "passed" and s["totals"]["items"] == len(_plan(*extra, planted=False)) and not s["not_run"]
+
+
+def test_items_that_did_not_run_make_the_merge_incomplete(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every shard given, no failure, but one item never started: exit 3, as the fuzz command's."""
+    extra = ("--contract", "pad_query_start_loc")
+    dirs = [_write_shard(tmp_path, k, 2, extra=extra, clean=True, planted=False) for k in (1, 2)]
+    assert _merge_cli(*dirs, "--report", tmp_path / "out") == 3
+    assert f"incomplete: 1 work item(s) did not run: {NOT_RUN[0]}/{NOT_RUN[1]}/" in capsys.readouterr().out
+    merged = merge.merge_dirs(dirs)
+    assert merged.summary["status"] == "incomplete" and merged.exit_code == merge.EXIT_INCOMPLETE
+    assert merged.summary["shards"]["complete"] and merged.summary["totals"]["items_not_run"] == 1
+    (name,) = merged.summary["not_run"]
+    assert name.startswith(f"{NOT_RUN[0]}/{NOT_RUN[1]}/")
+    assert merged.summary["contracts"][NOT_RUN[0]]["implementations"][NOT_RUN[1]]["status"] == "incomplete"
 
 
 def test_an_empty_shard_is_merged_not_missing(tmp_path: Path) -> None:
-    """Rendezvous hashing can leave a shard without items (16 items over 8: most of the time)."""
-    n = 8
-    empty = next(k for k in range(1, n + 1) if not any(shard_of(_key(it), n) == k for it in _items()))
-    dirs = [_write_shard(tmp_path, k, n) for k in range(1, n + 1)]
-    assert json.loads((dirs[empty - 1] / "summary.json").read_text())["totals"]["items"] == 0
+    """Rendezvous hashing can leave a shard without items (8 items over 4 shards here)."""
+    extra, n = ("--contract", "allow_microbatching"), 4
+    empty = [k for k in range(1, n + 1) if not _plan(*extra, "--shard", f"{k}/{n}", planted=False)]
+    assert empty
+    dirs = [_write_shard(tmp_path, k, n, extra=extra, clean=True, planted=False) for k in range(1, n + 1)]
+    assert json.loads((dirs[empty[0] - 1] / "summary.json").read_text())["totals"]["items"] == 0
     merged = merge.merge_dirs(dirs)
     assert merged.missing == [] and merged.summary["shards"]["complete"]
-    assert merged.summary["totals"]["items"] == len(_items()) and merged.summary["device"] == "cpu"
-    assert merged.exit_code == merge.EXIT_FAILURES  # the planted failure, nothing else
+    assert merged.summary["totals"]["items"] == len(_plan(*extra, planted=False)) and merged.summary["device"] == "cpu"
+    assert merged.exit_code == merge.EXIT_OK
 
 
 def test_an_unsharded_run_merges_as_shard_1_of_1(tmp_path: Path) -> None:
     d = tmp_path / "single"
-    report.write_reports(d, _summary(_items()))  # no "shard" field
+    whole = _summary(_plan())  # "shard": null, as an unsharded fuzz run writes it
+    report.write_reports(d, whole)
     merged = merge.merge_dirs([d])
-    assert merged.summary["shards"]["count"] == 1 and merged.missing == []
-    assert merged.summary["totals"] == _summary(_items())["totals"]
+    assert merged.summary["shards"]["count"] == 1 and merged.missing == [] and not merged.summary["shards"]["given"][0]["sharded"]
+    assert _canonical(merged.summary)["contracts"] == _canonical(whole)["contracts"]
+    assert merged.summary["totals"] == whole["totals"]
     assert merged.exit_code == merge.EXIT_FAILURES
 
 
@@ -182,9 +245,8 @@ def test_an_unsharded_run_merges_as_shard_1_of_1(tmp_path: Path) -> None:
 
 
 def test_a_missing_shard_is_named_and_exits_3(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    items = [it for it in _items() if it.name != PLANTED]
-    dirs = {k: _write_shard(tmp_path, k, 3, summary=_summary([it for it in items if shard_of(_key(it), 3) == k]))
-            for k in (1, 3)}
+    extra = ("--contract", "split_dummy_tokens")
+    dirs = {k: _write_shard(tmp_path, k, 3, extra=extra, clean=True, planted=False) for k in (1, 3)}
     out = tmp_path / "out"
     assert _merge_cli(dirs[1], dirs[3], "--report", out) == 3
     text = capsys.readouterr().out
@@ -195,27 +257,31 @@ def test_a_missing_shard_is_named_and_exits_3(tmp_path: Path, capsys: pytest.Cap
     assert "| 2/3 | **missing** |" in (out / "summary.md").read_text()
     junit = ET.parse(out / "junit.xml").getroot()
     suite = junit.find(f"testsuite[@name='{merge.SHARDS_SUITE}']")
-    assert suite is not None and suite.get("errors") == "1"
+    assert suite is not None and suite.get("errors") == "1" and suite.get("tests") == "1"
     case = suite.find("testcase")
     assert case is not None and case.get("name") == "shard 2/3"
 
 
 def test_a_failure_keeps_exit_1_even_when_a_shard_is_missing(tmp_path: Path) -> None:
-    k = shard_of(item_key("split_dummy_tokens", PLANTED, "cpu"), 3)  # the shard with the planted failure
+    planted = next(i for i in _plan() if i.target == PLANTED and i.property == VIOLATED)
+    k = shard_of(planted.shard_key, 3)  # the shard with the planted failure
     merged = merge.merge_dirs([_write_shard(tmp_path, k, 3)])
     assert merged.exit_code == merge.EXIT_FAILURES
-    assert merged.summary["status"] == "incomplete" and sorted(merged.missing) == sorted({1, 2, 3} - {k})
+    # The run's rule (report.run_status): a failure is the headline, the missing shards are named.
+    assert merged.summary["status"] == "failed" and not merged.summary["shards"]["complete"]
+    assert sorted(merged.missing) == sorted({1, 2, 3} - {k})
 
 
 def test_an_interrupted_shard_makes_the_merge_incomplete(tmp_path: Path) -> None:
-    items = [it for it in _items() if it.name != PLANTED]
-    shard1 = [it for it in items if shard_of(_key(it), 2) == 1]
-    d1 = _write_shard(tmp_path, 1, 2, summary=_summary(shard1, partial=True, not_run=(shard1[-1],)))
-    d2 = _write_shard(tmp_path, 2, 2, summary=_summary([it for it in items if shard_of(_key(it), 2) == 2]))
+    extra = ("--contract", "split_dummy_tokens")
+    d1 = _write_shard(tmp_path, 1, 2, extra=extra, clean=True, planted=False, partial=True)
+    d2 = _write_shard(tmp_path, 2, 2, extra=extra, clean=True, planted=False)
     merged = merge.merge_dirs([d1, d2])
-    assert merged.exit_code == merge.EXIT_INCOMPLETE and merged.summary["partial"]
+    assert merged.exit_code == merge.EXIT_INCOMPLETE and merged.summary["partial"] and merged.summary["status"] == "interrupted"
     assert merged.summary["interrupted_by"] == "shard 1/2: SIGTERM received"
-    assert merged.summary["totals"]["items_not_run"] == 1
+    impls = merged.summary["contracts"][CONTRACT]["implementations"]
+    spread = [i for i in impls.values() if len(i["shards"]) == 2]
+    assert spread and all(i["status"] == "interrupted" for i in spread)  # interrupted in one shard, passed in the other
     assert merged.markdown.startswith("## batchfuzz fuzz: PARTIAL")
 
 
@@ -249,12 +315,14 @@ def test_shards_of_different_runs_are_refused(tmp_path: Path, change: str, capsy
     assert "shards of different runs" in err and expected in err
 
 
-def test_the_same_item_in_two_shards_is_refused(tmp_path: Path) -> None:
+def test_the_same_work_item_in_two_shards_is_refused(tmp_path: Path) -> None:
+    """A property of one implementation in two shards (here: shard 2 claims every item)."""
     d1 = _write_shard(tmp_path, 1, 2)
-    overlapping = _summary(_items())  # every item, claimed by shard 2
-    d2 = _write_shard(tmp_path, 2, 2, summary=overlapping)
-    with pytest.raises(merge.MergeError, match=r"work item .* is in shard 1/2 .* and in shard 2/2"):
+    d2 = _write_shard(tmp_path, 2, 2, summary=_summary(_plan()))
+    one = next(i for i in _plan("--shard", "1/2"))
+    with pytest.raises(merge.MergeError, match=r"the same work item in two shards: .* is in shard 1/2 .* and in shard 2/2") as info:
         merge.merge_dirs([d1, d2])
+    assert f"{one.contract}/{one.target}/{one.property} is in shard 1/2" in str(info.value)
 
 
 # --------------------------------------------------------------------------- garbage in
@@ -263,6 +331,11 @@ def test_the_same_item_in_two_shards_is_refused(tmp_path: Path) -> None:
 def _truncate(path: Path, keep: float = 0.5) -> None:
     text = path.read_text()
     path.write_text(text[: int(len(text) * keep)])
+
+
+def _impl(s: dict[str, Any]) -> dict[str, Any]:
+    impl: dict[str, Any] = next(iter(next(iter(s["contracts"].values()))["implementations"].values()))
+    return impl
 
 
 @pytest.mark.parametrize(("damage", "match"), [
@@ -278,6 +351,11 @@ def _truncate(path: Path, keep: float = 0.5) -> None:
     (lambda d: _edit(d, lambda s: s.update(shard={"index": 3, "count": 2})), r"field 'shard' must be .*got \{'index': 3"),
     (lambda d: _edit(d, lambda s: next(iter(s["contracts"].values()))["implementations"].update(x={"status": "passed"})),
      r"summary.json: .*/x: missing field 'examples'"),
+    (lambda d: _edit(d, lambda s: _impl(s).pop("properties")), r"summary.json: .*: missing field 'properties'"),
+    (lambda d: _edit(d, lambda s: next(iter(_impl(s)["properties"].values())).update(examples=True)),
+     r"summary.json: split_dummy_tokens/\S+/\w+: field 'examples' must be int, got bool"),
+    (lambda d: shutil.copy(d.parent / "shard-1-of-2" / "junit.xml", d / "junit.xml"),
+     r"junit.xml: its test cases are not those of .*summary.json"),
 ])
 def test_garbage_input_is_named(tmp_path: Path, damage: Any, match: str, capsys: pytest.CaptureFixture[str]) -> None:
     good = _write_shard(tmp_path, 1, 2)
@@ -364,7 +442,7 @@ def test_two_processes_finding_the_same_failure_write_the_same_corpus_file(tmp_p
     rel = f"split_dummy_tokens/{one['name']}"
     assert (result.copied, result.same, result.conflicts) == ([rel], [rel], [])
     assert (dest / rel).read_text() == Path(one["path"]).read_text()  # the first one is kept, byte for byte
-    assert corpus.replay(corpus.load(dest / rel)).fails
+    assert corpus.replay(corpus.load(dest / rel), targets={CONTRACT: spec}).fails  # the merged file still replays the bug
 
 
 def test_without_the_shared_database_another_seed_shrinks_elsewhere(tmp_path: Path) -> None:
@@ -381,7 +459,8 @@ def test_without_the_shared_database_another_seed_shrinks_elsewhere(tmp_path: Pa
     namespace: dict[str, Any] = {}
     exec(compile(BUGGY, "<planted>", "exec"), namespace)
     contract = registry.get("split_dummy_tokens")
-    shrunk, reduced = [], []
+    shrunk: list[Any] = []
+    reduced: list[Any] = []
     for seed in (4, 7):
         for reduce, out in ((False, shrunk), (True, reduced)):
             r = runner.hunt(contract, namespace["split"], contract.property("within_max_model_len"), target_name="planted",
@@ -394,15 +473,14 @@ def test_without_the_shared_database_another_seed_shrinks_elsewhere(tmp_path: Pa
 
 
 def _entry(tmp: Path, **changes: Any) -> dict[str, Any]:
+    """A corpus document for the planted target, as the fuzz job writes one."""
     from batchfuzz.case import Case
-    from batchfuzz.codec import encode_case
+    from batchfuzz.runner import Failure
 
     case = Case(args={"num_reqs": 3, "num_tokens": 5}, context={"max_model_len": 2})
-    data = {"format": corpus.FORMAT, "contract": "split_dummy_tokens", "implementation": None, "target": "planted.py:split",
-            "device": "cpu", "property": "max_is_ceil", "spec": "s", "case": encode_case(case),
-            "failure": {"kind": "violation", "error_type": "PropertyViolation", "message": "m"},
-            "date": "2026-01-01T00:00:00+00:00", "found": {"seed": 1, "worker": "gw0", "profile": "nightly"}}
-    data["id"] = corpus.entry_id("split_dummy_tokens", None, "planted.py:split", "cpu", "max_is_ceil", case)
+    failure = Failure(contract=CONTRACT, target=PLANTED, property="max_is_ceil", spec="s", case=case,
+                      error_type="PropertyViolation", message="m")
+    data = corpus.make_entry_data(failure, target=PLANTED, device="cpu", found={"seed": 1, "worker": "gw0", "profile": "nightly"})
     data.update(changes)
     return data
 
@@ -451,12 +529,13 @@ def _run_step(job: dict[str, Any], needle: str) -> str:
 
 
 def test_the_nightly_workflow_shards_merges_and_keeps_the_database() -> None:
+    """The workflow's commands parse with the real argument parsers, its N shards
+    partition the real plan, and its cache and artifact steps fit together."""
     import fnmatch
     import re
     import shlex
 
     from batchfuzz.database import parse_redis_url
-    from batchfuzz.shards import parse_shard
 
     wf = _workflow()
     on: Any = wf.get("on", wf.get(True))  # YAML 1.1 reads a bare `on` as true
@@ -470,18 +549,24 @@ def test_the_nightly_workflow_shards_merges_and_keeps_the_database() -> None:
     command = _run_step(fuzz_job, "batchfuzz fuzz")
     default_url = re.search(r"\|\| '([^']+)'", fuzz_job["env"]["BATCHFUZZ_REDIS"])
     assert default_url and parse_redis_url(default_url.group(1)).client_url == "redis://localhost:6379/0"
+    parser = cli.build_parser()
+    planned: list[set[str]] = []
     for k in shards:
         argv = shlex.split(command.replace("${{ matrix.shard }}", str(k)).replace("${{ github.run_id }}", "123")
-                           .replace('"$BUDGET"', "90s").replace('"$(nproc)"', "2"))
-        assert argv[:2] == ["batchfuzz", "fuzz"] and "--profile" in argv
-        assert parse_shard(argv[argv.index("--shard") + 1]) == (k, n)
-        assert argv[argv.index("--database") + 1] == "$BATCHFUZZ_REDIS" and argv[argv.index("--seed") + 1] == "123"
-        # The rest parses with today's fuzz parser (--shard and a redis:// --database are not wired into it yet).
-        i = argv.index("--shard")
-        rest = argv[2:i] + argv[i + 2:]
-        j = rest.index("--database")
-        args = cli.build_parser().parse_args(["fuzz", *rest[:j], "--database", ".hypothesis/batchfuzz", *rest[j + 2:]])
-        assert args.profile == "nightly" and args.seed == 123 and args.report == "reports/nightly"
+                           .replace('"$BUDGET"', "90s").replace('"$(nproc)"', "2")
+                           .replace('"$BATCHFUZZ_REDIS"', default_url.group(1)))
+        assert argv[:2] == ["batchfuzz", "fuzz"]
+        args = parser.parse_args(argv[1:])  # the real parser: every flag exists and every value parses
+        assert args.func is fuzz.run and args.shard == (k, n) and args.seed == 123 and args.profile == "nightly"
+        assert args.database == default_url.group(1) and args.report == "reports/nightly" and args.workers == 2
+        planned.append({i.shard_key for i in fuzz.plan(args)})
+    everything = {i.shard_key for i in _plan(planted=False)}
+    assert set().union(*planned) == everything and sum(map(len, planned)) == len(everything)  # the N shards partition the plan
+
+    merge_argv = shlex.split(_run_step(merge_job, "batchfuzz merge-reports"))
+    args = parser.parse_args(merge_argv[1:])
+    assert args.dirs == ["shards/*/reports/nightly"] and args.report == "reports/nightly"
+    assert args.corpus == "corpus" and args.corpus_from == ["shards/*/corpus"]
 
     uses = {s.get("uses", "").split("@")[0]: s for s in fuzz_job["steps"] + merge_job["steps"]}
     upload = next(s for s in fuzz_job["steps"] if s.get("uses", "").startswith("actions/upload-artifact"))
@@ -514,9 +599,9 @@ def test_the_workflows_merge_step_runs_on_downloaded_artifacts(tmp_path: Path) -
     env["PYTHONPATH"] = str(REPO)
     merge_cmd = _run_step(merge_job, "batchfuzz merge-reports").replace("batchfuzz", f"{sys.executable} -m batchfuzz", 1)
     r = subprocess.run(["bash", "-c", merge_cmd], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 1, r.stdout + r.stderr  # the planted failure in one shard
+    assert r.returncode == 1, r.stdout + r.stderr  # the planted failures
     s = json.loads((tmp_path / "reports" / "nightly" / "summary.json").read_text())
-    assert s["shards"]["complete"] and s["totals"]["items"] == len(_items())
+    assert s["shards"]["complete"] and s["totals"]["items"] == len(_plan())
     assert len(corpus.files(tmp_path / "corpus")) == 1
     r = subprocess.run(["bash", "-c", _run_step(merge_job, "cp -a")], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr

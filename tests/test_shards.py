@@ -173,7 +173,7 @@ def test_assignment_is_the_same_under_any_pythonhashseed() -> None:
 
 def test_item_keys_and_plan_digests() -> None:
     assert item_key("c", "numpy", "cpu") == '["c","numpy","cpu"]'
-    assert item_key("c", "target:m.py:f", "cpu", "p") == '["c","target:m.py:f","cpu","p"]'
+    assert item_key("c", "m.py:f", "cpu", "p") == '["c","m.py:f","cpu","p"]'
     assert item_key("c", "numpy", "cpu") != item_key("c", "numpy", "cuda")
     a, b = item_key("c", "numpy", "cpu"), item_key("c", "torch", "cpu")
     assert plan_digest([a, b]) == plan_digest([b, a, a]) != plan_digest([a])

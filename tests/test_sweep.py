@@ -44,3 +44,26 @@ def test_the_sweep_command_prints_progress_lines(capsys: pytest.CaptureFixture[s
     assert main(["sweep", "--max-reqs", "4", "--max-tokens", "16"]) == 0
     out = capsys.readouterr().out
     assert "R 4/4:" in out and "all properties hold" in out  # the last R always gets its line
+
+
+def _extras_first(num_reqs: int, num_tokens: torch.Tensor) -> torch.Tensor:
+    n = num_tokens.unsqueeze(1)
+    req = torch.arange(num_reqs, dtype=n.dtype).unsqueeze(0)
+    return n // num_reqs + (req < n % num_reqs).to(n.dtype)
+
+
+def _drops_remainder(num_reqs: int, num_tokens: torch.Tensor) -> torch.Tensor:
+    return (num_tokens // num_reqs).unsqueeze(1).repeat(1, num_reqs)
+
+
+@pytest.mark.parametrize(("split", "failing"), [
+    (_extras_first, {"matches_oracle", "non_decreasing"}),
+    (_drops_remainder, {"matches_oracle", "sum_is_num_tokens", "max_is_ceil"}),
+])
+def test_the_closed_form_is_checked_through_what_characterises_it(split: object, failing: set[str]) -> None:
+    """The sweep's matches_oracle is not the implementation's own expression: a
+    permutation of the right counts fails it (with non_decreasing), and so does
+    a split with the wrong sum."""
+    res = sweep_split(split, max_reqs=6, max_tokens=40, device="cpu")  # type: ignore[arg-type]
+    assert set(res.failures) == failing
+    assert res.failures["matches_oracle"] == (2, 3)  # the first (R, N) in the sweep's order with a remainder

@@ -93,6 +93,9 @@ def register(sub: Any) -> None:
     p.add_argument("--oracle-steps", type=int, default=1,
                    help="with --drop-in: steps per scenario checked against the oracle (default 1; 0 with --no-oracle)")
     p.add_argument("--markdown", dest="markdown_path", metavar="PATH", help="with --drop-in: write the table as Markdown here")
+    from batchfuzz import loopbench
+
+    loopbench.add_arguments(p)  # --loop: the fuzz loop's speed and the cost of isolation
     p.set_defaults(func=run)
 
 
@@ -243,6 +246,10 @@ def _ratio(a: float | None, b: float | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.loop:
+        from batchfuzz import loopbench
+
+        return loopbench.run_command(args)
     if args.drop_in:
         return _run_drop_in(args)
     from batchfuzz.scheduler_model import sample_realizable_step

@@ -8,7 +8,8 @@ reproduced like any other. ``--budget`` bounds the whole command.
 Exit codes: 0 every property ran and passed; 1 a counterexample (a wrong
 result, a crash or a timeout), printed as a reproduction; 2 a usage error,
 found before any example runs (unknown contract or domain, a target that
-cannot be imported or whose signature cannot take the contract's arguments,
+cannot be imported, whose signature cannot take the contract's arguments or
+whose result on a regression example is of a type the contract cannot read,
 an unwritable --json path, a --database path that is a regular file); 3
 incomplete: the budget ended before every property ran.
 """
@@ -125,6 +126,11 @@ def run(args: argparse.Namespace) -> int:
     if info.get("error"):
         executor.close()
         raise UsageError(f"target {args.target}: {info['error']}")
+    why = runner.probe_result(contract, executor, args.domain or info.get("domain") or "spec",
+                              timeout_s=args.timeout if args.timeout is not None else default_timeout(args.budget))
+    if why:
+        executor.close()
+        raise UsageError(f"target {args.target}: {why}; bind it to the contract's result (docs/bindings.md)")
     with executor:
         return _check(args, contract, props, ref, executor, info, database, started, deadline)
 

@@ -31,7 +31,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any, TextIO
 
-from batchfuzz import corpus, profiles, registry
+from batchfuzz import corpus, profiles, registry, runner
 from batchfuzz.cli import UsageError, parse_duration, writable_dir
 from batchfuzz.fuzzjob import FINAL, IDLE, RUNNING, WAITING, Job, WorkItem, new_state, read_states, runner_main, write_state
 from batchfuzz.targets import TargetError, parse
@@ -119,7 +119,7 @@ def register(sub: Any) -> None:
                         f"{profiles.DEFAULT_DATABASE}")
     p.add_argument("--no-database", action="store_true", help="run without an example database")
     p.add_argument("--shard", type=_shard, default=None, metavar="K/N",
-                   help="run only shard K of N: a stable partition of the work items (docs/nightly-shards.md)")
+                   help="run only shard K of N: a stable partition of the work items (docs/nightly.md)")
     p.add_argument("--report", metavar="DIR", default=DEFAULT_REPORT, help=f"report directory (default {DEFAULT_REPORT})")
     p.add_argument("--corpus", metavar="DIR", default=None,
                    help=f"failure corpus directory (default ${corpus.ENV_VAR}, else corpus/ of the checkout, else ./corpus)")
@@ -194,8 +194,9 @@ def plan(args: argparse.Namespace) -> list[WorkItem]:
     return [WorkItem(k, i.contract, i.target, i.device, i.property, i.domain) for k, i in enumerate(items)]
 
 
-def _check_targets(items: list[WorkItem], isolate: bool) -> None:
-    """Every user target must load and take the contract's arguments, before any example runs."""
+def _check_targets(items: list[WorkItem], isolate: bool, timeout_s: float) -> None:
+    """Every user target must load, take the contract's arguments and give a
+    result of a type the contract reads, before any example runs."""
     from batchfuzz.execution import executor_for
 
     seen: set[tuple[str, str]] = set()
@@ -204,13 +205,16 @@ def _check_targets(items: list[WorkItem], isolate: bool) -> None:
         if key in seen or parse(item.target).is_project_code:
             continue
         seen.add(key)
+        contract = registry.get(item.contract)
         try:
-            with executor_for(registry.get(item.contract), item.target, isolate=isolate) as ex:
+            with executor_for(contract, item.target, isolate=isolate) as ex:
                 info = ex.describe()
+                why = info.get("error") or runner.probe_result(contract, ex, item.domain or info.get("domain") or "spec",
+                                                               timeout_s=timeout_s)
         except TargetError as exc:
             raise UsageError(f"--target {item.contract}={item.target}: {exc}") from None
-        if info.get("error"):
-            raise UsageError(f"--target {item.contract}={item.target}: {info['error']}")
+        if why:
+            raise UsageError(f"--target {item.contract}={item.target}: {why}")
 
 
 def _database(args: argparse.Namespace) -> str | None:
@@ -460,7 +464,7 @@ def run(args: argparse.Namespace, stream: TextIO | None = None) -> int:
         if not torch.cuda.is_available():
             raise UsageError("--device cuda: no CUDA device is available (torch.cuda.is_available() is False)")
     items = plan(args)
-    _check_targets(items, isolate=not args.no_isolation)
+    _check_targets(items, isolate=not args.no_isolation, timeout_s=float(args.timeout))
     database = _database(args)
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
     report_dir = Path(args.report).absolute()

@@ -6,9 +6,11 @@ Each DIR is the report directory of one ``batchfuzz fuzz --shard K/N`` run
 recomputed. ``--corpus DEST --corpus-from SRC ...`` also copies the shards'
 corpus files into DEST (a plain copy: the file name is the content address).
 
-Exit codes: 0 complete, no failure; 1 a failure (or a harness error) in any
-shard; 2 bad input (a missing or garbage file, named; a shard given twice;
-shards of different runs); 3 incomplete: a shard missing or interrupted.
+Exit codes, those of ``batchfuzz fuzz`` for the whole run: 0 complete, no
+failure; 1 a failure (or a harness error) in any shard; 2 bad input (a
+missing or garbage file, named; a shard given twice; shards of different runs;
+the same work item in two shards); 3 incomplete: a shard missing or
+interrupted, or work items that did not run.
 """
 
 from __future__ import annotations
@@ -65,5 +67,7 @@ def run(args: argparse.Namespace) -> int:
     if merged.exit_code == merge.EXIT_INCOMPLETE:
         print("incomplete: " + "; ".join(
             [f"shard {k}/{s['shards']['count']} missing" for k in merged.missing]
-            + [f"shard {g['index']}/{s['shards']['count']} interrupted" for g in s["shards"]["given"] if g["partial"]]))
+            + [f"shard {g['index']}/{s['shards']['count']} interrupted" for g in s["shards"]["given"] if g["partial"]]
+            + ([f"{t['items_not_run']} work item(s) did not run: {', '.join(s['not_run'][:10])}"
+                + (" ..." if len(s["not_run"]) > 10 else "")] if s["not_run"] else [])))
     return merged.exit_code

@@ -15,6 +15,7 @@ simulation (tests/test_microbatch_theory.py), never assumed:
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable
 from typing import Any
 
@@ -24,22 +25,20 @@ from batchfuzz.case import Case
 from batchfuzz.reference._step import (
     STEP_ARGUMENTS,
     Conflict,
+    PlainStep,
     Range,
     Step,
     as_step,
     check_split,
     check_step,
     cuts_to_split,
-    multi_written_slots,
     plain,
     reads,
-    self_overlaps,
     ubatch_of_tokens,
     writer_tokens,
+    writes,
 )
 from batchfuzz.reference.allow_microbatching import Violation
-from batchfuzz.reference.allow_microbatching import allow_microbatching as exact_allow_microbatching
-from batchfuzz.reference.find_conflicts import find_conflicts, harmful_conflicts
 from batchfuzz.registry import ErrorInput
 
 
@@ -124,7 +123,13 @@ def shipped_allow_microbatching(num_computed_tokens: Any, num_scheduled_tokens: 
     included; the split is vetoed when a reader's whole block is in its
     group's written set, in any group.
     """
-    c, q, tables, sizes, _ = plain(check_step(num_computed_tokens, num_scheduled_tokens, block_tables, block_sizes))
+    return _shipped_on(plain(check_step(num_computed_tokens, num_scheduled_tokens, block_tables, block_sizes)),
+                       reorder_batch_threshold)
+
+
+def _shipped_on(s: PlainStep, reorder_batch_threshold: int = 1) -> bool:
+    """:func:`shipped_allow_microbatching` on a validated, plain step."""
+    c, q, tables, sizes, _ = s
     for g, size in enumerate(sizes):
         table = tables[g]
         written: set[int] = set()
@@ -154,43 +159,81 @@ def describe(v: Violation) -> str:
 
 
 def labels(case: Case) -> list[str]:
-    """Input classes of a contract E case (for hypothesis.event statistics)."""
+    """Input classes of a contract E case (for hypothesis.event statistics).
+
+    The same classes the oracles define (conflicts, the exact decision,
+    self-overlaps, slots written twice, harmful conflicts under the case's
+    generated splits, the shipped check's answer), computed from one
+    validation of the step and one pass over its writes and reads: the fuzz
+    job records labels on every example, so they must cost less than a
+    property (each oracle called on its own would validate and walk the
+    step again)."""
     step = step_of(case)
+    s = plain(step)
     source = case.context.get("source", "?")
     out = [f"source: {source}"]
     out += [f"{source}: {label}" for label in case.context.get("labels", [])]
-    args = tuple(case.args[k] for k in STEP_ARGUMENTS)
-    conflicts = find_conflicts(*args)
+    writers: dict[tuple[int, int, int], dict[int, int]] = {}  # slot -> {writer: its earliest token there}
+    written_twice = False
+    for g, w, _p, b, o, t in writes(s):
+        per = writers.setdefault((g, b, o), {})
+        if per:
+            written_twice = True
+        if w not in per or t < per[w]:
+            per[w] = t
+    conflicts: set[Conflict] = set()
+    pairs: set[tuple[int, int]] = set()  # (reader's first token, a writer's token) of every conflict
+    exact = True
+    self_overlap = False
+    for g, r, _p, b, o in reads(s):
+        by_writer = writers.get((g, b, o))
+        if not by_writer:
+            continue
+        if min(by_writer.values()) > s.start[r]:
+            exact = False  # the slot's first write comes after the reader's first token
+        for w, t in by_writer.items():
+            if w == r:
+                self_overlap = True
+            else:
+                conflicts.add((g, r, w, b))
+                pairs.add((s.start[r], t))
     out.append("conflict" if conflicts else "no conflict")
-    exact = exact_allow_microbatching(*args)
     if not exact:
         out.append("unsafe step (a reader before a writer)")
-    c = step.num_computed_tokens.tolist()
-    q = step.num_scheduled_tokens.tolist()
+    c, q = s.c, s.q
     if any(q[r] == 1 and c[r] > 0 for _g, r, _w, _b in conflicts):
         out.append("conflict read by a q == 1, c > 0 request")
-    if any(q[r] > 0 and (t[r, : -(-c[r] // b)] == 0).any() for t, b in zip(step.block_tables, step.block_sizes, strict=True)
-           for r in range(len(q)) if c[r] > 0):
-        out.append("null block in a read prefix")
+    readers = (step.num_scheduled_tokens > 0) & (step.num_computed_tokens > 0)
+    for t, b in zip(step.block_tables, step.block_sizes, strict=True):
+        prefix = np.arange(t.shape[1])[None, :] < (-(-step.num_computed_tokens // b))[:, None]
+        if ((t == 0) & prefix)[readers].any():
+            out.append("null block in a read prefix")
+            break
     if len(step.block_sizes) > 1:
         out.append("several groups")
-    splits = [s for kind, s in splits_of(case, step) if kind != "reader cut"]
-    starts = np.cumsum(q) - np.asarray(q, dtype=np.int64)
-    ends = starts + np.asarray(q, dtype=np.int64)
-    if any(((starts < ts) & (ts < ends)).any() for s in splits for ts, _ in s[1:]):
+    splits = [check_split(list(sp), s.num_tokens) for sp in (*case.context.get("engine_splits", []),
+                                                           *case.context.get("adversarial_splits", []))]
+    starts = np.asarray(s.start, dtype=np.int64)
+    ends = starts + step.num_scheduled_tokens
+    if any(((starts < ts) & (ts < ends)).any() for sp in splits for ts, _ in sp[1:]):
         out.append("straddling request")
-    if any(harmful_conflicts(step, s) for s in splits):
+    if pairs and any(_ubatch(sp, first) < _ubatch(sp, t) for sp in splits for first, t in pairs):
         out.append("harmful conflict under a generated split")
-    if self_overlaps(step):
+    if self_overlap:
         out.append("ill-formed: self-overlap")
-    if multi_written_slots(step):
+    if written_twice:
         out.append("ill-formed: slot written twice")
-    shipped = shipped_allow_microbatching(*args)
+    shipped = _shipped_on(s)
     if shipped and not exact:
         out.append("shipped check unsound here")
     if exact and not shipped:
         out.append("shipped check vetoes a safe step")
     return out
+
+
+def _ubatch(ranges: list[Range], token: int) -> int:
+    """The ubatch of a real token under a split (consecutive ranges from 0)."""
+    return bisect.bisect_right([te for _ts, te in ranges], token)
 
 
 def error_inputs() -> tuple[ErrorInput, ...]:

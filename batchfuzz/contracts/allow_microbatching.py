@@ -25,7 +25,7 @@ import numpy as np
 from batchfuzz import registry
 from batchfuzz._host import to_host
 from batchfuzz.case import Case
-from batchfuzz.checks import PropertyViolation, require
+from batchfuzz.checks import PropertyViolation, ResultTypeError, require
 from batchfuzz.contracts._inputs import inputs_unchanged
 from batchfuzz.contracts._microbatch import a, call, describe, error_inputs, labels, splits_of, step_of
 from batchfuzz.contracts.allow_microbatching_variants import VARIANTS
@@ -46,7 +46,7 @@ def decision(value: Any) -> bool:
         return bool(value.reshape(-1)[0])
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
-    raise PropertyViolation(f"allow_microbatching must return a bool, got {type(value).__name__} {value!r:.120}")
+    raise ResultTypeError(f"allow_microbatching must return a bool, got {type(value).__name__} {value!r:.120}")
 
 
 def _returns_bool(target: Target, case: Case) -> None:

@@ -9,7 +9,7 @@ import numpy as np
 from batchfuzz import registry
 from batchfuzz._host import to_host
 from batchfuzz.case import Case
-from batchfuzz.checks import PropertyViolation, require
+from batchfuzz.checks import PropertyViolation, ResultTypeError, require
 from batchfuzz.codec import register_dataclass
 from batchfuzz.contracts._inputs import inputs_unchanged
 from batchfuzz.contracts._microbatch import a, call, describe, error_inputs, harmful_among, labels, splits_of, step_of
@@ -39,7 +39,7 @@ def conflict_set(value: Any) -> set[Conflict]:
     try:
         items = list(value)
     except TypeError:
-        raise PropertyViolation(f"find_conflicts must return an iterable of (g, r, w, b), got {type(value).__name__}") from None
+        raise ResultTypeError(f"find_conflicts must return an iterable of (g, r, w, b), got {type(value).__name__}") from None
     out: set[Conflict] = set()
     for item in items:
         item = to_host(item)
@@ -47,7 +47,7 @@ def conflict_set(value: Any) -> set[Conflict]:
             item = item.tolist()
         if not (isinstance(item, (tuple, list)) and len(item) == 4
                 and all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in item)):
-            raise PropertyViolation(f"each conflict must be a 4-tuple of ints (g, r, w, b), got {item!r}")
+            raise ResultTypeError(f"each conflict must be a 4-tuple of ints (g, r, w, b), got {item!r:.120}")
         out.add((int(item[0]), int(item[1]), int(item[2]), int(item[3])))
     return out
 

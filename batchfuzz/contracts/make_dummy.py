@@ -7,7 +7,7 @@ import numpy as np
 from batchfuzz import registry
 from batchfuzz._host import to_host
 from batchfuzz.case import Case
-from batchfuzz.checks import as_int_array, assert_array_equal, assert_non_decreasing, require
+from batchfuzz.checks import ResultTypeError, as_int_array, assert_array_equal, assert_non_decreasing, require
 from batchfuzz.codec import register_dataclass
 from batchfuzz.contracts.make_dummy_variants import VARIANTS
 from batchfuzz.impl import make_dummy_numpy, make_dummy_torch
@@ -24,7 +24,8 @@ def _run(target: Target, case: Case) -> tuple[dict[str, np.ndarray], DummyBuffer
     outputs as int64 arrays and the buffers as they are after the call."""
     buffers = case.args["buffers"].copy()
     batch = target(case.args["num_reqs"], case.args["num_tokens"], buffers)
-    require(isinstance(batch, DummyBatch), f"make_dummy must return a DummyBatch, got {type(batch).__name__}")
+    if not isinstance(batch, DummyBatch):
+        raise ResultTypeError(f"make_dummy must return a DummyBatch, got {type(batch).__name__}")
     out = {name: as_int_array(to_host(getattr(batch, name)), name) for name in DUMMY_BATCH_FIELDS}
     return out, buffers
 

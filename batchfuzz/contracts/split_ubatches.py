@@ -9,7 +9,7 @@ import numpy as np
 from batchfuzz import registry
 from batchfuzz._host import to_host
 from batchfuzz.case import Case
-from batchfuzz.checks import PropertyViolation, require
+from batchfuzz.checks import PropertyViolation, ResultTypeError, require
 from batchfuzz.contracts._inputs import inputs_unchanged
 from batchfuzz.contracts.split_ubatches_variants import VARIANTS
 from batchfuzz.impl import split_ubatches_numpy
@@ -38,13 +38,13 @@ def _call(target: Target, case: Case) -> Slices | None:
     if isinstance(out, np.ndarray):
         out = out.tolist()
     if not isinstance(out, (list, tuple)):
-        raise PropertyViolation(f"split_ubatches must return a list of ((rs, re), (ts, te)) or None, got {type(out).__name__}")
+        raise ResultTypeError(f"split_ubatches must return a list of ((rs, re), (ts, te)) or None, got {type(out).__name__}")
     slices: Slices = []
     for k, item in enumerate(out):
         try:
             (rs, re), (ts, te) = item
         except (TypeError, ValueError):
-            raise PropertyViolation(f"ubatch {k} must be ((req_start, req_stop), (tok_start, tok_stop)), got {item!r}") from None
+            raise ResultTypeError(f"ubatch {k} must be ((req_start, req_stop), (tok_start, tok_stop)), got {item!r:.120}") from None
         slices.append(((_int(rs, f"ubatch {k} req_start"), _int(re, f"ubatch {k} req_stop")),
                        (_int(ts, f"ubatch {k} tok_start"), _int(te, f"ubatch {k} tok_stop"))))
     return slices

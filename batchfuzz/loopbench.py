@@ -1,0 +1,364 @@
+"""Speed of the fuzz loop against Hypothesis's own ceiling, and the cost of
+isolation (``batchfuzz bench --loop``).
+
+For every contract and property, on this machine, in one process, it counts
+examples per second of four loops over the same strategy
+(``contract.domain("spec").cases()``), under the same settings (no example
+database, the ``dev`` profile's phases, ``--loop-examples`` examples) and
+the same seed:
+
+- ``ceiling``: a trivial Hypothesis test whose body does nothing: what
+  Hypothesis itself reaches with that strategy (generation and its own
+  bookkeeping);
+- ``in-process``: :func:`batchfuzz.runner.hunt` with the target in this
+  process (``execution.InProcess``), labels off;
+- ``labels``: the same with the contract's input-class labels recorded
+  (``hypothesis.event``), as the fuzz job records them;
+- ``isolated``: ``hunt`` with the target in a worker process
+  (``execution.Isolated``), labels off: the cost of isolation.
+
+The target is the contract's first CPU implementation (``--loop-target
+oracle``: the oracle). A repetition runs the four loops of a property back
+to back, in an order that rotates from property to property and repetition
+to repetition, so a slow spell of the shared machine falls on all of them;
+every loop of a property gets ``repeat`` samples. A cell is the median of a
+sample's examples / seconds (``time.perf_counter`` around the Hypothesis
+run); a ratio is that median divided by the contract's median ceiling (all
+its ceiling samples). Failures of the target (there should be none: the
+targets are correct) are reported and make the exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+CEILING, IN_PROCESS, LABELS, ISOLATED = "ceiling", "in-process", "labels", "isolated"
+MODES = (CEILING, IN_PROCESS, LABELS, ISOLATED)
+# The ratio of the labelled in-process loop to the ceiling that issue 13 asks every property to reach.
+GOAL = 0.5
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``--loop`` options of ``batchfuzz bench`` (``--quick``, ``--repeat``,
+    ``--seed``, ``--json`` and ``--markdown`` are bench's own)."""
+    p.add_argument("--loop", action="store_true",
+                   help="instead: examples per second of every property's fuzz loop (in-process, with labels, isolated) "
+                        "against Hypothesis's ceiling for the same strategy (batchfuzz.loopbench)")
+    p.add_argument("--loop-contracts", default="", metavar="NAMES",
+                   help="with --loop: comma-separated contracts (default: all)")
+    p.add_argument("--loop-examples", type=int, default=None, metavar="N",
+                   help="with --loop: examples per loop (default 100; quick 20)")
+    p.add_argument("--loop-target", choices=("impl", "oracle"), default="impl",
+                   help="with --loop: the contract's first CPU implementation (default) or its oracle")
+
+
+@dataclass
+class Sample:
+    examples: int
+    seconds: float
+
+    @property
+    def rate(self) -> float:
+        return self.examples / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass
+class PropertyRow:
+    """The samples of one property's loops (``ceiling`` too: the ceiling run
+    next to them, with the same seed)."""
+
+    contract: str
+    property: str
+    samples: dict[str, list[Sample]] = field(default_factory=lambda: {m: [] for m in MODES})
+    failures: list[str] = field(default_factory=list)
+
+    def median(self, mode: str) -> float | None:
+        xs = [s.rate for s in self.samples[mode]]
+        return statistics.median(xs) if xs else None
+
+
+@dataclass
+class LoopReport:
+    settings: dict[str, Any]
+    machine: dict[str, Any]
+    targets: dict[str, str]
+    rows: list[PropertyRow]
+
+    def ceiling(self, contract: str) -> float | None:
+        """The contract's ceiling: the median over all its ceiling samples."""
+        xs = [s.rate for r in self.rows if r.contract == contract for s in r.samples[CEILING]]
+        return statistics.median(xs) if xs else None
+
+    def ratio(self, row: PropertyRow, mode: str) -> float | None:
+        ceiling, value = self.ceiling(row.contract), row.median(mode)
+        return None if ceiling is None or value is None or ceiling == 0 else value / ceiling
+
+    @property
+    def failures(self) -> list[str]:
+        return [f"{r.contract}.{r.property}: {f}" for r in self.rows for f in r.failures]
+
+    def below_goal(self) -> list[str]:
+        """Properties whose labelled in-process loop is under ``GOAL`` of the ceiling."""
+        out = []
+        for r in self.rows:
+            x = self.ratio(r, LABELS)
+            if x is not None and x < GOAL:
+                out.append(f"{r.contract}.{r.property}")
+        return out
+
+    def contracts(self) -> list[str]:
+        return list(dict.fromkeys(r.contract for r in self.rows))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "settings": self.settings, "machine": self.machine, "targets": self.targets,
+            "timing": "examples / seconds of one Hypothesis run (time.perf_counter around it); median over repetitions; "
+                      "ratio = median / the contract's median ceiling; the four loops of a property interleaved in a "
+                      "rotating order",
+            "ceilings": {c: self.ceiling(c) for c in self.contracts()},
+            "properties": [{
+                "contract": r.contract, "property": r.property,
+                "samples": {m: [{"examples": s.examples, "seconds": s.seconds} for s in r.samples[m]] for m in MODES},
+                "median_rate": {m: r.median(m) for m in MODES},
+                "ratio": {m: self.ratio(r, m) for m in MODES if m != CEILING},
+                "failures": r.failures,
+            } for r in self.rows],
+            "below_goal": self.below_goal(), "goal": GOAL, "failures": self.failures,
+        }
+
+    # ------------------------------------------------------------ tables
+
+    def _property_rows(self) -> tuple[list[str], list[list[str]]]:
+        """Per property: each loop's median rate [lowest-highest sample] and
+        its ratio to the contract's ceiling."""
+        head = ["contract", "property", "ceiling /s"] + [f"{m} /s" for m in MODES[1:]] + [f"{m}/ceiling" for m in MODES[1:]]
+        rows = []
+        for r in self.rows:
+            rows.append([r.contract, r.property, self._spread(r.contract, CEILING)]
+                        + [_rate(r.median(m)) + _range(r.samples[m]) for m in MODES[1:]]
+                        + [_pct(self.ratio(r, m)) for m in MODES[1:]])
+        return head, rows
+
+    def _spread(self, contract: str, mode: str) -> str:
+        samples = [s for r in self.rows if r.contract == contract for s in r.samples[mode]]
+        return _rate(self.ceiling(contract)) + _range(samples) if mode == CEILING else "-"
+
+    def _contract_rows(self) -> tuple[list[str], list[list[str]]]:
+        """Per contract: the ceiling; per loop the median rate over its
+        properties, and the ratio to the ceiling as median (lowest); the
+        property whose labelled loop is slowest."""
+        head = (["contract", "properties", "ceiling /s"] + [f"{m} /s" for m in MODES[1:]]
+                + [f"{m}/ceiling" for m in MODES[1:]] + ["slowest with labels"])
+        rows = []
+        for c in self.contracts():
+            mine = [r for r in self.rows if r.contract == c]
+            rates, ratios = [], []
+            for m in MODES[1:]:
+                rs = [x for x in (r.median(m) for r in mine) if x is not None]
+                xs = [x for x in (self.ratio(r, m) for r in mine) if x is not None]
+                rates.append(_rate(statistics.median(rs)) if rs else "-")
+                ratios.append(f"{_pct(statistics.median(xs))} ({_pct(min(xs))})" if xs else "-")
+            slowest = min(mine, key=lambda r: self.ratio(r, LABELS) or 0.0)
+            rows.append([c, str(len(mine)), self._spread(c, CEILING)] + rates + ratios
+                        + [f"{slowest.property} {_pct(self.ratio(slowest, LABELS))}"])
+        return head, rows
+
+    def to_text(self) -> str:
+        head, rows = self._property_rows()
+        widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+        lines = ["  ".join(cell.ljust(widths[i]) if i < 2 else cell.rjust(widths[i]) for i, cell in enumerate(row))
+                 for row in [head, ["-" * w for w in widths], *rows]]
+        lines.append(self._legend())
+        below = self.below_goal()
+        lines.append(f"labelled in-process loop below {GOAL:.0%} of the ceiling: {', '.join(below) if below else 'none'}")
+        lines += [f"FAILURE {f}" for f in self.failures]
+        return "\n".join(lines)
+
+    def to_markdown(self) -> str:
+        out = [self._caption(), ""]
+        for head, rows in (self._contract_rows(), self._property_rows()):
+            out += ["| " + " | ".join(head) + " |",
+                    "|" + "|".join("---" if i < 2 else "---:" for i in range(len(head))) + "|"]
+            out += ["| " + " | ".join(r) + " |" for r in rows]
+            out.append("")
+        out.append(self._legend())
+        out += [f"- FAILURE {f}" for f in self.failures]
+        return "\n".join(out) + "\n"
+
+    def _caption(self) -> str:
+        s, m = self.settings, self.machine
+        return (f"Examples per second, {s['examples']} examples per loop, {s['repeat']} repetitions (median), seed {s['seed']}, "
+                f"targets: {s['target']}; {m['cpu_count']} CPUs, Python {m['python']}, Hypothesis {m['hypothesis']}, "
+                f"{m['date']}.")
+
+    def _legend(self) -> str:
+        return ("ceiling: the same strategy under a test whose body does nothing; in-process: runner.hunt, target in this "
+                "process, labels off; labels: the same recording the contract's labels (the fuzz job's default); "
+                "isolated: the target in a worker process, labels off. Rates: median [lowest-highest sample]; ratios: "
+                "median rate / the contract's median ceiling; per contract: median over its properties (lowest)")
+
+
+def _rate(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0f}"
+
+
+def _range(samples: list[Sample]) -> str:
+    """`` [lowest-highest]`` of the samples' rates (the noise), when there are several."""
+    if len(samples) < 2:
+        return ""
+    rates = [x.rate for x in samples]
+    return f" [{min(rates):.0f}-{max(rates):.0f}]"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.0f}%"
+
+
+# ---------------------------------------------------------------- measuring
+
+
+def _settings(examples: int) -> Any:
+    from hypothesis import settings
+
+    from batchfuzz import profiles
+
+    profiles.register_profiles()
+    return settings(settings.get_profile("dev"), database=None, max_examples=examples)
+
+
+def ceiling_run(strategy: Any, run_settings: Any, seed: int) -> Sample:
+    """A Hypothesis test over ``strategy`` whose body does nothing, under the
+    settings and the seed a hunt gets (``report_multiple_bugs`` off, as there)."""
+    from hypothesis import given, settings
+    from hypothesis import seed as hypothesis_seed
+
+    count = [0]
+
+    def body(case: Any) -> None:
+        count[0] += 1
+
+    test = given(case=strategy)(body)
+    test = settings(run_settings, report_multiple_bugs=False)(hypothesis_seed(seed)(test))
+    start = time.perf_counter()
+    test()
+    return Sample(count[0], time.perf_counter() - start)
+
+
+def measure(contracts: list[str] | None = None, *, examples: int = 100, repeat: int = 3, target: str = "impl",
+            seed: int = 0, log: Callable[[str], None] | None = None) -> LoopReport:
+    """Run the four loops of every property of ``contracts`` (default: all)
+    ``repeat`` times each, interleaved (see the module docstring)."""
+    import hypothesis
+
+    from batchfuzz import registry, runner
+    from batchfuzz.execution import InProcess, Isolated, start_fork_server
+
+    if examples < 1:
+        raise ValueError(f"examples must be >= 1, got {examples}")
+    if repeat < 1:
+        raise ValueError(f"repeat must be >= 1, got {repeat}")
+    if target not in ("impl", "oracle"):
+        raise ValueError(f"target must be 'impl' or 'oracle', got {target!r}")
+    known = [c.name for c in registry.contracts()]
+    names = contracts or known
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"contracts: unknown {', '.join(map(repr, unknown))} (known: {', '.join(known)})")
+    start_fork_server()
+    rs = _settings(examples)
+    rows: list[PropertyRow] = []
+    refs: dict[str, str] = {}
+    turn = 0
+    for name in names:
+        contract = registry.get(name)
+        ref = "oracle" if target == "oracle" else \
+            f"impl:{next(i.name for i in contract.implementations if 'cpu' in i.devices)}@cpu"
+        refs[name] = ref
+        here = InProcess(contract, _load(contract, ref), ref)
+        isolated = Isolated(contract, ref)
+        try:
+            info = isolated.describe()
+            if info.get("error"):
+                raise ValueError(f"{name} {ref}: {info['error']}")
+            # Warm-up (untimed): the strategy's first draws, the target's first calls, the worker's imports.
+            warm = _settings(min(examples, 10))
+            ceiling_run(contract.domain("spec").cases(), warm, seed)
+            for ex in (here, isolated):
+                runner.hunt(contract, ex, contract.properties[0], target_name=ref, run_settings=warm, seed=seed,
+                            domain="spec", reduce=False, labels=True)
+            mine = [PropertyRow(name, p.name) for p in contract.properties]
+            rows += mine
+            t0 = time.perf_counter()
+            for rep in range(repeat):
+                for row in mine:
+                    prop = contract.property(row.property)
+                    s = runner._round_seed(seed, name, row.property, rep)
+                    order = MODES[turn % len(MODES):] + MODES[: turn % len(MODES)]
+                    turn += 1
+                    for mode in order:
+                        if mode == CEILING:
+                            # A fresh strategy, as every hunt builds its own.
+                            row.samples[mode].append(ceiling_run(contract.domain("spec").cases(), rs, s))
+                            continue
+                        r = runner.hunt(contract, isolated if mode == ISOLATED else here, prop, target_name=ref,
+                                        run_settings=rs, seed=s, domain="spec", reduce=False, labels=mode == LABELS)
+                        row.samples[mode].append(Sample(r.examples, r.seconds))
+                        if r.failure is not None:
+                            row.failures.append(f"{mode}: {r.failure.error_type}: {r.failure.message[:200]}")
+            if log is not None:
+                log(f"  {name}: {len(mine)} properties x {repeat} repetitions in {time.perf_counter() - t0:.1f}s")
+        finally:
+            isolated.close()
+    import numpy as np
+
+    machine = {"python": platform.python_version(), "platform": platform.platform(), "processor": platform.processor(),
+               "cpu_count": os.cpu_count(), "hypothesis": hypothesis.__version__, "numpy": np.__version__,
+               "date": time.strftime("%Y-%m-%d")}
+    settings_out = {"examples": examples, "repeat": repeat, "seed": seed, "target": target, "contracts": names,
+                    "profile": "dev", "database": None, "phases": [p.name for p in rs.phases]}
+    return LoopReport(settings_out, machine, refs, rows)
+
+
+def _load(contract: Any, ref: str) -> Any:
+    from batchfuzz.targets import parse
+
+    return parse(ref).load(contract)
+
+
+# ---------------------------------------------------------------- the command
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """``batchfuzz bench --loop``: measure, print the table, write ``--json`` / ``--markdown``."""
+    from batchfuzz.cli import UsageError
+
+    quick = bool(args.quick)
+    examples = args.loop_examples if args.loop_examples is not None else (20 if quick else 100)
+    repeat = args.repeat if args.repeat is not None else (1 if quick else 3)
+    names = [n.strip() for n in args.loop_contracts.split(",") if n.strip()] or None
+    print(f"batchfuzz bench --loop: {examples} examples per loop, {repeat} repetitions, target {args.loop_target}",
+          flush=True)
+    try:
+        report = measure(names, examples=examples, repeat=repeat, target=args.loop_target, seed=args.seed,
+                         log=lambda line: print(line, file=sys.stderr, flush=True))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    print(report.to_text())
+    if args.json_path:
+        with open(args.json_path, "w") as fh:
+            json.dump(report.to_dict(), fh, indent=2)
+        print(f"wrote {args.json_path}")
+    if args.markdown_path:
+        with open(args.markdown_path, "w") as fh:
+            fh.write(report.to_markdown())
+        print(f"wrote {args.markdown_path}")
+    return 1 if report.failures else 0
