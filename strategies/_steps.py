@@ -469,17 +469,15 @@ SCOPE_BLOCK_SIZES = (1, 2)
 SCOPE_MAX_IDS = 4
 
 
-@functools.cache
-def _scope_bounds(scope: str) -> tuple[int, int, int, int]:
-    """(max requests, max sum(c) + sum(q), max groups, max table cells in all) of a scope."""
-    return {"small": (3, 4, 2, 4), "ci": (2, 3, 2, 2)}[scope]
+# (max requests, max sum(c) + sum(q), max groups, max table cells in all, max block id) of each scope.
+_SCOPE_BOUNDS = {"small": (3, 4, 2, 4, SCOPE_MAX_IDS), "ci": (2, 4, 2, 4, 1)}
 
 
 def scope_specs(ill_formed: bool) -> dict[str, ScopeSpec]:
     """The scopes of a contract E record (``ill_formed``: the conflict set's,
     whose spec domain keeps ill-formed steps; otherwise well-formed steps only)."""
     which = "every valid step" if ill_formed else "every well-formed step"
-    counts = {"small": 10484, "ci": 376} if ill_formed else {"small": 9174, "ci": 367}
+    counts = {"small": 10484, "ci": 4083} if ill_formed else {"small": 9174, "ci": 3669}
     return {
         "small": ScopeSpec(
             f"{which} with 1 <= R <= 3 requests, sum(c) + sum(q) <= 4 tokens, 1 or 2 KV groups of block size 1 or 2, each "
@@ -488,7 +486,7 @@ def scope_specs(ill_formed: bool) -> dict[str, ScopeSpec]:
             "appearance); int32; splits: the engine's rule (n = 2, no padding), every two-ubatch cut, and one token per "
             "ubatch; in the order of the contract's size: R, tokens, groups, block sizes, cells, non-null cells, ids",
             "spec", counts["small"]),
-        "ci": ScopeSpec(f"as small with R <= 2, sum(c) + sum(q) <= 3 and at most 2 table cells ({which})", "spec", counts["ci"]),
+        "ci": ScopeSpec(f"as small with R <= 2, sum(c) + sum(q) <= 3 and block ids 1..2 ({which})", "spec", counts["ci"]),
     }
 
 
@@ -515,7 +513,7 @@ def scope_cases(scope: str = "small", *, ill_formed: bool) -> Iterator[Case]:
     of block sizes), the order's leading terms, and sorted by the rest inside
     each group."""
     check_scope(scope, scope_specs(ill_formed))
-    max_reqs, max_tokens, max_groups, max_cells = _scope_bounds(scope)
+    max_reqs, max_tokens, max_groups, max_cells, max_ids = _SCOPE_BOUNDS[scope]
     for r in range(1, max_reqs + 1):
         for tokens in range(max_tokens + 1):
             counts = [(cq[0::2], cq[1::2]) for cq in itertools.product(range(tokens + 1), repeat=2 * r) if sum(cq) == tokens]
@@ -530,7 +528,7 @@ def scope_cases(scope: str = "small", *, ill_formed: bool) -> Iterator[Case]:
                             for widths in itertools.product(*[(w,) if w else (0, 1) for w in tight]):
                                 if r * sum(widths) > max_cells:
                                     continue
-                                for fill in restricted_growth(r * sum(widths), SCOPE_MAX_IDS):
+                                for fill in restricted_growth(r * sum(widths), max_ids):
                                     tables, at = [], 0
                                     for w in widths:
                                         tables.append(np.array(fill[at: at + r * w], dtype=np.int32).reshape(r, w))
