@@ -18,15 +18,22 @@ domain the check runs in (``--domain``, else the target's
 crash or a hang is a counterexample of the pseudo-property ``crash`` or
 ``timeout`` (``runner.failure_signature`` decides what fails).
 
-A scope's record is checked while it runs: every case must lie in the
-scope's domain, come in the contract's order, and the number of cases must
-be the declared ``count``; a scope that breaks one of these is a defect of
-the record (``registry.RecordError``), since its guarantee would not hold.
+A scope's record is checked while it runs: the cases must come in the
+contract's order and their number must be the declared ``count``; a scope
+that breaks either is a defect of the record (``registry.RecordError``),
+since its guarantee would not hold. That every case lies in the scope's own
+domain is checked by ``tests/test_exhaustive.py`` for every scope (a check
+per case here would cost a quarter of a run).
+
+A scope's cases are enumerated once per process (:func:`scope_cases`) and
+every property gets its own copy of a case, so a target that scribbles on
+its inputs changes neither the next property's case nor a later run's.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -94,6 +101,18 @@ class ScopeResult:
         }
 
 
+@functools.lru_cache(maxsize=16)
+def _enumerated(contract_name: str, scope: Scope) -> tuple[Case, ...]:
+    return tuple(scope.cases())
+
+
+def scope_cases(contract: Contract, scope: Scope) -> tuple[Case, ...]:
+    """Every case of ``scope``, in its order, enumerated once per process
+    (callers must not change them: :func:`run_scope` copies each case it
+    hands to a target)."""
+    return _enumerated(contract.name, scope)
+
+
 def run_scope(
     contract: Contract,
     target: Target | Executor,
@@ -127,9 +146,8 @@ def run_scope(
     result = ScopeResult(contract.name, target_name, sc.name, run_domain, sc.count, tuple(p.name for p in props),
                          by_property={p.name: 0 for p in props})
     # Isolated workers get a pickled copy of every case; in this process a
-    # property gets its own copy of the arguments (a scribbling target must
-    # not change the case the next property judges by; properties only read
-    # the context).
+    # property gets its own copy of the case (a scribbling target must change
+    # neither the case the next property judges by nor the cached enumeration).
     copy_each = isinstance(executor, InProcess)
     start = time.perf_counter()
     last_report = time.monotonic()
@@ -142,7 +160,7 @@ def run_scope(
         return left if example_timeout_s is None else min(example_timeout_s, left)
 
     try:
-        for case in sc.cases():
+        for case in scope_cases(contract, sc):
             if (deadline is not None and time.time() > deadline) or (should_stop is not None and should_stop()):
                 result.out_of_time = True
                 break
@@ -154,9 +172,6 @@ def run_scope(
                 raise RecordError(f"contract {contract.name!r}: scope {sc.name!r} is not in the contract's order: case "
                                   f"{result.enumerated} has size {size}, after a case of size {previous}")
             previous = size
-            if not own.contains(case):
-                raise RecordError(f"contract {contract.name!r}: case {result.enumerated} of scope {sc.name!r} is not in the "
-                                  f"scope's domain {sc.domain!r}")
             if within is not own and not within.contains(case):
                 result.skipped += 1
                 continue
@@ -178,7 +193,7 @@ def _check_case(contract: Contract, executor: Executor, props: tuple[Property, .
                 timeout: Callable[[], float | None], copy_each: bool) -> bool:
     """Every property on ``case``; True (with ``result.failure`` set) at the first that fails."""
     for k, prop in enumerate(props):
-        outcome = executor.check(prop.name, Case(copy.deepcopy(case.args), case.context) if copy_each else case, timeout())
+        outcome = executor.check(prop.name, copy.deepcopy(case) if copy_each else case, timeout())
         if outcome.status == REJECTED:  # the target's @assumes: not one of its inputs
             result.skipped += 1
             return False

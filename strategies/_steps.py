@@ -470,23 +470,26 @@ SCOPE_MAX_IDS = 4
 
 
 # (max requests, max sum(c) + sum(q), max groups, max table cells in all, max block id) of each scope.
-_SCOPE_BOUNDS = {"small": (3, 4, 2, 4, SCOPE_MAX_IDS), "ci": (2, 4, 2, 4, 1)}
+_SCOPE_BOUNDS = {"small": (3, 4, 2, 4, SCOPE_MAX_IDS), "pairs": (2, 4, 2, 4, 1), "ci": (2, 3, 2, 2, 2)}
 
 
 def scope_specs(ill_formed: bool) -> dict[str, ScopeSpec]:
     """The scopes of a contract E record (``ill_formed``: the conflict set's,
     whose spec domain keeps ill-formed steps; otherwise well-formed steps only)."""
     which = "every valid step" if ill_formed else "every well-formed step"
-    counts = {"small": 10484, "ci": 4083} if ill_formed else {"small": 9174, "ci": 3669}
+    counts = {"small": 10484, "pairs": 2702, "ci": 376} if ill_formed else {"small": 9174, "pairs": 2261, "ci": 367}
     return {
         "small": ScopeSpec(
             f"{which} with 1 <= R <= 3 requests, sum(c) + sum(q) <= 4 tokens, 1 or 2 KV groups of block size 1 or 2, each "
-            "table of the tightest width (a table no token needs may have one column), at most 4 table cells in all (the cells are the exponent of the "
-            "count), every cell the null block or a block id 1..4, up to renaming the ids (ids in order of first "
-            "appearance); int32; splits: the engine's rule (n = 2, no padding), every two-ubatch cut, and one token per "
-            "ubatch; in the order of the contract's size: R, tokens, groups, block sizes, cells, non-null cells, ids",
+            "table of the tightest width (a table no token needs may have one column), at most 4 table cells in all, "
+            "every cell the null block or a block id 1..4, up to renaming the ids (ids in order of first appearance); "
+            "int32; splits: the engine's rule (n = 2, no padding), every two-ubatch cut, and one token per ubatch; in "
+            "the order of the contract's size: R, tokens, groups, block sizes, cells, non-null cells, ids",
             "spec", counts["small"]),
-        "ci": ScopeSpec(f"as small with R <= 2, sum(c) + sum(q) <= 3 and block ids 1..2 ({which})", "spec", counts["ci"]),
+        "pairs": ScopeSpec(f"as small with R <= 2 and a single block id (every cell null or block 1) ({which})", "spec",
+                           counts["pairs"]),
+        "ci": ScopeSpec(f"as small with R <= 2, sum(c) + sum(q) <= 3, at most 2 table cells and block ids 1..2 ({which})",
+                        "spec", counts["ci"]),
     }
 
 

@@ -160,7 +160,8 @@ SCOPES = {
     "small": ScopeSpec("every 1 <= R <= N <= 5; request capacity R or R + 1 and token capacity N or N + 1; each of the four "
                        "int32 buffers independently zeros, -1 everywhere or a decreasing ramp len..1 (81 fillings); the "
                        "tightest max_model_len; in the order R, N, capacities, then the stale values' magnitude", "spec", 4860),
-    "ci": ScopeSpec("as small with each buffer zeros or a decreasing ramp (16 fillings)", "spec", 960),
+    "ci": ScopeSpec("every 1 <= R <= N <= 3; capacities as in small; each buffer zeros or a decreasing ramp (16 fillings)",
+                    "spec", 384),
     "int16_edge": ScopeSpec("every 1 <= R <= 2 with 32766 <= N <= 32770 (a running sum past the int16 limit 32767), in fresh "
                             "int32 buffers of exactly that capacity; in the order R, then N", "spec", 10),
 }
@@ -182,7 +183,7 @@ def scope_cases(scope: str = "small") -> Iterator[Case]:
                 yield Case({"num_reqs": r, "num_tokens": n, "buffers": _filled(("zeros",) * 4, r, n)},
                            {"max_model_len": ceil_div(n, r)})
         return
-    top = 5
+    top = 5 if scope == "small" else 3
     fills = tuple(STALE_FILLS) if scope == "small" else ("zeros", "ramp")
     for r in range(1, top + 1):
         for n in range(r, top + 1):
