@@ -154,8 +154,8 @@ class Scope:
 
 def scopes_from(strategies: Any) -> tuple[Scope, ...]:
     """The scopes a contract's strategies module defines: ``SCOPES`` (name ->
-    ``(description, domain, count)``) and ``scope_cases(name)``, in order."""
-    return tuple(Scope(name, spec[0], spec[1], spec[2], functools.partial(strategies.scope_cases, name))
+    a ``ScopeSpec``: description, domain, count) and ``scope_cases(name)``, in order."""
+    return tuple(Scope(name, spec.description, spec.domain, spec.count, functools.partial(strategies.scope_cases, name))
                  for name, spec in strategies.SCOPES.items())
 
 

@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Mapping
-from typing import NamedTuple
+from dataclasses import dataclass
 
 
-class ScopeSpec(NamedTuple):
+@dataclass(frozen=True)
+class ScopeSpec:
     """A scope as a strategies module states it: what it enumerates and in
     which order (``description``), the domain every case lies in, and the
     number of cases."""

@@ -316,7 +316,7 @@ def _exhaustive(args: argparse.Namespace, contract: registry.Contract, props: tu
         code = 3
         print(f"\n{result.summary()}; give it a larger --budget")
     else:
-        print(f"\n{result.summary()} ({result.evaluations} property evaluations, {result.seconds:.1f}s)")
+        print(f"\n{result.summary()}\n  {result.evaluations} property evaluations in {result.seconds:.1f}s")
     if args.json_path:
         with open(args.json_path, "w") as fh:
             json.dump(report, fh, indent=2)
