@@ -116,8 +116,8 @@ def size(case: Case) -> tuple[int, ...]:
 
 def reductions(case: Case) -> Iterator[Case]:
     """Smaller cases built from ``case`` (``batchfuzz.reduce``): a request or
-    token fewer, a request slot or token slot fewer in the buffers, a buffer
-    cleared, a stale entry cleared."""
+    token fewer, the buffers cut to the least capacity or a slot shorter, a
+    buffer cleared, a stale entry cleared."""
     r, n, b = case.args["num_reqs"], case.args["num_tokens"], case.args["buffers"]
 
     def make(r2: int, n2: int, buffers: DummyBuffers) -> Case:
@@ -127,10 +127,17 @@ def reductions(case: Case) -> Iterator[Case]:
     for r2, n2 in ((r - 1, n), (r, n - 1), (r, n - r), (r - 1, n - 1)):
         if 1 <= r2 <= n2:
             yield make(r2, n2, b.copy())
-    if b.max_num_reqs > r:
-        yield make(r, n, DummyBuffers(b.seq_lens[:-1].copy(), b.query_start_loc[:-1].copy(), b.positions.copy(), b.input_ids.copy()))
-    if b.max_num_tokens > n:
-        yield make(r, n, DummyBuffers(b.seq_lens.copy(), b.query_start_loc.copy(), b.positions[:-1].copy(), b.input_ids[:-1].copy()))
+    # Capacities: straight to the least (R or N), then one slot fewer (a
+    # slot at a time alone would take hundreds of steps from a capacity of
+    # hundreds, past reduce.MAX_STEPS).
+    for reqs in sorted({r, b.max_num_reqs - 1}):
+        if b.max_num_reqs > reqs >= r:
+            yield make(r, n, DummyBuffers(b.seq_lens[:reqs].copy(), b.query_start_loc[:reqs + 1].copy(), b.positions.copy(),
+                                          b.input_ids.copy()))
+    for toks in sorted({n, b.max_num_tokens - 1}):
+        if b.max_num_tokens > toks >= n:
+            yield make(r, n, DummyBuffers(b.seq_lens.copy(), b.query_start_loc.copy(), b.positions[:toks].copy(),
+                                          b.input_ids[:toks].copy()))
     for f in _BUFFER_FIELDS:
         values = getattr(b, f)
         if values.any():

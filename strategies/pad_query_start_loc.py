@@ -357,6 +357,15 @@ def reductions(case: Case) -> Iterator[Case]:
         rest = np.delete(nst, i)
         yield make(rest, max(rest.size, p - 1))
         yield make(rest, p)
+        # A request fewer can hide a write past P + 1 that its tokens made
+        # visible (with zero tokens left the target writes 0 over a fresh 0):
+        # the same step over a buffer whose slots past P + 1 hold 1 is still
+        # smaller (R comes first in the order), and the entries are cleared
+        # again one by one where they are not needed.
+        if out.size > p + 1 and not out[p + 1:].all():
+            marked = out.copy()
+            marked[p + 1:][marked[p + 1:] == 0] = 1
+            yield make(rest, p, marked)
     if p > nst.size:
         yield make(nst.copy(), p - 1)
         yield make(nst.copy(), nst.size)
