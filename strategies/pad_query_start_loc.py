@@ -357,14 +357,16 @@ def reductions(case: Case) -> Iterator[Case]:
         rest = np.delete(nst, i)
         yield make(rest, max(rest.size, p - 1))
         yield make(rest, p)
-        # A request fewer can hide a write past P + 1 that its tokens made
-        # visible (with zero tokens left the target writes 0 over a fresh 0):
-        # the same step over a buffer whose slots past P + 1 hold 1 is still
-        # smaller (R comes first in the order), and the entries are cleared
-        # again one by one where they are not needed.
-        if out.size > p + 1 and not out[p + 1:].all():
+        # A request fewer can hide the bug its tokens made visible: with no
+        # tokens left, a padded slot left unwritten or a slot past P + 1
+        # overwritten holds 0 over a fresh 0. The same step over a buffer
+        # whose slots past the real ones hold 1 is still smaller (R comes
+        # first in the order); the 1s are cleared again one by one where
+        # they are not needed.
+        tail = out[rest.size + 1:]
+        if tail.size and not tail.all():
             marked = out.copy()
-            marked[p + 1:][marked[p + 1:] == 0] = 1
+            marked[rest.size + 1:][tail == 0] = 1
             yield make(rest, p, marked)
     if p > nst.size:
         yield make(nst.copy(), p - 1)
