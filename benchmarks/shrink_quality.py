@@ -15,7 +15,8 @@ seconds, and the worst seed (the largest reported case) with its size and
 the case. Exit status 1 when any variant is not found or shrinks to a
 larger case on some seed. ``--json PATH`` writes every run.
 
-    PYTHONPATH=$PWD python3 benchmarks/shrink_quality.py [--contract NAME] [--seeds 0-9] [--budget 30] [--json PATH]
+    PYTHONPATH=$PWD python3 benchmarks/shrink_quality.py [--contract NAME] [--seeds 0-9] [--budget 120] [--json PATH]
+    PYTHONPATH=$PWD python3 benchmarks/shrink_quality.py --render A.json B.json   # the Markdown table of earlier runs
 """
 
 from __future__ import annotations
@@ -73,6 +74,29 @@ class Row:
         return max(self.runs, key=lambda r: (r.status != "counterexample", r.verdict == "larger", r.size, -r.seed))
 
 
+def markdown(rows: list[Row]) -> str:
+    """The result table: per variant, seeds found and no larger than the canonical form, cut shrinks, the worst seed."""
+    lines = ["| contract | variant | found | no larger | cut short | slowest s | worst seed | its verdict and case |",
+             "|---|---|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        w = r.worst()
+        what = f"{w.verdict}: `{w.case}`" if w.status == "counterexample" else f"not found ({w.status})"
+        lines.append(f"| {r.contract} | {r.variant} | {r.found}/{len(r.runs)} | {r.no_larger}/{len(r.runs)} | "
+                     f"{sum(not x.complete for x in r.runs)} | {max(x.seconds for x in r.runs):.1f} | {w.seed} | {what} |")
+    return "\n".join(lines) + "\n"
+
+
+def load(paths: list[str]) -> list[Row]:
+    """Rows from the ``--json`` files of earlier runs, in order."""
+    rows = []
+    for path in paths:
+        with open(path) as fh:
+            for item in json.load(fh):
+                runs = [Run(**{**x, "size": tuple(x["size"])}) for x in item["runs"]]
+                rows.append(Row(item["contract"], item["variant"], runs))
+    return rows
+
+
 def check_once(contract: registry.Contract, variant: registry.Variant, seed: int, budget_s: float) -> Run:
     """``batchfuzz check CONTRACT variant:NAME --seed SEED --no-isolation``, its JSON report read back."""
     fd, path = tempfile.mkstemp(suffix=".json")
@@ -120,7 +144,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="check's --budget per run (default 120: on a loaded machine check's own 30 s can end a shrink "
                         "early, and this measures where shrinking stops, not how fast it gets there)")
     p.add_argument("--json", dest="json_path", help="write every run here")
+    p.add_argument("--render", nargs="+", metavar="JSON", help="run nothing: print the Markdown table of these --json files")
     args = p.parse_args(argv)
+    if args.render:
+        loaded = load(args.render)
+        print(markdown(loaded), end="")
+        return 0 if all(r.ok for r in loaded) else 1
     contracts = [registry.get(n) for n in args.contract] if args.contract else registry.contracts()
     rows: list[Row] = []
     started = time.perf_counter()
