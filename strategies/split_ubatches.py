@@ -80,7 +80,8 @@ def size(case: Case) -> tuple[int, ...]:
 
 def reductions(case: Case) -> Iterator[Case]:
     """Smaller cases built from ``case`` (``batchfuzz.reduce``): a request
-    deleted, a count lowered, less padding, fewer ubatches."""
+    deleted, a count lowered, two neighbouring requests merged, less padding,
+    fewer ubatches."""
     a = case.args
     nst = np.asarray(a["num_scheduled_tokens"])
     padded, padded_reqs, n = a["num_tokens_padded"], a["num_reqs_padded"], a["num_ubatches"]
@@ -99,6 +100,14 @@ def reductions(case: Case) -> Iterator[Case]:
                 smaller[i] = value
                 yield make(smaller, padded, padded_reqs, n)
                 yield make(smaller, padded - (int(nst[i]) - value), padded_reqs, n)
+    # Two neighbours merged into one request with both their tokens: the
+    # step keeps its tokens, so a split that the refusal rule accepts stays
+    # accepted, where deleting a request can leave a last ubatch of padding
+    # only (refused, so the bug no longer shows).
+    for i in range(nst.size - 1):
+        merged = np.concatenate([nst[:i], nst[i:i + 2].sum(keepdims=True), nst[i + 2:]]).astype(nst.dtype)
+        yield make(merged, padded, padded_reqs - 1, n)
+        yield make(merged, padded, padded_reqs, n)
     for padded2 in (max(int(nst.sum()), n), padded - 1):
         yield make(nst.copy(), padded2, padded_reqs, n)
     for padded_reqs2 in (nst.size, padded_reqs - 1):
