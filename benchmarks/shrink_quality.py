@@ -97,6 +97,13 @@ def load(paths: list[str]) -> list[Row]:
     return rows
 
 
+def write_json(path: str, rows: list[Row]) -> None:
+    out: list[dict[str, Any]] = [{"contract": r.contract, "variant": r.variant,
+                                  "runs": [{**vars(x), "size": list(x.size)} for x in r.runs]} for r in rows]
+    with open(path, "w") as fh:
+        json.dump(out, fh, indent=1)
+
+
 def check_once(contract: registry.Contract, variant: registry.Variant, seed: int, budget_s: float) -> Run:
     """``batchfuzz check CONTRACT variant:NAME --seed SEED --no-isolation``, its JSON report read back."""
     fd, path = tempfile.mkstemp(suffix=".json")
@@ -166,17 +173,13 @@ def main(argv: list[str] | None = None) -> int:
             cut = sum(not r.complete for r in row.runs)
             slowest = max(r.seconds for r in row.runs)
             print(f"{contract.name:20} {variant.name:34} {row.found:5d} {row.no_larger:7d} {cut:3d} {slowest:5.1f}  {tail}", flush=True)
+            if args.json_path:  # after every variant: an interrupted run keeps what it measured
+                write_json(args.json_path, rows)
     bad = [r for r in rows if not r.ok]
     print(f"\n{len(rows) - len(bad)} of {len(rows)} variants shrink to no more than their canonical form on every one of "
           f"{len(args.seeds)} seeds ({time.perf_counter() - started:.0f}s)")
     for r in bad:
         print(f"  {r.contract}.{r.variant}: {r.no_larger} of {len(r.runs)} seeds")
-    if args.json_path:
-        out: list[dict[str, Any]] = [
-            {"contract": r.contract, "variant": r.variant,
-             "runs": [{**vars(x), "size": list(x.size)} for x in r.runs]} for r in rows]
-        with open(args.json_path, "w") as fh:
-            json.dump(out, fh, indent=1)
     return 1 if bad else 0
 
 

@@ -364,16 +364,27 @@ def _refined(table: np.ndarray, size: int, smaller: int) -> np.ndarray:
     return out
 
 
+def _engine_rule(q: np.ndarray) -> list[list[Range]]:
+    """The engine's token split of a step (over the requests with tokens,
+    ``n = 2``, no padding), as a list of one split, or none where it refuses."""
+    nst = [int(x) for x in np.asarray(q).tolist() if x > 0]
+    total = sum(nst)
+    split = split_ubatches(nst, total, len(nst), 2) if total >= 2 else None
+    return [] if split is None else [[rng for _, rng in split]]
+
+
 def step_reductions(case: Case) -> Iterator[Case]:
     """Smaller cases built from ``case`` (``batchfuzz.reduce``): a request
-    deleted; a KV group dropped; a request's computed prefix shortened by a
-    whole number of blocks in every group (its leading columns shifted out,
-    so every other slot keeps its block and offset); a computed or scheduled
+    deleted; a KV group dropped; a request's computed prefix (or, with
+    nothing computed, its scheduled tokens) shortened by a whole number of
+    blocks in every group (its leading columns shifted out, so every other
+    slot keeps its block and offset); a computed or scheduled
     token fewer; a group's block size refined to a divisor (``_refined``:
     the same slots, smaller blocks); a table cell cleared; block ids
     renumbered ``1, 2, ...`` in order of first appearance; unused table
-    columns removed. The case's splits
-    are kept where they still cut inside the step."""
+    columns removed. The case's splits are kept where they still cut inside
+    the step; where no engine split is left, the engine's rule on the smaller
+    step takes their place."""
     a = case.args
     c = np.asarray(a["num_computed_tokens"]).copy()
     q = np.asarray(a["num_scheduled_tokens"]).copy()
@@ -387,6 +398,10 @@ def step_reductions(case: Case) -> Iterator[Case]:
         ctx = dict(case.context)
         for key in ("engine_splits", "adversarial_splits"):
             ctx[key] = [s for s in ctx.get(key, []) if all(ts < total for ts, _ in s[1:])]
+        if case.context.get("engine_splits") and not ctx["engine_splits"]:
+            # Every engine split cut past the fewer tokens: the engine's rule
+            # on the smaller step instead (n = 2, no padding), as the scopes do.
+            ctx["engine_splits"] = _engine_rule(q2)
         return Case({"num_computed_tokens": c2, "num_scheduled_tokens": q2, "block_tables": tables2, "block_sizes": sizes2}, ctx)
 
     for r in range(c.size):
@@ -396,7 +411,9 @@ def step_reductions(case: Case) -> Iterator[Case]:
             yield make(c.copy(), q.copy(), [t for k, t in enumerate(tables) if k != g], [b for k, b in enumerate(sizes) if k != g])
     shift = _lcm(sizes)
     for r in range(c.size):
-        if c[r] >= shift:
+        # The request's first whole block of tokens dropped: computed ones, or
+        # (with nothing computed) scheduled ones, keeping at least one.
+        if c[r] >= shift or (c[r] == 0 and q[r] > shift):
             shifted = []
             for t, b in zip(tables, sizes, strict=True):
                 t2 = t.copy()
@@ -404,9 +421,12 @@ def step_reductions(case: Case) -> Iterator[Case]:
                 t2[r, : t.shape[1] - cols] = t[r, cols:]
                 t2[r, t.shape[1] - cols:] = 0
                 shifted.append(t2)
-            c2 = c.copy()
-            c2[r] -= shift
-            yield make(c2, q.copy(), shifted, sizes)
+            c2, q2 = c.copy(), q.copy()
+            if c[r] >= shift:
+                c2[r] -= shift
+            else:
+                q2[r] -= shift
+            yield make(c2, q2, shifted, sizes)
     for r in range(c.size):
         for counts in (c, q):
             if counts[r] > 0:
@@ -497,16 +517,14 @@ def _scope_case(c: tuple[int, ...], q: tuple[int, ...], tables: list[np.ndarray]
     """A scope's step with its splits: the engine's token rule over the
     requests with tokens (``n = 2``, no padding) unless it refuses, every
     two-ubatch cut, and one token per ubatch."""
-    nst = [x for x in q if x > 0]
     total = sum(q)
-    engine = split_ubatches(nst, total, len(nst), 2) if total >= 2 else None
     adversarial = [cuts_to_split([k], total) for k in range(1, total)]
     if total >= 3:
         adversarial.append(cuts_to_split(range(1, total), total))
     return Case(
         {"num_computed_tokens": np.array(c, dtype=np.int32), "num_scheduled_tokens": np.array(q, dtype=np.int32),
          "block_tables": tables, "block_sizes": list(sizes)},
-        {"engine_splits": [] if engine is None else [[rng for _, rng in engine]], "adversarial_splits": adversarial,
+        {"engine_splits": _engine_rule(np.array(q)), "adversarial_splits": adversarial,
          "source": "exhaustive", "labels": []})
 
 
