@@ -80,7 +80,7 @@ def markdown(rows: list[Row]) -> str:
              "|---|---|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         w = r.worst()
-        what = f"{w.verdict}: `{w.case}`" if w.status == "counterexample" else f"not found ({w.status})"
+        what = f"{w.verdict}, {w.property}: `{w.case}`" if w.status == "counterexample" else f"not found ({w.status})"
         lines.append(f"| {r.contract} | {r.variant} | {r.found}/{len(r.runs)} | {r.no_larger}/{len(r.runs)} | "
                      f"{sum(not x.complete for x in r.runs)} | {max(x.seconds for x in r.runs):.1f} | {w.seed} | {what} |")
     return "\n".join(lines) + "\n"
@@ -104,12 +104,14 @@ def write_json(path: str, rows: list[Row]) -> None:
         json.dump(out, fh, indent=1)
 
 
-def check_once(contract: registry.Contract, variant: registry.Variant, seed: int, budget_s: float) -> Run:
-    """``batchfuzz check CONTRACT variant:NAME --seed SEED --no-isolation``, its JSON report read back."""
+def check_once(contract: registry.Contract, variant: registry.Variant, seed: int, budget_s: float, primary: bool = False) -> Run:
+    """``batchfuzz check CONTRACT variant:NAME --seed SEED --no-isolation`` (``primary``: with
+    ``--property`` the variant's primary property, the one its canonical form is documented for),
+    its JSON report read back."""
     fd, path = tempfile.mkstemp(suffix=".json")
     os.close(fd)
     argv = ["check", contract.name, f"variant:{variant.name}", "--seed", str(seed), "--budget", f"{budget_s:g}",
-            "--no-isolation", "--json", path]
+            "--no-isolation", "--json", path, *(["--property", variant.caught_by[0]] if primary else [])]
     start = time.perf_counter()
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
@@ -150,11 +152,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget", type=float, default=120.0,
                    help="check's --budget per run (default 120: on a loaded machine check's own 30 s can end a shrink "
                         "early, and this measures where shrinking stops, not how fast it gets there)")
+    p.add_argument("--primary", action="store_true",
+                   help="check only the variant's primary property (caught_by[0], the one its canonical form is documented "
+                        "for) instead of every property")
     p.add_argument("--json", dest="json_path", help="write every run here")
-    p.add_argument("--render", nargs="+", metavar="JSON", help="run nothing: print the Markdown table of these --json files")
+    p.add_argument("--render", nargs="+", metavar="JSON", help="run nothing: print the Markdown table of these --json files (--contract, --variant filter)")
     args = p.parse_args(argv)
     if args.render:
-        loaded = load(args.render)
+        loaded = [r for r in load(args.render) if (not args.contract or r.contract in args.contract)
+                  and (not args.variant or r.variant in args.variant)]
         print(markdown(loaded), end="")
         return 0 if all(r.ok for r in loaded) else 1
     contracts = [registry.get(n) for n in args.contract] if args.contract else registry.contracts()
@@ -165,10 +171,10 @@ def main(argv: list[str] | None = None) -> int:
         for variant in contract.variants:
             if args.variant and variant.name not in args.variant:
                 continue
-            row = Row(contract.name, variant.name, [check_once(contract, variant, s, args.budget) for s in args.seeds])
+            row = Row(contract.name, variant.name, [check_once(contract, variant, s, args.budget, args.primary) for s in args.seeds])
             rows.append(row)
             w = row.worst()
-            tail = (f"seed {w.seed}: {w.verdict} {w.size} {w.case}" if w.status == "counterexample"
+            tail = (f"seed {w.seed}: {w.verdict} {w.size} {w.property}: {w.case}" if w.status == "counterexample"
                     else f"seed {w.seed}: not found ({w.status})")
             cut = sum(not r.complete for r in row.runs)
             slowest = max(r.seconds for r in row.runs)
