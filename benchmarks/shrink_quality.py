@@ -156,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="check only the variant's primary property (caught_by[0], the one its canonical form is documented "
                         "for) instead of every property")
     p.add_argument("--json", dest="json_path", help="write every run here")
-    p.add_argument("--render", nargs="+", metavar="JSON", help="run nothing: print the Markdown table of these --json files (--contract, --variant filter)")
+    p.add_argument("--render", nargs="+", metavar="JSON",
+                   help="run nothing: print the Markdown table of these --json files (--contract, --variant filter)")
     args = p.parse_args(argv)
     if args.render:
         loaded = [r for r in load(args.render) if (not args.contract or r.contract in args.contract)
