@@ -114,8 +114,11 @@ def check_once(contract: registry.Contract, variant: registry.Variant, seed: int
             "--no-isolation", "--json", path, *(["--property", variant.caught_by[0]] if primary else [])]
     start = time.perf_counter()
     try:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        err = io.StringIO()
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
             code = cli.main(argv)
+        if code == 2:  # a usage error: check refuses the target before any example (no report)
+            return Run(seed, "refused: " + err.getvalue().strip().splitlines()[-1], seconds=time.perf_counter() - start)
         with open(path) as fh:
             report = json.load(fh)
     finally:

@@ -364,6 +364,29 @@ def _refined(table: np.ndarray, size: int, smaller: int) -> np.ndarray:
     return out
 
 
+def _coarse_relaid(table: np.ndarray, size: int, smaller: int, c: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """``table`` of block size ``size`` laid out again for block size
+    ``smaller``, which does not divide it (a candidate, not an equivalent
+    step: a property run decides whether it still fails): the new block of
+    each row's positions ``j * smaller ...`` takes the id of the old block
+    holding position ``j * smaller``, the first time that old block is met in
+    the row, a fresh id after (a row never holds one block twice)."""
+    need = c.astype(np.int64) + q.astype(np.int64)
+    width = int(max((ceil_div(int(x), smaller) for x in need), default=0))
+    fresh = int(table.max(initial=0)) + 1
+    out = np.zeros((table.shape[0], width), dtype=table.dtype)
+    for r in range(table.shape[0]):
+        seen: set[int] = set()
+        for j in range(width):
+            col = j * smaller // size
+            block = int(table[r, col]) if col < table.shape[1] else 0
+            if block and block in seen:
+                block, fresh = fresh, fresh + 1
+            seen.add(block)
+            out[r, j] = block
+    return out
+
+
 def _engine_rule(q: np.ndarray) -> list[list[Range]]:
     """The engine's token split of a step (over the requests with tokens,
     ``n = 2``, no padding), as a list of one split, or none where it refuses."""
@@ -380,7 +403,8 @@ def step_reductions(case: Case) -> Iterator[Case]:
     blocks in every group (its leading columns shifted out, so every other
     slot keeps its block and offset); a computed or scheduled
     token fewer; a group's block size refined to a divisor (``_refined``:
-    the same slots, smaller blocks); a table cell cleared; block ids
+    the same slots, smaller blocks) or lowered to a non-divisor
+    (``_coarse_relaid``: a candidate the property run judges); a table cell cleared; block ids
     renumbered ``1, 2, ...`` in order of first appearance; unused table
     columns removed. The case's splits are kept where they still cut inside
     the step; where no engine split is left, the engine's rule on the smaller
@@ -438,6 +462,10 @@ def step_reductions(case: Case) -> Iterator[Case]:
         for d in (d for d in range(1, b) if b % d == 0):
             yield make(c.copy(), q.copy(), [_refined(t2, b, d) if k == g else t2.copy() for k, t2 in enumerate(tables)],
                        [d if k == g else b2 for k, b2 in enumerate(sizes)])
+    for g, b in enumerate(sizes):
+        for b2 in (d for d in range(2, b) if b % d):
+            yield make(c.copy(), q.copy(), [_coarse_relaid(t2, b, b2, c, q) if k == g else t2.copy()
+                                            for k, t2 in enumerate(tables)], [b2 if k == g else b3 for k, b3 in enumerate(sizes)])
     renumber: dict[int, int] = {}
     for t in tables:
         for block in t.reshape(-1).tolist():
