@@ -80,21 +80,28 @@ def markdown(rows: list[Row]) -> str:
              "|---|---|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         w = r.worst()
-        what = f"{w.verdict}, {w.property}: `{w.case}`" if w.status == "counterexample" else f"not found ({w.status})"
+        if w.status == "counterexample":
+            what = f"{w.verdict}, {w.property}: `{w.case}`"
+        elif w.status.startswith("refused"):
+            what = "refused by check before any example (a usage error, exit 2)"
+        else:
+            what = f"not found ({w.status})"
         lines.append(f"| {r.contract} | {r.variant} | {r.found}/{len(r.runs)} | {r.no_larger}/{len(r.runs)} | "
                      f"{sum(not x.complete for x in r.runs)} | {max(x.seconds for x in r.runs):.1f} | {w.seed} | {what} |")
     return "\n".join(lines) + "\n"
 
 
 def load(paths: list[str]) -> list[Row]:
-    """Rows from the ``--json`` files of earlier runs, in order."""
-    rows = []
+    """Rows from the ``--json`` files of earlier runs, in the registry's order;
+    a later file's row for a variant replaces an earlier one (a re-run)."""
+    rows: dict[tuple[str, str], Row] = {}
     for path in paths:
         with open(path) as fh:
             for item in json.load(fh):
                 runs = [Run(**{**x, "size": tuple(x["size"])}) for x in item["runs"]]
-                rows.append(Row(item["contract"], item["variant"], runs))
-    return rows
+                rows[item["contract"], item["variant"]] = Row(item["contract"], item["variant"], runs)
+    order = {(c.name, v.name): k for k, (c, v) in enumerate((c, v) for c in registry.contracts() for v in c.variants)}
+    return sorted(rows.values(), key=lambda r: order.get((r.contract, r.variant), len(order)))
 
 
 def write_json(path: str, rows: list[Row]) -> None:
