@@ -183,6 +183,7 @@ CONTRACT = registry.register(Contract(
     labels=labels,
     size=strategies.size,
     reductions=strategies.reductions,
+    scopes=registry.scopes_from(strategies),
     notes="Compared as sets of Python-int 4-tuples; a (K, 4) array or tensor is accepted. A reader is a request with "
           "q > 0 (a request without a token in the step reads nothing).",
 ))
