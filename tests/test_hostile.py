@@ -110,15 +110,15 @@ def test_a_target_that_scribbles_on_its_inputs_is_caught(tmp_path: Path, contrac
                                                          judged: str) -> None:
     """Caught by the property about the inputs, naming the argument, and by a
     property about the result, which judges it against the inputs as they were."""
-    code, data, out, _ = _check(tmp_path, contract, fn, 6, "--property", "inputs_unchanged")
+    code, data, out, _ = _check(tmp_path, contract, fn, 15, "--property", "inputs_unchanged")
     assert code == 1, out
     assert data["property"] == "inputs_unchanged" and f"the target changed its argument {argument}" in data["message"], data
-    code, data, out, _ = _check(tmp_path, contract, fn, 6, "--property", judged)
+    code, data, out, _ = _check(tmp_path, contract, fn, 15, "--property", judged)
     assert code == 1 and data["property"] == judged, out
 
 
 def test_fuzz_with_a_segfaulting_and_a_hanging_target_finishes_and_keeps_both(tmp_path: Path) -> None:
-    budget = 14.0
+    budget = 20.0
     r, wall = _batchfuzz(
         "fuzz", "--contract", "split_dummy_tokens", "--impl", f"{HOSTILE}:*",
         "--target", f"split_dummy_tokens={HOSTILE}:segv", "--target", f"split_dummy_tokens={HOSTILE}:hang",
