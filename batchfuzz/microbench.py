@@ -1,5 +1,5 @@
 """Microbenchmark of the drop-in exact microbatching check against the check
-the engine ships, on realistic steps (``batchfuzz bench --drop-in``).
+the engine ships, on realistic steps (``batchfuzz bench``).
 
 Per scenario (profile x number of KV groups, steps from
 ``strategies.realizable.sample_realizable_step``), in one process, with the
@@ -19,11 +19,24 @@ one call of each of:
 - ``exact+validation`` (optional): the canonical ``allow_microbatching``,
   which validates its input (``batchfuzz.reference._step.check_step``) first;
 - ``engine`` (optional): the engine's real function, through a factory the
-  caller supplies (see :data:`EngineFactory`).
+  caller supplies (see :data:`EngineFactory`; ``batchfuzz bench
+  --vllm-wheel FILE`` passes vLLM's ``GPUModelRunner._allow_microbatching`` cut
+  out of the wheel);
+- ``torch <device>`` and ``find torch <device>`` (optional, per device):
+  ``ExactConflictsTorch`` (``batchfuzz.impl.find_conflicts_torch``), the
+  sync-free decision and conflict set, inputs resident on the device (int32,
+  copied there before timing), ``num_tokens`` the step's; on CUDA the timed
+  region is ``torch.cuda.synchronize()``, the call, ``torch.cuda.synchronize()``
+  (the queue is empty before it), so the figure is the step's device time
+  plus the launches; on CUDA also ``torch cuda graph`` and ``find torch cuda
+  graph``, the same calls replayed from a CUDA graph captured once per step
+  shape (``batchfuzz.impl._cuda_graph.CapturedStep``: the inputs copied into
+  the graph's static buffers, then one replay), so without the launches.
 
 Untimed, on every step: ``shipped`` must decide as the registered variant
 ``batchfuzz.variants.microbatch.shipped_allow_microbatching``, ``engine`` as
-``shipped``, ``exact+validation`` as ``exact``; on the first
+``shipped``, ``exact+validation`` and the torch decisions as ``exact``,
+the torch conflict sets must give ``find``'s rows (and not overflow); on the first
 ``oracle_steps`` steps of each scenario, ``exact`` must equal the oracle
 ``batchfuzz.reference.allow_microbatching`` and ``find`` must equal
 ``batchfuzz.reference.find_conflicts`` (the oracle is slow: it is run once
@@ -58,6 +71,13 @@ SCENARIOS = tuple(f"{p}/G{g}" for p in PROFILES for g in GROUP_COUNTS)
 EngineFactory = Callable[[Step, dict[str, Any]], Callable[[], bool]]
 
 EXACT, SHIPPED, FIND, VALIDATED, ENGINE = "exact", "shipped", "find", "exact+validation", "engine"
+
+
+def torch_columns(device: str) -> tuple[str, ...]:
+    """The names of the torch decision's and conflict set's columns on
+    ``device``; on CUDA also both replayed from a CUDA graph."""
+    eager = (f"torch {device}", f"find torch {device}")
+    return eager + ((f"torch {device} graph", f"find torch {device} graph") if device.startswith("cuda") else ())
 
 
 # ---------------------------------------------------------------- the shipped check, at its cost
@@ -117,7 +137,7 @@ class ScenarioResult:
 
     @property
     def ratios(self) -> dict[str, float | None]:
-        pairs = [(EXACT, SHIPPED), (FIND, EXACT), (VALIDATED, SHIPPED), (ENGINE, SHIPPED), (EXACT, ENGINE)]
+        pairs = [(EXACT, SHIPPED), (FIND, EXACT), (VALIDATED, SHIPPED), (ENGINE, SHIPPED), (EXACT, ENGINE), (FIND, ENGINE)]
         return {f"{a}/{b}": self.ratio(a, b) for a, b in pairs if a in self.medians and b in self.medians}
 
     @property
@@ -151,7 +171,8 @@ class MicrobenchReport:
         }
 
     def _rows(self) -> tuple[list[str], list[list[str]]]:
-        ratio_names = [r for r in (f"{EXACT}/{SHIPPED}", f"{FIND}/{EXACT}", f"{ENGINE}/{SHIPPED}", f"{EXACT}/{ENGINE}")
+        ratio_names = [r for r in (f"{EXACT}/{SHIPPED}", f"{FIND}/{EXACT}", f"{ENGINE}/{SHIPPED}", f"{EXACT}/{ENGINE}",
+                                   f"{FIND}/{ENGINE}")
                        if any(r in sc.ratios for sc in self.scenarios)]
         head = ["scenario", "R", "tokens", "decisions e/s/o"] + [f"{c} ms" for c in self.columns] + ratio_names
         rows = []
@@ -168,7 +189,7 @@ class MicrobenchReport:
         widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
         lines = ["  ".join(c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(row))
                  for row in [head, ["-" * w for w in widths], *rows]]
-        lines.append(_legend())
+        lines.append(_legend(self.settings))
         lines += [f"MISMATCH {m}" for m in self.mismatches]
         return "\n".join(lines)
 
@@ -179,7 +200,7 @@ class MicrobenchReport:
                f"scenario (seeds {s['seed']}..{s['seed'] + s['steps'] - 1}), {s['repeat']} repetitions; median ms per call.",
                "", "| " + " | ".join(head) + " |", "|" + "|".join("---" if i == 0 else "---:" for i in range(len(head))) + "|"]
         out += ["| " + " | ".join(r) + " |" for r in rows]
-        out += ["", _legend()]
+        out += ["", _legend(s)]
         out += [f"- MISMATCH {m}" for m in self.mismatches]
         return "\n".join(out) + "\n"
 
@@ -193,9 +214,16 @@ def _decision_cell(step: dict[str, Any]) -> str:
     return f"{word(d.get(EXACT))}/{word(d.get(SHIPPED))}/{word(d.get('oracle'))}"
 
 
-def _legend() -> str:
-    return ("decisions e/s/o: exact / shipped / oracle per step ('-': oracle not run on that step); exact is the "
+def _legend(settings: dict[str, Any]) -> str:
+    text = ("decisions e/s/o: exact / shipped / oracle per step ('-': oracle not run on that step); exact is the "
             "engine path (shapes checked, values not, as the engine's check); exact+validation adds check_step")
+    if settings.get("engine_label"):
+        text += f"; engine: {settings['engine_label']}, decided as shipped on every step unless a MISMATCH line says otherwise"
+    if settings.get("devices"):
+        text += ("; torch/find torch: ExactConflictsTorch, inputs resident on the device (graph: replayed from a CUDA "
+                 "graph), timed between two "
+                 "torch.cuda.synchronize() on CUDA")
+    return text
 
 
 def _fmt_ms(seconds: float | None) -> str:
@@ -237,14 +265,17 @@ def _select(names: Sequence[str] | None) -> list[str]:
 
 def run(scenarios: Sequence[str] | None = None, *, num_reqs: int = 256, width: int = 2048, steps: int = 2,
         repeat: int = 7, oracle_steps: int = 1, validated: bool = True, seed: int = 0,
-        engine: EngineFactory | None = None, log: Callable[[str], None] | None = None) -> MicrobenchReport:
+        engine: EngineFactory | None = None, engine_label: str | None = None, devices: Sequence[str] = (),
+        log: Callable[[str], None] | None = None) -> MicrobenchReport:
     """Time the columns (module docstring) on ``steps`` steps per scenario.
 
     ``scenarios``: names like ``"mixed/G2"`` (default: all nine);
     ``num_reqs``: max_num_seqs of the modelled engine; ``width``: columns of
     group 0's table; ``oracle_steps``: how many steps per scenario the
     oracle checks (0: none); ``validated``: also time ``exact+validation``;
-    ``engine``: adds the ``engine`` column. ``log`` receives progress lines.
+    ``engine``: adds the ``engine`` column (``engine_label`` names it in the
+    report); ``devices``: torch devices for the ``torch`` and ``find torch``
+    columns. ``log`` receives progress lines.
     """
     from batchfuzz.contracts._microbatch import shipped_allow_microbatching
     from batchfuzz.impl.allow_microbatching_numpy import ExactMicrobatchCheck, allow_microbatching
@@ -257,11 +288,21 @@ def run(scenarios: Sequence[str] | None = None, *, num_reqs: int = 256, width: i
                               ("oracle_steps", oracle_steps, 0)):
         if not isinstance(value, int) or isinstance(value, bool) or value < low:
             raise ValueError(f"{label} must be an int >= {low}, got {value!r}")
-    columns = [EXACT, SHIPPED, FIND] + ([VALIDATED] if validated else []) + ([ENGINE] if engine is not None else [])
+    devices = list(devices)
+    columns = ([EXACT, SHIPPED, FIND] + ([VALIDATED] if validated else []) + ([ENGINE] if engine is not None else [])
+               + [col for dev in devices for col in torch_columns(dev)])
     report = MicrobenchReport(
         settings={"scenarios": names, "num_reqs": num_reqs, "width": width, "steps": steps, "repeat": repeat,
-                  "oracle_steps": oracle_steps, "validated": validated, "seed": seed, "engine": engine is not None},
+                  "oracle_steps": oracle_steps, "validated": validated, "seed": seed, "engine": engine is not None,
+                  "engine_label": engine_label, "devices": devices},
         machine=_machine(), columns=columns)
+    if devices:
+        import torch
+
+        report.machine["torch"] = torch.__version__
+        report.machine["torch_threads"] = torch.get_num_threads()
+        if torch.cuda.is_available():
+            report.machine["cuda_device"] = torch.cuda.get_device_name(0)
     for name in names:
         profile, groups = name.split("/G")
         t0 = time.perf_counter()
@@ -272,6 +313,10 @@ def run(scenarios: Sequence[str] | None = None, *, num_reqs: int = 256, width: i
         num_blocks = 1 + max(int(t.max(initial=0)) for s, _ in drawn for t in s.block_tables)
         check = ExactMicrobatchCheck(num_reqs, [int(t.shape[1]) for t in first.block_tables], list(first.block_sizes),
                                      num_blocks)
+        finders = {dev: _TorchColumns(dev, num_reqs, first, num_blocks, max(int(s.num_scheduled_tokens.sum()) for s, _ in drawn))
+                   for dev in devices}
+        torch_cols = {col for dev in devices for col in torch_columns(dev)}
+        syncs = {col: f.sync for f in finders.values() for col in torch_columns(f.device) if f.sync is not None}
         calls: list[dict[str, Callable[[], Any]]] = []
         step_out: list[dict[str, Any]] = []
         oracle_seconds: list[float] = []
@@ -287,9 +332,13 @@ def run(scenarios: Sequence[str] | None = None, *, num_reqs: int = 256, width: i
                 per[VALIDATED] = partial(allow_microbatching, c, q, tables, sizes)
             if engine is not None:
                 per[ENGINE] = engine(step, info)
+            for finder in finders.values():
+                per.update(finder.calls(step))
             calls.append(per)
             decisions: dict[str, Any] = {EXACT: bool(per[EXACT]()), "paths": list(check.last_paths)}
-            decisions.update({col: (len(f()) if col == FIND else bool(f())) for col, f in per.items() if col != EXACT})
+            decisions.update({col: bool(f()) for col, f in per.items() if col not in (EXACT, FIND) and col not in torch_cols})
+            rows = per[FIND]()
+            decisions[FIND] = len(rows)
             decisions["shipped variant"] = bool(shipped_allow_microbatching(c, q, tables, sizes, thr))
             mismatches = []
             if decisions[SHIPPED] != decisions["shipped variant"]:
@@ -298,6 +347,8 @@ def run(scenarios: Sequence[str] | None = None, *, num_reqs: int = 256, width: i
                 mismatches.append(f"step {k}: engine {decisions[ENGINE]} != shipped {decisions[SHIPPED]}")
             if VALIDATED in decisions and decisions[VALIDATED] != decisions[EXACT]:
                 mismatches.append(f"step {k}: exact+validation {decisions[VALIDATED]} != exact {decisions[EXACT]}")
+            for finder in finders.values():
+                mismatches += [f"step {k}: {m}" for m in finder.compare(per, decisions, rows)]
             if k < oracle_steps:
                 t1 = time.perf_counter()
                 decisions["oracle"] = bool(ref.allow_microbatching(c, q, tables, sizes))
@@ -316,9 +367,13 @@ def run(scenarios: Sequence[str] | None = None, *, num_reqs: int = 256, width: i
             order = columns[rep % len(columns):] + columns[: rep % len(columns)]
             for per in calls:
                 for col in order:
-                    f = per[col]
+                    f, sync = per[col], syncs.get(col)
+                    if sync is not None:
+                        sync()
                     t1 = time.perf_counter()
                     f()
+                    if sync is not None:
+                        sync()
                     samples[col].append(time.perf_counter() - t1)
         result = ScenarioResult(name, profile, int(groups), step_out, {col: statistics.median(xs) for col, xs in samples.items()},
                                 {col: len(xs) for col, xs in samples.items()}, oracle_seconds, gen)
@@ -327,3 +382,59 @@ def run(scenarios: Sequence[str] | None = None, *, num_reqs: int = 256, width: i
             ratios = ", ".join(f"{k} {_fmt_ratio(v)}" for k, v in result.ratios.items())
             log(f"  {name}: generated in {gen:.1f}s; {ratios}")
     return report
+
+
+class _TorchColumns:
+    """The ``torch <device>`` and ``find torch <device>`` columns of one
+    scenario: one ``ExactConflictsTorch`` built for it, each step's arrays
+    copied to the device (int32, as the engine keeps them) before timing."""
+
+    def __init__(self, device: str, max_num_reqs: int, first: Step, num_blocks: int, max_num_tokens: int) -> None:
+        import torch
+
+        from batchfuzz.impl.find_conflicts_torch import ExactConflictsTorch
+
+        self.device = device
+        self.finder = ExactConflictsTorch(max_num_reqs, [int(t.shape[1]) for t in first.block_tables], list(first.block_sizes),
+                                          num_blocks, max_num_tokens, device)
+        self.sync = torch.cuda.synchronize if self.finder.device.type == "cuda" else None
+        self._torch = torch
+        if self.finder.device.type == "cuda":
+            from batchfuzz.impl._cuda_graph import CapturedStep
+
+            self._graph_decide = CapturedStep(self.finder)
+            self._graph_find = CapturedStep(self.finder.find_conflicts)
+
+    def calls(self, step: Step) -> dict[str, Callable[[], Any]]:
+        torch = self._torch
+
+        def move(a: np.ndarray) -> Any:
+            return torch.from_numpy(np.ascontiguousarray(a, dtype=np.int32)).to(self.device)
+
+        args = (step.num_reqs, move(step.num_computed_tokens), move(step.num_scheduled_tokens),
+                [move(t) for t in step.block_tables])
+        tokens = int(step.num_scheduled_tokens.sum())
+        decide, find, *graphed = torch_columns(self.device)
+        out: dict[str, Callable[[], Any]] = {decide: partial(self.finder, *args, num_tokens=tokens),
+                                             find: partial(self.finder.find_conflicts, *args, tokens)}
+        if graphed:
+            out[graphed[0]] = partial(self._graph_decide, *args, tokens)
+            out[graphed[1]] = partial(self._graph_find, *args, tokens)
+        return out
+
+    def compare(self, per: dict[str, Callable[[], Any]], decisions: dict[str, Any], rows: np.ndarray) -> list[str]:
+        """Untimed: the torch decisions equal ``exact``, the torch rows ``find``'s."""
+        names = torch_columns(self.device)
+        out = []
+        for decide in names[0::2]:
+            decisions[decide] = bool(per[decide]())
+            if decisions[decide] != decisions[EXACT]:
+                out.append(f"{decide} {decisions[decide]} != exact {decisions[EXACT]}")
+        for find in names[1::2]:
+            found = per[find]()
+            if bool(found.overflow):
+                out.append(f"{find}: {int(found.num_pairs)} pairs overflow max_pairs ({self.finder.max_pairs})")
+            elif not np.array_equal(found.to_numpy(), rows):
+                out.append(f"{find} ({int(found.num_conflicts)} conflicts) != find ({rows.shape[0]})")
+            decisions[find] = int(found.num_conflicts)
+        return out

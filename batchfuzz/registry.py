@@ -123,6 +123,42 @@ def _in_domain(predicate: Callable[[Case, str], bool], name: str, case: Case) ->
     return bool(predicate(case, name))
 
 
+DEFAULT_SCOPE = "small"
+
+
+@dataclass(frozen=True)
+class Scope:
+    """A bounded-exhaustive scope: a documented small set of inputs that
+    ``cases()`` enumerates completely, smallest first in the contract's order
+    (``Contract.size``), so the first failing case is a smallest
+    counterexample of the scope (``batchfuzz.exhaustive``). Every case lies
+    in the domain ``domain``; ``count`` is how many there are, and
+    ``description`` says what is enumerated and in which order."""
+
+    name: str
+    description: str
+    domain: str
+    count: int
+    cases: Callable[[], Iterable[Case]]
+
+    def __post_init__(self) -> None:
+        if not self.name.isidentifier():
+            raise RecordError(f"scope {self.name!r}: name must be an identifier")
+        if not self.description.strip():
+            raise RecordError(f"scope {self.name!r}: description must say what is enumerated")
+        if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 1:
+            raise RecordError(f"scope {self.name!r}: count must be an int >= 1, got {self.count!r}")
+        if not callable(self.cases):
+            raise RecordError(f"scope {self.name!r}: cases must be callable, got {type(self.cases).__name__}")
+
+
+def scopes_from(strategies: Any) -> tuple[Scope, ...]:
+    """The scopes a contract's strategies module defines: ``SCOPES`` (name ->
+    a ``ScopeSpec``: description, domain, count) and ``scope_cases(name)``, in order."""
+    return tuple(Scope(name, spec.description, spec.domain, spec.count, functools.partial(strategies.scope_cases, name))
+                 for name, spec in strategies.SCOPES.items())
+
+
 @dataclass(frozen=True)
 class ErrorInput:
     """Bad input, the exception type it must raise and a message regex."""
@@ -179,6 +215,8 @@ class Contract:
     (``batchfuzz.reduce``); ``scores(target, case)`` are counted, never failed on; ``reproduce``
     (function name, case, violated property, imports) writes the calls of a
     reproduction where the plain positional call would not replay the failure.
+    ``scopes`` are its bounded-exhaustive scopes (:class:`Scope`), one of them
+    named ``DEFAULT_SCOPE`` when there are any.
     """
 
     name: str
@@ -203,6 +241,7 @@ class Contract:
     scores: Callable[[Target, Case], dict[str, int]] | None = None
     reproduce: Callable[[str, Case, str, set[str]], list[str]] | None = None
     notes: str = ""
+    scopes: tuple[Scope, ...] = ()
     module: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -215,7 +254,8 @@ class Contract:
         for kind, names in (("implementation", [i.name for i in self.implementations]),
                             ("property", [p.name for p in self.properties]),
                             ("variant", [v.name for v in self.variants]),
-                            ("domain", [d.name for d in self.domains])):
+                            ("domain", [d.name for d in self.domains]),
+                            ("scope", [s.name for s in self.scopes])):
             dupes = sorted({n for n in names if names.count(n) > 1})
             if dupes:
                 raise bad(f"{kind} names must be unique, repeated: {dupes}")
@@ -227,6 +267,12 @@ class Contract:
             raise bad("needs at least one error input")
         if not self.domains or self.domains[0].name != "spec":
             raise bad(f"domains must start with 'spec', got {[d.name for d in self.domains]}")
+        domains = [d.name for d in self.domains]
+        for s in self.scopes:
+            if s.domain not in domains:
+                raise bad(f"scope {s.name!r}: domain {s.domain!r} is not a domain of the contract {domains}")
+        if self.scopes and DEFAULT_SCOPE not in [s.name for s in self.scopes]:
+            raise bad(f"scopes must include the default scope {DEFAULT_SCOPE!r}, got {[s.name for s in self.scopes]}")
         props = {p.name for p in self.properties}
         for v in self.variants:
             unknown = [p for p in v.caught_by if p not in props]
@@ -290,6 +336,12 @@ class Contract:
             if d.name == name:
                 return d
         raise KeyError(f"contract {self.name!r} has no domain {name!r} (has: {', '.join(d.name for d in self.domains)})")
+
+    def scope(self, name: str = DEFAULT_SCOPE) -> Scope:
+        for s in self.scopes:
+            if s.name == name:
+                return s
+        raise KeyError(f"contract {self.name!r} has no scope {name!r} (has: {', '.join(s.name for s in self.scopes) or 'none'})")
 
     def strategy(self, domain: str = "spec") -> SearchStrategy[Case]:
         return self.domain(domain).cases()

@@ -11,9 +11,19 @@ larger ``L``), and the closed form.
 The closed form is not recomputed here (the implementation computes exactly
 that expression: comparing with it would check the code against itself). It
 is checked through what characterises it: a row equals the closed form iff it
-is non-decreasing, its minimum is ``N // R``, its maximum ``ceil(N / R)``, and
-``ceil(N / R)`` occurs ``N % R`` times (``R`` times when ``R`` divides ``N``):
-every entry then lies in ``{N // R, ceil(N / R)}`` and the larger ones come last.
+is non-decreasing, its minimum is ``N // R``, its maximum ``ceil(N / R)`` and
+its sum ``N``. (With the minimum and maximum right, every entry is ``N // R``
+or, when ``R`` does not divide ``N``, one more; the sum is then
+``R * (N // R)`` plus the number of larger entries, so the sum is ``N`` iff
+there are ``N % R`` of them; non-decreasing puts them last.)
+
+Cost: the sweep is bound by memory traffic over ``sum(R * (max_tokens - R +
+1))`` entries, so each property reads the block once and the properties share
+their reductions (``aminmax``, one sum). Failure flags stay on the device and
+the host reads them every :data:`FLUSH_EVERY` request counts (a host read is
+a synchronisation that idles the device while the next kernels are queued);
+the first failing ``N`` of a property is found again for the first ``R``
+whose flag is set.
 """
 
 from __future__ import annotations
@@ -42,46 +52,66 @@ class SweepResult:
         return not self.failures
 
 
+FLUSH_EVERY = 64  # request counts between host reads of the failure flags
+
+
+def _violations(split: BatchedSplit, r: int, n_vals: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Per property, a bool per ``N`` of ``n_vals``: does the split of ``N``
+    over ``r`` requests violate it?"""
+    n = split(r, n_vals)
+    floor = torch.div(n_vals, r, rounding_mode="floor")
+    ceil = floor + (n_vals - floor * r > 0)
+    lo, hi = torch.aminmax(n, dim=1)
+    decreasing = (n[:, 1:] < n[:, :-1]).any(dim=1) if r > 1 else torch.zeros_like(n_vals, dtype=torch.bool)
+    wrong_sum = n.sum(dim=1) != n_vals
+    return {
+        "matches_oracle": decreasing | (lo != floor) | (hi != ceil) | wrong_sum,
+        "sum_is_num_tokens": wrong_sum,
+        "max_is_ceil": hi != ceil,
+        "min_is_floor": lo != floor,
+        "non_decreasing": decreasing,
+        "every_request_has_a_token": lo < 1,
+        "within_max_model_len": hi > ceil,
+    }
+
+
 def sweep_split(split: BatchedSplit, *, max_reqs: int, max_tokens: int, device: str = "cpu",
                 on_progress: Callable[[SweepResult, int], None] | None = None) -> SweepResult:
     """Every ``(R, N)`` with ``1 <= R <= max_reqs``, ``R <= N <= max_tokens``,
-    one ``R`` at a time; ``on_progress(result so far, R)`` after each."""
+    one ``R`` at a time; ``on_progress(result so far, R)`` after each (its
+    ``failures`` as of the last host read of the flags)."""
     if max_reqs < 1 or max_tokens < max_reqs:
         raise ValueError(f"need 1 <= max_reqs <= max_tokens, got max_reqs={max_reqs}, max_tokens={max_tokens}")
     res = SweepResult(max_reqs, max_tokens, device)
     if device == "cuda":
         torch.cuda.synchronize()
     start = time.perf_counter()
-    # Failure flags stay on the device; one host read per R keeps the loop honest
-    # without a sync per property.
     dtype = torch.int32 if max_tokens < 2**31 else torch.int64
     all_n = torch.arange(0, max_tokens + 1, device=device, dtype=dtype)
+    names: list[str] = []
+    pending: list[tuple[int, torch.Tensor]] = []  # (R, one flag per property), not yet read by the host
+
+    def flush() -> None:
+        if not pending:
+            return
+        flags = torch.stack([f for _, f in pending]).cpu()
+        for (r, _), row in zip(pending, flags.tolist(), strict=True):
+            new = [name for name, hit in zip(names, row, strict=True) if hit and name not in res.failures]
+            if new:
+                bad = _violations(split, r, all_n[r:])
+                for name in new:
+                    res.failures[name] = (r, r + int(torch.nonzero(bad[name])[0, 0].item()))
+        pending.clear()
+
     for r in range(1, max_reqs + 1):
-        n_vals = all_n[r:]
-        n = split(r, n_vals)
-        floor = torch.div(n_vals, r, rounding_mode="floor")
-        rem = n_vals - floor * r
-        ceil = floor + (rem > 0).to(dtype)
-        lo, hi = torch.aminmax(n, dim=1)
-        decreasing = (n[:, 1:] < n[:, :-1]).any(dim=1) if r > 1 else torch.zeros_like(n_vals, dtype=torch.bool)
-        ceil_count = (n == ceil.unsqueeze(1)).sum(dim=1)
-        bad = {
-            "matches_oracle": decreasing | (lo != floor) | (hi != ceil) | (ceil_count != torch.where(rem > 0, rem, r)),
-            "sum_is_num_tokens": n.sum(dim=1) != n_vals,
-            "max_is_ceil": hi != ceil,
-            "min_is_floor": lo != floor,
-            "non_decreasing": decreasing,
-            "every_request_has_a_token": lo < 1,
-            "within_max_model_len": hi > ceil,
-        }
-        flags = torch.stack([b.any() for b in bad.values()]).cpu()
-        if bool(flags.any()):
-            for (name, b), hit in zip(bad.items(), flags.tolist(), strict=True):
-                if hit and name not in res.failures:
-                    first = int(torch.nonzero(b)[0, 0].item())
-                    res.failures[name] = (r, int(n_vals[first].item()))
-        res.pairs += int(n_vals.numel())
-        res.elements += int(n_vals.numel()) * r
+        bad = _violations(split, r, all_n[r:])
+        names = list(bad)
+        pending.append((r, torch.stack([b.any() for b in bad.values()])))
+        if len(pending) >= FLUSH_EVERY or r == max_reqs:
+            flush()
+        count = max_tokens - r + 1
+        res.pairs += count
+        res.elements += count * r
         if on_progress is not None:
             res.seconds = time.perf_counter() - start
             on_progress(res, r)

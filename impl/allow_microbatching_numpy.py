@@ -159,6 +159,13 @@ class _Group:
         return np.maximum(req.c[self.rec_row] - self.rec_col() * self.size, 0)
 
 
+def _nonzero(a: np.ndarray) -> np.ndarray:
+    """Indices of the non-zero entries of a 1-D int array. Through a boolean
+    mask: ``np.flatnonzero`` on an int array is about ten times slower than on
+    a bool one (numpy 2.x, measured on the bench's gathered marks)."""
+    return np.flatnonzero(a != 0)
+
+
 def _ragged_arange(buf: _Buffers, lens: np.ndarray, ends: np.ndarray, base: np.ndarray) -> np.ndarray:
     """Concatenated ``base[r] + arange(lens[r])`` over rows ``r`` (``ends = cumsum(lens)``)."""
     total = int(ends[-1]) if ends.size else 0
@@ -205,8 +212,10 @@ class ExactMicrobatchCheck:
         self.widths = [check_int(f"widths[{g}]", w, minimum=0) for g, w in enumerate(widths)]
         self.block_sizes = [check_int(f"block_sizes[{g}]", b, minimum=1) for g, b in enumerate(block_sizes)]
         self.num_blocks = check_int("num_blocks", num_blocks, minimum=1)
-        # block -> a positive value while one group is checked, else 0 (a record's last token + 1, or its index + 1)
-        self._mark = np.zeros(self.num_blocks, dtype=np.int32)
+        self._layout = _KeyLayout(self.max_num_reqs, self.num_blocks, len(self.widths))
+        # block -> a positive value while one group is checked, else 0: for the decision a record's last
+        # token + 1, for find_conflicts ``writer << bits_block | block``
+        self._mark = np.zeros(self.num_blocks, dtype=self._layout.mark_dtype)
         self._buf = _Buffers()
         self.last_paths: tuple[str, ...] = ()
         self.path_counts: Counter[str] = Counter()
@@ -258,9 +267,12 @@ class ExactMicrobatchCheck:
             raise ValueError(f"block_tables hold block id {int(blocks.max())}, but num_blocks is {self.num_blocks}") from None
 
     def _one_writer_per_block(self, grp: _Group, values: np.ndarray) -> bool:
-        """Scatter ``values`` (> 0, one per record, all different) at the record
-        blocks; True iff no block has two records (precondition U): each
-        record reads its own value back. On False the marks are cleared again."""
+        """Scatter ``values`` (> 0, one per record) at the record blocks; True
+        iff every record reads its own value back, i.e. no block has two
+        records with different values. The decision gives every record its own
+        value (the check is precondition U); ``find_conflicts`` gives the
+        records of one row one value per block (the check is U', one writing
+        row per block). On False the marks are cleared again."""
         try:
             self._mark[grp.rec_block] = values
         except IndexError:
@@ -295,9 +307,9 @@ class ExactMicrobatchCheck:
         """With the mark array holding ``latest earliest-write token + 1`` at
         the blocks ``marked``: does a whole-block read see a block written
         after the reader's first token? Clears the marks."""
-        marks = self._marks_at(grp.read_block, self._buf.get("read_mark", grp.read_block.shape[0], np.int32))
+        marks = self._marks_at(grp.read_block, self._buf.get("read_mark", grp.read_block.shape[0], self._mark.dtype))
         self._mark[marked] = 0
-        hits = np.flatnonzero(marks)
+        hits = _nonzero(marks)
         return bool(hits.size) and bool(np.any(marks[hits] > req.start[grp.read_rows(hits)] + 1))
 
     def _general_unsafe(self, req: _Requests, grp: _Group) -> bool:
@@ -327,28 +339,99 @@ class ExactMicrobatchCheck:
     def find_conflicts(self, num_reqs: int, num_computed_tokens: np.ndarray, num_scheduled_tokens: np.ndarray,
                        block_tables: Sequence[np.ndarray]) -> np.ndarray:
         """The conflict set (``batchfuzz.reference.find_conflicts``) as a sorted
-        ``(K, 4)`` int64 array of unique rows ``(g, r, w, b)``."""
+        ``(K, 4)`` int64 array of unique rows ``(g, r, w, b)``.
+
+        Fast path per group, precondition U' (one writing row per block; U
+        implies it): a whole-block read of a written block conflicts with its
+        one writer, every offset being read; a partial read meets only the
+        reader's own writes. The mark array holds ``writer << bits_block |
+        block`` at each written block, so one gather over the whole-block
+        reads yields each conflict's ``(w, b)`` bits. General path: a join
+        of read cells with each block's records."""
         req, tables = self._inputs(num_reqs, num_computed_tokens, num_scheduled_tokens, block_tables)
-        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        lay = self._layout
+        keys: list[np.ndarray] = []
         paths: list[str] = []
         with self._marking(tables, paths):
-            for _g, grp in self._groups(req, tables):
-                if self._one_writer_per_block(grp, self._buf.get("arange", grp.rec_block.shape[0] + 1, np.int64)[1:]):
+            for g, grp in self._groups(req, tables):
+                values = grp.rec_row << lay.bits_block
+                values |= grp.rec_block
+                if self._one_writer_per_block(grp, values):
                     paths.append(FAST)
-                    parts.append(self._fast_pairs(grp))
+                    reader, writer_block = self._fast_pairs(grp)
                 else:
                     paths.append(GENERAL)
-                    parts.append(_general_pairs(req, grp))
-        return _unique_rows(parts, req.n, self.num_blocks)
+                    reader, writer, block = _general_pairs(req, grp)
+                    writer_block = writer << lay.bits_block
+                    writer_block |= block
+                keys.append(lay.keys(g, reader, writer_block))
+        return lay.rows(keys)
 
-    def _fast_pairs(self, grp: _Group) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Under U (the mark array holding record index + 1): every whole-block
-        read of a written block pairs with its one record's writer; partial
-        reads meet only the reader's own record."""
-        marks = self._marks_at(grp.read_block, self._buf.get("read_mark", grp.read_block.shape[0], np.int32))
+    def _fast_pairs(self, grp: _Group) -> tuple[np.ndarray, np.ndarray]:
+        """Under U' (the mark array holding ``writer << bits_block | block`` at
+        the written blocks): ``(reader, writer << bits_block | block)`` for
+        every whole-block read of a written block. Clears the marks."""
+        marks = self._marks_at(grp.read_block, self._buf.get("read_mark", grp.read_block.shape[0], self._mark.dtype))
         self._mark[grp.rec_block] = 0
-        hits = np.flatnonzero(marks)
-        return grp.read_rows(hits), grp.rec_row[marks[hits] - 1], grp.read_block[hits]
+        hits = _nonzero(marks)
+        return grp.read_rows(hits), marks[hits].astype(np.int64, copy=False)
+
+
+class _KeyLayout:
+    """Bit fields of one int64 sort key per conflict, ``g | r | w | b`` from
+    the most significant end, sized by ``max_num_reqs``, ``num_blocks`` and
+    the number of groups; the mark array's dtype (``w | b`` must fit)."""
+
+    def __init__(self, max_num_reqs: int, num_blocks: int, num_groups: int) -> None:
+        self.bits_req = max(max_num_reqs - 1, 1).bit_length()
+        self.bits_block = max(num_blocks - 1, 1).bit_length()
+        self.bits_group = max(num_groups - 1, 1).bit_length()
+        if self.bits_req + self.bits_block > 62:
+            raise ValueError(f"max_num_reqs ({max_num_reqs}) and num_blocks ({num_blocks}) need more than 62 bits together")
+        self.shift_reader = self.bits_req + self.bits_block
+        self.shift_group = self.shift_reader + self.bits_req
+        self.packed = self.shift_group + self.bits_group <= 63  # else rows are sorted as rows
+        self.mark_dtype = np.dtype(np.int32 if self.shift_reader <= 31 else np.int64)
+
+    def keys(self, g: int, reader: np.ndarray, writer_block: np.ndarray) -> np.ndarray:
+        """Group ``g``'s conflicts as keys (or, when they do not fit one int64,
+        as ``(K, 4)`` rows), dropping ``r == w``."""
+        own = (writer_block >> self.bits_block) == reader
+        if own.any():  # a row holding a block it writes among the blocks it reads (ill-formed): no conflict
+            reader, writer_block = reader[~own], writer_block[~own]
+        if not self.packed:
+            return np.stack([np.full(reader.shape[0], g, dtype=np.int64), reader, writer_block >> self.bits_block,
+                             writer_block & ((1 << self.bits_block) - 1)], axis=1)
+        key = reader << self.shift_reader
+        key |= writer_block
+        if g:
+            key |= g << self.shift_group
+        return key
+
+    def rows(self, keys: list[np.ndarray]) -> np.ndarray:
+        """The sorted unique ``(K, 4)`` int64 rows of the groups' keys (a sort
+        of the keys, ``np.unique`` on rows being far slower); each group's
+        keys come presorted by reader, and the stable sort (a merge of runs)
+        uses that."""
+        if not self.packed:
+            rows = np.concatenate([np.zeros((0, 4), dtype=np.int64), *keys])
+            rows = rows[np.lexsort(rows.T[::-1])]
+            return rows[np.r_[True, np.any(rows[1:] != rows[:-1], axis=1)]] if rows.shape[0] else rows
+        key = np.concatenate(keys) if len(keys) > 1 else keys[0]
+        key.sort(kind="stable")
+        if key.size > 1:
+            keep = np.empty(key.shape[0], dtype=bool)
+            keep[0] = True
+            np.not_equal(key[1:], key[:-1], out=keep[1:])
+            if not keep.all():
+                key = key[keep]
+        mask_req, mask_block = (1 << self.bits_req) - 1, (1 << self.bits_block) - 1
+        out = np.empty((key.shape[0], 4), dtype=np.int64)
+        out[:, 0] = key >> self.shift_group
+        out[:, 1] = (key >> self.shift_reader) & mask_req
+        out[:, 2] = (key >> self.bits_block) & mask_req
+        out[:, 3] = key & mask_block
+        return out
 
 
 def _earliest_writes(req: _Requests, grp: _Group) -> tuple[np.ndarray, np.ndarray]:
@@ -374,7 +457,7 @@ def _general_pairs(req: _Requests, grp: _Group) -> tuple[np.ndarray, np.ndarray,
     order = np.argsort(grp.rec_block, kind="stable")
     rb, rw, rlo = grp.rec_block[order], grp.rec_row[order], grp.rec_first_offset(req)[order]
     # read entries: whole blocks (every offset) and partial blocks (offsets below c % B)
-    entries = np.flatnonzero(grp.read_block)
+    entries = _nonzero(grp.read_block)
     part = np.flatnonzero(req.active & (req.c % grp.size != 0))
     reader = np.concatenate([grp.read_rows(entries), part])
     block = np.concatenate([grp.read_block[entries].astype(np.int64),
@@ -385,35 +468,6 @@ def _general_pairs(req: _Requests, grp: _Group) -> tuple[np.ndarray, np.ndarray,
     pair_rec = np.arange(pair_read.shape[0]) - (np.cumsum(hi - lo) - (hi - lo))[pair_read] + lo[pair_read]
     meets = rlo[pair_rec] < limit[pair_read]
     return reader[pair_read][meets], rw[pair_rec][meets], block[pair_read][meets]
-
-
-def _unique_rows(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]], num_reqs: int, num_blocks: int) -> np.ndarray:
-    """Sorted unique rows ``(g, r, w, b)`` with ``r != w`` from per-group
-    ``(reader, writer, block)`` pairs, through one int64 key per row with a
-    bit field per column (a sort: ``np.unique`` on rows, or on keys in numpy
-    2.4, is far slower)."""
-    bits_req, bits_block = max(num_reqs - 1, 1).bit_length(), max(num_blocks - 1, 1).bit_length()
-    shift_w, shift_r = bits_block, bits_block + bits_req
-    shift_g = shift_r + bits_req
-    if max(len(parts) - 1, 1).bit_length() + shift_g > 62:  # too wide for one key: sort the rows themselves
-        rows = np.concatenate([np.stack([np.full(r.shape[0], g), r, w, b], axis=1) for g, (r, w, b) in enumerate(parts)])
-        rows = rows[rows[:, 1] != rows[:, 2]].astype(np.int64)
-        rows = rows[np.lexsort(rows.T[::-1])]
-        return rows[np.r_[True, np.any(rows[1:] != rows[:-1], axis=1)]] if rows.shape[0] else rows
-    keys = np.concatenate([np.zeros(0, np.int64)] + [(reader << shift_r) | (writer << shift_w) | block | (g << shift_g)
-                                                     for g, (reader, writer, block) in enumerate(parts)])
-    keys.sort(kind="stable")  # runs come presorted by group and reader: the stable sort merges them
-    if keys.size:
-        keep = np.empty(keys.shape[0], dtype=bool)
-        keep[0] = True
-        np.not_equal(keys[1:], keys[:-1], out=keep[1:])
-        keys = keys[keep]
-    out = np.empty((keys.shape[0], 4), dtype=np.int64)
-    out[:, 0] = keys >> shift_g
-    out[:, 1] = (keys >> shift_r) & ((1 << bits_req) - 1)
-    out[:, 2] = (keys >> shift_w) & ((1 << bits_req) - 1)
-    out[:, 3] = keys & ((1 << bits_block) - 1)
-    return out[out[:, 1] != out[:, 2]]  # a request is in no conflict with itself
 
 
 def _describe(value: Any) -> str:

@@ -25,8 +25,8 @@ launch count does not grow with the number of groups: about 40 kernels a
 step. Work is O(num_tokens + num_reqs * sum(W) + num_reqs * sum(B)) element
 operations plus filling the ``num_blocks * sum(B)`` slot buffer.
 
-``find_conflicts`` returns a set whose size depends on the data, so it reads
-sizes on the host (it synchronises); the decision never does.
+The conflict set, sync-free too, is ``find_conflicts_torch.ExactConflictsTorch``
+(a subclass: same combined table, fixed-capacity result).
 """
 
 from __future__ import annotations
@@ -172,51 +172,8 @@ class ExactMicrobatchCheckTorch:
         latest = self._latest.fill_(-1)
         latest.scatter_reduce_(0, torch.where(written, self._group_block_base + block, latest.shape[0] - 1).reshape(-1),
                                earliest[slot].reshape(-1), reduce="amax")
-        latest[-1] = -1  # the discard entry
+        latest[-1:].fill_(-1)  # the discard entry (a slice fill: an indexed scalar store synchronises on CUDA)
         return earliest, latest
-
-    # ---------------------------------------------------------------- conflict set (synchronises)
-
-    def find_conflicts(self, num_reqs: int, num_computed_tokens: torch.Tensor, num_scheduled_tokens: torch.Tensor,
-                       block_tables: Sequence[torch.Tensor]) -> torch.Tensor:
-        """The conflict set as a ``(K, 4)`` int64 tensor of unique sorted rows
-        ``(g, r, w, b)``. Reads sizes on the host (one sync for the pair
-        count, one in ``unique``)."""
-        n, _ = self._inputs(num_reqs, num_computed_tokens, num_scheduled_tokens, block_tables, None)
-        dev, i64 = self.device, torch.int64
-        if n == 0:
-            return torch.zeros((0, 4), dtype=i64, device=dev)
-        c = num_computed_tokens[:n].to(i64)
-        q = num_scheduled_tokens[:n].to(i64)
-        table = self._table[:n]
-        for g, t in enumerate(block_tables):
-            table[:, self._col_base[g]:self._col_base[g + 1]].copy_(t[:n])
-        size, local = self._col_size[None, :], self._col_local[None, :]
-        first = c[:, None] // size
-        active = (q > 0)[:, None]
-        key = table + self._col_block_base[None, :]  # block id, unique across groups
-        real = table != 0
-        # records: (row, combined column) cells written by the step, with their first written offset
-        rec = active & real & (local >= first) & (local * size < (c + q)[:, None])
-        rec_lo = torch.clamp(c[:, None] - local * size, min=0)
-        # reads: whole blocks (all offsets) and the partly computed block (offsets below c % B)
-        limit = torch.where(local < first, size, torch.where(local == first, c[:, None] % size, 0))
-        rd = active & real & (limit > 0)
-        rows = torch.arange(n, device=dev, dtype=i64)[:, None].expand_as(table)
-        order = torch.argsort(torch.where(rec, key, _BIG).reshape(-1), stable=True)
-        rec_key = torch.where(rec, key, _BIG).reshape(-1)[order]
-        rd_key = key.reshape(-1)
-        lo = torch.searchsorted(rec_key, rd_key, side="left")
-        count = torch.where(rd.reshape(-1), torch.searchsorted(rec_key, rd_key, side="right") - lo, 0)
-        total = int(count.sum())  # synchronises: the pair list's size
-        pair_read = torch.repeat_interleave(torch.arange(count.shape[0], device=dev), count, output_size=total)
-        pair_rec = order[lo[pair_read] + torch.arange(total, device=dev) - (torch.cumsum(count, 0) - count)[pair_read]]
-        reader, writer = rows.reshape(-1)[pair_read], rows.reshape(-1)[pair_rec]
-        keep = (reader != writer) & (rec_lo.reshape(-1)[pair_rec] < limit.reshape(-1)[pair_read])
-        cell = pair_read[keep]
-        group = torch.div(self._col_block_base[cell % self._width], self.num_blocks, rounding_mode="floor")  # cell's group
-        out = torch.stack([group, reader[keep], writer[keep], table.reshape(-1)[cell]], dim=1)
-        return torch.unique(out, dim=0)
 
 
 def _describe(value: Any) -> str:

@@ -36,7 +36,8 @@ def split_dummy_tokens_batched(num_reqs: int, num_tokens: torch.Tensor) -> torch
     dtype = num_tokens.dtype if num_tokens.dtype in (torch.int32, torch.int64) else torch.int64
     n = num_tokens.to(dtype).unsqueeze(1)
     req = torch.arange(r, device=num_tokens.device, dtype=dtype).unsqueeze(0)
-    return torch.div(n, r, rounding_mode="floor") + (req >= r - torch.remainder(n, r)).to(dtype)
+    # int + bool adds in the int dtype: one pass over the (len, r) result, no bool-to-int copy
+    return torch.div(n, r, rounding_mode="floor") + (req >= r - torch.remainder(n, r))
 
 
 

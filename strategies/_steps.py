@@ -26,6 +26,7 @@ engine rule with ``n = 2`` and a single cut near the start.
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -39,6 +40,7 @@ from batchfuzz.reference._args import INT_DTYPES, ceil_div
 from batchfuzz.reference._step import STEP_ARGUMENTS, Range, Step, check_step, cuts_to_split, is_well_formed
 from batchfuzz.reference.split_ubatches import split_ubatches
 from batchfuzz.strategies._engine import default_capture_sizes, pad_to_capture_size
+from batchfuzz.strategies._exhaustive import ScopeSpec, check_scope, restricted_growth
 from batchfuzz.strategies._validate import check_choice, check_integer, check_interval
 
 T = TypeVar("T")
@@ -362,16 +364,51 @@ def _refined(table: np.ndarray, size: int, smaller: int) -> np.ndarray:
     return out
 
 
+def _coarse_relaid(table: np.ndarray, size: int, smaller: int, c: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """``table`` of block size ``size`` laid out again for block size
+    ``smaller``, which does not divide it (a candidate, not an equivalent
+    step: a property run decides whether it still fails): the new block of
+    each row's positions ``j * smaller ...`` takes the id of the old block
+    holding position ``j * smaller``, the first time that old block is met in
+    the row, a fresh id after (a row never holds one block twice)."""
+    need = c.astype(np.int64) + q.astype(np.int64)
+    width = int(max((ceil_div(int(x), smaller) for x in need), default=0))
+    fresh = int(table.max(initial=0)) + 1
+    out = np.zeros((table.shape[0], width), dtype=table.dtype)
+    for r in range(table.shape[0]):
+        seen: set[int] = set()
+        for j in range(width):
+            col = j * smaller // size
+            block = int(table[r, col]) if col < table.shape[1] else 0
+            if block and block in seen:
+                block, fresh = fresh, fresh + 1
+            seen.add(block)
+            out[r, j] = block
+    return out
+
+
+def _engine_rule(q: np.ndarray) -> list[list[Range]]:
+    """The engine's token split of a step (over the requests with tokens,
+    ``n = 2``, no padding), as a list of one split, or none where it refuses."""
+    nst = [int(x) for x in np.asarray(q).tolist() if x > 0]
+    total = sum(nst)
+    split = split_ubatches(nst, total, len(nst), 2) if total >= 2 else None
+    return [] if split is None else [[rng for _, rng in split]]
+
+
 def step_reductions(case: Case) -> Iterator[Case]:
     """Smaller cases built from ``case`` (``batchfuzz.reduce``): a request
-    deleted; a KV group dropped; a request's computed prefix shortened by a
-    whole number of blocks in every group (its leading columns shifted out,
-    so every other slot keeps its block and offset); a computed or scheduled
+    deleted; a KV group dropped; a request's computed prefix (or, with
+    nothing computed, its scheduled tokens) shortened by a whole number of
+    blocks in every group (its leading columns shifted out, so every other
+    slot keeps its block and offset); a computed or scheduled
     token fewer; a group's block size refined to a divisor (``_refined``:
-    the same slots, smaller blocks); a table cell cleared; block ids
+    the same slots, smaller blocks) or lowered to a non-divisor
+    (``_coarse_relaid``: a candidate the property run judges); a table cell cleared; block ids
     renumbered ``1, 2, ...`` in order of first appearance; unused table
-    columns removed. The case's splits
-    are kept where they still cut inside the step."""
+    columns removed. The case's splits are kept where they still cut inside
+    the step; where no engine split is left, the engine's rule on the smaller
+    step takes their place."""
     a = case.args
     c = np.asarray(a["num_computed_tokens"]).copy()
     q = np.asarray(a["num_scheduled_tokens"]).copy()
@@ -385,6 +422,10 @@ def step_reductions(case: Case) -> Iterator[Case]:
         ctx = dict(case.context)
         for key in ("engine_splits", "adversarial_splits"):
             ctx[key] = [s for s in ctx.get(key, []) if all(ts < total for ts, _ in s[1:])]
+        if case.context.get("engine_splits") and not ctx["engine_splits"]:
+            # Every engine split cut past the fewer tokens: the engine's rule
+            # on the smaller step instead (n = 2, no padding), as the scopes do.
+            ctx["engine_splits"] = _engine_rule(q2)
         return Case({"num_computed_tokens": c2, "num_scheduled_tokens": q2, "block_tables": tables2, "block_sizes": sizes2}, ctx)
 
     for r in range(c.size):
@@ -394,7 +435,9 @@ def step_reductions(case: Case) -> Iterator[Case]:
             yield make(c.copy(), q.copy(), [t for k, t in enumerate(tables) if k != g], [b for k, b in enumerate(sizes) if k != g])
     shift = _lcm(sizes)
     for r in range(c.size):
-        if c[r] >= shift:
+        # The request's first whole block of tokens dropped: computed ones, or
+        # (with nothing computed) scheduled ones, keeping at least one.
+        if c[r] >= shift or (c[r] == 0 and q[r] > shift):
             shifted = []
             for t, b in zip(tables, sizes, strict=True):
                 t2 = t.copy()
@@ -402,9 +445,12 @@ def step_reductions(case: Case) -> Iterator[Case]:
                 t2[r, : t.shape[1] - cols] = t[r, cols:]
                 t2[r, t.shape[1] - cols:] = 0
                 shifted.append(t2)
-            c2 = c.copy()
-            c2[r] -= shift
-            yield make(c2, q.copy(), shifted, sizes)
+            c2, q2 = c.copy(), q.copy()
+            if c[r] >= shift:
+                c2[r] -= shift
+            else:
+                q2[r] -= shift
+            yield make(c2, q2, shifted, sizes)
     for r in range(c.size):
         for counts in (c, q):
             if counts[r] > 0:
@@ -416,6 +462,10 @@ def step_reductions(case: Case) -> Iterator[Case]:
         for d in (d for d in range(1, b) if b % d == 0):
             yield make(c.copy(), q.copy(), [_refined(t2, b, d) if k == g else t2.copy() for k, t2 in enumerate(tables)],
                        [d if k == g else b2 for k, b2 in enumerate(sizes)])
+    for g, b in enumerate(sizes):
+        for b2 in (d for d in range(2, b) if b % d):
+            yield make(c.copy(), q.copy(), [_coarse_relaid(t2, b, b2, c, q) if k == g else t2.copy()
+                                            for k, t2 in enumerate(tables)], [b2 if k == g else b3 for k, b3 in enumerate(sizes)])
     renumber: dict[int, int] = {}
     for t in tables:
         for block in t.reshape(-1).tolist():
@@ -458,3 +508,86 @@ def contract_in_domain(case: Case, domain: str, *, ill_formed: bool) -> bool:
     except (TypeError, ValueError, KeyError):
         return False
     return (ill_formed and domain == "spec") or is_well_formed(step)
+
+
+
+# ---------------------------------------------------------------- bounded-exhaustive scopes
+
+SCOPE_BLOCK_SIZES = (1, 2)
+SCOPE_MAX_IDS = 4
+
+
+# (max requests, max sum(c) + sum(q), max groups, max table cells in all, max block id) of each scope.
+_SCOPE_BOUNDS = {"small": (3, 4, 2, 4, SCOPE_MAX_IDS), "pairs": (2, 4, 2, 4, 1), "ci": (2, 3, 2, 2, 2)}
+
+
+def scope_specs(ill_formed: bool) -> dict[str, ScopeSpec]:
+    """The scopes of a contract E record (``ill_formed``: the conflict set's,
+    whose spec domain keeps ill-formed steps; otherwise well-formed steps only)."""
+    which = "every valid step" if ill_formed else "every well-formed step"
+    counts = {"small": 10484, "pairs": 2702, "ci": 376} if ill_formed else {"small": 9174, "pairs": 2261, "ci": 367}
+    return {
+        "small": ScopeSpec(
+            f"{which} with 1 <= R <= 3 requests, sum(c) + sum(q) <= 4 tokens, 1 or 2 KV groups of block size 1 or 2, each "
+            "table of the tightest width (a table no token needs may have one column), at most 4 table cells in all, "
+            "every cell the null block or a block id 1..4, up to renaming the ids (ids in order of first appearance); "
+            "int32; splits: the engine's rule (n = 2, no padding), every two-ubatch cut, and one token per ubatch; in "
+            "the order of the contract's size: R, tokens, groups, block sizes, cells, non-null cells, ids",
+            "spec", counts["small"]),
+        "pairs": ScopeSpec(f"as small with R <= 2 and a single block id (every cell null or block 1) ({which})", "spec",
+                           counts["pairs"]),
+        "ci": ScopeSpec(f"as small with R <= 2, sum(c) + sum(q) <= 3, at most 2 table cells and block ids 1..2 ({which})",
+                        "spec", counts["ci"]),
+    }
+
+
+def _scope_case(c: tuple[int, ...], q: tuple[int, ...], tables: list[np.ndarray], sizes: tuple[int, ...]) -> Case:
+    """A scope's step with its splits: the engine's token rule over the
+    requests with tokens (``n = 2``, no padding) unless it refuses, every
+    two-ubatch cut, and one token per ubatch."""
+    total = sum(q)
+    adversarial = [cuts_to_split([k], total) for k in range(1, total)]
+    if total >= 3:
+        adversarial.append(cuts_to_split(range(1, total), total))
+    return Case(
+        {"num_computed_tokens": np.array(c, dtype=np.int32), "num_scheduled_tokens": np.array(q, dtype=np.int32),
+         "block_tables": tables, "block_sizes": list(sizes)},
+        {"engine_splits": _engine_rule(np.array(q)), "adversarial_splits": adversarial,
+         "source": "exhaustive", "labels": []})
+
+
+def scope_cases(scope: str = "small", *, ill_formed: bool) -> Iterator[Case]:
+    """Every contract E case of ``scope`` (:func:`scope_specs`), smallest first
+    in :func:`step_size`'s order. Steps are grouped by (R, tokens, groups, sum
+    of block sizes), the order's leading terms, and sorted by the rest inside
+    each group."""
+    check_scope(scope, scope_specs(ill_formed))
+    max_reqs, max_tokens, max_groups, max_cells, max_ids = _SCOPE_BOUNDS[scope]
+    for r in range(1, max_reqs + 1):
+        for tokens in range(max_tokens + 1):
+            counts = [(cq[0::2], cq[1::2]) for cq in itertools.product(range(tokens + 1), repeat=2 * r) if sum(cq) == tokens]
+            for g in range(1, max_groups + 1):
+                block_sizes = list(itertools.product(SCOPE_BLOCK_SIZES, repeat=g))
+                for size_sum in sorted({sum(b) for b in block_sizes}):
+                    group: list[tuple[tuple[int, ...], Case]] = []
+                    for sizes in (b for b in block_sizes if sum(b) == size_sum):
+                        for c, q in counts:
+                            tight = [max(ceil_div(c[k] + q[k], b) for k in range(r)) for b in sizes]
+                            # A table no token needs a column of may still have one (cells nobody reads).
+                            for widths in itertools.product(*[(w,) if w else (0, 1) for w in tight]):
+                                if r * sum(widths) > max_cells:
+                                    continue
+                                for fill in restricted_growth(r * sum(widths), max_ids):
+                                    tables, at = [], 0
+                                    for w in widths:
+                                        tables.append(np.array(fill[at: at + r * w], dtype=np.int32).reshape(r, w))
+                                        at += r * w
+                                    case = _scope_case(c, q, tables, sizes)
+                                    if ill_formed or is_well_formed(step_of_case(case)):
+                                        group.append((step_size(case), case))
+                    group.sort(key=lambda sc: sc[0])
+                    yield from (case for _, case in group)
+
+
+def step_of_case(case: Case) -> Step:
+    return Step(*(case.args[k] for k in STEP_ARGUMENTS))

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import functools
 
-from batchfuzz.strategies._steps import DOMAINS, contract_cases, contract_in_domain, step_reductions, step_size
+from batchfuzz.strategies._steps import DOMAINS, contract_cases, contract_in_domain, scope_specs, step_reductions, step_size
+from batchfuzz.strategies._steps import scope_cases as _scope_cases
 
-__all__ = ["DOMAINS", "cases", "in_domain", "reductions", "size"]
+__all__ = ["DOMAINS", "SCOPES", "cases", "in_domain", "reductions", "scope_cases", "size"]
 
 cases = functools.partial(contract_cases, ill_formed=False)
 in_domain = functools.partial(contract_in_domain, ill_formed=False)
 size = step_size
 reductions = step_reductions
+SCOPES = scope_specs(ill_formed=False)
+scope_cases = functools.partial(_scope_cases, ill_formed=False)

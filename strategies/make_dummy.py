@@ -16,7 +16,8 @@ int32, and zeros (fresh buffers).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import itertools
+from collections.abc import Callable, Iterator
 
 import numpy as np
 from hypothesis import strategies as st
@@ -26,6 +27,7 @@ from batchfuzz.reference._args import INT_DTYPES, ceil_div
 from batchfuzz.reference.make_dummy import DummyBuffers
 from batchfuzz.strategies._buffers import stale_arrays
 from batchfuzz.strategies._engine import MAX_NUM_BATCHED_TOKENS_COMMON, default_capture_sizes
+from batchfuzz.strategies._exhaustive import ScopeSpec, check_scope
 from batchfuzz.strategies._validate import check_choice, check_integer
 
 MAX_NUM_REQS = 1024
@@ -114,8 +116,8 @@ def size(case: Case) -> tuple[int, ...]:
 
 def reductions(case: Case) -> Iterator[Case]:
     """Smaller cases built from ``case`` (``batchfuzz.reduce``): a request or
-    token fewer, a request slot or token slot fewer in the buffers, a buffer
-    cleared, a stale entry cleared."""
+    token fewer, the buffers cut to the least capacity or a slot shorter, a
+    buffer cleared, a stale entry cleared."""
     r, n, b = case.args["num_reqs"], case.args["num_tokens"], case.args["buffers"]
 
     def make(r2: int, n2: int, buffers: DummyBuffers) -> Case:
@@ -125,10 +127,17 @@ def reductions(case: Case) -> Iterator[Case]:
     for r2, n2 in ((r - 1, n), (r, n - 1), (r, n - r), (r - 1, n - 1)):
         if 1 <= r2 <= n2:
             yield make(r2, n2, b.copy())
-    if b.max_num_reqs > r:
-        yield make(r, n, DummyBuffers(b.seq_lens[:-1].copy(), b.query_start_loc[:-1].copy(), b.positions.copy(), b.input_ids.copy()))
-    if b.max_num_tokens > n:
-        yield make(r, n, DummyBuffers(b.seq_lens.copy(), b.query_start_loc.copy(), b.positions[:-1].copy(), b.input_ids[:-1].copy()))
+    # Capacities: straight to the least (R or N), then one slot fewer (a
+    # slot at a time alone would take hundreds of steps from a capacity of
+    # hundreds, past reduce.MAX_STEPS).
+    for reqs in sorted({r, b.max_num_reqs - 1}):
+        if b.max_num_reqs > reqs >= r:
+            yield make(r, n, DummyBuffers(b.seq_lens[:reqs].copy(), b.query_start_loc[:reqs + 1].copy(), b.positions.copy(),
+                                          b.input_ids.copy()))
+    for toks in sorted({n, b.max_num_tokens - 1}):
+        if b.max_num_tokens > toks >= n:
+            yield make(r, n, DummyBuffers(b.seq_lens.copy(), b.query_start_loc.copy(), b.positions[:toks].copy(),
+                                          b.input_ids[:toks].copy()))
     for f in _BUFFER_FIELDS:
         values = getattr(b, f)
         if values.any():
@@ -139,3 +148,55 @@ def reductions(case: Case) -> Iterator[Case]:
                 one = b.copy()
                 getattr(one, f)[i] = 0
                 yield make(r, n, one)
+
+
+# ---------------------------------------------------------------- bounded-exhaustive scopes
+
+# Stale contents a scope fills each buffer with, in increasing magnitude:
+# a fresh buffer; -1 everywhere (spec domain only: no engine writes a
+# negative length, offset, position or token id); a decreasing ramp
+# len, ..., 1 (non-zero in every slot and not monotone).
+STALE_FILLS: dict[str, Callable[[int], np.ndarray]] = {
+    "zeros": lambda n: np.zeros(n, dtype=np.int32),
+    "minus_one": lambda n: np.full(n, -1, dtype=np.int32),
+    "ramp": lambda n: np.arange(n, 0, -1, dtype=np.int32),
+}
+INT16_EDGE = range(32766, 32771)  # N around the int16 limit 32767
+
+SCOPES = {
+    "small": ScopeSpec("every 1 <= R <= N <= 5; request capacity R or R + 1 and token capacity N or N + 1; each of the four "
+                       "int32 buffers independently zeros, -1 everywhere or a decreasing ramp len..1 (81 fillings); the "
+                       "tightest max_model_len; in the order R, N, capacities, then the stale values' magnitude", "spec", 4860),
+    "ci": ScopeSpec("every 1 <= R <= N <= 3; capacities as in small; each buffer zeros or a decreasing ramp (16 fillings)",
+                    "spec", 384),
+    "int16_edge": ScopeSpec("every 1 <= R <= 2 with 32766 <= N <= 32770 (a running sum past the int16 limit 32767), in fresh "
+                            "int32 buffers of exactly that capacity; in the order R, then N", "spec", 10),
+}
+
+
+def _filled(fills: tuple[str, ...], max_num_reqs: int, max_num_tokens: int) -> DummyBuffers:
+    sizes = (max_num_reqs, max_num_reqs + 1, max_num_tokens, max_num_tokens)
+    return DummyBuffers(*(STALE_FILLS[f](n) for f, n in zip(fills, sizes, strict=True)))
+
+
+def scope_cases(scope: str = "small") -> Iterator[Case]:
+    """Every contract B case of ``scope`` (``SCOPES``), smallest first in
+    :func:`size`'s order: ``R``, ``N``, the request capacity, the token
+    capacity, then the fillings sorted by the magnitude of their stale values."""
+    check_scope(scope, SCOPES)
+    if scope == "int16_edge":
+        for r in (1, 2):
+            for n in INT16_EDGE:
+                yield Case({"num_reqs": r, "num_tokens": n, "buffers": _filled(("zeros",) * 4, r, n)},
+                           {"max_model_len": ceil_div(n, r)})
+        return
+    top = 5 if scope == "small" else 3
+    fills = tuple(STALE_FILLS) if scope == "small" else ("zeros", "ramp")
+    for r in range(1, top + 1):
+        for n in range(r, top + 1):
+            for max_num_reqs in (r, r + 1):
+                for max_num_tokens in (n, n + 1):
+                    filled = [_filled(choice, max_num_reqs, max_num_tokens) for choice in itertools.product(fills, repeat=4)]
+                    filled.sort(key=lambda b: sum(int(np.abs(getattr(b, f).astype(np.int64)).sum()) for f in _BUFFER_FIELDS))
+                    for buffers in filled:
+                        yield Case({"num_reqs": r, "num_tokens": n, "buffers": buffers}, {"max_model_len": ceil_div(n, r)})

@@ -39,6 +39,7 @@ generation.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -51,6 +52,7 @@ from batchfuzz.reference.pad_query_start_loc import pad_query_start_loc
 from batchfuzz.reference.split_dummy_tokens import split_dummy_tokens
 from batchfuzz.strategies._buffers import stale_arrays
 from batchfuzz.strategies._engine import MAX_NUM_BATCHED_TOKENS_COMMON, capture_sizes, max_num_seqs, pad_to_capture_size
+from batchfuzz.strategies._exhaustive import ScopeSpec, binary_words, check_scope, compositions
 from batchfuzz.strategies._validate import check_choice, check_integer, check_subset
 
 # Tokens per request in a uniform-decode batch: 1 + num_speculative_tokens.
@@ -355,6 +357,17 @@ def reductions(case: Case) -> Iterator[Case]:
         rest = np.delete(nst, i)
         yield make(rest, max(rest.size, p - 1))
         yield make(rest, p)
+        # A request fewer can hide the bug its tokens made visible: with no
+        # tokens left, a padded slot left unwritten or a slot past P + 1
+        # overwritten holds 0 over a fresh 0. The same step over a buffer
+        # whose slots past the real ones hold 1 is still smaller (R comes
+        # first in the order); the 1s are cleared again one by one where
+        # they are not needed.
+        tail = out[rest.size + 1:]
+        if tail.size and not tail.all():
+            marked = out.copy()
+            marked[rest.size + 1:][tail == 0] = 1
+            yield make(rest, p, marked)
     if p > nst.size:
         yield make(nst.copy(), p - 1)
         yield make(nst.copy(), nst.size)
@@ -374,3 +387,50 @@ def reductions(case: Case) -> Iterator[Case]:
             cleared = out.copy()
             cleared[i] = 0
             yield make(nst.copy(), p, cleared)
+
+
+# ---------------------------------------------------------------- bounded-exhaustive scopes
+
+# The stale letter: larger than every total of the small scopes (at most
+# 2 * 3), so a slot a target leaves unwritten differs from every right value
+# in some case (0, the other letter, is a fresh buffer's value).
+STALE = 7
+INT16_COUNTS = (1, 16384, 32767, 32768)  # single counts and pairs reaching past the int16 limit 32767
+
+SCOPES = {
+    "small": ScopeSpec("every nst of R <= 2 entries in 0..3, every R <= P <= R + 3, into every stale int32 buffer of "
+                       "P + 1 or P + 2 entries (max_num_reqs = P or P + 1) over the letters {0, 7}; nst int32, no earlier "
+                       "steps (the stale buffer stands for them); in the order R, P, sum(nst), the buffer's length, then "
+                       "its number of 7s", "spec", 6570),
+    "ci": ScopeSpec("as small with R <= 1 and P <= R + 2", "spec", 378),
+    "int16_edge": ScopeSpec("every nst of 1 <= R <= 2 entries from {1, 16384, 32767, 32768} (a running sum past the int16 "
+                            "limit), every R <= P <= R + 1, into a fresh int32 buffer of P + 1 entries; in the order R, P, "
+                            "then sum(nst)", "spec", 40),
+}
+
+
+def _case(nst: tuple[int, ...], p: int, out: np.ndarray) -> Case:
+    return Case({"num_scheduled_tokens": np.array(nst, dtype=np.int32), "num_reqs_padded": p},
+                {"max_num_reqs": out.size - 1, "out": out, "history": [], "kind": "exhaustive"})
+
+
+def scope_cases(scope: str = "small") -> Iterator[Case]:
+    """Every contract C case of ``scope`` (``SCOPES``), smallest first in
+    :func:`size`'s order: ``R``, ``P``, ``sum(nst)``, the buffer's length,
+    then the magnitude of its stale values (no case has earlier steps)."""
+    check_scope(scope, SCOPES)
+    if scope == "int16_edge":
+        for r in (1, 2):
+            for p in (r, r + 1):
+                for nst in sorted(itertools.product(INT16_COUNTS, repeat=r), key=sum):
+                    yield _case(nst, p, np.zeros(p + 1, dtype=np.int32))
+        return
+    max_reqs, max_pad = (2, 3) if scope == "small" else (1, 2)
+    for r in range(max_reqs + 1):
+        for p in range(r, r + max_pad + 1):
+            for total in range(3 * r + 1):
+                for length in (p + 1, p + 2):
+                    for word in binary_words(length, STALE):
+                        # Counts of one sum are equal in the order: innermost.
+                        for nst in compositions(total, r, 0, 3):
+                            yield _case(nst, p, np.array(word, dtype=np.int32))

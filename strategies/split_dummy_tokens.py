@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from batchfuzz.case import Case
 from batchfuzz.reference._args import ceil_div
 from batchfuzz.strategies._engine import MAX_NUM_BATCHED_TOKENS_COMMON, capture_sizes, max_num_seqs
+from batchfuzz.strategies._exhaustive import ScopeSpec, check_scope
 from batchfuzz.strategies._validate import check_choice, check_integer, check_subset
 
 MAX_NUM_REQS = 1024
@@ -130,3 +131,29 @@ def reductions(case: Case) -> Iterator[Case]:
                    (r // 2, n // 2), (r - 1, n - r)):
         if 1 <= r2 <= n2:
             yield Case({"num_reqs": r2, "num_tokens": n2}, {**case.context, "max_model_len": ceil_div(n2, r2)})
+
+
+# ---------------------------------------------------------------- bounded-exhaustive scopes
+
+INT16_EDGE = range(32766, 32771)  # N around the int16 limit 32767
+
+SCOPES = {
+    "small": ScopeSpec("every 1 <= R <= N <= 64 with the tightest max_model_len = ceil(N / R) (the strongest L: "
+                       "any larger one accepts whatever the tightest accepts); in the order R, then N", "spec", 2080),
+    "ci": ScopeSpec("every 1 <= R <= N <= 32 with the tightest max_model_len; in the order R, then N", "spec", 528),
+    "int16_edge": ScopeSpec("every 1 <= R <= 2 with 32766 <= N <= 32770 (a count or a sum past the int16 limit 32767), "
+                            "the tightest max_model_len; in the order R, then N", "spec", 10),
+}
+
+
+def scope_cases(scope: str = "small") -> Iterator[Case]:
+    """Every contract A case of ``scope`` (``SCOPES``), smallest first in
+    :func:`size`'s order: ``R``, then ``N`` (one ``max_model_len`` per pair)."""
+    check_scope(scope, SCOPES)
+    if scope == "int16_edge":
+        pairs: Iterator[tuple[int, int]] = ((r, n) for r in (1, 2) for n in INT16_EDGE)
+    else:
+        top = 64 if scope == "small" else 32
+        pairs = ((r, n) for r in range(1, top + 1) for n in range(r, top + 1))
+    for r, n in pairs:
+        yield Case({"num_reqs": r, "num_tokens": n}, {"max_model_len": ceil_div(n, r)})

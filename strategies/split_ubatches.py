@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from batchfuzz.case import Case
 from batchfuzz.reference._args import INT_DTYPES, ceil_div
 from batchfuzz.strategies._engine import default_capture_sizes, pad_to_capture_size
+from batchfuzz.strategies._exhaustive import ScopeSpec, check_scope, compositions
 from batchfuzz.strategies._validate import check_choice, check_integer
 
 NUM_UBATCHES = (2, 2, 2, 3, 4)  # 2 mostly (dual-batch overlap); 3 and 4 sometimes
@@ -79,7 +80,8 @@ def size(case: Case) -> tuple[int, ...]:
 
 def reductions(case: Case) -> Iterator[Case]:
     """Smaller cases built from ``case`` (``batchfuzz.reduce``): a request
-    deleted, a count lowered, less padding, fewer ubatches."""
+    deleted, a count lowered, two neighbouring requests merged, less padding,
+    fewer ubatches."""
     a = case.args
     nst = np.asarray(a["num_scheduled_tokens"])
     padded, padded_reqs, n = a["num_tokens_padded"], a["num_reqs_padded"], a["num_ubatches"]
@@ -98,9 +100,47 @@ def reductions(case: Case) -> Iterator[Case]:
                 smaller[i] = value
                 yield make(smaller, padded, padded_reqs, n)
                 yield make(smaller, padded - (int(nst[i]) - value), padded_reqs, n)
+    # Two neighbours merged into one request with both their tokens: the
+    # step keeps its tokens, so a split that the refusal rule accepts stays
+    # accepted, where deleting a request can leave a last ubatch of padding
+    # only (refused, so the bug no longer shows).
+    for i in range(nst.size - 1):
+        merged = np.concatenate([nst[:i], nst[i:i + 2].sum(keepdims=True), nst[i + 2:]]).astype(nst.dtype)
+        yield make(merged, padded, padded_reqs - 1, n)
+        yield make(merged, padded, padded_reqs, n)
     for padded2 in (max(int(nst.sum()), n), padded - 1):
         yield make(nst.copy(), padded2, padded_reqs, n)
     for padded_reqs2 in (nst.size, padded_reqs - 1):
         yield make(nst.copy(), padded, padded_reqs2, n)
     if n > 2:
         yield make(nst.copy(), padded, padded_reqs, n - 1)
+
+
+# ---------------------------------------------------------------- bounded-exhaustive scopes
+
+# (max requests, max sum(nst), max Np, max Rp - R) of each scope.
+_SCOPE_BOUNDS = {"small": (4, 8, 16, 2), "ci": (2, 4, 8, 1)}
+
+SCOPES = {
+    "small": ScopeSpec("every nst of 1 <= R <= 4 positive entries with sum(nst) <= 8 (int32), every n in {2, 3, 4}, every "
+                       "max(sum(nst), n) <= Np <= 16 and every R <= Rp <= R + 2; in the order R, Np, sum(nst), Rp, then n",
+                       "spec", 14964),
+    "ci": ScopeSpec("as small with R <= 2, sum(nst) <= 4, Np <= 8 and Rp <= R + 1", "spec", 330),
+}
+
+
+def scope_cases(scope: str = "small") -> Iterator[Case]:
+    """Every contract D case of ``scope`` (``SCOPES``), smallest first in
+    :func:`size`'s order: ``R``, ``Np``, ``sum(nst)``, ``Rp``, then ``n``."""
+    max_reqs, max_total, max_padded, max_extra = _SCOPE_BOUNDS[check_scope(scope, SCOPES)]
+    for r in range(1, max_reqs + 1):
+        for padded in range(2, max_padded + 1):
+            for total in range(r, min(max_total, padded) + 1):
+                for padded_reqs in range(r, r + max_extra + 1):
+                    for n in (2, 3, 4):
+                        if n > padded:
+                            continue
+                        # Requests of one (R, Np, sum, Rp, n) are equal in the order: innermost.
+                        for nst in compositions(total, r, 1, total):
+                            yield Case({"num_scheduled_tokens": np.array(nst, dtype=np.int32), "num_tokens_padded": padded,
+                                        "num_reqs_padded": padded_reqs, "num_ubatches": n}, {"kind": "exhaustive"})

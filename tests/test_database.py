@@ -376,3 +376,29 @@ def test_a_redis_url_in_the_environment_is_the_fuzz_jobs_database_with_a_local_d
     assert fuzz._database(cli.build_parser().parse_args(["fuzz", "--profile", "nightly"])) == redis_url
     monkeypatch.setenv(profiles.DATABASE_ENV_VAR, str(tmp_path / "dir"))
     assert profiles.database_path() == str(tmp_path / "dir")
+
+
+def test_check_reads_a_shared_database_without_writing_to_it(tmp_path: Path, redis_server: RedisServer,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """``batchfuzz check --database redis://...`` replays what the nightly job
+    shared but writes nothing there: the failure it finds and shrinks goes to
+    the local copy only."""
+    from batchfuzz import cli
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("BATCHFUZZ_DATABASE", str(tmp_path / "local"))
+    shared = redis_server.client()
+    shared.set(b"unrelated", b"1")  # the server is not empty; only keys check writes would be new
+    rc = cli.main(["check", "split_dummy_tokens", "variant:remainder_to_last.input_batch", "--budget", "20",
+                   "--no-isolation", "--database", redis_server.url])
+    assert rc == 1
+    assert _keys(redis_server) == [b"unrelated"]
+    assert any((tmp_path / "local").rglob("*")), "the shrunk failure should be in the local copy"
+
+
+def test_check_with_an_unreachable_shared_database_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    from batchfuzz import cli
+
+    rc = cli.main(["check", "split_dummy_tokens", "impl:numpy", "--database", f"redis://127.0.0.1:{free_port()}/0"])
+    assert rc == 2
+    assert "cannot reach the example database" in capsys.readouterr().err

@@ -396,6 +396,103 @@ def test_torch_binders_equal_the_oracles(step: Step) -> None:
     assert _rows(found) == ref_conflicts.find_conflicts(*_args(step))
 
 
+def torch_conflicts_are_exact_and_sync_free(cls: type[find_conflicts_torch.ExactConflictsTorch],
+                                            max_pairs: int = 4096) -> Callable[[Step], None]:
+    """The torch conflict set, inputs as the engine has them (int32), computed
+    under ``ForbidHostReads``: sorted unique rows equal to the oracle's, ``-1``
+    past ``count``, and ``overflow`` exactly when the pairs did not fit."""
+
+    def prop(step: Step) -> None:
+        s = ref_step.check_step(*_args(step))
+        top = max((int(t.max(initial=0)) for t in s.block_tables), default=0)
+        finder = cls(s.num_reqs, [int(t.shape[1]) for t in s.block_tables], list(s.block_sizes), top + 1,
+                     int(s.num_scheduled_tokens.sum()) + 3, "cpu", max_pairs)
+        c, q = torch.from_numpy(s.num_computed_tokens.astype(np.int32)), torch.from_numpy(s.num_scheduled_tokens)
+        tables = [torch.from_numpy(t.astype(np.int32)) for t in s.block_tables]
+        with ForbidHostReads():
+            found = finder.find_conflicts(s.num_reqs, c, q, tables)
+        assert found.rows.shape == (max_pairs, 4) and found.num_conflicts.shape == found.num_pairs.shape == ()
+        expected = sorted(ref_conflicts.find_conflicts(*_args(step)))
+        if bool(found.overflow):  # then room for the pairs it counted must be enough, and give the same count
+            roomy = cls(s.num_reqs, [int(t.shape[1]) for t in s.block_tables], list(s.block_sizes), top + 1,
+                        int(s.num_scheduled_tokens.sum()) + 3, "cpu", int(found.num_pairs))
+            again = roomy.find_conflicts(s.num_reqs, c, q, tables)
+            assert int(again.num_pairs) == int(found.num_pairs) > max_pairs and not bool(again.overflow)
+            found = again
+        count = int(found.num_conflicts)
+        assert [tuple(r) for r in found.rows[:count].tolist()] == expected
+        assert bool((found.rows[count:] == -1).all())
+
+    return prop
+
+
+class CapacityBlind(find_conflicts_torch.ExactConflictsTorch):
+    """Buggy: reports the pairs it enumerated rather than the pairs there are,
+    so an overflow goes unnoticed."""
+
+    def find_conflicts(self, *args: Any, **kwargs: Any) -> Any:
+        found = super().find_conflicts(*args, **kwargs)
+        return found._replace(num_pairs=torch.clamp(found.num_pairs, max=self.max_pairs))
+
+
+class OwnPairsKept(find_conflicts_torch.ExactConflictsTorch):
+    """Buggy: forgets that a request is in no conflict with itself."""
+
+    def find_conflicts(self, num_reqs: int, c: Any, q: Any, tables: Any, num_tokens: int | None = None) -> Any:
+        found = super().find_conflicts(num_reqs, c, q, tables, num_tokens)
+        own = torch.full((1, 4), 0, dtype=torch.int64)
+        return found._replace(rows=torch.cat([own, found.rows[:-1]]), num_conflicts=found.num_conflicts + 1)
+
+
+@given(step=ANY_STEP)
+def test_torch_conflicts_are_exact_without_host_reads(step: Step) -> None:
+    torch_conflicts_are_exact_and_sync_free(find_conflicts_torch.ExactConflictsTorch)(step)
+
+
+@given(step=ANY_STEP)
+def test_torch_conflicts_flag_an_overflow(step: Step) -> None:
+    """With room for 2 pairs only, the result is exact or flagged as overflowing."""
+    torch_conflicts_are_exact_and_sync_free(find_conflicts_torch.ExactConflictsTorch, max_pairs=2)(step)
+
+
+def test_torch_conflict_properties_catch_buggy_variants() -> None:
+    _caught(torch_conflicts_are_exact_and_sync_free(CapacityBlind, max_pairs=2))
+    _caught(torch_conflicts_are_exact_and_sync_free(OwnPairsKept))
+
+
+def test_torch_conflicts_to_numpy_refuses_an_incomplete_set() -> None:
+    # request 1 reads block 1 (written by request 0) and offset 0 of block 3, which it writes itself: two pairs
+    c, q, tables = torch.tensor([0, 3]), torch.tensor([3, 1]), [torch.tensor([[1, 2], [1, 3]])]
+    finder = find_conflicts_torch.ExactConflictsTorch(2, [2], [2], 4, 5, "cpu", max_pairs=1)
+    found = finder.find_conflicts(2, c, q, tables)
+    assert bool(found.overflow)
+    with pytest.raises(RuntimeError, match="over max_pairs"):
+        found.to_numpy()
+    roomy = find_conflicts_torch.ExactConflictsTorch(2, [2], [2], 4, 5, "cpu")
+    assert roomy.find_conflicts(2, c, q, tables).to_numpy().tolist() == [[0, 1, 0, 1]]
+
+
+@pytest.mark.gpu
+def test_torch_conflicts_on_cuda_do_not_synchronise() -> None:
+    step, _ = sample_realizable_step(np.random.default_rng(0), num_reqs=32, max_blocks_per_req=128, profile="prefill-heavy",
+                                     num_groups=3)
+    s = ref_step.check_step(*_args(step))
+    finder = find_conflicts_torch.ExactConflictsTorch(s.num_reqs, [int(t.shape[1]) for t in s.block_tables],
+                                                      list(s.block_sizes), 1 + max(int(t.max()) for t in s.block_tables),
+                                                      1 << 14, "cuda")
+    args = (s.num_reqs, torch.from_numpy(step.num_computed_tokens).cuda(), torch.from_numpy(step.num_scheduled_tokens).cuda(),
+            [torch.from_numpy(t).cuda() for t in step.block_tables])
+    tokens = int(s.num_scheduled_tokens.sum())
+    finder.find_conflicts(*args, tokens)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        found = finder.find_conflicts(*args, tokens)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert _rows(found.to_numpy()) == ref_conflicts.find_conflicts(*_args(step))
+
+
 @pytest.mark.gpu
 def test_torch_decision_on_cuda_does_not_synchronise() -> None:
     step, _ = sample_realizable_step(np.random.default_rng(0), num_reqs=32, max_blocks_per_req=128, profile="mixed",
@@ -413,6 +510,36 @@ def test_torch_decision_on_cuda_does_not_synchronise() -> None:
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert bool(got) is ref_decision.allow_microbatching(*_args(step))
+
+
+@pytest.mark.gpu
+def test_cuda_graph_replays_are_exact_on_new_values_of_one_shape() -> None:
+    """``CapturedStep`` captures once per shape and replays on the values
+    copied in: a second step of the same shape (the block ids relabelled, the
+    scheduled counts changed) gets its own answer, not the captured one."""
+    from batchfuzz.impl._cuda_graph import CapturedStep
+
+    step, _ = sample_realizable_step(np.random.default_rng(3), num_reqs=32, max_blocks_per_req=128, profile="prefill-heavy",
+                                     num_groups=2)
+    s = ref_step.check_step(*_args(step))
+    top = max(int(t.max()) for t in s.block_tables)
+    relabel = np.concatenate([[0], np.random.default_rng(4).permutation(np.arange(1, top + 1))]).astype(step.block_tables[0].dtype)
+    other_c = step.num_computed_tokens.copy()
+    other_c[::2] = 0  # every second request computed nothing: different reads, different conflicts
+    other = (other_c, step.num_scheduled_tokens.copy(), [relabel[t] for t in step.block_tables], list(step.block_sizes))
+    finder = find_conflicts_torch.ExactConflictsTorch(s.num_reqs, [int(t.shape[1]) for t in s.block_tables],
+                                                      list(s.block_sizes), top + 1, 1 << 14, "cuda")
+    graphed_find, graphed_decide = CapturedStep(finder.find_conflicts), CapturedStep(finder)
+    tokens = int(s.num_scheduled_tokens.sum())
+    results = []
+    for c, q, tables, sizes in (_args(step), other, _args(step)):
+        args = (s.num_reqs, torch.from_numpy(np.asarray(c)).cuda(), torch.from_numpy(np.asarray(q)).cuda(),
+                [torch.from_numpy(np.ascontiguousarray(t)).cuda() for t in tables])
+        got = _rows(graphed_find(*args, tokens).to_numpy())
+        assert got == ref_conflicts.find_conflicts(c, q, tables, sizes)
+        assert bool(graphed_decide(*args, tokens)) is ref_decision.allow_microbatching(c, q, tables, sizes)
+        results.append(got)
+    assert len(graphed_find._graphs) == 1 and results[0] != results[1]
 
 
 # ---------------------------------------------------------------- the benchmark's shipped check
@@ -460,7 +587,8 @@ def test_microbench_runs_and_compares() -> None:
     for sc in report.scenarios:
         assert sc.samples == {col: 4 for col in report.columns}
         assert all(v > 0 for v in sc.medians.values())
-        assert set(sc.ratios) == {"exact/shipped", "find/exact", "exact+validation/shipped", "engine/shipped", "exact/engine"}
+        assert set(sc.ratios) == {"exact/shipped", "find/exact", "exact+validation/shipped", "engine/shipped", "exact/engine",
+                                  "find/engine"}
         assert sc.steps[0]["decisions"]["oracle"] == sc.steps[0]["decisions"]["exact"]
         assert "oracle" not in sc.steps[1]["decisions"]
     text, md = report.to_text(), report.to_markdown()
@@ -493,7 +621,7 @@ def test_bench_drop_in_cli_writes_json_and_markdown(tmp_path: Any, capsys: pytes
     from batchfuzz.cli import main
 
     js, md = tmp_path / "r.json", tmp_path / "r.md"
-    assert main(["bench", "--drop-in", "--quick", "--scenarios", "mixed/G1", "--json", str(js), "--markdown", str(md)]) == 0
+    assert main(["bench", "--quick", "--scenarios", "mixed/G1", "--json", str(js), "--markdown", str(md)]) == 0
     assert "exact/shipped" in capsys.readouterr().out
     report = json.loads(js.read_text())
     assert report["mismatches"] == [] and report["scenarios"][0]["name"] == "mixed/G1"

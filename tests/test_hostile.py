@@ -55,7 +55,7 @@ def _check(tmp_path: Path, contract: str, fn: str, budget: float, *extra: str) -
     ("soft_exit", "sys.exit(3)"),
 ])
 def test_check_reports_a_crash_as_a_counterexample(tmp_path: Path, fn: str, exit_text: str) -> None:
-    code, data, out, _ = _check(tmp_path, "split_dummy_tokens", fn, 8, "--property", "matches_oracle")
+    code, data, out, _ = _check(tmp_path, "split_dummy_tokens", fn, 15, "--property", "matches_oracle")  # ends at the crash
     assert code == 1, out
     assert data["status"] == "counterexample" and data["property"] == "crash", data
     assert exit_text in data["exit"] and exit_text in out

@@ -1,5 +1,16 @@
 """``batchfuzz bench``: cost of the microbatch-conflict checks on realistic steps.
 
+By default it runs ``batchfuzz.microbench``: the drop-in exact check of
+``batchfuzz.impl.allow_microbatching_numpy`` and its conflict set against the
+shipped check as the engine ships it (docs/exact-microbatching.md); with
+``--vllm-wheel FILE`` also the engine's own function from that release, and
+with ``--devices`` (default: cuda when present) the sync-free torch decision
+and conflict set with inputs resident on the device. ``--loop`` measures the
+fuzz loop instead (``batchfuzz.loopbench``).
+
+``--variants`` runs the older, wider comparison described below: every exact
+implementation through its canonical binder (validation and host copies
+included in its time), beside the shipped check's two copies and the oracle.
 Steps come from the prefix-caching scheduler model (``strategies.realizable.
 sample_realizable_step``): by default 256 requests (``max_num_seqs``), block
 tables ``cdiv(max_model_len, B)`` wide with 2048 columns in group 0, 1 to 3
@@ -7,19 +18,19 @@ KV groups, decode-heavy, prefill-heavy and mixed. On each step, in one
 process, interleaved (every repetition times every variant once, in a
 rotating order), it times:
 
-- ``exact numpy``: ``impl.conflicts_numpy.allow_microbatching`` (the exact,
-  split-agnostic detector);
-- ``exact numpy find``: ``impl.conflicts_numpy.find_conflicts`` (the whole
-  conflict set);
+- ``exact numpy``: ``batchfuzz.impl.allow_microbatching_numpy.allow_microbatching``
+  (the exact, split-agnostic decision, a fresh checker per call);
+- ``exact numpy find``: ``batchfuzz.impl.find_conflicts_numpy.find_conflicts``
+  (the whole conflict set);
 - ``validation``: ``batchfuzz.reference._step.check_step``, the input validation
   the exact implementations begin with (included in their times; the
   shipped check validates nothing);
 - ``shipped numpy``: the engine's shipped check (docs/contracts.md, "What the engine
   ships") vectorised here as an engine would write it; checked on every step
   to decide exactly as ``shipped loops``;
-- ``shipped loops``: ``batchfuzz.variants.microbatch.shipped_allow_microbatching``
-  (the registry's plain-loop re-expression);
-- ``exact torch <device>``: ``impl.conflicts_torch`` through its canonical
+- ``shipped loops``: ``batchfuzz.contracts._microbatch.shipped_allow_microbatching``
+  (the plain-loop re-expression the registered variants use);
+- ``exact torch <device>``: ``batchfuzz.impl.allow_microbatching_torch`` through its canonical
   binder (numpy in: validation and host-to-device copy included), and, on
   CUDA, ``... resident`` with inputs already on the device (the kernel and the
   one read of its result);
@@ -34,10 +45,6 @@ fewer samples than the others. The decisions are compared too:
 exact vs oracle must agree (a disagreement is reported and the exit code is
 1); shipped vs exact shows where the shipped check allows an unsafe split or
 vetoes a safe one.
-
-``--drop-in`` runs ``batchfuzz.microbench`` instead: the block-level exact
-check of ``batchfuzz.impl.allow_microbatching_numpy`` against the shipped check as the
-engine ships it (docs/exact-microbatching.md).
 """
 
 from __future__ import annotations
@@ -78,7 +85,8 @@ def register(sub: Any) -> None:
     p.add_argument("--devices", default="auto",
                    help="torch devices, comma-separated: cpu, cuda, none, or auto (default: cuda when present; with "
                         "--quick also cpu). The torch version builds a dense (R, W*B) grid per group: at full size "
-                        "on CPU it costs tens of seconds per step, so cpu is opt-in there")
+                        "on CPU it costs tens of seconds per step, so cpu is opt-in there (--variants). By default: devices for the "
+                        "sync-free torch decision and conflict set, inputs resident (auto: cuda when present)")
     p.add_argument("--torch-threads", type=int, default=1,
                    help="torch intra-op CPU threads (default 1, like numpy; 0 keeps torch's default)")
     p.add_argument("--slow", type=float, default=0.5,
@@ -87,12 +95,17 @@ def register(sub: Any) -> None:
     p.add_argument("--no-oracle", action="store_true", help="skip the oracle")
     p.add_argument("--seed", type=int, default=0, help="seed of the first step of each scenario (default 0)")
     p.add_argument("--json", dest="json_path", metavar="PATH", help="write the measurements as JSON here")
-    p.add_argument("--drop-in", action="store_true",
-                   help="instead: time the drop-in exact check (batchfuzz.impl.allow_microbatching_numpy) against the shipped check "
-                        "as the engine ships it, and find_conflicts (batchfuzz.microbench; see docs/exact-microbatching.md)")
+    p.add_argument("--variants", action="store_true",
+                   help="instead of the drop-in comparison (the default: batchfuzz.microbench, docs/exact-microbatching.md): "
+                        "every exact implementation through its canonical binder, validation included, beside both copies "
+                        "of the shipped check and the oracle")
     p.add_argument("--oracle-steps", type=int, default=1,
-                   help="with --drop-in: steps per scenario checked against the oracle (default 1; 0 with --no-oracle)")
-    p.add_argument("--markdown", dest="markdown_path", metavar="PATH", help="with --drop-in: write the table as Markdown here")
+                   help="steps per scenario checked against the oracle (default 1; 0 with --no-oracle)")
+    p.add_argument("--markdown", dest="markdown_path", metavar="PATH", help="write the table as Markdown here (not with --variants)")
+    p.add_argument("--vllm-wheel", metavar="FILE",
+                   help="also time the release's own GPUModelRunner._allow_microbatching (vLLM >= 0.28), "
+                        "cut out of this wheel through batchfuzz.engines.vllm, and check that our copy of the shipped "
+                        "check decides as it does on every step (exit 1 otherwise)")
     from batchfuzz import loopbench
 
     loopbench.add_arguments(p)  # --loop: the fuzz loop's speed and the cost of isolation
@@ -179,16 +192,14 @@ def _variants(devices: list[str], oracle: bool) -> tuple[list[Variant], list[str
 
                 out.append(Variant(f"exact torch {dev}", binder))
 
-                def move(step: Any, dev: str = dev) -> Any:
-                    def t(a: Any) -> Any:
-                        return torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)).to(dev)
+                def resident(step: Any, dev: str = dev) -> Any:
+                    """The checker with its scratch buffers and the step's arrays on ``dev``, made outside the timed call."""
+                    from batchfuzz.reference._step import check_step
 
-                    return (t(step.num_computed_tokens), t(step.num_scheduled_tokens),
-                            [t(x) for x in step.block_tables], list(step.block_sizes))
+                    return ct.checker_for(check_step(*canon(step)), dev)
 
                 if dev != "cpu":  # on CPU "resident" is the same computation without the copy
-                    out.append(Variant(f"exact torch {dev} resident", lambda s, i: bool(ct.allow_microbatching(*s)),
-                                       prepare=move))
+                    out.append(Variant(f"exact torch {dev} resident", lambda s, i: bool(s[0](*s[1])), prepare=resident))
         except ImportError as exc:
             notes.append(f"exact torch unavailable: {exc}")
     if oracle:
@@ -250,8 +261,10 @@ def run(args: argparse.Namespace) -> int:
         from batchfuzz import loopbench
 
         return loopbench.run_command(args)
-    if args.drop_in:
+    if not args.variants:
         return _run_drop_in(args)
+    if args.vllm_wheel or args.markdown_path:
+        raise UsageError("--vllm-wheel and --markdown belong to the drop-in comparison, not to --variants")
     from batchfuzz.scheduler_model import sample_realizable_step
 
     quick = bool(args.quick)
@@ -428,18 +441,56 @@ def _print_table(rows: list[tuple[Scenario, dict[str, float | None], list[dict[s
         print(f"  {sc.name:18} " + "; ".join(parts))
 
 
+def _engine_factory(wheel: str) -> tuple[Any, str]:
+    """The ``engine`` column's factory for ``microbench.run``: the release's
+    ``_allow_microbatching`` on a stand-in runner built per step (untimed),
+    with the step's ``reorder_batch_threshold``."""
+    from batchfuzz import bind
+    from batchfuzz.engines import SourceError, vllm
+
+    try:
+        source = vllm.ReleaseSource.from_wheel(wheel)
+        prepare = vllm.allow_microbatching_on_steps(source)
+    except SourceError as exc:
+        raise UsageError(f"--vllm-wheel: {exc}") from None
+    except (bind.Absent, bind.Unbindable) as exc:
+        raise UsageError(f"--vllm-wheel: vllm {source.version} has no usable GPUModelRunner._allow_microbatching "
+                         f"(it ships from 0.28.0): {exc}") from None
+
+    def factory(step: Any, info: dict[str, Any]) -> Any:
+        return prepare(step.num_reqs, step.num_computed_tokens, step.num_scheduled_tokens, list(step.block_tables),
+                       list(step.block_sizes), int(info["reorder_batch_threshold"]))
+
+    return factory, f"vllm {source.version} GPUModelRunner._allow_microbatching (cut out of {os.path.basename(wheel)})"
+
+
 def _run_drop_in(args: argparse.Namespace) -> int:
-    """``--drop-in``: the per-scenario microbenchmark of ``batchfuzz.microbench``."""
+    """The default: the per-scenario microbenchmark of ``batchfuzz.microbench``."""
     from batchfuzz import microbench
 
     quick = bool(args.quick)
     names = [n for n, _, _ in _select(args.scenarios)]
+    engine, label = _engine_factory(args.vllm_wheel) if args.vllm_wheel else (None, None)
+    spec = args.devices.strip()
+    if spec == "auto":
+        import torch
+
+        devices = ["cuda"] if torch.cuda.is_available() else []
+    else:
+        devices = [] if spec in ("", "none") else [d.strip() for d in spec.split(",") if d.strip()]
+    for dev in devices:
+        if dev not in ("cpu", "cuda"):
+            raise UsageError(f"--devices: unknown device {dev!r} (cpu, cuda, none or auto)")
+    if devices and args.torch_threads:
+        import torch
+
+        torch.set_num_threads(args.torch_threads)
     try:
         report = microbench.run(
             names, num_reqs=args.num_reqs or (16 if quick else 256), width=args.width or (64 if quick else 2048),
             steps=args.steps or (1 if quick else 2), repeat=args.repeat or (3 if quick else 7),
-            oracle_steps=0 if args.no_oracle else args.oracle_steps, seed=args.seed,
-            log=lambda line: print(line, file=sys.stderr, flush=True))
+            oracle_steps=0 if args.no_oracle else args.oracle_steps, seed=args.seed, engine=engine, engine_label=label,
+            devices=devices, log=lambda line: print(line, file=sys.stderr, flush=True))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     print(report.to_text())

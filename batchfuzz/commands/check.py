@@ -5,28 +5,34 @@ The target runs in a worker process (``batchfuzz.execution``) unless
 counterexample of the pseudo-property ``crash`` or ``timeout``, shrunk and
 reproduced like any other. ``--budget`` bounds the whole command.
 
+``--exhaustive [--scope NAME]`` checks every input of one of the contract's
+bounded scopes instead of random ones (``batchfuzz.exhaustive``), smallest
+first, so its first counterexample is a smallest one of the scope and is
+printed unshrunk, through the same printer; a scope that holds is reported
+as "all N inputs within scope S hold". docs/exhaustive.md lists the scopes.
+
 Exit codes: 0 every property ran and passed; 1 a counterexample (a wrong
 result, a crash or a timeout), printed as a reproduction; 2 a usage error,
 found before any example runs (unknown contract or domain, a target that
 cannot be imported, whose signature cannot take the contract's arguments or
 whose result on a regression example is of a type the contract cannot read,
-an unwritable --json path, a --database path that is a regular file); 3
-incomplete: the budget ended before every property ran.
+an unwritable --json path, a --database path that is a regular file, an
+unknown scope, --scope without --exhaustive); 3 incomplete: the budget ended
+before every property ran (with --exhaustive: before every input of the
+scope was checked).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from typing import Any, TextIO
 
 from hypothesis import settings
-from hypothesis.database import DirectoryBasedExampleDatabase
 
-from batchfuzz import profiles, registry, reproduce, runner
+from batchfuzz import exhaustive, profiles, registry, reproduce, runner
 from batchfuzz.cli import UsageError, parse_duration, writable_file
 from batchfuzz.codec import literal
 from batchfuzz.execution import executor_for
@@ -35,6 +41,11 @@ from batchfuzz.targets import TargetError, parse
 # How long after --budget check may still run: the example in flight
 # (runner.DEADLINE_GRACE_S), then the report.
 GRACE_S = runner.DEADLINE_GRACE_S + 3.0
+
+# Default budgets: a random check, and an exhaustive one (a scope is covered
+# completely or reported incomplete, so it gets time to finish).
+DEFAULT_BUDGET_S = 30.0
+EXHAUSTIVE_BUDGET_S = 600.0
 
 
 def default_timeout(budget_s: float) -> float:
@@ -50,9 +61,10 @@ def register(sub: Any) -> None:
                     "1 counterexample, 2 usage error, 3 incomplete (the budget ended before every property ran).")
     p.add_argument("contract", help="contract name (see `batchfuzz list`)")
     p.add_argument("target", help="MODULE:FUNCTION or path/to/file.py:FUNCTION (also impl:NAME@DEVICE, variant:NAME, oracle)")
-    p.add_argument("--budget", type=parse_duration, default=30.0,
-                   help=f"wall-clock budget for the whole command, shrinking included, e.g. 30, 90s, 5m (default 30s); "
-                        f"it ends within the budget plus {GRACE_S:g}s")
+    p.add_argument("--budget", type=parse_duration, default=None,
+                   help=f"wall-clock budget for the whole command, shrinking included, e.g. 30, 90s, 5m (default "
+                        f"{DEFAULT_BUDGET_S:g}s, {EXHAUSTIVE_BUDGET_S:g}s with --exhaustive); it ends within the budget plus "
+                        f"{GRACE_S:g}s")
     p.add_argument("--timeout", type=parse_duration, default=None, metavar="SECONDS",
                    help="per-example timeout: a call that runs longer is a `timeout` counterexample "
                         "(default: a tenth of the budget, between 1s and 30s)")
@@ -63,8 +75,17 @@ def register(sub: Any) -> None:
                         "the target declares with @batchfuzz.domain, else spec")
     p.add_argument("--json", dest="json_path", metavar="PATH", help="write a JSON report here")
     p.add_argument("--seed", type=int, default=None, help="seed for a deterministic run")
-    p.add_argument("--database", metavar="PATH", help="persist Hypothesis examples here (replayed by later runs)")
+    p.add_argument("--database", metavar="PATH|URL",
+                   help="a directory: persist Hypothesis examples there (replayed by later runs); a redis:// URL: read the "
+                        "nightly job's shared database without writing to it, new examples going to the local copy "
+                        "(docs/nightly.md)")
     p.add_argument("--property", action="append", default=None, help="only this property (repeatable)")
+    p.add_argument("--exhaustive", action="store_true",
+                   help="check every input of a bounded scope, smallest first, instead of random inputs: the first "
+                        "counterexample is a smallest one of the scope (docs/exhaustive.md)")
+    p.add_argument("--scope", default=None, metavar="NAME",
+                   help=f"the scope --exhaustive enumerates (default {registry.DEFAULT_SCOPE!r}; `batchfuzz list` names each "
+                        "contract's scopes)")
     p.set_defaults(func=run)
 
 
@@ -88,21 +109,41 @@ class _Progress:
         self.stream.flush()
 
 
-def _database(path: str | None) -> Any:
-    if not path:
+def _database(spec: str | None) -> Any:
+    """``--database``: a directory is read and written; a shared Redis database
+    is only read (a ``check`` of one function must not seed every machine's
+    nightly run with its examples), its local copy written."""
+    if not spec:
         return None
-    if os.path.isfile(path):
-        raise UsageError(f"--database {path}: is a regular file, not a database directory")
-    return DirectoryBasedExampleDatabase(path)
+    from batchfuzz import profiles
+    from batchfuzz.database import DatabaseError, open_database
+
+    try:
+        return open_database(spec, local_dir=profiles.database_path(), read_only="://" in spec)
+    except DatabaseError as exc:
+        raise UsageError(f"--database: {exc}") from None
 
 
 def run(args: argparse.Namespace) -> int:
     started = getattr(args, "started", None) or time.time()
+    if args.budget is None:
+        args.budget = EXHAUSTIVE_BUDGET_S if args.exhaustive else DEFAULT_BUDGET_S
     deadline = started + args.budget
     try:
         contract = registry.get(args.contract)
     except KeyError as exc:
         raise UsageError(str(exc).strip("'\"")) from None
+    scope = None
+    if args.scope is not None and not args.exhaustive:
+        raise UsageError("--scope needs --exhaustive")
+    if args.exhaustive:
+        for flag, given in (("--seed", args.seed is not None), ("--database", args.database is not None)):
+            if given:
+                raise UsageError(f"{flag} does not apply to --exhaustive (it enumerates, it does not draw)")
+        try:
+            scope = contract.scope(args.scope or registry.DEFAULT_SCOPE)
+        except KeyError as exc:
+            raise UsageError(str(exc).strip("'\"")) from None
     if args.domain is not None:
         try:
             contract.domain(args.domain)
@@ -132,6 +173,8 @@ def run(args: argparse.Namespace) -> int:
         executor.close()
         raise UsageError(f"target {args.target}: {why}; bind it to the contract's result (docs/bindings.md)")
     with executor:
+        if scope is not None:
+            return _exhaustive(args, contract, props, scope, ref, executor, info, started, deadline)
         return _check(args, contract, props, ref, executor, info, database, started, deadline)
 
 
@@ -185,28 +228,9 @@ def _check(args: argparse.Namespace, contract: registry.Contract, props: tuple[r
     code = 0
     if failure is not None:
         code = 1
-        repro = reproduce.reproduction(failure, ref, timeout_s=max(10.0, 3 * timeout))
-        print(f"\nCOUNTEREXAMPLE: property {failure.property} ({failure.spec})"
-              + (f", while checking {failure.during}" if failure.during else ""))
-        print(f"{failure.error_type}: {failure.message}\n")
-        if not failure.complete:
-            print("(the budget ended while shrinking: the case is the smallest found so far)\n")
-        print("--- reproduction (copy-paste; run it with python) ---")
-        print(repro)
-        also: list[str] = []
-        if time.time() < deadline + runner.DEADLINE_GRACE_S and failure.property not in ("crash", "timeout"):
-            also = runner.violated_properties(contract, executor, failure.case, timeout_s=timeout)
-            if also:
-                print(f"--- the shrunk case violates: {', '.join(also)}")
-        print(f"--- replay the search: batchfuzz check {contract.name} {args.target} --property "
-              f"{failure.during or failure.property} --seed {seed}")
-        report.update(
-            status="counterexample", property=failure.property, during=failure.during, message=failure.message,
-            error_type=failure.error_type, exit=failure.exit, shrink_complete=failure.complete,
-            counterexample={"args": {k: literal(v) for k, v in failure.case.args.items()},
-                            "context": {k: literal(v) for k, v in failure.case.context.items()}},
-            case=failure.to_json()["case"], reproduction=repro, violated_properties=also,
-        )
+        replay = (f"replay the search: batchfuzz check {contract.name} {args.target} --property "
+                  f"{failure.during or failure.property} --seed {seed}")
+        report.update(_print_counterexample(contract, executor, ref, failure, timeout, deadline, replay))
     elif not_run:
         code = 3
         print(f"\nincomplete: the budget ended before {len(not_run)} of {len(results)} properties ran: {', '.join(not_run)} "
@@ -214,6 +238,93 @@ def _check(args: argparse.Namespace, contract: registry.Contract, props: tuple[r
         report.update(status="incomplete", not_run=not_run)
     else:
         print(f"\npassed: no counterexample in {examples} examples ({seconds:.1f}s)")
+    if args.json_path:
+        with open(args.json_path, "w") as fh:
+            json.dump(report, fh, indent=2)
+    return code
+
+
+def _print_counterexample(contract: registry.Contract, executor: Any, ref: Any, failure: runner.Failure, timeout: float,
+                          deadline: float, replay: str, what: str = "the shrunk case") -> dict[str, Any]:
+    """Print ``failure`` as a reproduction, the other properties its case
+    breaks (``what`` names the case) and ``replay`` (the command that finds it again); the report's
+    fields for it. ``check`` and ``check --exhaustive`` share it."""
+    repro = reproduce.reproduction(failure, ref, timeout_s=max(10.0, 3 * timeout))
+    print(f"\nCOUNTEREXAMPLE: property {failure.property} ({failure.spec})"
+          + (f", while checking {failure.during}" if failure.during else ""))
+    print(f"{failure.error_type}: {failure.message}\n")
+    if not failure.complete:
+        print("(the budget ended while shrinking: the case is the smallest found so far)\n")
+    print("--- reproduction (copy-paste; run it with python) ---")
+    print(repro)
+    also: list[str] = []
+    if time.time() < deadline + runner.DEADLINE_GRACE_S and failure.property not in ("crash", "timeout"):
+        also = runner.violated_properties(contract, executor, failure.case, timeout_s=timeout)
+        if also:
+            print(f"--- {what} violates: {', '.join(also)}")
+    print(f"--- {replay}")
+    return dict(
+        status="counterexample", property=failure.property, during=failure.during, message=failure.message,
+        error_type=failure.error_type, exit=failure.exit, shrink_complete=failure.complete,
+        counterexample={"args": {k: literal(v) for k, v in failure.case.args.items()},
+                        "context": {k: literal(v) for k, v in failure.case.context.items()}},
+        case=failure.to_json()["case"], reproduction=repro, violated_properties=also,
+    )
+
+
+def _exhaustive(args: argparse.Namespace, contract: registry.Contract, props: tuple[registry.Property, ...],
+                scope: registry.Scope, ref: Any, executor: Any, info: dict[str, Any], started: float, deadline: float) -> int:
+    """``check --exhaustive``: every property on every input of ``scope``, smallest first."""
+    domain = args.domain or info.get("domain") or scope.domain
+    timeout = args.timeout if args.timeout is not None else default_timeout(args.budget)
+    mode = "in this process" if args.no_isolation else "in a worker process"
+    print(f"batchfuzz check {contract.name} {args.target} --exhaustive: scope {scope.name} ({scope.count} inputs: "
+          f"{scope.description}), {len(props)} properties, domain {domain}, budget {args.budget:g}s, timeout {timeout:g}s "
+          f"per example, {mode}", flush=True)
+    tty = sys.stdout.isatty()
+    last = [time.time()]
+
+    def progress(r: exhaustive.ScopeResult) -> None:
+        """A live line on a terminal, a line every 10 s otherwise."""
+        if not tty and time.time() - last[0] < 10:
+            return
+        last[0] = time.time()
+        line = f"  {r.enumerated:7d} of {r.count} inputs, {r.skipped} skipped  {max(0.0, deadline - time.time()):5.0f}s left"
+        sys.stdout.write("\r" + line.ljust(78) if tty else line + "\n")
+        sys.stdout.flush()
+
+    try:
+        result = exhaustive.run_scope(contract, executor, scope, target_name=ref.spec, properties=props, domain=domain,
+                                      deadline=deadline, example_timeout_s=timeout, on_progress=progress)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    if tty:
+        print()
+    for name in result.properties:
+        failed = result.failure is not None and result.failure.property == name
+        print(f"  {'FAIL' if failed else 'ok':4} {name:40} {result.by_property[name] + failed:7d} inputs")
+    if result.failure is not None and result.failure.property not in result.properties:
+        print(f"  FAIL {result.failure.property:40} {1:7d} inputs")
+    report: dict[str, Any] = {
+        "contract": contract.name, "target": args.target, "domain": domain, "exhaustive": True, "scope": scope.name,
+        "budget": args.budget, "timeout": timeout, "isolated": not args.no_isolation, "property": None,
+        "counterexample": None, **result.to_json(),
+    }
+    report.pop("failure")
+    report["seconds"] = round(time.time() - started, 3)
+    code = 0
+    if result.failure is not None:
+        code = 1
+        print(f"\n{result.summary()}")
+        extra = "".join(f" --property {p}" for p in args.property or ())
+        replay = f"replay: batchfuzz check {contract.name} {args.target} --exhaustive --scope {scope.name}{extra}"
+        report.update(_print_counterexample(contract, executor, ref, result.failure, timeout, deadline, replay, "the case"))
+    elif not result.complete:
+        code = 3
+        print(f"\n{result.summary()}; give it a larger --budget")
+    else:
+        print(f"\n{result.summary()}\n  {result.evaluations} property evaluations in {result.seconds:.1f}s")
     if args.json_path:
         with open(args.json_path, "w") as fh:
             json.dump(report, fh, indent=2)

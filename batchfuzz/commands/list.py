@@ -20,6 +20,8 @@ def run(args: argparse.Namespace) -> int:
         if c.notes:
             print(f"    notes: {c.notes}")
         print("    domains: " + ", ".join(d.name for d in c.domains))
+        if c.scopes:
+            print("    scopes (check --exhaustive --scope NAME): " + ", ".join(f"{s.name} ({s.count} inputs)" for s in c.scopes))
         for i in c.implementations:
             print(f"    implementation {i.name} [{'/'.join(i.devices)}]: {i.description}")
         for p in c.properties:

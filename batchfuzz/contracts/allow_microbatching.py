@@ -124,6 +124,7 @@ CONTRACT = registry.register(Contract(
     labels=labels,
     size=strategies.size,
     reductions=strategies.reductions,
+    scopes=registry.scopes_from(strategies),
     scores=_scores,
     notes="Failure = allowing a step that some consecutive split breaks (the simulation judges). Vetoing a safe step "
           "is sound; scores count it (vetoed_safe_steps / safe_steps = lost overlap).",

@@ -148,7 +148,8 @@ IMPLEMENTATIONS = (
     registry.host_impl("numpy", find_conflicts_numpy.find_conflicts,
                        "block level: write records and whole-block reads, slot level only for partly written blocks"),
     registry.torch_impl("torch", find_conflicts_torch.bind,
-                       "earliest write per slot by scatter_reduce on the device (synchronises once to size the set)"),
+                       "records sorted by block, read cells matched by searchsorted, pairs at fixed positions: no host sync "
+                       "(fixed capacity, overflow reported; bind retries with room for all)"),
 )
 
 DOMAINS = registry.domains_from(strategies, {
@@ -182,6 +183,7 @@ CONTRACT = registry.register(Contract(
     labels=labels,
     size=strategies.size,
     reductions=strategies.reductions,
+    scopes=registry.scopes_from(strategies),
     notes="Compared as sets of Python-int 4-tuples; a (K, 4) array or tensor is accepted. A reader is a request with "
           "q > 0 (a request without a token in the step reads nothing).",
 ))

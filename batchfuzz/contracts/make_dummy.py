@@ -190,5 +190,6 @@ CONTRACT = registry.register(Contract(
     labels=_labels,
     size=strategies.size,
     reductions=strategies.reductions,
+    scopes=registry.scopes_from(strategies),
     notes="Buffers keep their own dtypes; compared as int64 values.",
 ))

@@ -343,6 +343,7 @@ CONTRACT = registry.register(Contract(
     labels=_labels,
     size=strategies.size,
     reductions=strategies.reductions,
+    scopes=registry.scopes_from(strategies),
     reproduce=_reproduce,
     notes="Dtype rule: without out the result has num_scheduled_tokens's dtype (int32 or int64; a list counts as int64); "
           "with out it is out's dtype, which must be int32 or int64 (TypeError naming out otherwise). sum(nst) must fit "

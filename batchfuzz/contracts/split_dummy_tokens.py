@@ -192,6 +192,7 @@ CONTRACT = registry.register(Contract(
     labels=_labels,
     size=strategies.size,
     reductions=strategies.reductions,
+    scopes=registry.scopes_from(strategies),
     notes="Integer results compare exactly; any integer dtype is accepted from a target. "
           "In-project numpy/torch implementations return int64, engine.input_batch int32.",
 ))

@@ -244,6 +244,7 @@ CONTRACT = registry.register(Contract(
     labels=_labels,
     size=strategies.size,
     reductions=strategies.reductions,
+    scopes=registry.scopes_from(strategies),
     notes="Slices compare exactly after conversion to Python ints; tuples and lists, numpy arrays and tensors of "
           "shape (n, 2, 2) are accepted from a target.",
 ))

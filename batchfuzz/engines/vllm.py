@@ -310,6 +310,28 @@ def _bind_allow_microbatching(rel: _Release) -> tuple[Callable[..., Any], str]:
                                  "one row per request")
 
 
+def allow_microbatching_on_steps(source: _engines.ReleaseSource) -> Callable[..., Callable[[], bool]]:
+    """The release's own ``GPUModelRunner._allow_microbatching`` (v1, 0.28.0
+    and later) for timing it (``batchfuzz bench --vllm-wheel``):
+    returns ``prepare(num_reqs, c, q, tables, block_sizes,
+    reorder_batch_threshold)``, which builds the stand-in runner (int32
+    persistent arrays, ubatching on) once and returns a zero-argument callable
+    running the engine's function unchanged on it. Raises ``bind.Absent`` or
+    ``bind.Unbindable`` as the bindings do."""
+    scope = _Release(source).scope()
+    allow = scope.load(scope.file(V1_RUNNER).piece("GPUModelRunner._allow_microbatching"))
+
+    def prepare(num_reqs: int, c: np.ndarray, q: np.ndarray, tables: list[np.ndarray], block_sizes: list[int],
+                reorder_batch_threshold: int = 1) -> Callable[[], bool]:
+        groups = [bind.block_table(int(b), np.ascontiguousarray(t, dtype=np.int32)) for t, b in zip(tables, block_sizes, strict=True)]
+        runner = Stub("GPUModelRunner", parallel_config=Stub("parallel_config", use_ubatching=True),
+                      reorder_batch_threshold=int(reorder_batch_threshold),
+                      input_batch=_input_batch(np.ascontiguousarray(c, dtype=np.int32), groups))
+        return functools.partial(allow, runner, int(num_reqs), np.ascontiguousarray(q, dtype=np.int32))
+
+    return prepare
+
+
 # ---------------------------------------------------------------- the table of bindings
 
 
