@@ -22,6 +22,7 @@ _SLOW = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_bas
 
 
 _NO_EXPLAIN = tuple(p for p in Phase if p.name != "explain")
+_NO_SHRINK = tuple(p for p in _NO_EXPLAIN if p.name != "shrink")
 
 
 def database_path() -> str:
@@ -50,8 +51,10 @@ def register_profiles() -> None:
         suppress_health_check=_SLOW,
     )
     settings.register_profile(
+        # A mutant is killed by any failing example: no shrinking (nor explaining) of it,
+        # which would cost more than the search on every killed mutant (docs/mutation.md).
         "mutation", max_examples=200, deadline=None, derandomize=True, database=None,
-        suppress_health_check=_SLOW, phases=_NO_EXPLAIN,
+        suppress_health_check=_SLOW, phases=_NO_SHRINK,
     )
 
 
