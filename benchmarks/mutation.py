@@ -91,7 +91,12 @@ def run_mutmut(jobs: int, names: list[str]) -> int:
     children fork from a process that has imported torch, and several
     OpenMP pools on a few cores only contend."""
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONHASHSEED="0", CI="", BATCHFUZZ_PROFILE="mutation")
-    env.pop("PYTHONPATH", None)
+    # A checkout on the path would shadow the staged tree; other entries (an
+    # offline machine's --target install of mutmut) stay.
+    outside = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and not Path(p).resolve().is_relative_to(ROOT)]
+    env["PYTHONPATH"] = os.pathsep.join(outside)
+    if not outside:
+        env.pop("PYTHONPATH")
     cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(jobs), *names]
     return subprocess.call(cmd, cwd=STAGE, env=env)
 
