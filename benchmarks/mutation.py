@@ -156,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mutmut run: exit {rc}, {time.monotonic() - start:.0f} s wall with --jobs {args.jobs}")
     print(table(verdicts()))
     left = survivors()
-    print(f"{len(left)} not killed:" if left else "every mutant killed or timed out")
+    checked = sum(n for counts in verdicts().values() for v, n in counts.items() if v != "not checked")
+    print(f"{len(left)} not killed:" if left else ("every checked mutant killed or timed out" if checked else "no mutant checked"))
     for name in left:
         print("  " + name)
     return rc
