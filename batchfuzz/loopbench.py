@@ -31,7 +31,6 @@ targets are correct) are reported and make the exit status 1.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -353,12 +352,7 @@ def run_command(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     print(report.to_text())
-    if args.json_path:
-        with open(args.json_path, "w") as fh:
-            json.dump(report.to_dict(), fh, indent=2)
-        print(f"wrote {args.json_path}")
-    if args.markdown_path:
-        with open(args.markdown_path, "w") as fh:
-            fh.write(report.to_markdown())
-        print(f"wrote {args.markdown_path}")
+    from batchfuzz.commands.bench import write_outputs
+
+    write_outputs(args, report.to_dict(), report.to_markdown())
     return 1 if report.failures else 0

@@ -389,15 +389,25 @@ def run(args: argparse.Namespace) -> int:
         })
 
     _print_table(rows, variants)
-    if args.json_path:
-        with open(args.json_path, "w") as fh:
-            json.dump(report, fh, indent=2, default=_json_default)
-        print(f"wrote {args.json_path}")
+    write_outputs(args, report)
     return 1 if mismatch else 0
 
 
 def _num_ratio(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None or b == 0 else round(a / b, 4)
+
+
+def write_outputs(args: argparse.Namespace, data: Any, markdown: str | None = None) -> None:
+    """``--json`` (``data``, numpy scalars as Python ones) and, when given,
+    ``--markdown`` (``markdown``), each announced on stdout."""
+    if args.json_path:
+        with open(args.json_path, "w") as fh:
+            json.dump(data, fh, indent=2, default=_json_default)
+        print(f"wrote {args.json_path}")
+    if markdown is not None and getattr(args, "markdown_path", None):
+        with open(args.markdown_path, "w") as fh:
+            fh.write(markdown)
+        print(f"wrote {args.markdown_path}")
 
 
 def _json_default(o: Any) -> Any:
@@ -494,12 +504,5 @@ def _run_drop_in(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     print(report.to_text())
-    if args.json_path:
-        with open(args.json_path, "w") as fh:
-            json.dump(report.to_dict(), fh, indent=2, default=_json_default)
-        print(f"wrote {args.json_path}")
-    if args.markdown_path:
-        with open(args.markdown_path, "w") as fh:
-            fh.write(report.to_markdown())
-        print(f"wrote {args.markdown_path}")
+    write_outputs(args, report.to_dict(), report.to_markdown())
     return 1 if report.mismatches else 0

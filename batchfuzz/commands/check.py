@@ -238,6 +238,11 @@ def _check(args: argparse.Namespace, contract: registry.Contract, props: tuple[r
         report.update(status="incomplete", not_run=not_run)
     else:
         print(f"\npassed: no counterexample in {examples} examples ({seconds:.1f}s)")
+    return _write_json(args, report, code)
+
+
+def _write_json(args: argparse.Namespace, report: dict[str, Any], code: int) -> int:
+    """``--json``, when given, at the end of a run; returns the run's exit code."""
     if args.json_path:
         with open(args.json_path, "w") as fh:
             json.dump(report, fh, indent=2)
@@ -325,7 +330,4 @@ def _exhaustive(args: argparse.Namespace, contract: registry.Contract, props: tu
         print(f"\n{result.summary()}; give it a larger --budget")
     else:
         print(f"\n{result.summary()}\n  {result.evaluations} property evaluations in {result.seconds:.1f}s")
-    if args.json_path:
-        with open(args.json_path, "w") as fh:
-            json.dump(report, fh, indent=2)
-    return code
+    return _write_json(args, report, code)
