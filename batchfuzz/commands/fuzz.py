@@ -25,6 +25,7 @@ import math
 import os
 import shlex
 import signal
+import statistics
 import sys
 import time
 from collections import deque
@@ -293,6 +294,8 @@ class _Scheduler:
         self.slices = {item.index: 0 for item in job.items}
         self.runners: dict[int, tuple[Any, Any]] = {}  # runner id -> (process, connection)
         self.busy: dict[int, int] = {}  # runner id -> item index
+        self.sent: dict[int, tuple[float, float]] = {}  # runner id -> (when its slice was sent, the slice's length)
+        self.overheads: list[float] = []  # seconds each finished slice took beyond its length (target start-up, reports)
         self.next_id = 0
         self.signum: int | None = None
         self.stop_reason: str | None = None
@@ -330,10 +333,17 @@ class _Scheduler:
     def slice_length(self, now: float) -> float:
         """Seconds of fuzzing the next slice gets, counted by the runner from
         when the item's target is ready: a share of what is left, so that the
-        budget holds about ``TARGET_ROUNDS`` rounds over the live items."""
+        budget holds about ``TARGET_ROUNDS`` rounds over the live items. While
+        some item has not had its first slice, what is left is first reduced by
+        the overhead those first slices will cost (the mean measured so far of
+        a slice's time beyond its length), so that on a loaded machine the
+        earlier items do not use up the later ones' share."""
         if settings_derandomized(self.job):
             return math.inf  # a fixed stream runs once, whole (to the deadline)
         left = max(0.0, self.job.deadline - now)
+        waiting = sum(1 for n in self.slices.values() if n == 0)
+        if waiting and self.overheads:
+            left = max(0.0, left - waiting * statistics.fmean(self.overheads) / self.job.workers)
         n = max(1, len(self.live) + len(self.busy))
         return max(MIN_SLICE_S, min(MAX_SLICE_S, left * self.job.workers / n / TARGET_ROUNDS))
 
@@ -358,6 +368,7 @@ class _Scheduler:
             self.slices[index] += 1
             self.busy[rid] = index
             length = self.slice_length(now)
+            self.sent[rid] = (now, length)
             conn.send((index, self.slices[index], length, self.shrink_length(length)))
 
     def _next_item(self) -> int | None:
@@ -371,12 +382,16 @@ class _Scheduler:
 
     def finish_slice(self, rid: int, index: int, status: str) -> None:
         self.busy.pop(rid, None)
+        sent, length = self.sent.pop(rid, (math.nan, math.inf))
+        if status not in FINAL and math.isfinite(length):
+            self.overheads.append(max(0.0, time.time() - sent - length))
         if status in FINAL and index in self.live:
             self.live.remove(index)
 
     def runner_died(self, rid: int) -> None:
         proc, conn = self.runners.pop(rid)
         index = self.busy.pop(rid, None)
+        self.sent.pop(rid, None)
         conn.close()
         if index is not None:
             item = self.job.items[index]
