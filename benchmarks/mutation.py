@@ -122,9 +122,32 @@ def survivors() -> list[str]:
     return sorted(names)
 
 
+TRIAGE = Path(__file__).with_name("mutation_triage.toml")
+# Verdicts a survivor can be given by hand (docs/mutation.md, "Triage"); the first two count as equivalent in the score.
+TRIAGE_VERDICTS = ("equivalent", "cpu_equivalent", "gpu_only", "unreachable", "survives")
+
+
+def triage() -> dict[str, tuple[str, str]]:
+    """``mutant name -> (verdict, reason)`` from ``mutation_triage.toml`` (one table per verdict,
+    keys are mutant names without the ``batchfuzz.impl.`` prefix)."""
+    import tomllib
+
+    data = tomllib.loads(TRIAGE.read_text()) if TRIAGE.exists() else {}
+    out: dict[str, tuple[str, str]] = {}
+    for verdict, entries in data.items():
+        if verdict not in TRIAGE_VERDICTS:
+            raise ValueError(f"{TRIAGE.name}: unknown verdict table [{verdict}]; use one of {TRIAGE_VERDICTS}")
+        for short, why in entries.items():
+            name = "batchfuzz.impl." + short
+            if name in out:
+                raise ValueError(f"{TRIAGE.name}: {short} is triaged twice ({out[name][0]} and {verdict})")
+            out[name] = (verdict, str(why))
+    return out
+
+
 def table(counts: dict[str, Counter[str]]) -> str:
     """A markdown table: each verdict per file and the raw score, (killed + timeout) / checked
-    (equivalent mutants are triaged by hand in docs/mutation.md, not here)."""
+    (the triage of survivors is applied by :func:`score`, not here)."""
     head = "| file | mutants | " + " | ".join(COLUMNS) + " | raw score |"
     lines = [head, "|" + "---|" * (len(COLUMNS) + 3)]
     total: Counter[str] = Counter()
@@ -136,6 +159,34 @@ def table(counts: dict[str, Counter[str]]) -> str:
         tried = n - c["not checked"]
         score = f"{100 * (c['killed'] + c['timeout']) / tried:.1f} %" if tried else "-"
         lines.append(f"| {name} | {n} | " + " | ".join(str(c[k]) for k in COLUMNS) + f" | {score} |")
+    return "\n".join(lines)
+
+
+def score(counts: dict[str, Counter[str]], left: list[str], verdicts_by_name: dict[str, tuple[str, str]]) -> str:
+    """The score over the non-equivalent checked mutants, per file: killed / (checked - equivalent),
+    where equivalent = triaged ``equivalent`` or ``cpu_equivalent``; a strict column counts
+    ``cpu_equivalent`` as not killed too. Untriaged survivors count as not killed."""
+    by_file: dict[str, Counter[str]] = {name: Counter() for name in counts}
+    for name in left:
+        module = name.removeprefix("batchfuzz.impl.").split(".")[0]
+        by_file.setdefault(f"impl/{module}.py", Counter())[verdicts_by_name.get(name, ("untriaged", ""))[0]] += 1
+    cols = ("equivalent", "cpu_equivalent", "gpu_only", "unreachable", "survives", "untriaged")
+    lines = ["| file | checked | killed | " + " | ".join(cols) + " | score | strict score |",
+             "|" + "---|" * (len(cols) + 5)]
+    total_c: Counter[str] = Counter()
+    total_t: Counter[str] = Counter()
+    for name, c in [*counts.items(), ("**impl/ total**", None)]:
+        t = total_t if c is None else by_file.get(name, Counter())
+        c = total_c if c is None else c
+        if c is not total_c:
+            total_c.update(c)
+            total_t.update(t)
+        checked = sum(c.values()) - c["not checked"]
+        killed = c["killed"] + c["timeout"]
+        eq, strict_eq = t["equivalent"] + t["cpu_equivalent"], t["equivalent"]
+        pct = (lambda k, d: f"{100 * k / d:.1f} %" if d else "-")
+        lines.append(f"| {name} | {checked} | {killed} | " + " | ".join(str(t[k]) for k in cols)
+                     + f" | {pct(killed, checked - eq)} | {pct(killed, checked - strict_eq)} |")
     return "\n".join(lines)
 
 
@@ -154,12 +205,19 @@ def main(argv: list[str] | None = None) -> int:
         stage(args.fresh)
         rc = run_mutmut(args.jobs, args.names)
         print(f"mutmut run: exit {rc}, {time.monotonic() - start:.0f} s wall with --jobs {args.jobs}")
-    print(table(verdicts()))
-    left = survivors()
-    checked = sum(n for counts in verdicts().values() for v, n in counts.items() if v != "not checked")
-    print(f"{len(left)} not killed:" if left else ("every checked mutant killed or timed out" if checked else "no mutant checked"))
-    for name in left:
+    counts, left, given = verdicts(), survivors(), triage()
+    print(table(counts))
+    print()
+    print(score(counts, left, given))
+    untriaged = [name for name in left if name not in given]
+    print(f"{len(left)} not killed, {len(untriaged)} of them untriaged" + (":" if untriaged else ""))
+    for name in untriaged:
         print("  " + name)
+    stale = sorted(set(given) - set(left))
+    if stale:
+        print(f"{len(stale)} triaged mutants are no longer survivors (killed now, or renamed): remove them from {TRIAGE.name}")
+        for name in stale:
+            print("  " + name)
     return rc
 
 
