@@ -190,15 +190,32 @@ def score(counts: dict[str, Counter[str]], left: list[str], verdicts_by_name: di
     return "\n".join(lines)
 
 
+def triage_tables(left: list[str], verdicts_by_name: dict[str, tuple[str, str]]) -> str:
+    """Markdown: one table per verdict of every triaged survivor of the last run, with its reason
+    (the section "Every survivor" of docs/mutation.md is this output)."""
+    parts = []
+    for verdict in TRIAGE_VERDICTS:
+        rows = [(name, why) for name, (v, why) in sorted(verdicts_by_name.items()) if v == verdict and name in left]
+        if rows:
+            parts.append(f"#### {verdict} ({len(rows)})\n\n| mutant | change, and why |\n|---|---|\n"
+                         + "\n".join(f"| `{name.removeprefix('batchfuzz.impl.')}` | {why} |" for name, why in rows))
+    return "\n\n".join(parts)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", help="mutant names or globs (mutmut's); default: every mutant")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel mutmut children (default: all cores)")
     parser.add_argument("--fresh", action="store_true", help="discard the staged tree and mutmut's cached verdicts")
     parser.add_argument("--report", action="store_true", help="only print the table and the survivors of the last run")
+    parser.add_argument("--triage-tables", action="store_true",
+                        help="only print the triaged survivors of the last run as markdown tables, one per verdict")
     args = parser.parse_args(argv)
     if args.jobs < 1:
         raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
+    if args.triage_tables:
+        print(triage_tables(survivors(), triage()))
+        return 0
     rc = 0
     if not args.report:
         start = time.monotonic()
