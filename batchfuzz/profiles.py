@@ -15,6 +15,7 @@ from hypothesis.database import DirectoryBasedExampleDatabase
 
 PROFILES = ("dev", "ci", "nightly", "mutation")
 ENV_VAR = "BATCHFUZZ_PROFILE"
+MUTATION_EXAMPLES_ENV_VAR = "BATCHFUZZ_MUTATION_EXAMPLES"  # examples per property under the mutation profile
 DATABASE_ENV_VAR = "BATCHFUZZ_DATABASE"
 DEFAULT_DATABASE = ".hypothesis/batchfuzz"
 
@@ -53,8 +54,8 @@ def register_profiles() -> None:
     settings.register_profile(
         # A mutant is killed by any failing example: no shrinking (nor explaining) of it,
         # which would cost more than the search on every killed mutant; 100 examples, as a survivor
-        # costs its tests in full (docs/mutation.md).
-        "mutation", max_examples=100, deadline=None, derandomize=True, database=None,
+        # costs its tests in full; benchmarks/mutation.py --examples N sets another count (docs/mutation.md).
+        "mutation", max_examples=int(os.environ.get(MUTATION_EXAMPLES_ENV_VAR, "100")), deadline=None, derandomize=True, database=None,
         suppress_health_check=_SLOW, phases=_NO_SHRINK,
     )
 

@@ -86,11 +86,12 @@ def _copy_if_changed(src: Path, dest: Path) -> None:
             p.unlink()
 
 
-def run_mutmut(jobs: int, names: list[str]) -> int:
+def run_mutmut(jobs: int, names: list[str], examples: int) -> int:
     """``mutmut run`` in the staged tree. One torch thread per child: the
     children fork from a process that has imported torch, and several
     OpenMP pools on a few cores only contend."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONHASHSEED="0", CI="", BATCHFUZZ_PROFILE="mutation")
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONHASHSEED="0", CI="", BATCHFUZZ_PROFILE="mutation",
+               BATCHFUZZ_MUTATION_EXAMPLES=str(examples))
     # A checkout on the path would shadow the staged tree; other entries (an
     # offline machine's --target install of mutmut) stay.
     outside = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and not Path(p).resolve().is_relative_to(ROOT)]
@@ -206,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", help="mutant names or globs (mutmut's); default: every mutant")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel mutmut children (default: all cores)")
+    parser.add_argument("--examples", type=int, default=100,
+                        help="Hypothesis examples per property under the mutation profile (default 100); fewer is "
+                             "faster (a survivor runs its tests in full) and may leave more survivors")
     parser.add_argument("--fresh", action="store_true", help="discard the staged tree and mutmut's cached verdicts")
     parser.add_argument("--report", action="store_true", help="only print the table and the survivors of the last run")
     parser.add_argument("--triage-tables", action="store_true",
@@ -213,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.jobs < 1:
         raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
+    if args.examples < 1:
+        raise ValueError(f"--examples must be >= 1, got {args.examples}")
     if args.triage_tables:
         print(triage_tables(survivors(), triage()))
         return 0
@@ -220,8 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.report:
         start = time.monotonic()
         stage(args.fresh)
-        rc = run_mutmut(args.jobs, args.names)
-        print(f"mutmut run: exit {rc}, {time.monotonic() - start:.0f} s wall with --jobs {args.jobs}")
+        rc = run_mutmut(args.jobs, args.names, args.examples)
+        print(f"mutmut run: exit {rc}, {time.monotonic() - start:.0f} s wall with --jobs {args.jobs} --examples {args.examples}")
     counts, left, given = verdicts(), survivors(), triage()
     print(table(counts))
     print()

@@ -65,7 +65,3 @@ def numpy_call(fn: Callable[..., Any], device: str | torch.device, args: Sequenc
     if is_dataclass(result) and not isinstance(result, type):
         return replace(result, **{f.name: to_host(getattr(result, f.name)) for f in fields(result)})
     return to_host(result)
-
-
-def cuda_available() -> bool:
-    return bool(torch.cuda.is_available())
