@@ -26,6 +26,13 @@ _NO_EXPLAIN = tuple(p for p in Phase if p.name != "explain")
 _NO_SHRINK = tuple(p for p in _NO_EXPLAIN if p.name != "shrink")
 
 
+def _mutation_examples() -> int:
+    text = os.environ.get(MUTATION_EXAMPLES_ENV_VAR, "100")
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"{MUTATION_EXAMPLES_ENV_VAR}={text!r} must be a positive integer (examples per property)")
+    return int(text)
+
+
 def database_path() -> str:
     """The local example database directory: ``$BATCHFUZZ_DATABASE`` when it is a
     directory, else ``.hypothesis/batchfuzz`` (also when it is a ``redis://`` URL:
@@ -55,7 +62,7 @@ def register_profiles() -> None:
         # A mutant is killed by any failing example: no shrinking (nor explaining) of it,
         # which would cost more than the search on every killed mutant; 100 examples, as a survivor
         # costs its tests in full; benchmarks/mutation.py --examples N sets another count (docs/mutation.md).
-        "mutation", max_examples=int(os.environ.get(MUTATION_EXAMPLES_ENV_VAR, "100")), deadline=None, derandomize=True, database=None,
+        "mutation", max_examples=_mutation_examples(), deadline=None, derandomize=True, database=None,
         suppress_health_check=_SLOW, phases=_NO_SHRINK,
     )
 

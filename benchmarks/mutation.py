@@ -176,6 +176,10 @@ def score(counts: dict[str, Counter[str]], left: list[str], verdicts_by_name: di
              "|" + "---|" * (len(cols) + 5)]
     total_c: Counter[str] = Counter()
     total_t: Counter[str] = Counter()
+
+    def pct(k: int, d: int) -> str:
+        return f"{100 * k / d:.1f} %" if d else "-"
+
     for name, c in [*counts.items(), ("**impl/ total**", None)]:
         t = total_t if c is None else by_file.get(name, Counter())
         c = total_c if c is None else c
@@ -185,7 +189,6 @@ def score(counts: dict[str, Counter[str]], left: list[str], verdicts_by_name: di
         checked = sum(c.values()) - c["not checked"]
         killed = c["killed"] + c["timeout"]
         eq, strict_eq = t["equivalent"] + t["cpu_equivalent"], t["equivalent"]
-        pct = (lambda k, d: f"{100 * k / d:.1f} %" if d else "-")
         lines.append(f"| {name} | {checked} | {killed} | " + " | ".join(str(t[k]) for k in cols)
                      + f" | {pct(killed, checked - eq)} | {pct(killed, checked - strict_eq)} |")
     return "\n".join(lines)

@@ -74,9 +74,14 @@ def _caught(prop: Callable[[Any], None], strategy: st.SearchStrategy[Any] = ANY_
         pytest.fail("the property never failed on the buggy variant")
 
 
-def _checker(step: Step, cls: type[exact.ExactMicrobatchCheck] = exact.ExactMicrobatchCheck) -> exact.ExactMicrobatchCheck:
+def _geometry(step: Step) -> tuple[list[int], list[int], int]:
+    """A checker's ``widths, block_sizes, num_blocks`` for one validated step (ids up to its largest)."""
     top = max((int(t.max(initial=0)) for t in step.block_tables), default=0)
-    return cls(step.num_reqs, [int(t.shape[1]) for t in step.block_tables], list(step.block_sizes), top + 1)
+    return [int(t.shape[1]) for t in step.block_tables], list(step.block_sizes), top + 1
+
+
+def _checker(step: Step, cls: type[exact.ExactMicrobatchCheck] = exact.ExactMicrobatchCheck) -> exact.ExactMicrobatchCheck:
+    return cls(step.num_reqs, *_geometry(step))
 
 
 class GeneralOnly(exact.ExactMicrobatchCheck):
@@ -151,9 +156,8 @@ def test_checker_for_keys_past_one_int64_equals_the_oracle(step: Step) -> None:
     conflict key (``g | r | w | b``), so it sorts the conflicts as rows:
     the same set, sorted and unique, on both paths."""
     s = ref_step.check_step(*_args(step))
-    top = max((int(t.max(initial=0)) for t in s.block_tables), default=0)
     for cls in (exact.ExactMicrobatchCheck, GeneralOnly):
-        check = cls(1 << 31, [int(t.shape[1]) for t in s.block_tables], list(s.block_sizes), top + 1)
+        check = cls(1 << 31, *_geometry(s))
         got = check.find_conflicts(s.num_reqs, s.num_computed_tokens, s.num_scheduled_tokens, s.block_tables)
         assert _rows(got) == ref_conflicts.find_conflicts(*_args(step))
         assert got.dtype == np.int64 and got.shape[1] == 4
@@ -505,9 +509,7 @@ def test_guard_catches_host_reads_and_mask_indexing() -> None:
 def torch_decision_is_exact_and_sync_free(check_cls: type[exact_torch.ExactMicrobatchCheckTorch]) -> Callable[[Step], None]:
     def prop(step: Step) -> None:
         s = ref_step.check_step(*_args(step))
-        top = max((int(t.max(initial=0)) for t in s.block_tables), default=0)
-        check = check_cls(s.num_reqs, [int(t.shape[1]) for t in s.block_tables], list(s.block_sizes), top + 1,
-                          int(s.num_scheduled_tokens.sum()) + 3)  # spare token capacity, as an engine has
+        check = check_cls(s.num_reqs, *_geometry(s), int(s.num_scheduled_tokens.sum()) + 3)  # spare token capacity, as an engine has
         c, q = torch.from_numpy(s.num_computed_tokens.astype(np.int32)), torch.from_numpy(s.num_scheduled_tokens)
         tables = [torch.from_numpy(t.astype(np.int32)) for t in s.block_tables]
         with ForbidHostReads():
@@ -565,9 +567,7 @@ def torch_conflicts_are_exact_and_sync_free(cls: type[find_conflicts_torch.Exact
 
     def prop(step: Step) -> None:
         s = ref_step.check_step(*_args(step))
-        top = max((int(t.max(initial=0)) for t in s.block_tables), default=0)
-        finder = cls(s.num_reqs, [int(t.shape[1]) for t in s.block_tables], list(s.block_sizes), top + 1,
-                     int(s.num_scheduled_tokens.sum()) + 3, "cpu", max_pairs)
+        finder = cls(s.num_reqs, *_geometry(s), int(s.num_scheduled_tokens.sum()) + 3, "cpu", max_pairs)
         c, q = torch.from_numpy(s.num_computed_tokens.astype(np.int32)), torch.from_numpy(s.num_scheduled_tokens)
         tables = [torch.from_numpy(t.astype(np.int32)) for t in s.block_tables]
         with ForbidHostReads():
@@ -577,8 +577,7 @@ def torch_conflicts_are_exact_and_sync_free(cls: type[find_conflicts_torch.Exact
         assert int(found.num_pairs) == _candidate_pairs(s)
         expected = sorted(ref_conflicts.find_conflicts(*_args(step)))
         if bool(found.overflow):  # then room for the pairs it counted must be enough, and give the same count
-            roomy = cls(s.num_reqs, [int(t.shape[1]) for t in s.block_tables], list(s.block_sizes), top + 1,
-                        int(s.num_scheduled_tokens.sum()) + 3, "cpu", int(found.num_pairs))
+            roomy = cls(s.num_reqs, *_geometry(s), int(s.num_scheduled_tokens.sum()) + 3, "cpu", int(found.num_pairs))
             again = roomy.find_conflicts(s.num_reqs, c, q, tables)
             assert int(again.num_pairs) == int(found.num_pairs) > max_pairs and not bool(again.overflow)
             found = again
@@ -775,9 +774,7 @@ def test_torch_conflicts_on_cuda_do_not_synchronise() -> None:
     step, _ = sample_realizable_step(np.random.default_rng(0), num_reqs=32, max_blocks_per_req=128, profile="prefill-heavy",
                                      num_groups=3)
     s = ref_step.check_step(*_args(step))
-    finder = find_conflicts_torch.ExactConflictsTorch(s.num_reqs, [int(t.shape[1]) for t in s.block_tables],
-                                                      list(s.block_sizes), 1 + max(int(t.max()) for t in s.block_tables),
-                                                      1 << 14, "cuda")
+    finder = find_conflicts_torch.ExactConflictsTorch(s.num_reqs, *_geometry(s), 1 << 14, "cuda")
     args = (s.num_reqs, torch.from_numpy(step.num_computed_tokens).cuda(), torch.from_numpy(step.num_scheduled_tokens).cuda(),
             [torch.from_numpy(t).cuda() for t in step.block_tables])
     tokens = int(s.num_scheduled_tokens.sum())
@@ -796,8 +793,7 @@ def test_torch_decision_on_cuda_does_not_synchronise() -> None:
     step, _ = sample_realizable_step(np.random.default_rng(0), num_reqs=32, max_blocks_per_req=128, profile="mixed",
                                      num_groups=3)
     s = ref_step.check_step(*_args(step))
-    check = exact_torch.ExactMicrobatchCheckTorch(s.num_reqs, [int(t.shape[1]) for t in s.block_tables], list(s.block_sizes),
-                                                  1 + max(int(t.max()) for t in s.block_tables), 1 << 14, "cuda")
+    check = exact_torch.ExactMicrobatchCheckTorch(s.num_reqs, *_geometry(s), 1 << 14, "cuda")
     args = (s.num_reqs, torch.from_numpy(step.num_computed_tokens).cuda(), torch.from_numpy(step.num_scheduled_tokens).cuda(),
             [torch.from_numpy(t).cuda() for t in step.block_tables])
     check(*args)
