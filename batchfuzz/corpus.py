@@ -10,18 +10,26 @@ moment a failure is found, so a killed run loses nothing.
 A corpus file is untrusted data:
 
 - it is read as JSON only (never executed), at most ``MAX_FILE_BYTES`` bytes,
-  nested at most ``MAX_DEPTH`` deep, UTF-8; anything else is rejected, naming
-  the file, and the other files are still replayed;
+  nested at most ``MAX_DEPTH`` deep, UTF-8, integers within Python's
+  int-string limit, and only as a regular file (a symbolic link, a FIFO or a
+  device named ``x.json`` is not opened for reading); anything else is
+  rejected, naming the file, and the other files are still replayed;
+- its ``device`` is ``cpu`` or ``cuda``, and its ``id`` is the address of
+  its content (an entry edited after it was written is malformed);
 - its case must fit the contract (the contract's argument names, a case of
   the entry's domain) and be small: at most ``MAX_NUMBERS`` numbers, no
   integer argument above ``MAX_SIZE_ARGUMENT`` (an entry cannot make replay
   allocate gigabytes); a case that does not fit is a malformed entry;
 - its target is loaded only when it is the project's own code (a registered
-  implementation, variant or oracle, or an engine binding). An entry naming a
-  user's function (``MODULE:FUNCTION`` or ``FILE.py:FUNCTION``) never makes
-  batchfuzz import that module or load that file by itself: ``batchfuzz
-  replay --target CONTRACT=MODULE:FUNCTION`` names the function to replay its
-  entries against; without it they are skipped, saying so.
+  implementation, variant or oracle). An entry naming a user's function
+  (``MODULE:FUNCTION`` or ``FILE.py:FUNCTION``) never makes batchfuzz import
+  that module or load that file by itself: ``batchfuzz replay --target
+  CONTRACT=MODULE:FUNCTION`` names the function to replay its entries
+  against. An entry naming an engine binding (``engine:vllm::dir:PATH::...``)
+  is the project's binding of code read from a release the file names, which
+  may be anywhere: it is replayed only when the user names that release
+  (``batchfuzz replay --engine dir:PATH``). Without them, entries are
+  skipped, saying so.
 
 The ``inputs`` and ``reproduction`` fields are Python source *for people to
 read*; nothing here executes them. Replaying an entry re-checks its property
@@ -39,6 +47,7 @@ import hashlib
 import json
 import os
 import platform
+import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,7 +58,7 @@ import numpy as np
 from batchfuzz import __version__
 from batchfuzz.case import Case
 from batchfuzz.codec import CodecError, decode_case, encode_case, literal
-from batchfuzz.targets import TargetError, TargetRef, parse
+from batchfuzz.targets import TargetError, TargetRef, parse, same_release
 
 FORMAT = "batchfuzz-corpus/2"
 OLD_FORMAT = "batchfuzz-corpus/1"  # still read: implementation/target fields instead of one target reference
@@ -58,6 +67,7 @@ MAX_FILE_BYTES = 1 << 20
 MAX_DEPTH = 64
 MAX_NUMBERS = 1 << 22
 MAX_SIZE_ARGUMENT = 1 << 22
+DEVICES = ("cpu", "cuda")
 _REQUIRED: dict[str, type | tuple[type, ...]] = {
     "format": str, "id": str, "contract": str, "property": str, "device": str, "case": dict, "failure": dict,
 }
@@ -278,16 +288,54 @@ def case_size_error(case: Case) -> str | None:
     return walk(case.args, "args") or walk(case.context, "context")
 
 
+def _read_bounded(path: Path) -> bytes:
+    """The bytes of a regular file, at most ``MAX_FILE_BYTES``: a symbolic
+    link, a FIFO, a device or a folder is refused without reading it (a
+    symbolic link to ``/dev/zero`` has size 0 and would read forever, a FIFO
+    would block)."""
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        raise CorpusError(f"{path}: cannot read corpus file: {exc.strerror or exc}") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise CorpusError(f"{path}: a symbolic link (to {os.readlink(path)!r}); a corpus file must be a regular file")
+    if not stat.S_ISREG(st.st_mode):
+        raise CorpusError(f"{path}: not a regular file ({_file_kind(st.st_mode)}); a corpus file must be a regular file")
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise CorpusError(f"{path}: cannot read corpus file: {exc.strerror or exc}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # replaced between the lstat and the open
+            raise CorpusError(f"{path}: not a regular file; a corpus file must be a regular file")
+        chunks, size = [], 0
+        while size <= MAX_FILE_BYTES:
+            chunk = os.read(fd, min(1 << 16, MAX_FILE_BYTES + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise CorpusError(f"{path}: cannot read corpus file: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if size > MAX_FILE_BYTES:
+        raise CorpusError(f"{path}: more than {MAX_FILE_BYTES} bytes, larger than a corpus file may be")
+    return b"".join(chunks)
+
+
+def _file_kind(mode: int) -> str:
+    for test, word in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISDIR, "a directory"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return word
+    return "not a regular file"
+
+
 def load(path: Path | str) -> CorpusEntry:
     """Decode one corpus file. Never executes code; raises CorpusError naming the file."""
     path = Path(path)
-    try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise CorpusError(f"{path}: {size} bytes, larger than a corpus file may be ({MAX_FILE_BYTES})")
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise CorpusError(f"{path}: cannot read corpus file: {exc.strerror or exc}") from None
+    raw = _read_bounded(path)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -300,6 +348,8 @@ def load(path: Path | str) -> CorpusEntry:
         raise CorpusError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
     except RecursionError:
         raise CorpusError(f"{path}: JSON nested too deep") from None
+    except ValueError as exc:  # an integer past Python's int-string limit (4300 digits)
+        raise CorpusError(f"{path}: not valid JSON for a corpus file: {exc}") from None
     if not isinstance(data, dict):
         raise CorpusError(f"{path}: a corpus file must hold a JSON object, got {type(data).__name__}")
     if data.get("format") == OLD_FORMAT:
@@ -311,6 +361,8 @@ def load(path: Path | str) -> CorpusEntry:
             raise CorpusError(f"{path}: field {key!r} must be {_typename(typ)}, got {type(data[key]).__name__}")
     if data["format"] != FORMAT:
         raise CorpusError(f"{path}: unsupported format {data['format']!r} (expected {FORMAT!r})")
+    if data["device"] not in DEVICES:
+        raise CorpusError(f"{path}: field 'device' must be one of {', '.join(DEVICES)}, got {data['device']!r}")
     target = data.get("target")
     if not isinstance(target, str):
         raise CorpusError(f"{path}: field 'target' must be a target reference string")
@@ -346,7 +398,7 @@ def _upgrade(data: dict[str, Any], path: Path) -> dict[str, Any]:
         ref = target
     else:
         raise CorpusError(f"{path}: exactly one of 'implementation' and 'target' must be a string")
-    return {**data, "format": FORMAT, "target": ref}
+    return {**data, "format": FORMAT, "target": ref, "upgraded_from": OLD_FORMAT}
 
 
 def _typename(typ: type | tuple[type, ...]) -> str:
@@ -408,17 +460,24 @@ def check_entry(entry: CorpusEntry) -> None:
         raise CorpusError(f"{where}: the case does not fit {entry.contract}: {type(exc).__name__}: {exc}") from None
     if not fits:
         raise CorpusError(f"{where}: the case is not an input of {entry.contract}'s {entry.domain} domain")
+    recorded = entry.data.get("id")
+    if entry.data.get("format") == FORMAT and entry.data.get("upgraded_from") is None and recorded != entry.id:
+        raise CorpusError(f"{where}: field 'id' {recorded!r} is not the address of the file's content ({entry.id}): "
+                          "its contract, target, device, domain, property or case was changed after it was written")
 
 
-def replay(entry: CorpusEntry, *, targets: dict[str, str] | None = None, isolate: bool = True,
-           timeout_s: float = 60.0) -> Outcome:
+def replay(entry: CorpusEntry, *, targets: dict[str, str] | None = None, engines: list[str] | tuple[str, ...] = (),
+           isolate: bool = True, timeout_s: float = 60.0) -> Outcome:
     """Re-check the entry's property on its stored case.
 
     ``targets`` maps a contract to the user's function (``MODULE:FUNCTION``)
     that entries naming a user's function are replayed against (``replay
-    --target``); without one they are skipped. Raises CorpusError for an
-    entry that does not fit its contract or names something that does not
-    exist.
+    --target``); without one they are skipped. ``engines`` are the engine
+    releases the user named (``replay --engine``: ``wheel:PATH``,
+    ``dir:PATH``, ``installed:``): an entry naming an engine binding is
+    replayed only when its release is one of them, else skipped. Raises
+    CorpusError for an entry that does not fit its contract or names
+    something that does not exist.
     """
     from batchfuzz.execution import executor_for
     from batchfuzz.runner import failure_signature
@@ -426,6 +485,9 @@ def replay(entry: CorpusEntry, *, targets: dict[str, str] | None = None, isolate
     check_entry(entry)
     contract = _contract(entry)
     ref = entry.ref
+    if ref.kind == "engine" and not any(same_release(ref.release, named) for named in engines):
+        return Outcome(entry, "skipped", message=f"names an engine release ({ref.release}) the corpus file chose; pass "
+                       f"--engine {ref.release} to replay it against that release's code")
     if not ref.is_project_code:
         chosen = (targets or {}).get(entry.contract)
         if chosen is None:

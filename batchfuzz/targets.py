@@ -13,9 +13,11 @@ A target reference is one of:
   (``FUNCTION`` may be dotted: ``Class.method``). A file's folder is put on
   the import path, so the file can import its sibling modules.
 
-The first four name code that is the project's own (or an engine release the
-user pointed at); only the last imports code the user names, and the corpus
-never loads one of those on its own (``batchfuzz.corpus``).
+The first three name code that is the project's own. An ``engine:`` target
+is the project's binding of code read from a release (``TargetRef.release``:
+``wheel:PATH``, ``dir:PATH`` or ``installed:``) and a ``MODULE:FUNCTION``
+imports code the user names; the corpus loads neither on its own
+(``batchfuzz.corpus``): the user names the function or the release.
 """
 
 from __future__ import annotations
@@ -60,6 +62,15 @@ class TargetRef:
         return self.kind in PROJECT_KINDS
 
     @property
+    def release(self) -> str:
+        """For an ``engine:`` target, the release its code is read from (the
+        ``SOURCE`` of ``ENGINE::SOURCE::FUNCTION::CONTRACT``); else ``""``."""
+        if self.kind != "engine":
+            return ""
+        parts = self.name.split("::")
+        return parts[1] if len(parts) > 1 else ""
+
+    @property
     def function_name(self) -> str:
         """The bare name to call the target by in a reproduction."""
         if self.kind == "user":
@@ -92,6 +103,21 @@ class TargetRef:
             except Exception as exc:
                 raise TargetError(f"cannot load engine target {self.name!r}: {type(exc).__name__}: {exc}") from None
         return load_function(self.name)
+
+
+def same_release(a: str, b: str) -> bool:
+    """Whether two release references (``wheel:PATH``, ``dir:PATH``,
+    ``installed:``) name the same release: the same kind and, for a path,
+    the same file or folder once resolved (symbolic links followed)."""
+    ka, _, pa = a.partition(":")
+    kb, _, pb = b.partition(":")
+    if ka != kb or ka not in ("wheel", "dir", "installed"):
+        return False
+    if ka == "installed":
+        return not pa and not pb
+    if not pa or not pb:
+        return False
+    return os.path.realpath(pa) == os.path.realpath(pb)
 
 
 def parse(text: str) -> TargetRef:

@@ -42,10 +42,17 @@ def _replay_targets() -> dict[str, str]:
     return {c: spec for c, _, spec in pairs}
 
 
+def _replay_engines() -> list[str]:
+    """``$BATCHFUZZ_REPLAY_ENGINES`` (``wheel:PATH,dir:PATH,...``): the engine
+    releases entries recorded against an engine binding are replayed on (the
+    corpus never runs a release a file names by itself)."""
+    return [p.strip() for p in os.environ.get("BATCHFUZZ_REPLAY_ENGINES", "").split(",") if p.strip()]
+
+
 @pytest.mark.parametrize("path", _corpus_params())
 def test_corpus_entry_passes(path: Path) -> None:
     entry = corpus.load(path)  # a malformed file errors here, naming the file
-    outcome = corpus.replay(entry, targets=_replay_targets())
+    outcome = corpus.replay(entry, targets=_replay_targets(), engines=_replay_engines())
     if outcome.status == "skipped":
         pytest.skip(outcome.message)
     if outcome.fails:
@@ -236,6 +243,8 @@ def test_an_entry_that_does_not_fit_its_contract_is_malformed(tmp_path: Path, pl
                                                               match: str) -> None:
     data = dict(_valid(planted), target="impl:numpy@cpu", **{field: value}) if field != "target" else \
         dict(_valid(planted), target=value)
+    if field == "target":  # an entry written for that target (its id is its content's address)
+        data["id"] = corpus.entry_id(CONTRACT, value, "cpu", "spec", data["property"], corpus.decode_case(data["case"]))
     p = _write(tmp_path, "stale.json", data)
     with pytest.raises(corpus.CorpusError, match=match) as info:
         corpus.replay(corpus.load(p))

@@ -91,3 +91,53 @@ def test_an_engine_release_named_by_another_path_is_not_a_licence(tmp_path: Path
     path = _save(tmp_path / "corpus", _entry(target))
     assert corpus.replay(corpus.load(path), engines=[f"dir:{other}", "installed:"], isolate=False).status == "skipped"
     assert not marker.exists()
+
+
+# --------------------------------------------------------------------------- bad corpus files
+
+
+def test_bad_corpus_files_are_each_reported_by_name_and_the_others_still_replay(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An integer past Python's int-string limit, a symbolic link to
+    /dev/zero (size 0, endless), a FIFO named x.json (a read would block), a
+    link out of the corpus: each is named as malformed, without reading it
+    forever, and the good entries before and after it are still replayed."""
+    root = tmp_path / "corpus"
+    good = _entry("impl:numpy@cpu")
+    _save(root, good, "a-good.json")
+    _save(root, good, "z-good.json")
+    folder = root / CONTRACT
+    (folder / "b-bigint.json").write_text(json.dumps(good).replace('"num_tokens": 5', '"num_tokens": ' + "7" * 5000))
+    (folder / "c-zero.json").symlink_to("/dev/zero")
+    outside = tmp_path / "outside.json"
+    outside.write_text(json.dumps(good))
+    (folder / "d-outside.json").symlink_to(outside)
+    os.mkfifo(folder / "x.json")
+    assert cli.main(["replay", "--no-isolation", str(root)]) == 2
+    out = capsys.readouterr().out
+    assert "b-bigint.json: not valid JSON for a corpus file: Exceeds the limit (4300 digits)" in out, out
+    assert "c-zero.json: a symbolic link (to '/dev/zero')" in out, out
+    assert "d-outside.json: a symbolic link" in out, out
+    assert "x.json: not a regular file (a FIFO)" in out, out
+    assert "6 corpus entries: 2 pass, 0 still fail, 0 skipped, 4 malformed" in out, out
+
+
+@pytest.mark.parametrize(("changes", "match"), [
+    ({"device": "tpu"}, r"field 'device' must be one of cpu, cuda, got 'tpu'"),
+    ({"device": "cuda; rm -rf /"}, r"field 'device' must be one of cpu, cuda"),
+])
+def test_a_device_that_is_not_one_is_malformed(tmp_path: Path, changes: dict[str, Any], match: str) -> None:
+    p = _save(tmp_path, _entry("impl:numpy@cpu", **changes), "entry.json")
+    with pytest.raises(corpus.CorpusError, match=match) as info:
+        corpus.load(p)
+    assert str(p) in str(info.value)
+
+
+def test_an_id_that_is_not_the_content_address_is_malformed(tmp_path: Path) -> None:
+    """An entry whose case (or target, property...) was edited after it was
+    written no longer matches its id: malformed, naming both."""
+    data = _entry("impl:numpy@cpu")
+    p = _save(tmp_path, dict(data, case={"args": {"num_reqs": 3, "num_tokens": 5}, "context": {}}), "entry.json")
+    with pytest.raises(corpus.CorpusError, match=rf"field 'id' '{data['id']}' is not the address of the file's content"):
+        corpus.replay(corpus.load(p), isolate=False)
+    assert corpus.replay(corpus.load(_save(tmp_path, data, "ok.json")), isolate=False).status == "passes"

@@ -7,7 +7,10 @@ or directories (default: the project's corpus, see
 ``batchfuzz.corpus.default_dir``). A corpus file is data: it never makes
 batchfuzz import a user's module or load a file; entries recorded against a
 user's function are replayed against the one ``--target CONTRACT=MODULE:FUNCTION``
-names, and skipped without it.
+names, and skipped without it; entries recorded against an engine release
+(``engine:vllm::dir:PATH::...``: code read from a place the file names) are
+replayed only when ``--engine dir:PATH`` (or ``wheel:PATH``, ``installed:``)
+names that release, and skipped without it.
 
 Exit codes: 0 every entry passes (its bug is fixed), is skipped, or there is
 none; 1 at least one entry still fails (listed, with its reproduction); 2 a
@@ -37,12 +40,22 @@ def _target(text: str) -> tuple[str, str]:
     return contract, spec
 
 
+def _release(text: str) -> str:
+    kind, sep, rest = text.partition(":")
+    if not sep or kind not in ("wheel", "dir", "installed") or (kind == "installed") == bool(rest):
+        raise argparse.ArgumentTypeError(f"--engine must be wheel:PATH, dir:PATH or installed:, got {text!r}")
+    return text
+
+
 def register(sub: Any) -> None:
     p = sub.add_parser("replay", help="replay the failure corpus (as the test run does)",
                        description="Re-check every corpus entry's property on its stored case.")
     p.add_argument("paths", nargs="*", metavar="PATH", help="corpus files or directories (default: the project's corpus)")
     p.add_argument("--target", action="append", default=[], type=_target, metavar="CONTRACT=MODULE:FUNCTION",
                    help="replay CONTRACT's entries recorded against a user's function against this one (repeatable)")
+    p.add_argument("--engine", action="append", default=[], type=_release, metavar="wheel:PATH|dir:PATH|installed:",
+                   help="replay entries recorded against this engine release (repeatable); a corpus file's own choice of "
+                        "release is never run without it")
     p.add_argument("--no-isolation", action="store_true", help="run the targets in this process")
     p.add_argument("-q", "--quiet", action="store_true", help="print only entries that still fail or cannot be loaded")
     p.set_defaults(func=run)
@@ -62,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
     counts = {"passes": 0, "fails": 0, "skipped": 0, "malformed": 0}
     for path in files:
         try:
-            outcome = corpus.replay(corpus.load(path), targets=targets, isolate=not args.no_isolation)
+            outcome = corpus.replay(corpus.load(path), targets=targets, engines=args.engine,
+                                    isolate=not args.no_isolation)
         except corpus.CorpusError as exc:
             counts["malformed"] += 1
             print(f"ERROR {exc}")
