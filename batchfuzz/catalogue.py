@@ -378,7 +378,7 @@ class _Counting(InProcess):
         outcome = super().check(prop_name, case, timeout_s)
         if not prop_name.startswith("__") and outcome.status != "rejected":
             self.calls += 1
-            if self.first is None and outcome.status in ("failed", "crash", "timeout"):
+            if self.first is None and outcome.status in ("failed", "raises", "crash", "timeout"):
                 self.first = (self.calls, time.perf_counter() - self.start)
         return outcome
 

@@ -60,6 +60,15 @@ from batchfuzz.case import Case
 from batchfuzz.codec import CodecError, decode_case, encode_case, literal
 from batchfuzz.targets import TargetError, TargetRef, parse, same_release
 
+
+def checked_property(prop: str, during: str) -> str:
+    """The property an entry's case is re-checked with (its ``during`` for a
+    crash, timeout or raises entry): ``batchfuzz.execution.checked_property``,
+    imported when needed (it brings in the registry)."""
+    from batchfuzz.execution import checked_property as checked
+
+    return checked(prop, during)
+
 FORMAT = "batchfuzz-corpus/2"
 OLD_FORMAT = "batchfuzz-corpus/1"  # still read: implementation/target fields instead of one target reference
 ENV_VAR = "BATCHFUZZ_CORPUS"
@@ -87,7 +96,7 @@ class CorpusEntry:
     case: Case
     target: str  # a target reference (batchfuzz.targets)
     domain: str = "spec"
-    during: str = ""  # for crash and timeout entries: the property being checked
+    during: str = ""  # for crash, timeout and raises entries: the property being checked
     error_type: str = ""
     message: str = ""
     kind: str = ""
@@ -441,7 +450,7 @@ def check_entry(entry: CorpusEntry) -> None:
     a case outside the entry's domain."""
     where = entry.path or "<corpus entry>"
     contract = _contract(entry)
-    prop = entry.during if entry.property in ("crash", "timeout") else entry.property
+    prop = checked_property(entry.property, entry.during)
     try:
         contract.property(prop)
     except KeyError:
@@ -499,7 +508,7 @@ def replay(entry: CorpusEntry, *, targets: dict[str, str] | None = None, engines
 
         if not torch.cuda.is_available():
             return Outcome(entry, "skipped", message="recorded on cuda; no CUDA device here")
-    prop = entry.during if entry.property in ("crash", "timeout") else entry.property
+    prop = checked_property(entry.property, entry.during)
     try:
         with executor_for(contract, ref, isolate=isolate, device=entry.device) as ex:
             info = ex.describe()
@@ -537,7 +546,7 @@ def open_duplicate(root: Path | str, data: dict[str, Any], executor: Any, timeou
             continue
         if (e.contract, e.target, e.device, e.domain, e.property, e.during) != key:
             continue
-        prop = e.during if e.property in ("crash", "timeout") else e.property
+        prop = checked_property(e.property, e.during)
         if failure_signature(executor.check(prop, e.case.copy(), timeout_s)) is not None:
             return p
     return None

@@ -45,7 +45,6 @@ import multiprocessing
 import os
 import signal
 import sys
-import tempfile
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -57,7 +56,17 @@ from batchfuzz.case import Case
 from batchfuzz.preconditions import declared_assumptions, declared_domain
 from batchfuzz.targets import TargetError, TargetRef, parse
 
-PASSED, FAILED, REJECTED, CRASH, TIMEOUT = "passed", "failed", "rejected", "crash", "timeout"
+PASSED, FAILED, REJECTED, CRASH, TIMEOUT, RAISES = "passed", "failed", "rejected", "crash", "timeout", "raises"
+# The verdicts about the target itself rather than about its result: each is
+# the name of a pseudo-property (batchfuzz.runner), a failure of which keeps
+# the property whose calls it happened in as ``during``.
+PSEUDO_PROPERTIES = (CRASH, TIMEOUT, RAISES)
+
+
+def checked_property(prop: str, during: str) -> str:
+    """The contract's property a failure of ``prop`` is re-checked with: the
+    one it happened ``during`` for a pseudo-property, else ``prop`` itself."""
+    return during if prop in PSEUDO_PROPERTIES else prop
 # Seconds a worker gets to start (imports included) before it counts as hung.
 START_TIMEOUT_S = 120.0
 _STDERR_TAIL = 2000
@@ -65,10 +74,13 @@ _STDERR_TAIL = 2000
 
 @dataclass
 class Outcome:
-    """What one evaluation did: ``passed``, ``failed`` (the property raised:
-    ``error_type``, ``message``, ``traceback``), ``rejected`` (the target's
-    ``@assumes`` refused the case), ``crash`` (its process died or it raised a
-    BaseException: ``exit`` says how) or ``timeout`` (past ``seconds``)."""
+    """What one evaluation did: ``passed``, ``failed`` (the property found the
+    result wrong: ``error_type``, ``message``, ``traceback``), ``raises`` (the
+    target itself raised an exception, so the property could not judge a
+    result: the exception's type, message and traceback), ``rejected`` (the
+    target's ``@assumes`` refused the case), ``crash`` (its process died or it
+    raised a BaseException: ``exit`` says how) or ``timeout`` (past
+    ``seconds``)."""
 
     status: str
     error_type: str = ""
@@ -149,6 +161,31 @@ def _admits(contract: registry.Contract, target: Any, case: Case) -> bool:
     return all(p(*args) for p in declared_assumptions(target))
 
 
+class _TargetRaised(BaseException):
+    """Carries an exception the target raised out of the property that called
+    it (a BaseException, so that no property's ``except Exception`` takes it
+    for its own)."""
+
+    def __init__(self, exc: Exception) -> None:
+        super().__init__(exc)
+        self.exc = exc
+
+
+def _reporting(target: Callable[..., Any]) -> Callable[..., Any]:
+    """``target``, with an exception it raises marked as the target's own."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return target(*args, **kwargs)
+        except _Timeout:
+            raise
+        except Exception as exc:
+            raise _TargetRaised(exc) from None
+
+    call.__wrapped__ = target  # type: ignore[attr-defined]
+    return call
+
+
 def evaluate(contract: registry.Contract, target: Callable[..., Any], prop_name: str, case: Case) -> Outcome:
     """Run one property on one case, here: the body both executors share.
     ``prop_name`` may also be ``__scores__`` (the contract's scores) or
@@ -163,7 +200,12 @@ def evaluate(contract: registry.Contract, target: Callable[..., Any], prop_name:
             value = contract.scores(guarded(contract, target), case) if contract.scores is not None else {}
             return Outcome(PASSED, value=value, seconds=time.perf_counter() - start)
         prop = contract.property(prop_name)
-        prop.check(target if prop.raw else guarded(contract, target), case)
+        reporting = _reporting(target)
+        prop.check(reporting if prop.raw else guarded(contract, reporting), case)
+    except _TargetRaised as raised:
+        exc = raised.exc
+        return Outcome(RAISES, type(exc).__name__, str(exc), "".join(traceback.format_exception(exc)),
+                       seconds=time.perf_counter() - start)
     except _Timeout as exc:
         return Outcome(TIMEOUT, "Timeout", str(exc), seconds=time.perf_counter() - start)
     except Exception as exc:
@@ -172,8 +214,12 @@ def evaluate(contract: registry.Contract, target: Callable[..., Any], prop_name:
     except SystemExit as exc:
         return Outcome(CRASH, "SystemExit", f"the target called sys.exit({exc.code!r})", exit=f"sys.exit({exc.code!r})",
                        seconds=time.perf_counter() - start)
-    except KeyboardInterrupt:
-        raise
+    except KeyboardInterrupt as exc:
+        if _INTERRUPTS.seen or isinstance(exc, _OwnInterrupt):
+            raise  # the user pressed Ctrl-C (a SIGINT arrived): stop, not a verdict on the target
+        return Outcome(CRASH, type(exc).__name__, f"the target raised {type(exc).__name__} (no SIGINT arrived): {exc}",
+                       "".join(traceback.format_exception(exc)), exit=f"raised {type(exc).__name__}",
+                       seconds=time.perf_counter() - start)
     except BaseException as exc:
         return Outcome(CRASH, type(exc).__name__, f"the target raised {type(exc).__name__}: {exc}",
                        "".join(traceback.format_exception(exc)), exit=f"raised {type(exc).__name__}",
@@ -216,6 +262,42 @@ class _Timeout(Exception):
     """Raised inside an in-process target by SIGALRM."""
 
 
+class _OwnInterrupt(KeyboardInterrupt):
+    """The KeyboardInterrupt a real SIGINT raises while an in-process target runs."""
+
+
+class _Interrupts:
+    """Whether a SIGINT arrived while an in-process target ran: a target that
+    raises KeyboardInterrupt itself is a crash of the target, a Ctrl-C stops
+    the command."""
+
+    seen = False
+
+
+_INTERRUPTS = _Interrupts()
+
+
+@contextlib.contextmanager
+def _watch_sigint() -> Iterator[None]:
+    if multiprocessing.current_process().name != "MainProcess" or not _in_main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGINT)
+
+    def interrupted(signum: int, frame: Any) -> None:
+        _INTERRUPTS.seen = True
+        raise _OwnInterrupt()
+
+    _INTERRUPTS.seen = False
+    signal.signal(signal.SIGINT, interrupted)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if _INTERRUPTS.seen:
+            _INTERRUPTS.seen = False
+
+
 @contextlib.contextmanager
 def _alarm(timeout_s: float | None) -> Iterator[None]:
     if not timeout_s or timeout_s <= 0 or not hasattr(signal, "setitimer") or \
@@ -244,15 +326,25 @@ def _in_main_thread() -> bool:
 class InProcess(Executor):
     """The target runs here (see the module docstring for what that cannot survive)."""
 
-    def __init__(self, contract: registry.Contract, target: Callable[..., Any], name: str = "target") -> None:
+    def __init__(self, contract: registry.Contract, target: Callable[..., Any], name: str = "target", *,
+                 watch: bool = False) -> None:
+        """``watch``: check after every call that the target left the
+        harness's functions alone (``tampering``), as a worker does; for a
+        user's target, not the project's own code."""
         self.contract, self.target, self.name = contract, target, name
+        self._harness = snapshot_harness() if watch else None
 
     def describe(self) -> dict[str, Any]:
         return {"domain": declared_domain(self.target), "error": signature_error(self.contract, self.target)}
 
     def check(self, prop_name: str, case: Case, timeout_s: float | None = None) -> Outcome:
-        with _alarm(timeout_s):
-            return evaluate(self.contract, self.target, prop_name, case)
+        with _alarm(timeout_s), _watch_sigint():
+            outcome = evaluate(self.contract, self.target, prop_name, case)
+        if self._harness is not None:
+            changed = tampering(self._harness)
+            if changed:
+                return _tampered(changed)
+        return outcome
 
 
 # ---------------------------------------------------------------- isolated workers
@@ -326,23 +418,109 @@ def watch_owner(owner: int) -> None:
     threading.Thread(target=watch, name="batchfuzz-owner-watch", daemon=True).start()
 
 
-def _serve(conn: Any, contract_name: str, ref: str, device: str, sys_path: list[str], log_path: str, owner: int,
+# What a target may not change in the process it runs in: the attributes of
+# these modules (and of every batchfuzz module) the properties and oracles
+# call. A target that replaces one (``numpy.array_equal = lambda *a: True``)
+# could make the properties judge a wrong result right.
+_WATCHED = ("numpy", "numpy.testing", "builtins", "math", "operator")
+
+
+def _watched_modules() -> list[Any]:
+    return [m for name, m in list(sys.modules.items())
+            if m is not None and (name in _WATCHED or name == "batchfuzz" or name.startswith("batchfuzz."))]
+
+
+def snapshot_harness() -> dict[tuple[str, str], Any]:
+    """The harness's functions as they are now (see ``tampering``)."""
+    out: dict[tuple[str, str], Any] = {}
+    for m in _watched_modules():
+        for k, v in list(vars(m).items()):
+            if not k.startswith("__") and (m.__name__ in _WATCHED or not k.startswith("_")):
+                out[m.__name__, k] = v
+    return out
+
+
+def tampering(before: dict[tuple[str, str], Any], *, restore: bool = True) -> list[str]:
+    """The watched attributes that were replaced or deleted since ``before``
+    (``numpy.array_equal``), put back when ``restore``."""
+    changed = []
+    for (mod, k), v in before.items():
+        m = sys.modules.get(mod)
+        if m is None:
+            continue
+        now = vars(m).get(k, _MISSING)
+        if now is not v:
+            changed.append(f"{mod}.{k}")
+            if restore:
+                setattr(m, k, v)
+    return changed
+
+
+_MISSING = object()
+TAMPERED = "TamperedWithHarness"
+
+
+def _tampered(changed: list[str]) -> Outcome:
+    names = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+    return Outcome(CRASH, TAMPERED, f"the target replaced {names} in its process: the properties' own checks cannot be "
+                   f"trusted after that, so no result of it is judged", exit=f"changed {names}")
+
+
+def _process_state(pid: int) -> str:
+    """The state letter of process ``pid`` (``T``: stopped), or "" when gone or unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rpartition(b")")[2].split()[0].decode()
+    except (OSError, IndexError):
+        return ""
+
+
+def _group_members(pgid: int, exclude: int = -1) -> list[int]:
+    """The processes of process group ``pgid`` (from /proc; empty where there is none)."""
+    members = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return members
+    for name in names:
+        if not name.isdigit() or int(name) == exclude:
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                fields = fh.read().rpartition(b")")[2].split()
+            if int(fields[2]) == pgid and fields[0] != b"Z":
+                members.append(int(name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return members
+
+
+def _serve(conn: Any, output: Any, contract_name: str, ref: str, device: str, sys_path: list[str], owner: int,
            env: dict[str, str]) -> None:
-    """A worker: load the target, then answer requests until the pipe closes."""
+    """A worker: say it is up, load the target, then answer requests until the pipe closes.
+
+    It leads a process group of its own, so that every process the target
+    starts can be ended with it; its output goes to a pipe the parent keeps
+    a bounded tail of."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
+    with contextlib.suppress(OSError):
+        os.setpgid(0, 0)
     watch_owner(owner)
     sys.path[:] = sys_path
     os.environ.update(env)
-    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    faulthandler.enable()  # a segfault prints where it happened, to the log the parent reads
+    os.dup2(output.fileno(), 1)
+    os.dup2(output.fileno(), 2)
+    output.close()
+    faulthandler.enable()  # a segfault prints where it happened, to the output the parent keeps
     try:
         import torch
 
         torch.set_num_threads(1)
     except Exception:  # pragma: no cover - torch is a dependency
         pass
+    server = os.getppid()
+    conn.send({"up": True})  # batchfuzz's own start ends here; loading the target is the target's
+    harness = snapshot_harness()
     try:
         contract = registry.get(contract_name)
         target = parse(ref).load(contract)
@@ -351,6 +529,9 @@ def _serve(conn: Any, contract_name: str, ref: str, device: str, sys_path: list[
         info, target, contract = {"domain": None, "error": str(exc).strip("'\"")}, None, None
     except Exception as exc:
         info, target, contract = {"domain": None, "error": f"{type(exc).__name__}: {exc}"}, None, None
+    changed = tampering(harness)
+    if changed and not info["error"]:
+        info["error"] = _tampered(changed).message.replace("the target replaced", "importing the target replaced")
     conn.send(info)
     while True:
         try:
@@ -360,18 +541,24 @@ def _serve(conn: Any, contract_name: str, ref: str, device: str, sys_path: list[
         if op == "stop" or target is None or contract is None:
             return
         outcome = evaluate(contract, target, prop_name, case)
-        if device == "cuda" and outcome.status in (PASSED, FAILED):
+        if device == "cuda" and outcome.status in (PASSED, FAILED, RAISES):
             try:
                 import torch
 
                 torch.cuda.synchronize()  # surface an asynchronous device fault inside this case
             except Exception as exc:
                 outcome = Outcome(CRASH, type(exc).__name__, f"device fault: {exc}", exit="CUDA error")
-        if outcome.status == FAILED and _is_device_fault(outcome.message):
+        if outcome.status in (FAILED, RAISES) and _is_device_fault(outcome.message):
             outcome = Outcome(CRASH, outcome.error_type, f"device fault: {outcome.message}", outcome.traceback, "CUDA error")
+        changed = tampering(harness)
+        if changed:
+            outcome = _tampered(changed)
+        elif os.getppid() != server:
+            outcome = Outcome(CRASH, "KilledForkServer", f"the target ended the process batchfuzz forks its workers from "
+                              f"(the fork server, pid {server})", exit="killed the fork server")
         conn.send(outcome)
-        if outcome.exit == "CUDA error":
-            return  # the context is poisoned: the parent starts a fresh worker
+        if outcome.status == CRASH:
+            return  # the context is poisoned, or the process is: the parent starts a fresh worker
 
 
 def _is_device_fault(message: str) -> bool:
@@ -390,44 +577,128 @@ def _describe_exit(code: int | None) -> str:
     return f"exit status {code}"
 
 
+class _Tail:
+    """The last ``limit`` bytes a worker (and what it started) printed, read
+    from a pipe by a thread: memory, not a file, and bounded whatever the
+    target prints."""
+
+    def __init__(self, conn: Any, limit: int) -> None:
+        import threading
+
+        self.conn, self.limit = conn, limit
+        self.buf = bytearray()
+        self.total = 0
+        self.lock = threading.Lock()
+        self.thread = threading.Thread(target=self._read, name="batchfuzz-worker-output", daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        fd = self.conn.fileno()
+        while True:
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except OSError:
+                break
+            if not chunk:
+                break
+            with self.lock:
+                self.buf += chunk
+                self.total += len(chunk)
+                if len(self.buf) > self.limit:
+                    del self.buf[: len(self.buf) - self.limit]
+        with contextlib.suppress(OSError):
+            self.conn.close()
+
+    def text(self, since: int = 0) -> str:
+        with self.lock:
+            n = min(len(self.buf), self.total - since)
+            data = bytes(self.buf[len(self.buf) - n:]) if n > 0 else b""
+        return data.decode("utf-8", "replace")[-_STDERR_TAIL:].strip()
+
+    def drain(self, timeout_s: float = 1.0) -> None:
+        """Wait (a little) for what a dead worker printed last."""
+        self.thread.join(timeout_s)
+
+
+# Bytes of a worker's output kept (the end of it), whatever the target prints.
+OUTPUT_TAIL_BYTES = 64 * 1024
+
+
 class Isolated(Executor):
-    """The target runs in a worker process, replaced after each crash or timeout."""
+    """The target runs in a worker process, replaced after each crash or timeout.
+
+    ``load_timeout_s`` bounds loading the target in a fresh worker (its
+    module's import: a module that hangs at import is a usage error saying
+    so); batchfuzz's own start of the worker is bounded by ``START_TIMEOUT_S``
+    and counted in ``startup_s``, which the commands do not charge to a
+    budget. ``orphans`` counts the processes the target left behind that had
+    to be ended with its worker."""
 
     def __init__(self, contract: registry.Contract, ref: TargetRef | str, *, device: str | None = None,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, load_timeout_s: float = START_TIMEOUT_S) -> None:
         self.contract = contract
         # The worker's environment: the caller's now (the fork server's may be older), plus ``env``.
         self.env = {**os.environ, **(env or {})}
         self.ref = parse(ref) if isinstance(ref, str) else ref
         self.name = self.ref.spec
         self.device = device or self.ref.device
+        self.load_timeout_s = load_timeout_s
         self.crashes = 0
         self.started = 0
+        self.startup_s = 0.0
+        self.orphans = 0
         self._proc: Any = None
+        self._pid = 0
         self._conn: Any = None
+        self._tail: _Tail | None = None
         self._info: dict[str, Any] | None = None
-        fd, self._log = tempfile.mkstemp(prefix="batchfuzz-worker-", suffix=".log")
-        os.close(fd)
 
     def _start(self) -> None:
         ctx = process_context()
         parent, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_serve, args=(child, self.contract.name, self.ref.spec, self.device, list(sys.path),
-                                                      self._log, os.getpid(), self.env), daemon=True)
-        with without_main_module():
-            self._proc.start()
+        out_r, out_w = ctx.Pipe(duplex=False)
+        t0 = time.perf_counter()
+        self._proc = ctx.Process(target=_serve, args=(child, out_w, self.contract.name, self.ref.spec, self.device,
+                                                      list(sys.path), os.getpid(), self.env), daemon=True)
+        try:
+            with without_main_module():
+                self._proc.start()
+        except (OSError, EOFError) as exc:  # the fork server is gone (a target killed it): start a fresh one
+            from multiprocessing import forkserver
+
+            if ctx.get_start_method() != "forkserver":
+                raise
+            with contextlib.suppress(Exception):
+                forkserver._forkserver._stop()  # type: ignore[attr-defined]
+            self._proc = ctx.Process(target=_serve, args=(child, out_w, self.contract.name, self.ref.spec, self.device,
+                                                          list(sys.path), os.getpid(), self.env), daemon=True)
+            try:
+                with without_main_module():
+                    self._proc.start()
+            except (OSError, EOFError):
+                raise TargetError(f"cannot start a worker for {self.name}: {exc}") from None
         child.close()
+        out_w.close()
+        self._pid = self._proc.pid
+        self._tail = _Tail(out_r, OUTPUT_TAIL_BYTES)
         self._conn = parent
         self.started += 1
-        if not parent.poll(START_TIMEOUT_S):
-            self._kill()
-            raise TargetError(f"the worker for {self.name} did not start within {START_TIMEOUT_S:g}s")
         try:
+            if not parent.poll(START_TIMEOUT_S):
+                self._kill()
+                raise TargetError(f"the worker for {self.name} did not start within {START_TIMEOUT_S:g}s")
+            parent.recv()  # up: what follows is the target's own loading
+            self.startup_s += time.perf_counter() - t0
+            if not parent.poll(self.load_timeout_s):
+                tail = self._tail.text() if self._tail else ""
+                self._kill()
+                raise TargetError(f"loading {self.name} did not finish within {self.load_timeout_s:g}s (its module hangs "
+                                  f"at import, or takes longer than that)" + (f": {tail}" if tail else ""))
             self._info = parent.recv()
-        except EOFError:
+        except (EOFError, OSError):
             code = self._reap()
             raise TargetError(f"the worker for {self.name} died while loading the target ({_describe_exit(code)}): "
-                              f"{self._tail()}") from None
+                              f"{self._tail_text()}") from None
 
     def describe(self) -> dict[str, Any]:
         if self._proc is None:
@@ -442,12 +713,19 @@ class Isolated(Executor):
         if self._info and self._info.get("error"):
             raise TargetError(self._info["error"])
         start = time.perf_counter()
-        size = self._log_size()
+        mark = self._tail.total if self._tail else 0
+        stopped = False
         try:
             self._conn.send(("check", prop_name, case))
-            ready = self._conn.poll(timeout_s)
+            ready = self._wait(timeout_s)
+            stopped = ready is None
         except (BrokenPipeError, OSError):
             ready = True
+        if stopped:
+            self._kill()
+            self.crashes += 1
+            return Outcome(CRASH, "Stopped", "the target stopped its own process (SIGSTOP or another stop signal); its "
+                           "worker was killed", exit="stopped by a signal", seconds=time.perf_counter() - start)
         if not ready:
             self._kill()
             self.crashes += 1
@@ -459,34 +737,51 @@ class Isolated(Executor):
             code = self._reap()
             self.crashes += 1
             how = _describe_exit(code)
-            tail = self._tail(size)
+            tail = self._tail_text(mark)
             return Outcome(CRASH, "WorkerDied", f"the target's process died: {how}" + (f"\n{tail}" if tail else ""),
                            exit=how, seconds=time.perf_counter() - start)
-        if outcome.status == CRASH and outcome.exit == "CUDA error":
+        if outcome.status == CRASH:
             self._reap()
             self.crashes += 1
         return outcome
 
-    def _log_size(self) -> int:
-        try:
-            return os.path.getsize(self._log)
-        except OSError:
-            return 0
+    def _wait(self, timeout_s: float | None) -> bool | None:
+        """Wait for the answer: True when it came, False past ``timeout_s``,
+        None when the worker was stopped (a stopped process never answers)."""
+        end = None if timeout_s is None else time.perf_counter() + timeout_s
+        while True:
+            step = 0.2 if end is None else max(0.0, min(0.2, end - time.perf_counter()))
+            if self._conn.poll(step):
+                return True
+            if _process_state(self._pid) in ("T", "t"):
+                return None
+            if end is not None and time.perf_counter() >= end:
+                return False
 
-    def _tail(self, since: int = 0) -> str:
-        try:
-            with open(self._log, "rb") as fh:
-                fh.seek(since)
-                text = fh.read().decode("utf-8", "replace")
-        except OSError:
+    def _tail_text(self, since: int = 0) -> str:
+        if self._tail is None:
             return ""
-        return text[-_STDERR_TAIL:].strip()
+        self._tail.drain()
+        return self._tail.text(since)
+
+    def _end_group(self) -> None:
+        """End what is left of the worker's process group (what the target started)."""
+        pid = self._pid
+        if not pid:
+            return
+        left = _group_members(pid, exclude=pid)
+        if left:
+            self.orphans += len(left)
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
 
     def _kill(self) -> None:
         proc, self._proc = self._proc, None
         if proc is not None and proc.is_alive():
-            proc.kill()
+            with contextlib.suppress(OSError):
+                os.kill(proc.pid, signal.SIGKILL)
             proc.join(5)
+        self._end_group()
         self._close_conn()
 
     def _reap(self) -> int | None:
@@ -495,6 +790,7 @@ class Isolated(Executor):
         if proc is not None:
             proc.join(5)
             code = proc.exitcode
+        self._end_group()
         self._close_conn()
         return code
 
@@ -510,16 +806,23 @@ class Isolated(Executor):
                 self._conn.send(("stop", "", None))
             self._proc.join(2)
         self._kill()
-        with contextlib.suppress(OSError):
-            os.unlink(self._log)
 
 
-def executor_for(contract: registry.Contract, ref: TargetRef | str, *, isolate: bool = True, device: str | None = None) -> Executor:
-    """An executor running the target ``ref`` names: isolated, or here."""
+def executor_for(contract: registry.Contract, ref: TargetRef | str, *, isolate: bool = True, device: str | None = None,
+                 load_timeout_s: float = START_TIMEOUT_S) -> Executor:
+    """An executor running the target ``ref`` names: isolated (its loading
+    bounded by ``load_timeout_s``), or here."""
     r = parse(ref) if isinstance(ref, str) else ref
     if isolate:
-        return Isolated(contract, r, device=device)
-    return InProcess(contract, r.load(contract), r.spec)
+        return Isolated(contract, r, device=device, load_timeout_s=load_timeout_s)
+    if r.kind != "user":
+        return InProcess(contract, r.load(contract), r.spec)
+    harness = snapshot_harness()
+    target = r.load(contract)
+    changed = tampering(harness)
+    if changed:
+        raise TargetError(_tampered(changed).message.replace("the target replaced", "importing the target replaced"))
+    return InProcess(contract, target, r.spec, watch=True)
 
 
 def wrap(contract: registry.Contract, target: Callable[..., Any] | Executor, name: str = "target") -> Executor:

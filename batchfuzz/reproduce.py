@@ -11,6 +11,8 @@ and passes once it is fixed:
   shows the contract's own answer, and asserts the violated property with
   ``batchfuzz.testing.assert_property``, which raises an ``AssertionError``
   with the property's message;
+- for a ``raises`` (the target raised an exception), the same as for a
+  violation: the call raises it while the bug is there;
 - for a ``crash`` or ``timeout``, it runs that check in a subprocess and
   asserts that the subprocess exits cleanly within the timeout.
 
@@ -25,6 +27,7 @@ from typing import Any
 
 from batchfuzz import registry
 from batchfuzz.codec import call_literal, literal
+from batchfuzz.execution import checked_property
 from batchfuzz.runner import CRASH_PROPERTY, TIMEOUT_PROPERTY, Failure
 from batchfuzz.targets import TargetRef, parse
 
@@ -87,7 +90,7 @@ def reproduction(failure: Failure, target: TargetRef | str | None = None, *, tim
     name = _name(ref)
     imports: set[str] = set()
     crash = failure.property in (CRASH_PROPERTY.name, TIMEOUT_PROPERTY.name)
-    prop = failure.during if crash else failure.property
+    prop = checked_property(failure.property, failure.during)
     args = literal(failure.case.args, imports)
     context = literal(_context(failure), imports)
     check = f"assert_property({contract.name!r}, {prop!r}, {name}, {args}, {context})"

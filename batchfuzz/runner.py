@@ -8,8 +8,9 @@ with fresh seeds until a deadline.
 
 The target runs in an executor (``batchfuzz.execution``): a worker process
 that may crash or hang without taking this process down, or this process.
-A crash or a hang is a failure of the pseudo-property ``crash`` or
-``timeout``, shrunk like any other. A deadline (wall clock, ``time.time()``,
+A crash, a hang or an exception the target raises is a failure of the
+pseudo-property ``crash``, ``timeout`` or ``raises``, shrunk like any other
+and named apart from the property it kept from judging a result. A deadline (wall clock, ``time.time()``,
 so that several processes share one) bounds everything, shrinking included:
 past it a hunt stops and reports the smallest failing case seen so far.
 """
@@ -31,7 +32,7 @@ from hypothesis.errors import HypothesisException
 from batchfuzz.case import Case
 from batchfuzz.checks import PropertyViolation
 from batchfuzz.codec import encode_case
-from batchfuzz.execution import CRASH, FAILED, REJECTED, TIMEOUT, Executor, Outcome, wrap
+from batchfuzz.execution import CRASH, FAILED, PSEUDO_PROPERTIES, RAISES, REJECTED, TIMEOUT, Executor, Outcome, wrap
 from batchfuzz.reduce import reduce_case
 from batchfuzz.registry import Contract, Property, Target
 
@@ -41,6 +42,8 @@ CRASH_PROPERTY = Property("crash", "calling the target does not kill its process
                           "BaseException or device fault)", lambda target, case: None)
 TIMEOUT_PROPERTY = Property("timeout", "every call of the target returns within the per-example timeout",
                             lambda target, case: None)
+RAISES_PROPERTY = Property("raises", "every call of the target returns a result (it raises no exception the contract's "
+                           "properties could judge instead)", lambda target, case: None)
 # Seconds an example in flight may run past the deadline (the grace of --budget).
 DEADLINE_GRACE_S = 2.0
 
@@ -58,11 +61,11 @@ class Failure:
     message: str
     traceback: str = ""
     exit: str = ""  # for crash and timeout: how the process ended
-    during: str = ""  # for crash and timeout: the property whose calls it happened in
+    during: str = ""  # for crash, timeout and raises: the property whose calls it happened in
     complete: bool = True  # False: the deadline stopped shrinking early
 
     def kind(self) -> str:
-        if self.property in (CRASH_PROPERTY.name, TIMEOUT_PROPERTY.name):
+        if self.property in PSEUDO_PROPERTIES:
             return self.property
         return "violation" if self.error_type == PropertyViolation.__name__ else "exception"
 
@@ -118,12 +121,20 @@ class _TimedOut(Exception):
         self.outcome = outcome
 
 
+class _Raised(Exception):
+    def __init__(self, outcome: Outcome) -> None:
+        super().__init__(outcome.message)
+        self.outcome = outcome
+
+
 def _raise_for(outcome: Outcome) -> None:
-    # Three classes raised from three lines: Hypothesis tells distinct bugs
+    # Four classes raised from four lines: Hypothesis tells distinct bugs
     # apart by exception type and place, so a crash and a wrong answer are
     # shrunk as two bugs, not one turned into the other.
     if outcome.status == FAILED:
         raise _Failed(outcome)
+    if outcome.status == RAISES:
+        raise _Raised(outcome)
     if outcome.status == CRASH:
         raise _Crashed(outcome)
     if outcome.status == TIMEOUT:
@@ -132,7 +143,7 @@ def _raise_for(outcome: Outcome) -> None:
 
 def failure_signature(outcome: Outcome | None) -> tuple[str, str] | None:
     """What counts as "the same failure" when a case is reduced."""
-    if outcome is None or outcome.status not in (FAILED, CRASH, TIMEOUT):
+    if outcome is None or outcome.status not in (FAILED, RAISES, CRASH, TIMEOUT):
         return None
     return outcome.status, outcome.error_type
 
@@ -255,7 +266,7 @@ def hunt(
     except HypothesisException:
         if not last_failure:
             raise
-    except (_Failed, _Crashed, _TimedOut):
+    except (_Failed, _Raised, _Crashed, _TimedOut):
         pass
     finally:
         result.seconds = time.perf_counter() - start
@@ -282,6 +293,8 @@ def _failure(contract: Contract, target_name: str, prop: Property, case: Case, o
         p, during = CRASH_PROPERTY, prop.name
     elif outcome.status == TIMEOUT:
         p, during = TIMEOUT_PROPERTY, prop.name
+    elif outcome.status == RAISES:
+        p, during = RAISES_PROPERTY, prop.name
     else:
         p, during = prop, ""
     error_type = outcome.error_type

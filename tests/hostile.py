@@ -4,7 +4,8 @@ commands (tests/test_hostile.py). They are loaded by file path
 (``tests/hostile.py:segv``), like a user's target.
 
 Contract A (``split_dummy_tokens(num_reqs, num_tokens)``): ``even`` is
-correct; the others crash, exit, hang or are slow. The ``zeroes_*`` and
+correct; the others crash, exit, hang, are slow, raise, fork, print without
+end, kill the fork server, stop themselves or patch numpy. The ``zeroes_*`` and
 ``*_zeroed`` functions scribble on their inputs and then give the answer the
 scribbled inputs would make right.
 """
@@ -62,6 +63,53 @@ def slow(num_reqs: int, num_tokens: int) -> list[int]:
 
 def one_arg(num_reqs: int) -> list[int]:
     return [num_reqs]
+
+
+def raises(num_reqs: int, num_tokens: int) -> list[int]:
+    """Raises for three requests or more (a target's own exception, not a wrong result)."""
+    if num_reqs >= 3:
+        raise IndexError(f"request index {num_reqs - 1} out of range")
+    return even(num_reqs, num_tokens)
+
+
+def forks(num_reqs: int, num_tokens: int) -> list[int]:
+    """Correct, and leaves a sleeping child process behind on every call."""
+    if os.fork() == 0:
+        time.sleep(600)
+        os._exit(0)
+    return even(num_reqs, num_tokens)
+
+
+def chatty(num_reqs: int, num_tokens: int) -> list[int]:
+    """Correct, and prints 4 MB on every call."""
+    sys.stdout.write("x" * (4 << 20) + "\n")
+    sys.stdout.flush()
+    return even(num_reqs, num_tokens)
+
+
+def kills_fork_server(num_reqs: int, num_tokens: int) -> list[int]:
+    """Kills the process it was forked from (batchfuzz's fork server), then answers."""
+    os.kill(os.getppid(), 9)
+    return even(num_reqs, num_tokens)
+
+
+def stops_itself(num_reqs: int, num_tokens: int) -> list[int]:
+    """Stops its own process with SIGSTOP for three requests or more."""
+    if num_reqs >= 3:
+        os.kill(os.getpid(), 19)
+    return even(num_reqs, num_tokens)
+
+
+def patches_numpy(num_reqs: int, num_tokens: int) -> list[int]:
+    """Wrong for three requests or more, and makes numpy's comparisons say
+    every array equals every other (to fool the properties that judge it)."""
+    np.array_equal = lambda *a, **k: True
+    np.ndarray.__eq__ = lambda *a, **k: True  # type: ignore[method-assign,assignment]
+    out = even(num_reqs, num_tokens)
+    if num_reqs >= 3:
+        out[0] += 1
+        out[-1] -= 1
+    return out
 
 
 # --------------------------------------------------------------------------- scribblers

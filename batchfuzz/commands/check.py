@@ -35,7 +35,7 @@ from hypothesis import settings
 from batchfuzz import exhaustive, profiles, registry, reproduce, runner
 from batchfuzz.cli import UsageError, parse_duration, writable_file
 from batchfuzz.codec import literal
-from batchfuzz.execution import executor_for
+from batchfuzz.execution import PSEUDO_PROPERTIES, executor_for
 from batchfuzz.targets import TargetError, parse
 
 # How long after --budget check may still run: the example in flight
@@ -263,7 +263,7 @@ def _print_counterexample(contract: registry.Contract, executor: Any, ref: Any, 
     print("--- reproduction (copy-paste; run it with python) ---")
     print(repro)
     also: list[str] = []
-    if time.time() < deadline + runner.DEADLINE_GRACE_S and failure.property not in ("crash", "timeout"):
+    if time.time() < deadline + runner.DEADLINE_GRACE_S and failure.property not in PSEUDO_PROPERTIES:
         also = runner.violated_properties(contract, executor, failure.case, timeout_s=timeout)
         if also:
             print(f"--- {what} violates: {', '.join(also)}")
