@@ -87,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     args.started = started
+    args.imported = time.time()  # the commands' imports are done: what came before is start-up, not budget
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -475,6 +475,20 @@ def _process_state(pid: int) -> str:
         return ""
 
 
+def _gone(pid: int) -> bool:
+    """Whether process ``pid`` (the fork server) has died. A process killed a
+    moment ago may still be running to its end: one that is not asleep (its
+    state while it waits for work) is given 50 ms to show it."""
+    for _ in range(25):
+        state = _process_state(pid)
+        if state in ("", "Z", "X"):
+            return True
+        if state in ("S", "I"):
+            return False
+        time.sleep(0.002)
+    return False
+
+
 def _group_members(pgid: int, exclude: int = -1) -> list[int]:
     """The processes of process group ``pgid`` (from /proc; empty where there is none)."""
     members = []
@@ -553,7 +567,7 @@ def _serve(conn: Any, output: Any, contract_name: str, ref: str, device: str, sy
         changed = tampering(harness)
         if changed:
             outcome = _tampered(changed)
-        elif os.getppid() != server:
+        elif _gone(server):
             outcome = Outcome(CRASH, "KilledForkServer", f"the target ended the process batchfuzz forks its workers from "
                               f"(the fork server, pid {server})", exit="killed the fork server")
         conn.send(outcome)
@@ -806,6 +820,7 @@ class Isolated(Executor):
                 self._conn.send(("stop", "", None))
             self._proc.join(2)
         self._kill()
+        self._pid = 0
 
 
 def executor_for(contract: registry.Contract, ref: TargetRef | str, *, isolate: bool = True, device: str | None = None,

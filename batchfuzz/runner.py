@@ -328,6 +328,8 @@ def hunt_for(
     domain: str | None = None,
     example_timeout_s: float | None = None,
     labels: bool = True,
+    min_examples: int = 0,
+    min_deadline: float | None = None,
 ) -> list[HuntResult]:
     """Round-robin over ``properties`` with fresh seeds until the deadline
     (``time.time() + budget_s`` unless ``deadline`` is given).
@@ -346,10 +348,16 @@ def hunt_for(
     example for example). ``round_examples`` may be a function of the round
     number, to size rounds to a time slice. A property never started before
     the deadline keeps zero examples (the caller reports it as not run).
+
+    ``min_examples``: the first round gives every property at least that
+    many examples, and a property still short of them at the deadline runs
+    on until it has them or ``min_deadline`` (a later ``time.time()``) comes:
+    examples, not a busy machine's seconds, decide a verdict.
     """
     executor = wrap(contract, target, target_name)
     results = {p.name: HuntResult(p.name) for p in properties}
     end = deadline if deadline is not None else time.time() + budget_s
+    floor_end = max(end, min_deadline) if (min_examples and min_deadline is not None) else end
     round_no = 0
     while True:
         live = [p for p in properties if results[p.name].failure is None]
@@ -362,11 +370,16 @@ def hunt_for(
         for p in live:
             if should_stop is not None and should_stop():
                 return list(results.values())
-            if time.time() >= end:
+            short = results[p.name].examples < min_examples
+            p_end = floor_end if short else end
+            if time.time() >= p_end:
+                if time.time() < floor_end:
+                    continue  # another property may still be short of its minimum
                 return list(results.values())
-            rs = base_settings if base_settings.derandomize else settings(base_settings, max_examples=n_examples)
+            n = max(n_examples, min_examples - results[p.name].examples) if short else n_examples
+            rs = base_settings if base_settings.derandomize else settings(base_settings, max_examples=n)
             r = hunt(contract, executor, p, target_name=target_name, run_settings=rs,
-                     seed=_round_seed(seed, contract.name, p.name, round_no), domain=domain, deadline=end,
+                     seed=_round_seed(seed, contract.name, p.name, round_no), domain=domain, deadline=p_end,
                      example_timeout_s=example_timeout_s, labels=labels)
             acc = results[p.name]
             acc.examples += r.examples
@@ -381,6 +394,10 @@ def hunt_for(
             if r.failure is not None and stop_on_failure:
                 return list(results.values())
         round_no += 1
+        still_short = any(results[p.name].examples < min_examples and results[p.name].failure is None for p in properties)
+        if still_short and time.time() < floor_end and not base_settings.derandomize and \
+                (max_rounds is None or round_no < max_rounds):
+            continue
         if base_settings.derandomize or time.time() >= end or (max_rounds is not None and round_no >= max_rounds):
             break
     if should_stop is not None and should_stop():

@@ -17,9 +17,18 @@ found before any example runs (unknown contract or domain, a target that
 cannot be imported, whose signature cannot take the contract's arguments or
 whose result on a regression example is of a type the contract cannot read,
 an unwritable --json path, a --database path that is a regular file, an
-unknown scope, --scope without --exhaustive); 3 incomplete: the budget ended
-before every property ran (with --exhaustive: before every input of the
-scope was checked).
+unknown scope, --scope without --exhaustive, a target whose module does not
+finish importing within the budget); 3 incomplete: even the minimum of
+examples per property (``--min-examples``) could not be reached (with
+--exhaustive: the budget ended before every input of the scope was checked),
+the report saying why.
+
+Examples, not seconds, decide the verdict: the budget counts from the moment
+the target has loaded in its worker (starting the worker, batchfuzz's imports
+and forks are not charged to it, and are reported as ``startup_seconds``);
+every property gets ``--min-examples`` examples before any gets more, and a
+property still short of them when the budget ends runs on until it has them,
+for at most one more budget.
 """
 
 from __future__ import annotations
@@ -46,6 +55,9 @@ GRACE_S = runner.DEADLINE_GRACE_S + 3.0
 # completely or reported incomplete, so it gets time to finish).
 DEFAULT_BUDGET_S = 30.0
 EXHAUSTIVE_BUDGET_S = 600.0
+# Examples every property gets before the budget may end it (Hypothesis's
+# valid examples: a case the target's @assumes rejects does not count).
+DEFAULT_MIN_EXAMPLES = 10
 
 
 def default_timeout(budget_s: float) -> float:
@@ -68,6 +80,10 @@ def register(sub: Any) -> None:
     p.add_argument("--timeout", type=parse_duration, default=None, metavar="SECONDS",
                    help="per-example timeout: a call that runs longer is a `timeout` counterexample "
                         "(default: a tenth of the budget, between 1s and 30s)")
+    p.add_argument("--min-examples", type=_positive_int, default=DEFAULT_MIN_EXAMPLES, metavar="N",
+                   help=f"examples every property gets however busy the machine is (default {DEFAULT_MIN_EXAMPLES}): a "
+                        "property short of them when the budget ends runs on, for at most one more budget; exit 3 only "
+                        "when even that does not reach them")
     p.add_argument("--no-isolation", action="store_true",
                    help="run the target in this process: faster, but a segfault or a hang in C code ends the command")
     p.add_argument("--domain", default=None, metavar="NAME",
@@ -87,6 +103,16 @@ def register(sub: Any) -> None:
                    help=f"the scope --exhaustive enumerates (default {registry.DEFAULT_SCOPE!r}; `batchfuzz list` names each "
                         "contract's scopes)")
     p.set_defaults(func=run)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
+    if value < 1 or value > 10**9:
+        raise argparse.ArgumentTypeError(f"must be a positive integer of at most 10**9, got {text!r}")
+    return value
 
 
 class _Progress:
@@ -158,9 +184,11 @@ def run(args: argparse.Namespace) -> int:
     if args.json_path:
         writable_file(args.json_path, "--json")
     database = _database(args.database)
+    timeout = args.timeout if args.timeout is not None else default_timeout(args.budget)
     try:
         ref = parse(args.target)
-        executor = executor_for(contract, ref, isolate=not args.no_isolation)
+        # Loading the target (its module's import) is the target's own time: bounded by the budget.
+        executor = executor_for(contract, ref, isolate=not args.no_isolation, load_timeout_s=max(args.budget, timeout))
         info = executor.describe()
     except TargetError as exc:
         raise UsageError(f"target {args.target}: {exc}") from None
@@ -172,10 +200,27 @@ def run(args: argparse.Namespace) -> int:
     if why:
         executor.close()
         raise UsageError(f"target {args.target}: {why}; bind it to the contract's result (docs/bindings.md)")
+    # The budget is the examples': batchfuzz's own start (imports, the fork server, the worker) is not charged to it.
+    args.startup_seconds = getattr(executor, "startup_s", 0.0) + max(0.0, _imported_at(args) - started)
+    deadline = deadline + args.startup_seconds
     with executor:
         if scope is not None:
             return _exhaustive(args, contract, props, scope, ref, executor, info, started, deadline)
         return _check(args, contract, props, ref, executor, info, database, started, deadline)
+
+
+def _imported_at(args: argparse.Namespace) -> float:
+    """When the command's imports were done (``cli.main`` records it)."""
+    return float(getattr(args, "imported", None) or getattr(args, "started", None) or time.time())
+
+
+def _orphans(executor: Any, report: dict[str, Any]) -> None:
+    """End the worker, and say so when the target left processes behind that had to be ended with it."""
+    executor.close()
+    n = getattr(executor, "orphans", 0)
+    if n:
+        print(f"note: the target left {n} process{'es' if n != 1 else ''} behind; batchfuzz ended them with its worker")
+    report["orphans_ended"] = n
 
 
 def _check(args: argparse.Namespace, contract: registry.Contract, props: tuple[registry.Property, ...], ref: Any,
@@ -192,6 +237,7 @@ def _check(args: argparse.Namespace, contract: registry.Contract, props: tuple[r
     try:
         results = runner.hunt_for(contract, executor, props, target_name=ref.spec, budget_s=args.budget, base_settings=base,
                                   seed=seed, domain=domain, deadline=deadline, example_timeout_s=timeout,
+                                  min_examples=args.min_examples, min_deadline=deadline + args.budget,
                                   on_result=lambda r, acc: progress.update(acc))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -205,25 +251,28 @@ def _check(args: argparse.Namespace, contract: registry.Contract, props: tuple[r
             scores[k] = scores.get(k, 0) + v
     if progress.tty:
         print()
+    short = [r.property for r in results if r.examples < args.min_examples and r.failure is None]
     not_run = [r.property for r in results if r.examples == 0 and r.failure is None]
     for r in results:
         if r.failure:
             mark, note = "FAIL", ""
-        elif r.examples:
+        elif failure is not None and r.examples < args.min_examples:
+            mark, note = "-", "  (short: the search stops at the first counterexample)"
+        elif r.examples >= args.min_examples:
             mark, note = "ok", ""
-        elif failure is not None:
-            mark, note = "-", "  (not run: the search stops at the first counterexample)"
         else:
-            mark, note = "-", "  (not run: the budget ended first)"
+            mark, note = "-", f"  (short of the minimum of {args.min_examples}: the budget ended, and one more after it)"
         print(f"  {mark:4} {r.property:40} {r.examples:7d} examples{note}")
     if scores:
         print("  scores (reported, not failed on): " + ", ".join(f"{k}={v}" for k, v in sorted(scores.items())))
     report: dict[str, Any] = {
         "contract": contract.name, "target": args.target, "domain": domain, "examples": examples,
-        "seconds": round(seconds, 3), "budget": args.budget, "timeout": timeout, "isolated": not args.no_isolation,
+        "seconds": round(seconds, 3), "startup_seconds": round(args.startup_seconds, 3), "budget": args.budget,
+        "min_examples": args.min_examples, "timeout": timeout, "isolated": not args.no_isolation,
         "seed": seed, "scores": scores, "status": "passed", "property": None, "counterexample": None,
-        "properties": {r.property: {"examples": r.examples, "status": "failed" if r.failure else "passed" if r.examples else
-                                    "not run"} for r in results},
+        "properties": {r.property: {"examples": r.examples, "status": "failed" if r.failure else "passed"
+                                    if r.examples >= args.min_examples else "not run" if not r.examples else "short"}
+                       for r in results},
     }
     code = 0
     if failure is not None:
@@ -231,13 +280,18 @@ def _check(args: argparse.Namespace, contract: registry.Contract, props: tuple[r
         replay = (f"replay the search: batchfuzz check {contract.name} {args.target} --property "
                   f"{failure.during or failure.property} --seed {seed}")
         report.update(_print_counterexample(contract, executor, ref, failure, timeout, deadline, replay))
-    elif not_run:
+    elif short:
         code = 3
-        print(f"\nincomplete: the budget ended before {len(not_run)} of {len(results)} properties ran: {', '.join(not_run)} "
-              f"({examples} examples in {seconds:.1f}s); give it a larger --budget")
-        report.update(status="incomplete", not_run=not_run)
+        per = seconds / examples if examples else None
+        why = (f"the target's calls took {per:.2f}s per example on average" if per is not None else
+               "not one example finished")
+        reason = (f"{len(short)} of {len(results)} properties did not reach the minimum of {args.min_examples} examples "
+                  f"within twice the budget ({2 * args.budget:g}s after start-up): {', '.join(short)}; {why}")
+        print(f"\nincomplete: {reason}; give it a larger --budget (or a smaller --min-examples)")
+        report.update(status="incomplete", not_run=not_run, short=short, reason=reason)
     else:
         print(f"\npassed: no counterexample in {examples} examples ({seconds:.1f}s)")
+    _orphans(executor, report)
     return _write_json(args, report, code)
 
 
@@ -318,6 +372,7 @@ def _exhaustive(args: argparse.Namespace, contract: registry.Contract, props: tu
     }
     report.pop("failure")
     report["seconds"] = round(time.time() - started, 3)
+    report["startup_seconds"] = round(args.startup_seconds, 3)
     code = 0
     if result.failure is not None:
         code = 1
@@ -330,4 +385,5 @@ def _exhaustive(args: argparse.Namespace, contract: registry.Contract, props: tu
         print(f"\n{result.summary()}; give it a larger --budget")
     else:
         print(f"\n{result.summary()}\n  {result.evaluations} property evaluations in {result.seconds:.1f}s")
+    _orphans(executor, report)
     return _write_json(args, report, code)
