@@ -18,10 +18,16 @@ class UsageError(Exception):
     """Bad command-line usage (exit code 2)."""
 
 
+# The durations a budget or a timeout may be: from 10 ms (less cannot run one
+# example) to 30 days (more is a typo, and would overflow the clocks it is added to).
+MIN_DURATION_S = 0.01
+MAX_DURATION_S = 30 * 24 * 3600.0
+
+
 def parse_duration(text: str) -> float:
     """``90``, ``90s``, ``15m``, ``2h``, ``0.5`` -> seconds: a finite positive
-    duration. Raises argparse errors naming the value (``nan``, ``inf`` and
-    friends are not durations)."""
+    duration within [``MIN_DURATION_S``, ``MAX_DURATION_S``]. Raises argparse
+    errors naming the value (``nan``, ``inf`` and friends are not durations)."""
     t = str(text).strip().lower()
     units = {"s": 1.0, "m": 60.0, "h": 3600.0}
     try:
@@ -30,6 +36,10 @@ def parse_duration(text: str) -> float:
         raise argparse.ArgumentTypeError(f"must be a duration like 90, 90s, 15m or 2h, got {text!r}") from None
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"must be a finite positive duration, got {text!r}")
+    if value < MIN_DURATION_S:
+        raise argparse.ArgumentTypeError(f"must be at least {MIN_DURATION_S:g}s, got {text!r}")
+    if value > MAX_DURATION_S:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_DURATION_S / 86400:g} days ({MAX_DURATION_S:g}s), got {text!r}")
     return value
 
 

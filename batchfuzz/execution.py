@@ -788,6 +788,10 @@ class Isolated(Executor):
             self.orphans += len(left)
             with contextlib.suppress(OSError):
                 os.killpg(pid, signal.SIGKILL)
+            for _ in range(100):  # a killed process lingers until it has run to its end
+                if not _group_members(pid, exclude=pid):
+                    break
+                time.sleep(0.01)
 
     def _kill(self) -> None:
         proc, self._proc = self._proc, None

@@ -141,3 +141,149 @@ def test_an_id_that_is_not_the_content_address_is_malformed(tmp_path: Path) -> N
     with pytest.raises(corpus.CorpusError, match=rf"field 'id' '{data['id']}' is not the address of the file's content"):
         corpus.replay(corpus.load(p), isolate=False)
     assert corpus.replay(corpus.load(_save(tmp_path, data, "ok.json")), isolate=False).status == "passes"
+
+
+# --------------------------------------------------------------------------- smaller faults
+
+
+@pytest.mark.parametrize(("text", "match"), [
+    ("1e300", "must be at most 30 days"), ("1e-9", "must be at least 0.01s"), ("nan", "finite positive"),
+    ("-1", "finite positive"),
+])
+def test_a_budget_out_of_bounds_is_refused(text: str, match: str) -> None:
+    import argparse
+
+    with pytest.raises(argparse.ArgumentTypeError, match=match):
+        cli.parse_duration(text)
+    assert cli.parse_duration("720h") == 720 * 3600.0 and cli.parse_duration("0.01") == 0.01
+
+
+def test_a_target_excluded_by_impl_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    hostile = Path(__file__).with_name("hostile.py")
+    code = cli.main(["fuzz", "--contract", CONTRACT, "--impl", "impl:numpy*", "--target", f"{CONTRACT}={hostile}:even",
+                     "--budget", "5s", "--no-database"])
+    assert code == 2
+    assert f"--target {CONTRACT}={hostile}:even: excluded by --impl impl:numpy*" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- hostile targets
+
+HOSTILE = Path(__file__).with_name("hostile.py")
+
+
+def _case(r: int, n: int) -> Case:
+    return Case({"num_reqs": r, "num_tokens": n}, {"max_model_len": n})
+
+
+def test_a_target_that_raises_gets_its_own_verdict_shrunk_and_reproduced() -> None:
+    """Not filed under whichever property ran first: ``raises``, with the
+    exception, the property it kept from judging as ``during``, shrunk to
+    the smallest case, and a reproduction that raises it."""
+    from hypothesis import settings
+
+    from batchfuzz import registry, reproduce, runner
+    from batchfuzz.execution import RAISES, Isolated
+    from batchfuzz.targets import load_function
+
+    contract = registry.get(CONTRACT)
+    fn = load_function(f"{HOSTILE}:raises")
+    r = runner.hunt(contract, fn, contract.property("every_request_has_a_token"), target_name="raises",
+                    run_settings=settings(max_examples=100, derandomize=True, database=None, deadline=None))
+    f = r.failure
+    assert f is not None and (f.property, f.during, f.error_type) == ("raises", "every_request_has_a_token", "IndexError"), f
+    assert f.kind() == "raises" and f.case.args == {"num_reqs": 3, "num_tokens": 3}, f.case
+    repro = reproduce.reproduction(f, f"{HOSTILE}:raises")
+    with pytest.raises(IndexError, match="request index 2 out of range"):
+        exec(compile(repro, "<reproduction>", "exec"), {})
+    with Isolated(contract, f"{HOSTILE}:raises") as ex:
+        out = ex.check("matches_oracle", _case(3, 7), 30)
+        assert (out.status, out.error_type) == (RAISES, "IndexError") and "out of range" in out.traceback, out
+
+
+@pytest.mark.parametrize(("fn", "error_type", "words"), [
+    ("stops_itself", "Stopped", "stopped its own process"),
+    ("kills_fork_server", "KilledForkServer", "ended the process batchfuzz forks its workers from"),
+    ("patches_numpy", "TamperedWithHarness", "replaced numpy.array_equal"),
+])
+def test_a_target_that_disables_the_harness_gets_a_verdict_naming_what_it_did(fn: str, error_type: str, words: str) -> None:
+    """Not "incomplete": a crash naming the act, and the next case runs in a
+    fresh worker (a fresh fork server where the target killed it)."""
+    from batchfuzz import registry
+    from batchfuzz.execution import CRASH, PASSED, Isolated
+
+    contract = registry.get(CONTRACT)
+    with Isolated(contract, f"{HOSTILE}:{fn}") as ex:
+        out = ex.check("matches_oracle", _case(3, 7), 60)
+        assert (out.status, out.error_type) == (CRASH, error_type) and words in out.message, out
+        if fn == "stops_itself":
+            assert ex.check("matches_oracle", _case(2, 7), 60).status == PASSED
+
+
+def test_a_numpy_patch_is_caught_in_process_too_and_undone() -> None:
+    import numpy as np
+
+    from batchfuzz import registry
+    from batchfuzz.execution import CRASH, executor_for
+
+    before = np.array_equal
+    ex = executor_for(registry.get(CONTRACT), f"{HOSTILE}:patches_numpy", isolate=False)
+    out = ex.check("matches_oracle", _case(3, 7))
+    assert out.status == CRASH and "numpy.array_equal" in out.message, out
+    assert np.array_equal is before  # put back: the rest of this process judges with the real one
+
+
+def test_a_forking_target_leaves_no_process_behind_and_the_cleanup_is_counted() -> None:
+    from batchfuzz import registry
+    from batchfuzz.execution import PASSED, Isolated, _group_members
+
+    ex = Isolated(registry.get(CONTRACT), f"{HOSTILE}:forks")
+    for n in range(3, 6):
+        assert ex.check("sum_is_num_tokens", _case(2, n), 60).status == PASSED
+    pid = ex._pid
+    assert len(_group_members(pid, exclude=pid)) == 3
+    ex.close()
+    assert ex.orphans == 3 and _group_members(pid) == []
+
+
+def test_a_chatty_target_costs_a_bounded_tail_of_memory_and_no_file() -> None:
+    import glob
+    import tempfile
+
+    from batchfuzz import registry
+    from batchfuzz.execution import OUTPUT_TAIL_BYTES, PASSED, Isolated
+
+    logs = set(glob.glob(os.path.join(tempfile.gettempdir(), "batchfuzz-worker-*")))
+    with Isolated(registry.get(CONTRACT), f"{HOSTILE}:chatty") as ex:
+        for n in range(3, 9):  # 24 MB printed
+            assert ex.check("sum_is_num_tokens", _case(2, n), 60).status == PASSED
+        assert ex._tail is not None and ex._tail.total >= 6 * (4 << 20)
+        assert len(ex._tail.buf) <= OUTPUT_TAIL_BYTES
+    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "batchfuzz-worker-*"))) <= logs
+
+
+def test_a_module_that_hangs_at_import_is_a_usage_error_within_the_budget(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    import time
+
+    t = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "batchfuzz", "check", CONTRACT, f"{HOSTILE.with_name('hostile_import.py')}:even",
+                        "--budget", "3"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "did not finish within 3s (its module hangs at import" in r.stderr, r.stderr
+    assert time.monotonic() - t < 120  # start-up (not charged) + 3 s, far from the 120 s start timeout plus the budget
+
+
+def test_keyboard_interrupt_raised_by_an_in_process_target_is_a_crash(tmp_path: Path) -> None:
+    """``--no-isolation``: a target raising KeyboardInterrupt (no SIGINT came)
+    is a crash counterexample, exit 1, no traceback."""
+    f = tmp_path / "ki.py"
+    f.write_text("def split(num_reqs, num_tokens):\n    raise KeyboardInterrupt('from the target')\n")
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "batchfuzz", "check", CONTRACT, f"{f}:split", "--no-isolation",
+                        "--min-examples", "1", "--budget", "60"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "COUNTEREXAMPLE: property crash" in r.stdout and "raised KeyboardInterrupt" in r.stdout, r.stdout
+    assert "Traceback" not in r.stderr, r.stderr

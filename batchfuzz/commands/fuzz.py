@@ -177,6 +177,10 @@ def plan(args: argparse.Namespace) -> list[WorkItem]:
             if not any(_match(t, [pat]) for _, t, _ in pairs):
                 known = sorted({t for _, t, _ in pairs})
                 raise UsageError(f"--impl {pat!r} matches no target on {args.device}; known: {', '.join(known)}")
+        dropped = [f"{c.name}={t}" for c, t, _ in pairs[:len(args.target)] if not _match(t, args.impl)]
+        if dropped:
+            raise UsageError(f"--target {', '.join(dropped)}: excluded by --impl {' '.join(args.impl)} (a target named with "
+                             f"--target must match an --impl pattern when --impl is given)")
         pairs = [x for x in pairs if _match(x[1], args.impl)]
     items = [WorkItem(0, c.name, target, args.device, p.name, domain) for c, target, domain in pairs for p in c.properties]
     if getattr(args, "property", None):
