@@ -1,5 +1,6 @@
-"""pytest configuration: Hypothesis profiles, the --device option, GPU skips
-(the markers themselves are declared once, in pyproject.toml).
+"""pytest configuration: Hypothesis profiles (none of them measuring time),
+the --device option, GPU skips (the markers themselves are declared once, in
+pyproject.toml; ``timing`` marks the few tests about wall-clock bounds).
 
 Profiles (see batchfuzz/profiles.py) are registered here, before Hypothesis's
 pytest plugin applies ``--hypothesis-profile``; without that option the
@@ -12,10 +13,27 @@ from __future__ import annotations
 import os
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from batchfuzz import profiles
 
 profiles.load()
+
+# Hypothesis's health checks that measure time: on a loaded CI machine they
+# would fail a test for the machine's speed, not for its logic.
+_TIMED_HEALTH_CHECKS = (HealthCheck.too_slow,)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Whatever profile is loaded (``--hypothesis-profile`` included), no
+    health check or deadline measures time."""
+    current = settings.default
+    if current.deadline is None and set(_TIMED_HEALTH_CHECKS) <= set(current.suppress_health_check):
+        return
+    settings.register_profile("untimed", current, deadline=None,
+                              suppress_health_check=[*current.suppress_health_check, *_TIMED_HEALTH_CHECKS])
+    settings.load_profile("untimed")
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # Each xdist worker owns one core: torch's intra-op threads would only

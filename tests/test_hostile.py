@@ -4,9 +4,12 @@ exit, hang, are slow, have the wrong arity or scribble on their inputs
 (tests/hostile.py). Each gets its verdict and exit code, within its budget
 plus the grace the command states, with its report written.
 
-The wall-clock bounds are checked against the command's own promise
-(``--budget`` plus ``GRACE_S``, counted from the start of the command) plus
-``STARTUP_S`` for the interpreter, which the command cannot count.
+The wall-clock bounds are checked against the command's own promise: the
+budget counts from the loaded target (start-up is reported apart, as
+``startup_seconds``), a property short of ``--min-examples`` may run on for
+one more budget, then ``GRACE_S``; plus ``STARTUP_S`` for the interpreter and
+the start-up, measured slack for a loaded 2-core machine (up to 22 s seen
+beside other work). Those tests are about time: marked ``timing``.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ REPO = Path(__file__).resolve().parent.parent
 HOSTILE = Path(__file__).with_name("hostile.py")
 # The interpreter's start before the command's clock runs, on a loaded CI machine;
 # the command's own clock is held to the budget plus grace exactly.
-STARTUP_S = 15.0
+STARTUP_S = 30.0
 
 
 def _batchfuzz(*argv: str, cwd: Path) -> tuple[subprocess.CompletedProcess[str], float]:
@@ -43,9 +46,10 @@ def _check(tmp_path: Path, contract: str, fn: str, budget: float, *extra: str) -
     report = tmp_path / f"{fn}.json"
     r, wall = _batchfuzz("check", contract, f"{HOSTILE}:{fn}", "--budget", f"{budget:g}s", "--json", str(report), *extra,
                          cwd=tmp_path)
-    assert wall <= budget + check.GRACE_S + STARTUP_S, f"{fn}: {wall:.1f}s for --budget {budget}\n{r.stdout}{r.stderr}"
+    assert wall <= 2 * budget + check.GRACE_S + STARTUP_S, f"{fn}: {wall:.1f}s for --budget {budget}\n{r.stdout}{r.stderr}"
     data = json.loads(report.read_text()) if report.exists() else {}
-    assert not data or data["seconds"] <= budget + check.GRACE_S, data  # by the command's own clock
+    # by the command's own clock, start-up apart
+    assert not data or data["seconds"] - data["startup_seconds"] <= 2 * budget + check.GRACE_S, data
     return r.returncode, data, r.stdout + r.stderr, wall
 
 
@@ -65,6 +69,7 @@ def test_check_reports_a_crash_as_a_counterexample(tmp_path: Path, fn: str, exit
         assert int(args["num_reqs"]) >= 3 and (not data["shrink_complete"] or args == {"num_reqs": "3", "num_tokens": "3"}), data
 
 
+@pytest.mark.timing
 def test_check_bounds_a_hang_by_the_budget_and_reports_the_timeout(tmp_path: Path) -> None:
     """Every shrink step that hangs costs a timeout, so the case is shrunk as
     far as the budget allows, and says whether it got to the end."""
@@ -74,17 +79,19 @@ def test_check_bounds_a_hang_by_the_budget_and_reports_the_timeout(tmp_path: Pat
     assert isinstance(data["shrink_complete"], bool) and "Timeout" in data["error_type"], data
 
 
+@pytest.mark.timing
 def test_check_of_a_slow_correct_function_ends_within_the_budget(tmp_path: Path) -> None:
-    """50 ms a call, with --budget 2 (start-up included): the command ends in
-    time and says what it could not reach (exit 3, the properties named)."""
+    """50 ms a call, with --budget 2: the command ends in time (one more
+    budget for the minimum of examples at most) and says what it could not
+    reach (exit 3, the properties and the reason named)."""
     budget = 2
     code, data, out, _ = _check(tmp_path, "split_dummy_tokens", "slow", budget)
     assert code in (0, 3), out
     if code == 3:
-        assert data["status"] == "incomplete" and data["not_run"], data
+        assert data["status"] == "incomplete" and data["short"] and "per example on average" in data["reason"], data
     else:
         assert data["status"] == "passed"
-    assert data["examples"] <= budget / 0.05  # every example really made its 50 ms call
+    assert data["examples"] <= 2 * budget / 0.05 + 8  # every example really made its 50 ms call
 
 
 def test_a_wrong_arity_is_a_usage_error_before_any_example(tmp_path: Path) -> None:
@@ -117,6 +124,7 @@ def test_a_target_that_scribbles_on_its_inputs_is_caught(tmp_path: Path, contrac
     assert code == 1 and data["property"] == judged, out
 
 
+@pytest.mark.timing
 def test_fuzz_with_a_segfaulting_and_a_hanging_target_finishes_and_keeps_both(tmp_path: Path) -> None:
     budget = 20.0
     r, wall = _batchfuzz(

@@ -51,6 +51,7 @@ def test_a_crash_costs_only_the_worker(hostile: Path, fn: str, status: str, exit
         assert "Segmentation fault" in out.message and "in segv" in out.message  # where it crashed, from the worker's log
 
 
+@pytest.mark.timing
 def test_a_hang_is_a_timeout_and_the_worker_is_replaced(hostile: Path) -> None:
     contract = registry.get(CONTRACT)
     with Isolated(contract, f"{hostile}:hang") as ex:
