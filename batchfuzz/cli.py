@@ -87,9 +87,20 @@ def build_parser() -> argparse.ArgumentParser:
 _RUNS_WORKERS = frozenset({"check", "fuzz", "replay", "catalogue", "sweep"})
 
 
+# SIGINT/SIGTERM that arrived while the commands were being imported, for a
+# command that owns signals from its first line (``fuzz``: a partial report).
+PENDING_SIGNALS: list[int] = []
+_OWNS_SIGNALS = frozenset({"fuzz"})
+
+
 def main(argv: list[str] | None = None) -> int:
     started = time.time()  # budgets count from here, before the (slow) imports of the commands
     words = sys.argv[1:] if argv is None else argv
+    if words and words[0] in _OWNS_SIGNALS and argv is None:
+        import signal
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda signum, frame: PENDING_SIGNALS.append(signum))
     if words and words[0] in _RUNS_WORKERS and "--help" not in words and "-h" not in words:
         from batchfuzz.execution import start_fork_server
 

@@ -418,6 +418,12 @@ def watch_owner(owner: int) -> None:
     threading.Thread(target=watch, name="batchfuzz-owner-watch", daemon=True).start()
 
 
+class LoadTimeout(TargetError):
+    """A worker that did not start, or a target that did not load, in time:
+    slowness (a loaded machine, a slow release to bind) or a hang at import,
+    not a wrong target."""
+
+
 # What a target may not change in the process it runs in: the attributes of
 # these modules (and of every batchfuzz module) the properties and oracles
 # call. A target that replaces one (``numpy.array_equal = lambda *a: True``)
@@ -491,7 +497,7 @@ def _gone(pid: int) -> bool:
 
 def _group_members(pgid: int, exclude: int = -1) -> list[int]:
     """The processes of process group ``pgid`` (from /proc; empty where there is none)."""
-    members = []
+    members: list[int] = []
     try:
         names = os.listdir("/proc")
     except OSError:
@@ -700,13 +706,13 @@ class Isolated(Executor):
         try:
             if not parent.poll(START_TIMEOUT_S):
                 self._kill()
-                raise TargetError(f"the worker for {self.name} did not start within {START_TIMEOUT_S:g}s")
+                raise LoadTimeout(f"the worker for {self.name} did not start within {START_TIMEOUT_S:g}s")
             parent.recv()  # up: what follows is the target's own loading
             self.startup_s += time.perf_counter() - t0
             if not parent.poll(self.load_timeout_s):
                 tail = self._tail.text() if self._tail else ""
                 self._kill()
-                raise TargetError(f"loading {self.name} did not finish within {self.load_timeout_s:g}s (its module hangs "
+                raise LoadTimeout(f"loading {self.name} did not finish within {self.load_timeout_s:g}s (its module hangs "
                                   f"at import, or takes longer than that)" + (f": {tail}" if tail else ""))
             self._info = parent.recv()
         except (EOFError, OSError):

@@ -29,9 +29,11 @@ every runner polls it between examples and stops, recording what it has.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import json
 import os
 import signal
+import sys
 import time
 import traceback
 from collections import OrderedDict
@@ -277,7 +279,25 @@ def _open_database(job: Job) -> Any:
         return settings.get_profile(job.profile).database
     from batchfuzz.database import open_database
 
-    return open_database(job.database, local_dir=profiles.database_path())
+    def lost(message: str) -> None:
+        """A shared database lost mid-run: said on stderr, and kept for summary.json."""
+        sys.stderr.write(f"batchfuzz: {message}\n")
+        with contextlib.suppress(OSError):
+            with open(job.run_dir / f"database-lost-{os.getpid()}.txt", "a") as fh:
+                fh.write(message.replace("\n", " ") + "\n")
+
+    return open_database(job.database, local_dir=profiles.database_path(), warn=lost)
+
+
+def database_losses(job: Job) -> list[str]:
+    """What the runners said about losing the shared database (one line each, deduplicated)."""
+    seen: list[str] = []
+    for p in sorted(job.run_dir.glob("database-lost-*.txt")):
+        with contextlib.suppress(OSError):
+            for line in p.read_text().splitlines():
+                if line and line not in seen:
+                    seen.append(line)
+    return seen
 
 
 def _save_failure(job: Job, item: WorkItem, contract: Any, executor: Any, failure: Any, domain: str) -> dict[str, Any]:

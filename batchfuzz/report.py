@@ -165,6 +165,7 @@ def build_summary(
             "new_corpus_entries": sum(1 for f in failures if f.get("new")),
             "errors": len(errors),
             "items": len(job.items),
+            "items_run": len(job.items) - len(not_run),
             "items_not_run": len(not_run),
             "throughput": _rate(examples, wall),
         },

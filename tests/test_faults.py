@@ -287,3 +287,172 @@ def test_keyboard_interrupt_raised_by_an_in_process_target_is_a_crash(tmp_path: 
     assert r.returncode == 1, r.stdout + r.stderr
     assert "COUNTEREXAMPLE: property crash" in r.stdout and "raised KeyboardInterrupt" in r.stdout, r.stdout
     assert "Traceback" not in r.stderr, r.stderr
+
+
+# --------------------------------------------------------------------------- the fuzz job
+
+REPO = Path(__file__).resolve().parent.parent
+ONE_ITEM = ["--contract", CONTRACT, "--impl", "impl:numpy@cpu", "--property", "matches_oracle"]
+
+
+def _fuzz_cmd(tmp_path: Path, *args: str) -> list[str]:
+    import sys
+
+    return [sys.executable, "-m", "batchfuzz", "fuzz", "--report", str(tmp_path / "report"), "--corpus",
+            str(tmp_path / "corpus"), "--progress", "lines", "--no-database", *args]
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "BATCHFUZZ_"))}
+    env["PYTHONPATH"] = str(REPO)
+    return env
+
+
+def test_workers_are_capped_by_the_items_and_cores_and_a_short_budget_is_said_at_start(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from batchfuzz.commands import fuzz
+
+    assert fuzz.cap_workers(1000, 1, 2) == (1, "--workers 1000 capped at 1 (the number of work items)")
+    assert fuzz.cap_workers(1000, 132, 2) == (4, "--workers 1000 capped at 4 (the number of twice the 2 cores)")
+    assert fuzz.cap_workers(2, 132, 2) == (2, None)
+    assert fuzz.minimum_budget(132, 1) == fuzz.STARTUP_S + fuzz.MIN_SLICE_S * 132
+    # One item, --workers 1000, a derandomized profile (one fixed stream: the run is example-driven).
+    code = cli.main(["fuzz", *ONE_ITEM, "--workers", "1000", "--profile", "ci", "--budget", "120", "--no-database",
+                     "--report", str(tmp_path / "report"), "--corpus", str(tmp_path / "corpus"), "--progress", "none"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "warning: --workers 1000 capped at 1 (the number of work items)" in out
+    s = json.loads((tmp_path / "report" / "summary.json").read_text())
+    assert s["workers"] == 1 and any("capped at 1" in n for n in s["notes"]), s["notes"]
+    t = s["totals"]
+    assert t["items_run"] + t["items_not_run"] == t["items"] == 1
+
+
+def test_a_budget_too_short_for_every_first_slice_is_said_with_the_number(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from batchfuzz.commands import fuzz
+
+    items = 8  # every property of the contract on one implementation
+    need = fuzz.minimum_budget(items, 1)
+    code = cli.main(["fuzz", "--contract", CONTRACT, "--impl", "impl:numpy@cpu", "--profile", "ci", "--budget",
+                     f"{need - 0.1:g}", "--report", str(tmp_path / "report"), "--corpus", str(tmp_path / "corpus"),
+                     "--progress", "none", "--no-database"])
+    out = capsys.readouterr().out
+    assert f"cannot give each of the {items} items its first slice with 1 worker(s): that needs at least {need:g}s" in out
+    s = json.loads((tmp_path / "report" / "summary.json").read_text())
+    t = s["totals"]
+    assert t["items_run"] + t["items_not_run"] == t["items"] == items, t
+    assert code in (0, 3) and (code == 3) == bool(t["items_not_run"])
+
+
+def test_sigterm_during_start_up_leaves_a_partial_report_and_the_corpus(tmp_path: Path) -> None:
+    """The signal comes while the run is still starting (the report directory
+    locked, the targets being loaded): a partial report, exit 143."""
+    import signal
+    import subprocess
+    import time
+
+    (tmp_path / "corpus" / CONTRACT).mkdir(parents=True)
+    kept = _save(tmp_path / "corpus", _entry("impl:numpy@cpu"))
+    slow = tmp_path / "slow_import.py"  # start-up that lasts: its module takes a while to import
+    slow.write_text("import time\ntime.sleep(30)\n\ndef f(num_reqs, num_tokens):\n    return [1] * num_reqs\n")
+    proc = subprocess.Popen(_fuzz_cmd(tmp_path, *ONE_ITEM[:2], "--target", f"{CONTRACT}={slow}:f", "--budget", "60"),
+                            cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        lock = tmp_path / "report" / ".run" / "lock"
+        t = time.monotonic()
+        while not lock.exists() and proc.poll() is None and time.monotonic() - t < 120:
+            time.sleep(0.05)
+        assert proc.poll() is None, proc.communicate()[0]
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, out
+    s = json.loads((tmp_path / "report" / "summary.json").read_text())
+    assert s["partial"] is True and "during start-up" in s["interrupted_by"], s
+    assert s["totals"]["items_not_run"] == s["totals"]["items"] > 0
+    assert kept.is_file() and json.loads(kept.read_text())["id"] == _entry("impl:numpy@cpu")["id"]
+
+
+def test_a_report_directory_in_use_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import fcntl
+
+    run = tmp_path / "report" / ".run"
+    run.mkdir(parents=True)
+    with open(run / "lock", "a+") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fh.write("pid 12345")
+        fh.flush()
+        code = cli.main(["fuzz", *ONE_ITEM, "--profile", "ci", "--report", str(tmp_path / "report"), "--corpus",
+                         str(tmp_path / "corpus"), "--progress", "none", "--no-database"])
+    assert code == 2
+    assert "in use by another batchfuzz fuzz (pid 12345)" in capsys.readouterr().err
+    assert not (tmp_path / "report" / "summary.json").exists()
+
+
+def test_a_report_that_cannot_be_written_is_an_error_with_the_reason_and_the_corpus_stays(tmp_path: Path) -> None:
+    """``ulimit -f``: the reports do not fit; the command says so (exit 1, no
+    traceback) and the corpus file it saved is whole."""
+    import resource
+    import subprocess
+
+    planted = tmp_path / "planted.py"
+    planted.write_text("def split(num_reqs, num_tokens):\n    return [num_tokens // num_reqs] * num_reqs\n")
+    limit = 16 * 1024  # a corpus entry and the items' states fit; summary.json (versions, host, reproductions) does not
+
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    r = subprocess.run(_fuzz_cmd(tmp_path, "--contract", CONTRACT, "--impl", f"{planted}:*", "--target",
+                                 f"{CONTRACT}={planted}:split", "--profile", "ci", "--budget", "120"),
+                       cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300, preexec_fn=small_files)
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out
+    assert "cannot write the reports to" in out and "File too large" in out and "Traceback" not in out, out
+    entries = list((tmp_path / "corpus").rglob("*.json"))
+    assert entries and all(corpus.load(p).contract == CONTRACT for p in entries)
+
+
+def test_losing_the_shared_database_mid_run_is_said_in_summary_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from batchfuzz import database, fuzzjob
+    from batchfuzz.commands import fuzz
+    from batchfuzz.fuzzjob import Job, WorkItem, new_state, write_state
+
+    item = WorkItem(0, CONTRACT, "impl:numpy@cpu", "cpu", "matches_oracle", None)
+    job = Job(items=[item], report_dir=str(tmp_path / "report"), corpus_dir=str(tmp_path / "corpus"),
+              database="redis://db.example:6379/0", profile="dev", seed=1, workers=1, budget_s=10.0,
+              deadline=time.time() + 10, isolate=True, example_timeout_s=1.0, extra={"replay_command": "", "notes": []})
+    job.run_dir.mkdir(parents=True)
+    job.items_dir.mkdir(parents=True, exist_ok=True)
+    write_state(job, item, new_state(item))
+    told: dict[str, Any] = {}
+    monkeypatch.setattr(database, "open_database", lambda spec, local_dir, warn: told.setdefault("warn", warn))
+    fuzzjob._open_database(job)
+    told["warn"]("lost the shared example database redis://db.example:6379/0 (ConnectionError); going on locally")
+
+    class Stopped:
+        signum, stop_reason = None, None
+
+    import io
+
+    fuzz.finish(job, Stopped(), io.StringIO(), time.time() - 1)
+    s = json.loads((tmp_path / "report" / "summary.json").read_text())
+    assert s["database_lost"] == ["lost the shared example database redis://db.example:6379/0 (ConnectionError); going on locally"]
+    assert any("lost mid-run" in n for n in s["notes"])
+
+
+def test_a_slow_engine_matrix_cell_is_incomplete_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    from batchfuzz.engines import Bound, matrix
+    from batchfuzz.execution import LoadTimeout
+
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        raise LoadTimeout("the worker for engine:x did not start within 120s")
+
+    monkeypatch.setattr(matrix, "executor_for", slow)
+    b = Bound("vllm 9.9", LORA, CONTRACT, "bound", target=lambda r, n: [n // r] * r, ref="vllm::dir:/x::f::c")
+    cell = matrix.run_cell(b, budget_s=5, timeout_s=1, seed=0)
+    assert cell.verdict == "incomplete" and "did not start within 120s" in cell.reason, cell

@@ -14,12 +14,19 @@ Exit codes: 0 every item ran and passed; 1 a counterexample (a wrong result,
 a crash or a timeout) or a harness error, listed; 2 a usage error, found
 before any example runs; 3 incomplete: the budget ended before every item
 ran (the reports name them); 128+N interrupted by signal N (130 SIGINT,
-143 SIGTERM), after writing a partial report.
+143 SIGTERM), at any moment, start-up included, after writing a partial
+report. The reports cannot be written (a full disk, a file-size limit): exit
+1 with the reason (the corpus and the example database are written apart,
+atomically, and stay intact). A ``--report`` directory in use by another run
+is a usage error (``.run/lock``). ``--workers`` is capped by the work items
+and the cores, saying so; a budget too short to give every item its first
+slice is said at start, with the budget it would need.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fnmatch
 import math
 import os
@@ -476,64 +483,193 @@ def read_item(job: Job, item: WorkItem) -> dict[str, Any]:
     return read_state(job, item)
 
 
+class _StartInterrupted(Exception):
+    """A SIGINT or SIGTERM during start-up (before the runners take over)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+class _StartStop:
+    """What ``finish`` needs of a scheduler when the run stopped during start-up."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        self.stop_reason = f"{signal.Signals(signum).name} received during start-up"
+
+
+def _lock_report_dir(report_dir: Path) -> Any:
+    """Hold ``.run/lock`` in the report directory for the whole run: a second
+    run given the same ``--report`` is refused, instead of both overwriting
+    each other's reports."""
+    import fcntl
+
+    writable_dir(str(report_dir), "--report")
+    run_dir = report_dir / ".run"
+    run_dir.mkdir(exist_ok=True)
+    fh = open(run_dir / "lock", "a+")  # held for the run; closed (and unlocked) by run()
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fh.seek(0)
+        holder = fh.read().strip() or "another process"
+        fh.close()
+        raise UsageError(f"--report {report_dir}: in use by another batchfuzz fuzz ({holder}); give this run its own "
+                         "--report directory") from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(f"pid {os.getpid()}")
+    fh.flush()
+    return fh
+
+
+def cap_workers(requested: int, items: int, cores: int | None) -> tuple[int, str | None]:
+    """Runner processes worth starting: no more than the work items, nor than
+    twice the cores (each runner's worker is a second busy process); and
+    what to say when that is fewer than asked."""
+    limit = max(1, min(items, 2 * (cores or 1)))
+    if requested <= limit:
+        return requested, None
+    why = "work items" if items <= 2 * (cores or 1) else f"twice the {cores} cores"
+    return limit, f"--workers {requested} capped at {limit} (the number of {why})"
+
+
+def minimum_budget(items: int, workers: int) -> float:
+    """The budget that gives every item its first slice (the module docstring's rule)."""
+    return STARTUP_S + MIN_SLICE_S * math.ceil(items / max(1, workers))
+
+
 def run(args: argparse.Namespace, stream: TextIO | None = None) -> int:
-    if args.device == "cuda":
-        import torch
+    """The job; a SIGINT or SIGTERM at any moment, start-up included, ends it
+    with a partial report (exit 128+N)."""
+    import threading
 
-        if not torch.cuda.is_available():
-            raise UsageError("--device cuda: no CUDA device is available (torch.cuda.is_available() is False)")
-    items = plan(args)
-    _check_targets(items, isolate=not args.no_isolation, timeout_s=float(args.timeout))
-    database = _database(args)
-    seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
-    report_dir = Path(args.report).absolute()
-    corpus_dir = Path(args.corpus).absolute() if args.corpus else corpus.default_dir()
-    _prepare_report_dir(report_dir)
-    writable_dir(str(corpus_dir), "--corpus")
+    handlers: dict[signal.Signals, Any] = {}
+
+    def early(signum: int, frame: Any) -> None:
+        raise _StartInterrupted(signum)
+
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            handlers[sig] = signal.signal(sig, early)
+    from batchfuzz.cli import PENDING_SIGNALS
+
+    held: list[Any] = []
+    if PENDING_SIGNALS:  # it came while the commands were imported
+        signum = PENDING_SIGNALS.pop()
+        PENDING_SIGNALS.clear()
+        try:
+            return _interrupted_at_start(args, signum, None, Path(args.report).absolute(), stream or _progress_stream(),
+                                         getattr(args, "started", None) or time.time())
+        finally:
+            for sig, h in handlers.items():
+                signal.signal(sig, h)
+    try:
+        return _run(args, stream, held)
+    finally:
+        for sig, h in handlers.items():
+            signal.signal(sig, h)
+        for fh in held:
+            fh.close()
+
+
+def _run(args: argparse.Namespace, stream: TextIO | None, held: list[Any]) -> int:
     started = getattr(args, "started", None) or time.time()
-    shard = None
-    if args.shard is not None:
-        from batchfuzz.shards import plan_digest
-
-        everything = plan(argparse.Namespace(**{**vars(args), "shard": None}))
-        shard = {"index": args.shard[0], "count": args.shard[1], "plan": plan_digest([i.shard_key for i in everything])}
-    job = Job(items=items, report_dir=str(report_dir), corpus_dir=str(corpus_dir), database=database,
-              profile=args.profile, seed=seed, workers=args.workers, budget_s=float(args.budget),
-              deadline=started + float(args.budget), isolate=not args.no_isolation, example_timeout_s=float(args.timeout),
-              extra={"replay_command": _replay_command(args, seed), "shard": shard})
-    for item in items:
-        write_state(job, item, new_state(item))
-    job_path = job.run_dir / "job.json"
-    job.save(job_path)
-
     out = stream or _progress_stream()
+    report_dir = Path(args.report).absolute()
+    job: Job | None = None
+    try:
+        if args.device == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                raise UsageError("--device cuda: no CUDA device is available (torch.cuda.is_available() is False)")
+        items = plan(args)
+        held.append(_lock_report_dir(report_dir))
+        _check_targets(items, isolate=not args.no_isolation, timeout_s=float(args.timeout))
+        database = _database(args)
+        seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
+        corpus_dir = Path(args.corpus).absolute() if args.corpus else corpus.default_dir()
+        _prepare_report_dir(report_dir)
+        writable_dir(str(corpus_dir), "--corpus")
+        workers, capped = cap_workers(args.workers, len(items), os.cpu_count())
+        notes = [capped] if capped else []
+        need = minimum_budget(len(items), workers)
+        if args.budget < need:
+            notes.append(f"the budget of {args.budget:g}s cannot give each of the {len(items)} items its first slice with "
+                         f"{workers} worker(s): that needs at least {need:g}s ({STARTUP_S:g}s of start-up plus "
+                         f"{MIN_SLICE_S:g}s per item per worker); items past the first few may be reported not run")
+        shard = None
+        if args.shard is not None:
+            from batchfuzz.shards import plan_digest
+
+            everything = plan(argparse.Namespace(**{**vars(args), "shard": None}))
+            shard = {"index": args.shard[0], "count": args.shard[1], "plan": plan_digest([i.shard_key for i in everything])}
+        job = Job(items=items, report_dir=str(report_dir), corpus_dir=str(corpus_dir), database=database,
+                  profile=args.profile, seed=seed, workers=workers, budget_s=float(args.budget),
+                  deadline=started + float(args.budget), isolate=not args.no_isolation, example_timeout_s=float(args.timeout),
+                  extra={"replay_command": _replay_command(args, seed), "shard": shard, "notes": notes})
+        for item in items:
+            write_state(job, item, new_state(item))
+        job_path = job.run_dir / "job.json"
+        job.save(job_path)
+        for n in notes:
+            out.write(f"warning: {n}\n")
+        scheduler = _Scheduler(job, job_path, out, None)
+        for sig in (signal.SIGINT, signal.SIGTERM):  # from here on, a signal stops the runners and the run
+            with contextlib.suppress(ValueError):
+                signal.signal(sig, scheduler.on_signal)
+    except _StartInterrupted as exc:
+        return _interrupted_at_start(args, exc.signum, job, report_dir, out, started)
+    return _fuzz(args, job, scheduler, out, started)
+
+
+def _interrupted_at_start(args: argparse.Namespace, signum: int, job: Job | None, report_dir: Path, out: TextIO,
+                          started: float) -> int:
+    """A partial report for a run stopped before its runners started: every item not run."""
+    for sig in (signal.SIGINT, signal.SIGTERM):  # the report is being written: further signals wait for it
+        with contextlib.suppress(ValueError):
+            signal.signal(sig, signal.SIG_IGN)
+    try:
+        if job is None:
+            items = plan(args)
+            _prepare_report_dir(report_dir)
+            corpus_dir = Path(args.corpus).absolute() if args.corpus else corpus.default_dir()
+            job = Job(items=items, report_dir=str(report_dir), corpus_dir=str(corpus_dir), database=None,
+                      profile=args.profile, seed=args.seed if args.seed is not None else 0, workers=args.workers,
+                      budget_s=float(args.budget), deadline=started + float(args.budget), isolate=not args.no_isolation,
+                      example_timeout_s=float(args.timeout), extra={"replay_command": "", "shard": None, "notes": []})
+            for item in items:
+                write_state(job, item, new_state(item))
+        return finish(job, _StartStop(signum), out, started)
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(ValueError):
+                signal.signal(sig, signal.SIG_DFL)
+
+
+def _fuzz(args: argparse.Namespace, job: Job, scheduler: Any, out: TextIO, started: float) -> int:
+    items = job.items
     mode = args.progress
     if mode == "auto":
         mode = "table" if out.isatty() else "lines"
     from batchfuzz.progress import Progress
 
     progress = Progress(out, job, started, tty=(mode == "table")) if mode != "none" else None
+    scheduler.progress = progress
     targets = sorted({(i.contract, i.target) for i in items})
     out.write(f"batchfuzz fuzz: {len(items)} work items ({len({i.contract for i in items})} contracts, {len(targets)} targets) "
-              f"on {args.device}, budget {args.budget:g}s, {args.workers} worker(s), profile {args.profile}, seed {seed}"
+              f"on {args.device}, budget {args.budget:g}s, {job.workers} worker(s), profile {args.profile}, seed {job.seed}"
               + (f", shard {args.shard[0]}/{args.shard[1]}" if args.shard else "") + "\n"
-              f"  database {database or 'off'}; corpus {corpus_dir}; report {report_dir}; "
+              f"  database {job.database or 'off'}; corpus {job.corpus_dir}; report {job.report_dir}; "
               f"{'targets isolated in worker processes' if job.isolate else 'targets in the runner processes'}\n")
     out.flush()
-    scheduler = _Scheduler(job, job_path, out, progress)
-    handlers = {}
-    import threading
-
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            handlers[sig] = signal.signal(sig, scheduler.on_signal)
     if progress is not None:
         progress.start()
     try:
         scheduler.loop()
     finally:
-        for sig, h in handlers.items():
-            signal.signal(sig, h)
         if progress is not None:
             progress.stop()
     return finish(job, scheduler, out, started)
@@ -560,9 +696,22 @@ def finish(job: Job, scheduler: Any, out: TextIO, started: float) -> int:
         states[item.index] = s
         write_state(job, item, s, final=True)
     finished = time.time()
+    from batchfuzz.fuzzjob import database_losses
+
+    lost = database_losses(job)
+    notes = list(job.extra.get("notes") or []) + [f"the shared example database was lost mid-run: {m}" for m in lost]
     summary = report.build_summary(job, states, started=started, finished=finished, partial=partial,
-                                   interrupted_by=scheduler.stop_reason if partial else None)
-    paths = report.write_reports(job.report_dir, summary)
+                                   interrupted_by=scheduler.stop_reason if partial else None, notes=notes)
+    summary["database_lost"] = lost
+    try:
+        paths = report.write_reports(job.report_dir, summary)
+    except OSError as exc:  # a full disk, a file-size limit: the corpus and the database are written apart, atomically
+        out.write(f"batchfuzz: error: cannot write the reports to {job.report_dir}: {exc.strerror or exc} "
+                  f"({type(exc).__name__}, errno {exc.errno}); the corpus ({job.corpus_dir}) and the example database "
+                  f"are intact\n")
+        out.flush()
+        sys.stderr.write(f"batchfuzz: error: cannot write the reports to {job.report_dir}: {exc.strerror or exc}\n")
+        return 128 + scheduler.signum if partial and scheduler.signum else 1
     t = summary["totals"]
     out.write(f"\n{'contract':26} {'items':>9} {'examples':>9} {'failures':>8} {'cases/s':>8}\n")
     for name, c in summary["contracts"].items():

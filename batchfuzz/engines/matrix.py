@@ -25,7 +25,7 @@ from hypothesis import settings
 from batchfuzz import profiles, registry, runner
 from batchfuzz.codec import encode_case, literal
 from batchfuzz.engines import Bound
-from batchfuzz.execution import executor_for
+from batchfuzz.execution import LoadTimeout, executor_for
 from batchfuzz.targets import parse
 
 VERDICTS = ("pass", "fail", "absent", "unbindable", "incomplete", "error")
@@ -74,6 +74,10 @@ def run_cell(bound: Bound, *, budget_s: float, timeout_s: float, seed: int, isol
             results = runner.hunt_for(contract, executor, contract.properties, target_name=f"engine:{bound.ref}",
                                       budget_s=budget_s, base_settings=base, seed=seed, domain=domain,
                                       example_timeout_s=timeout_s)
+    except LoadTimeout as exc:  # a slow cell (its release's bindings took too long to load): not run, not broken
+        cell.verdict, cell.reason = "incomplete", f"the cell did not start: {exc}"
+        cell.seconds = round(time.time() - started, 2)
+        return cell
     except Exception as exc:  # the harness could not run the cell: said, never a pass
         cell.verdict, cell.reason = "error", f"{type(exc).__name__}: {exc}"
         cell.seconds = round(time.time() - started, 2)
@@ -90,7 +94,8 @@ def run_cell(bound: Bound, *, budget_s: float, timeout_s: float, seed: int, isol
                                "case": encode_case(failure.case)}
     elif any(r.examples == 0 for r in results):
         cell.verdict = "incomplete"
-        cell.reason = "the budget ended before " + ", ".join(r.property for r in results if r.examples == 0) + " ran"
+        cell.reason = (f"the cell's budget of {budget_s:g}s ended before " + ", ".join(r.property for r in results if
+                       r.examples == 0) + f" ran ({cell.examples} examples in {cell.seconds:g}s: a slow cell)")
     return cell
 
 
