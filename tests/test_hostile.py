@@ -8,8 +8,9 @@ The wall-clock bounds are checked against the command's own promise: the
 budget counts from the loaded target (start-up is reported apart, as
 ``startup_seconds``), a property short of ``--min-examples`` may run on for
 one more budget, then ``GRACE_S``; plus ``STARTUP_S`` for the interpreter and
-the start-up, measured slack for a loaded 2-core machine (up to 22 s seen
-beside other work). Those tests are about time: marked ``timing``.
+what the command's own start-up report leaves out (the interpreter's start),
+measured slack for a loaded 2-core machine. The tests whose verdict is
+about time are marked ``timing``.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ REPO = Path(__file__).resolve().parent.parent
 HOSTILE = Path(__file__).with_name("hostile.py")
 # The interpreter's start before the command's clock runs, on a loaded CI machine;
 # the command's own clock is held to the budget plus grace exactly.
-STARTUP_S = 30.0
+STARTUP_S = 20.0
 
 
 def _batchfuzz(*argv: str, cwd: Path) -> tuple[subprocess.CompletedProcess[str], float]:
@@ -38,7 +39,7 @@ def _batchfuzz(*argv: str, cwd: Path) -> tuple[subprocess.CompletedProcess[str],
     env["PYTHONPATH"] = str(REPO)
     t = time.monotonic()
     r = subprocess.run([sys.executable, "-m", "batchfuzz", *argv], cwd=cwd, env=env, capture_output=True, text=True,
-                       timeout=120)
+                       timeout=300)
     return r, time.monotonic() - t
 
 
@@ -46,10 +47,12 @@ def _check(tmp_path: Path, contract: str, fn: str, budget: float, *extra: str) -
     report = tmp_path / f"{fn}.json"
     r, wall = _batchfuzz("check", contract, f"{HOSTILE}:{fn}", "--budget", f"{budget:g}s", "--json", str(report), *extra,
                          cwd=tmp_path)
-    assert wall <= 2 * budget + check.GRACE_S + STARTUP_S, f"{fn}: {wall:.1f}s for --budget {budget}\n{r.stdout}{r.stderr}"
     data = json.loads(report.read_text()) if report.exists() else {}
+    startup = data.get("startup_seconds", 0.0)  # the command's own start, which it does not charge to the budget
+    assert wall - startup <= 2 * budget + check.GRACE_S + STARTUP_S, \
+        f"{fn}: {wall:.1f}s ({startup:.1f}s start-up) for --budget {budget}\n{r.stdout}{r.stderr}"
     # by the command's own clock, start-up apart
-    assert not data or data["seconds"] - data["startup_seconds"] <= 2 * budget + check.GRACE_S, data
+    assert not data or data["seconds"] - startup <= 2 * budget + check.GRACE_S, data
     return r.returncode, data, r.stdout + r.stderr, wall
 
 
@@ -95,17 +98,17 @@ def test_check_of_a_slow_correct_function_ends_within_the_budget(tmp_path: Path)
 
 
 def test_a_wrong_arity_is_a_usage_error_before_any_example(tmp_path: Path) -> None:
-    code, data, out, wall = _check(tmp_path, "split_dummy_tokens", "one_arg", 30)
+    code, data, out, wall = _check(tmp_path, "split_dummy_tokens", "one_arg", 600)
     assert code == 2 and "cannot take the 2 positional arguments" in out, out
-    assert not data and wall < 30  # no report, no budget spent
+    assert not data and wall < 300  # no report, and far from the budget: start-up only
 
 
 def test_an_unwritable_json_path_is_a_usage_error_before_any_example(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")  # a path under a regular file: unwritable even for root
-    r, wall = _batchfuzz("check", "split_dummy_tokens", f"{HOSTILE}:even", "--budget", "30s", "--json",
+    r, wall = _batchfuzz("check", "split_dummy_tokens", f"{HOSTILE}:even", "--budget", "600s", "--json",
                          str(tmp_path / "file" / "x.json"), cwd=tmp_path)
     assert r.returncode == 2 and "--json" in r.stderr and "Traceback" not in r.stderr, r.stderr
-    assert wall < 30
+    assert wall < 300
 
 
 @pytest.mark.parametrize(("contract", "fn", "argument", "judged"), [
@@ -152,11 +155,11 @@ def test_fuzz_with_a_segfaulting_and_a_hanging_target_finishes_and_keeps_both(tm
 def test_a_result_the_contract_cannot_read_is_a_usage_error_before_any_example(tmp_path: Path) -> None:
     """An engine's own result type (a list of slice objects) needs a binding:
     check and fuzz say so and stop, rather than reporting every input."""
-    code, data, out, wall = _check(tmp_path, "split_ubatches", "engine_ubatch_slices", 30)
+    code, data, out, wall = _check(tmp_path, "split_ubatches", "engine_ubatch_slices", 600)
     assert code == 2 and "its result cannot be read as split_ubatches's" in out and "UBatchSlice" in out, out
-    assert not data and wall < 30
+    assert not data and wall < 300
     r, wall = _batchfuzz("fuzz", "--contract", "split_ubatches", "--impl", f"{HOSTILE}:*",
-                         "--target", f"split_ubatches={HOSTILE}:engine_ubatch_slices", "--budget", "30s",
+                         "--target", f"split_ubatches={HOSTILE}:engine_ubatch_slices", "--budget", "600s",
                          "--report", str(tmp_path / "report"), cwd=tmp_path)
     assert r.returncode == 2 and "its result cannot be read" in r.stderr, r.stdout + r.stderr
-    assert not (tmp_path / "report" / "summary.json").exists() and wall < 30
+    assert not (tmp_path / "report" / "summary.json").exists() and wall < 300
