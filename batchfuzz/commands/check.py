@@ -282,9 +282,9 @@ def _check(args: argparse.Namespace, contract: registry.Contract, props: tuple[r
         report.update(_print_counterexample(contract, executor, ref, failure, timeout, deadline, replay))
     elif short:
         code = 3
-        per = seconds / examples if examples else None
-        why = (f"the target's calls took {per:.2f}s per example on average" if per is not None else
-               "not one example finished")
+        per = (seconds - args.startup_seconds) / examples if examples else None
+        why = (f"an example took {per:.2f}s on average (the target's calls, generation and checking, on this machine "
+               f"now)" if per is not None else "not one example finished")
         reason = (f"{len(short)} of {len(results)} properties did not reach the minimum of {args.min_examples} examples "
                   f"within twice the budget ({2 * args.budget:g}s after start-up): {', '.join(short)}; {why}")
         print(f"\nincomplete: {reason}; give it a larger --budget (or a smaller --min-examples)")
