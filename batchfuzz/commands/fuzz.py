@@ -206,10 +206,12 @@ def plan(args: argparse.Namespace) -> list[WorkItem]:
     return [WorkItem(k, i.contract, i.target, i.device, i.property, i.domain) for k, i in enumerate(items)]
 
 
-def _check_targets(items: list[WorkItem], isolate: bool, timeout_s: float) -> None:
-    """Every user target must load, take the contract's arguments and give a
-    result of a type the contract reads, before any example runs."""
-    from batchfuzz.execution import executor_for
+def _check_targets(items: list[WorkItem], isolate: bool, timeout_s: float, load_timeout_s: float | None = None) -> None:
+    """Every user target must load (within ``load_timeout_s``: a module that
+    hangs at import is a usage error, not a hung start-up), take the
+    contract's arguments and give a result of a type the contract reads,
+    before any example runs."""
+    from batchfuzz.execution import START_TIMEOUT_S, executor_for
 
     seen: set[tuple[str, str]] = set()
     for item in items:
@@ -219,7 +221,8 @@ def _check_targets(items: list[WorkItem], isolate: bool, timeout_s: float) -> No
         seen.add(key)
         contract = registry.get(item.contract)
         try:
-            with executor_for(contract, item.target, isolate=isolate) as ex:
+            with executor_for(contract, item.target, isolate=isolate,
+                              load_timeout_s=load_timeout_s or START_TIMEOUT_S) as ex:
                 info = ex.describe()
                 why = info.get("error") or runner.probe_result(contract, ex, item.domain or info.get("domain") or "spec",
                                                                timeout_s=timeout_s)
@@ -587,7 +590,8 @@ def _run(args: argparse.Namespace, stream: TextIO | None, held: list[Any]) -> in
                 raise UsageError("--device cuda: no CUDA device is available (torch.cuda.is_available() is False)")
         items = plan(args)
         held.append(_lock_report_dir(report_dir))
-        _check_targets(items, isolate=not args.no_isolation, timeout_s=float(args.timeout))
+        _check_targets(items, isolate=not args.no_isolation, timeout_s=float(args.timeout),
+                       load_timeout_s=max(float(args.budget), float(args.timeout)))
         database = _database(args)
         seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
         corpus_dir = Path(args.corpus).absolute() if args.corpus else corpus.default_dir()
