@@ -346,22 +346,23 @@ def test_a_budget_too_short_for_every_first_slice_is_said_with_the_number(tmp_pa
 
 
 def test_sigterm_during_start_up_leaves_a_partial_report_and_the_corpus(tmp_path: Path) -> None:
-    """The signal comes while the run is still starting (the report directory
-    locked, the targets being loaded): a partial report, exit 143."""
+    """The signal comes while the run is still starting (a --target's module
+    being imported): a partial report, exit 143."""
     import signal
     import subprocess
     import time
 
     (tmp_path / "corpus" / CONTRACT).mkdir(parents=True)
     kept = _save(tmp_path / "corpus", _entry("impl:numpy@cpu"))
-    slow = tmp_path / "slow_import.py"  # start-up that lasts: its module takes a while to import
-    slow.write_text("import time\ntime.sleep(30)\n\ndef f(num_reqs, num_tokens):\n    return [1] * num_reqs\n")
+    slow = tmp_path / "slow_import.py"  # start-up that lasts: its module says it is importing, then takes a while
+    importing = tmp_path / "importing"
+    slow.write_text(f"import pathlib, time\npathlib.Path({str(importing)!r}).touch()\ntime.sleep(30)\n\n"
+                    "def f(num_reqs, num_tokens):\n    return [1] * num_reqs\n")
     proc = subprocess.Popen(_fuzz_cmd(tmp_path, *ONE_ITEM[:2], "--target", f"{CONTRACT}={slow}:f", "--budget", "60"),
                             cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        lock = tmp_path / "report" / ".run" / "lock"
         t = time.monotonic()
-        while not lock.exists() and proc.poll() is None and time.monotonic() - t < 120:
+        while not importing.exists() and proc.poll() is None and time.monotonic() - t < 120:
             time.sleep(0.05)
         assert proc.poll() is None, proc.communicate()[0]
         proc.send_signal(signal.SIGTERM)

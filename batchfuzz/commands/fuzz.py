@@ -589,10 +589,10 @@ def _run(args: argparse.Namespace, stream: TextIO | None, held: list[Any]) -> in
             if not torch.cuda.is_available():
                 raise UsageError("--device cuda: no CUDA device is available (torch.cuda.is_available() is False)")
         items = plan(args)
-        held.append(_lock_report_dir(report_dir))
         _check_targets(items, isolate=not args.no_isolation, timeout_s=float(args.timeout),
                        load_timeout_s=max(float(args.budget), float(args.timeout)))
         database = _database(args)
+        held.append(_lock_report_dir(report_dir))
         seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
         corpus_dir = Path(args.corpus).absolute() if args.corpus else corpus.default_dir()
         _prepare_report_dir(report_dir)
