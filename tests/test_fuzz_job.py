@@ -72,6 +72,7 @@ def _planted_args(planted: Path) -> list[str]:
 # --------------------------------------------------------------------------- real runs
 
 
+@pytest.mark.timing
 def test_planted_failure_on_two_workers_under_ci_reaches_the_corpus_and_the_test_run(tmp_path: Path, planted: Path) -> None:
     """The whole story: a nightly run with CI=true on 2 runners finds the
     planted bug, saves it to the corpus and the database, writes the reports;
@@ -153,6 +154,7 @@ def test_a_budget_too_small_for_every_item_is_incomplete(tmp_path: Path) -> None
     assert "incomplete" in (tmp_path / "report" / "summary.md").read_text()
 
 
+@pytest.mark.timing
 def test_a_fair_share_runs_every_item(tmp_path: Path) -> None:
     """With the stated share of the budget per item per worker (plus start-up),
     no item is left unrun: items are handed out round robin, each gets a slice
