@@ -69,6 +69,9 @@ def test_the_unsound_shipped_split_reads_nan_on_the_kernel(worker: Worker) -> No
 
 
 def test_the_decode_kernel_confirms_the_v1_dummy_seq_lens() -> None:
+    """A uniform-decode dummy batch (one token per request) with every
+    seq_len the whole token count: the decode kernel attends over slots no
+    token wrote (NaN, which also hides the canary past each row)."""
     from batchfuzz import registry
     from batchfuzz.reference.make_dummy import DummyBuffers
 
@@ -76,5 +79,29 @@ def test_the_decode_kernel_confirms_the_v1_dummy_seq_lens() -> None:
     fn = registry.get("make_dummy").variant("v1_seq_lens_total").fn
     with Worker(_folder(), "decode", "cuda") as w:
         v = confirm_case("make_dummy", case, fn, "v1 seq_lens", w)
-    assert any(c.startswith("read outside its row") for c in v.target_replay.consequences), v.consequence()
+    assert sorted(c.split(" (request ")[1].split(":")[0] for c in v.target_replay.consequences) == [str(i) for i in range(8)]
+    assert all(c.startswith("read unwritten KV (NaN)") for c in v.target_replay.consequences), v.consequence()
+    assert v.control_clean and v.control.max_abs_diff is not None and v.control.max_abs_diff < 0.05
+
+
+def test_a_stale_query_start_loc_tail_from_a_larger_step_reaches_the_kernel(worker: Worker) -> None:
+    """The shrunk cases of the stale-tail variants hold small stale values; a
+    buffer left by a larger earlier step sends the padded sequences' rows
+    past the step's output."""
+    from batchfuzz import registry
+    from batchfuzz.reference.make_dummy import DummyBuffers
+
+    buffers = DummyBuffers.zeros(4, 64)
+    buffers.query_start_loc[:] = [0, 16, 32, 48, 64]
+    case = Case({"num_reqs": 1, "num_tokens": 3, "buffers": buffers}, {"max_model_len": 16})
+    fn = registry.get("make_dummy").variant("qsl_tail_unwritten").fn
+    v = confirm_case("make_dummy", case, fn, "stale tail", worker)
+    assert not v.target_replay.clean, v.consequence()
+    assert v.control_clean
+    stale = np.array([0, 5, 40, 60, 64], dtype=np.int32)
+    case = Case({"num_scheduled_tokens": np.array([3, 2], dtype=np.int32), "num_reqs_padded": 4},
+                {"out": stale, "history": [], "max_num_reqs": 4})
+    fn = registry.get("pad_query_start_loc").variant("padding_unwritten").fn
+    v = confirm_case("pad_query_start_loc", case, fn, "padding unwritten", worker)
+    assert not v.target_replay.clean, v.consequence()
     assert v.control_clean
