@@ -155,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
     with confirm.Worker(folder, args.kernel, args.device) as worker:
         if args.corpus:
             for contract, target, case, fn in _corpus_cases(args.corpus):
-                v = confirm.confirm_case(contract, case, fn, target, worker, args.block_size)
+                v = confirm.confirm_or_explain(contract, case, fn, target, worker, args.block_size)
                 verdicts.append(v)
                 show(v)
         else:

@@ -250,6 +250,18 @@ def confirm_case(contract: str, case: Case, target: Callable[..., Any], target_n
     return verdict
 
 
+def confirm_or_explain(contract: str, case: Case, target: Callable[..., Any], target_name: str, worker: Worker,
+                       block_size: int | None = None) -> CaseVerdict:
+    """:func:`confirm_case`, or, when the case cannot be laid out (the target
+    raises on it, or its result is not a layout), a verdict saying so."""
+    try:
+        return confirm_case(contract, case, target, target_name, worker, block_size)
+    except Exception as exc:
+        why = f"not replayable: {type(exc).__name__}: {exc}"
+        return CaseVerdict(contract, target_name, case, worker.kernel, Outcome(target_name, [], "", None, why),
+                           Outcome("oracle", [], "", None, why))
+
+
 def shipped_cases(contracts: Iterable[str] | None = None, everything: bool = False) -> Iterator[tuple[str, str, Case, Any]]:
     """For each catalogue variant of a contract that reaches attention
     (shipped ones only unless ``everything``): ``(contract, variant, shrunk
@@ -275,7 +287,7 @@ def confirm_catalogue(worker: Worker, contracts: Iterable[str] | None = None, ev
     out = []
     for contract, name, case, fn in shipped_cases(contracts, everything):
         started = time.time()
-        verdict = confirm_case(contract, case, fn, f"variant:{contract}.{name}", worker, block_size)
+        verdict = confirm_or_explain(contract, case, fn, f"variant:{contract}.{name}", worker, block_size)
         verdict.__dict__["seconds"] = round(time.time() - started, 3)
         out.append(verdict)
         if on_verdict is not None:

@@ -196,6 +196,8 @@ def replay(layout: Layout, kernel: Callable[..., Any], device: str = "cpu", dtyp
         qsl = torch.as_tensor(launch.cu_seqlens_q.astype(np.int32), device=device)
         seq_lens = torch.as_tensor(launch.seq_lens.astype(np.int32), device=device)
         diffs = np.diff(launch.cu_seqlens_q)
+        if len(launch.seq_lens) == 0:
+            continue  # no sequence: nothing reaches the kernel
         try:
             kernel(q_full[:rows], k_cache, v_cache, out_full[:rows], qsl, max(int(diffs.max(initial=0)), 1), seq_lens,
                    max(int(launch.seq_lens.max(initial=0)), 1), scale, True, (-1, -1), table, 0.0, None, None, None)

@@ -111,7 +111,7 @@ class _Rows:
     then canary columns up to the table's width (each row its own canaries)."""
 
     def __init__(self, capacity: list[int], needed: list[int]) -> None:
-        width = max([c + 1 for c in capacity] + [n + 1 for n in needed])
+        width = max([c + 1 for c in capacity] + [n + 1 for n in needed], default=1)
         self.table = np.zeros((len(capacity), width), dtype=np.int64)
         self.capacity = np.asarray(capacity, dtype=np.int64)
         next_id = 1  # block 0 is the engine's null block: never a real row entry
