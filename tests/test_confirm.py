@@ -6,7 +6,6 @@ kernels run in tests/test_confirm_gpu.py on a CUDA device."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -148,9 +147,22 @@ def test_confirm_command_on_the_model_kernel(tmp_path: Path, capsys: pytest.Capt
     from batchfuzz.cli import main
 
     out = tmp_path / "v.json"
-    rc = main(["confirm", "--kernel", "model", "--device", "cpu", "--contract", "split_dummy_tokens", "--json", str(out)])
+    rc = main(["confirm", "--kernel", "model", "--device", "cpu", "--contract", "split_dummy_tokens",
+               "--variant", "remainder_to_last.v1_runner", "--json", str(out)])
     text = capsys.readouterr().out
     assert rc == 0, text
     doc = json.loads(out.read_text())
-    assert doc["verdicts"] and all(v["verdict"] == "consequence" and v["control_clean"] for v in doc["verdicts"])
+    assert [v["target"] for v in doc["verdicts"]] == ["variant:split_dummy_tokens.remainder_to_last.v1_runner"]
+    assert all(v["verdict"] == "consequence" and v["control_clean"] for v in doc["verdicts"])
     assert "read outside its row" in text and "model (a torch model" in text
+
+
+def test_an_exclusive_cumsum_leaves_output_rows_unwritten() -> None:
+    """The kernel run on data of the recorded H200 run: run 4 reported these
+    as 'wrong output (differs by 7.25)', 7.25 being the sentinel."""
+    case = Case({"num_scheduled_tokens": np.array([2, 3], dtype=np.int32), "num_reqs_padded": 2},
+                {"out": np.zeros(3, dtype=np.int32), "history": [], "max_num_reqs": 2})
+    r = replay(layout("pad_query_start_loc", case, [0, 0, 2], "exclusive cumsum"), model_kernel)
+    kinds = [c.kind for c in r.consequences]
+    # request 1 gets rows [0, 2) of its 3 tokens (its third slot is never written), rows 2..4 nobody's
+    assert kinds == ["read unwritten KV (NaN)", "left output rows unwritten"]

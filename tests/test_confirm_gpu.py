@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from batchfuzz.case import Case
-from batchfuzz.confirm import Worker, confirm_catalogue, confirm_case
+from batchfuzz.confirm import Worker, confirm_case, confirm_catalogue
 
 pytestmark = pytest.mark.gpu
 

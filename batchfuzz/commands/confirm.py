@@ -46,6 +46,8 @@ def register(sub: Any) -> None:
     p.add_argument("--contract", action="append", default=None, metavar="NAME",
                    help="confirm only this contract's variants (repeatable; default every contract that reaches attention)")
     p.add_argument("--all-variants", action="store_true", help="every catalogue variant, not only the shipped ones")
+    p.add_argument("--variant", action="append", default=None, metavar="NAME",
+                   help="only this catalogue variant (repeatable; e.g. remainder_to_last.input_batch)")
     p.add_argument("--corpus", action="append", default=None, metavar="PATH",
                    help="confirm these corpus entries (files or folders) instead of the catalogue's variants")
     p.add_argument("--block-size", type=int, default=None, metavar="B",
@@ -159,7 +161,8 @@ def run(args: argparse.Namespace) -> int:
                 verdicts.append(v)
                 show(v)
         else:
-            verdicts = confirm.confirm_catalogue(worker, args.contract, args.all_variants, args.block_size, on_verdict=show)
+            verdicts = confirm.confirm_catalogue(worker, args.contract, args.all_variants, args.block_size, on_verdict=show,
+                                                 names=args.variant)
     bad = [v for v in verdicts if not v.control_clean]
     consequences = [v for v in verdicts if not v.target_replay.clean]
     print(f"{len(verdicts)} cases: {len(consequences)} with a consequence, {len(verdicts) - len(consequences)} clean; "

@@ -175,7 +175,7 @@ class Worker:
         if not self._conn.poll(timeout_s):
             return "timeout", f"no answer within {timeout_s:g} s"
         try:
-            return self._conn.recv()  # type: ignore[no-any-return]
+            return self._conn.recv()
         except EOFError:
             self._proc.join(5)
             return "died", f"the worker died (exit {self._proc.exitcode})"
@@ -186,7 +186,7 @@ class Worker:
         self._conn.send(job)
         status, value = self._receive(self.timeout_s)
         if status == "ok":
-            return value  # type: ignore[no-any-return]
+            return value
         if status == "error":
             raise RuntimeError(f"replaying {job.what}: {value}")
         self.close()  # a fault, a death or a hang: this worker is done
@@ -262,16 +262,20 @@ def confirm_or_explain(contract: str, case: Case, target: Callable[..., Any], ta
                            Outcome("oracle", [], "", None, why))
 
 
-def shipped_cases(contracts: Iterable[str] | None = None, everything: bool = False) -> Iterator[tuple[str, str, Case, Any]]:
+def shipped_cases(contracts: Iterable[str] | None = None, everything: bool = False,
+                  names: Iterable[str] | None = None) -> Iterator[tuple[str, str, Case, Any]]:
     """For each catalogue variant of a contract that reaches attention
-    (shipped ones only unless ``everything``): ``(contract, variant, shrunk
+    (shipped ones only unless ``everything``; only those ``names`` when
+    given): ``(contract, variant, shrunk
     case, variant function)``, the case found and shrunk as the catalogue
     finds it (``batchfuzz.catalogue.run_variant``)."""
     from batchfuzz import catalogue
 
     wanted = set(contracts) if contracts is not None else set(BUILDERS)
     for contract, variant in catalogue.variants(sorted(wanted & set(BUILDERS))):
-        if not everything and variant.origin != "shipped":
+        if names is not None and variant.name not in set(names):
+            continue
+        if names is None and not everything and variant.origin != "shipped":
             continue
         row = catalogue.run_variant(contract, variant, check_all=False)
         search = row.best or row.primary
@@ -281,11 +285,12 @@ def shipped_cases(contracts: Iterable[str] | None = None, everything: bool = Fal
 
 
 def confirm_catalogue(worker: Worker, contracts: Iterable[str] | None = None, everything: bool = False,
-                      block_size: int | None = None, on_verdict: Callable[[CaseVerdict], None] | None = None
-                      ) -> list[CaseVerdict]:
-    """Every shipped variant of the contracts that reach attention, confirmed."""
+                      block_size: int | None = None, on_verdict: Callable[[CaseVerdict], None] | None = None,
+                      names: Iterable[str] | None = None) -> list[CaseVerdict]:
+    """Every shipped variant (or every variant, or the ``names`` variants) of
+    the contracts that reach attention, confirmed."""
     out = []
-    for contract, name, case, fn in shipped_cases(contracts, everything):
+    for contract, name, case, fn in shipped_cases(contracts, everything, names):
         started = time.time()
         verdict = confirm_or_explain(contract, case, fn, f"variant:{contract}.{name}", worker, block_size)
         verdict.__dict__["seconds"] = round(time.time() - started, 3)

@@ -13,6 +13,8 @@ consequences it saw:
 - ``read unwritten KV (NaN)``: a sequence's output is NaN (unwritten slots
   hold NaN until the launch that writes them);
 - ``wrote past its output``: a guard row after the launch's output changed;
+- ``left output rows unwritten``: rows of the step's own output still hold
+  the sentinel the buffer was filled with (no sequence's range covered them);
 - ``illegal memory access``: the kernel faulted (the CUDA error is sticky, so
   the confirm worker reports it and is replaced);
 - ``wrong output``: for a layout with no other consequence, the kernel's
@@ -230,6 +232,11 @@ def replay(layout: Layout, kernel: Callable[..., Any], device: str = "cpu", dtyp
                     "read outside its row", request,
                     f"{launch.label}: canary in its output; seq_len {int(launch.seq_lens[s])} needs {need} blocks, "
                     f"its row holds {cap} of {layout.block_size} slots"))
+        untouched = torch.nonzero((out == GUARD_VALUE).all(dim=2).all(dim=1)).flatten().tolist()
+        if untouched:
+            result.consequences.append(Consequence(
+                "left output rows unwritten", None,
+                f"{launch.label}: {len(untouched)} of its {rows} output rows (first {untouched[0]}) still hold the sentinel"))
         guard = out_full[rows:].float().cpu()
         changed = torch.nonzero((guard != GUARD_VALUE).any(dim=2).any(dim=1)).flatten().tolist()
         if changed:

@@ -170,7 +170,7 @@ def read_manifest(folder: str | os.PathLike[str]) -> dict[str, Any]:
 # ----------------------------------------------------------------- stand-ins
 
 
-class _Logger(logging.LoggerAdapter):  # type: ignore[type-arg]
+class _Logger(logging.LoggerAdapter):
     """vLLM's logger adds ``*_once`` methods; a plain logger with them."""
 
     def debug_once(self, msg: str, *args: Any, **kwargs: Any) -> None:
@@ -281,4 +281,4 @@ def load(folder: str | os.PathLike[str], kernel: str) -> Callable[..., Any]:
     except Exception as exc:  # an import error inside the release's file: name it
         raise KernelError(f"kernel {kernel!r} of vllm {manifest.get('version')} does not import over the stand-ins: "
                           f"{type(exc).__name__}: {exc}") from exc
-    return getattr(module, spec.entry)  # type: ignore[no-any-return]
+    return getattr(module, spec.entry)

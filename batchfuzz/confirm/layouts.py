@@ -201,7 +201,7 @@ def microbatch_layout(case: Case, splits: bool, what: str, block_size: int | Non
     if block_size not in (None, b):
         raise ValueError(f"block_size: contract E's step fixes the block size of group 0 to {b}, got {block_size}")
     rows = [[int(x) for x in row] for row in np.asarray(tables[g]).tolist()] if len(tables[g]) else []
-    width = max(len(r) for r in rows) + 1
+    width = max((len(r) for r in rows), default=0) + 1
     table = np.zeros((len(rows), width), dtype=np.int64)
     capacity = np.asarray([len(r) for r in rows], dtype=np.int64)
     num_blocks = max([x for r in rows for x in r] + [0]) + 1
