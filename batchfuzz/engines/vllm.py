@@ -56,6 +56,8 @@ from batchfuzz.preconditions import domain
 from batchfuzz.reference.make_dummy import DummyBatch, DummyBuffers
 
 ENGINE = "vllm"
+# The releases of the published matrix (docs/vllm-matrix.json; batchfuzz engine vllm --all-releases).
+RELEASES = ("0.22.0", "0.23.0", "0.26.0", "0.27.0", "0.28.0", "0.33.0")
 
 INPUT_BATCH = "vllm/v1/worker/gpu/input_batch.py"
 MRV2_RUNNER = "vllm/v1/worker/gpu/model_runner.py"
