@@ -5,8 +5,8 @@ job) out of a vLLM release's source text with ``batchfuzz.bind`` and runs it
 unchanged over stand-ins of the engine objects it reads, on a machine with no
 GPU and none of vLLM's dependencies (only numpy and torch on the CPU). A
 release comes from a wheel (read as a zip), a source checkout or the
-installed distribution (``ReleaseSource``). VLLM_NOTES.md (the project's
-shared notes) describes the functions release by release.
+installed distribution (``ReleaseSource``). docs/vllm-code.md describes the
+functions release by release.
 
 The bindings (paths inside the release, under ``vllm/v1/worker/``):
 
