@@ -230,8 +230,8 @@ def _kv_quant_mode(folder: Path) -> Any:
     if not path.is_file():
         raise KernelError(f"kernel folder {str(folder)!r} lacks {_KV_CACHE_INTERFACE} (the KVQuantMode enum)")
     tree = bind.TextTree({_KV_CACHE_INTERFACE: path.read_text()})
-    scope = bind.Scope(tree, "vllm")
-    return scope.load(scope.file(_KV_CACHE_INTERFACE).piece("KVQuantMode"))
+    loader = bind.Loader(tree, "vllm")
+    return loader.load(loader.file(_KV_CACHE_INTERFACE).piece("KVQuantMode"))
 
 
 def _module(name: str, **attrs: Any) -> types.ModuleType:
