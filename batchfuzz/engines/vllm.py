@@ -333,7 +333,7 @@ def _bind_split_attn_metadata(rel: _Release) -> tuple[Callable[..., Any], str]:
     piece = f.piece("split_attn_metadata")
     split, ubatch_slice = scope.load(piece), scope.load(f.piece("UBatchSlice"))
     cam_piece = scope.file(ATTN_BACKEND).piece("CommonAttentionMetadata")
-    cam = scope.load(cam_piece)
+    cam: Any = scope.load(cam_piece)
     names = {fl.name for fl in dataclasses.fields(cam)}
     # Up to 0.28.0 the class caches CPU copies of seq_lens and the computed counts, which the runner sets.
     cached = "_num_computed_tokens_cpu" in names
@@ -376,8 +376,8 @@ def _bind_mrv2_ubatch_prepare(rel: _Release) -> tuple[Callable[..., Any], str]:
     attn_piece = scope.file(MRV2_DEFAULT_STATE).piece("DefaultModelState.prepare_attn")
     prepare_attn = scope.load(attn_piece)
     batch_piece = scope.file(INPUT_BATCH).piece("InputBatch")
-    input_batch_cls = scope.load(batch_piece)
-    if not dataclasses.is_dataclass(input_batch_cls):
+    input_batch_cls: Any = scope.load(batch_piece)
+    if not (isinstance(input_batch_cls, type) and dataclasses.is_dataclass(input_batch_cls)):
         raise bind.Unbindable(f"{batch_piece.label} is no longer a dataclass")
 
     def slice_ubatch_metadata(nst: Any, c: Any, positions: Any, block_table: Any, padded: Any, padded_reqs: Any,
