@@ -1,6 +1,6 @@
 """vLLM's own functions bound as batchfuzz targets, on one real release.
 
-The release (vllm 0.33.0, the reference of VLLM_NOTES.md) is downloaded at
+The release (vllm 0.33.0, the newest of docs/vllm-code.md) is downloaded at
 test time with pip into ``$BATCHFUZZ_CACHE/wheels`` (default
 ``~/.cache/batchfuzz/wheels``), once; the tests skip, saying why, when the
 package registry cannot be reached. Edited copies of its files stand in for
