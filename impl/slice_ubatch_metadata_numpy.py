@@ -23,7 +23,7 @@ def slice_ubatch_metadata(num_scheduled_tokens: Any, num_computed_tokens: Any, p
     computed = np.concatenate([np.asarray(step.computed, dtype=np.int64), np.zeros(pad, dtype=np.int64)])
     seq = computed + np.diff(qsl)
     pos = np.asarray(step.positions, dtype=np.int64)
-    table = np.asarray(block_table, dtype=np.int64)
+    table = np.asarray(step.block_table, dtype=np.int64).reshape(step.num_reqs_padded, -1)
     out = []
     for (rs, re), (ts, te) in step.slices:
         begin, end = qsl[rs:re], qsl[rs + 1: re + 1]

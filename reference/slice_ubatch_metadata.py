@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from batchfuzz.reference._args import check_count_array, check_int
+from batchfuzz.reference._step import check_table
 
 UbatchSlice = tuple[tuple[int, int], tuple[int, int]]
 
@@ -116,16 +117,13 @@ def check_slice_args(num_scheduled_tokens: Any, num_computed_tokens: Any, positi
         raise ValueError(f"num_reqs_padded must be >= the number of requests, got num_reqs_padded={padded_reqs} < {len(nst)}")
     if len(pos) != padded_tokens:
         raise ValueError(f"positions must have num_tokens_padded = {padded_tokens} entries, got {len(pos)}")
-    if not isinstance(block_table, np.ndarray) or block_table.dtype.kind not in "iu":
-        raise TypeError(f"block_table must be a 2-D numpy integer array, got {type(block_table).__name__}")
-    if block_table.ndim != 2 or block_table.shape[0] != padded_reqs or block_table.shape[1] < 1:
-        raise ValueError(f"block_table must have shape (num_reqs_padded = {padded_reqs}, W >= 1), got {block_table.shape}")
+    table = check_table("block_table", block_table, padded_reqs)  # one row per padded request
     if not isinstance(ubatch_slices, (list, tuple)):
         raise TypeError(f"ubatch_slices must be a list of ((rs, re), (ts, te)), got {type(ubatch_slices).__name__}")
     slices = [_slice_pair(k, item) for k, item in enumerate(ubatch_slices)]
     if len(slices) < 2:
         raise ValueError(f"ubatch_slices must hold at least 2 microbatches, got {len(slices)}")
-    step = Step(nst, computed, pos, [[int(v) for v in row] for row in block_table.tolist()], padded_tokens, padded_reqs, slices)
+    step = Step(nst, computed, pos, [[int(v) for v in row] for row in table.tolist()], padded_tokens, padded_reqs, slices)
     _check_split(step)
     return step
 

@@ -190,7 +190,7 @@ IMPLEMENTATIONS = (
                        "query_start_loc rebased and clamped onto each microbatch, per-request parts by clipping"),
 )
 
-DOMAINS = registry.domains_from(strategies, {
+INPUTS = registry.input_space(strategies, {
     "spec": "any step of R >= 1 requests, Np >= sum(nst), Rp >= R, and any well-formed split into n >= 2 microbatches "
             "(cut points anywhere in (0, Np)); any positions and block ids",
     "engine": "the split vLLM makes: cuts at k * (Np // n), request ranges from maybe_create_ubatch_slices clamped as "
@@ -223,8 +223,9 @@ ERROR_INPUTS = (
     ErrorInput(_args([1, 1], [0, 0], 2, 2, [((0, 1), (0, 1)), ((0, 2), (1, 2))]), ValueError,
                r"ubatch_slices\[1\] starts at request 0; expected 1, the owner of token 1"),
     ErrorInput({**_args([2], [0], 2, 1, _HALVES), "block_table": np.zeros((2, 1), dtype=np.int32)}, ValueError,
-               r"block_table must have shape \(num_reqs_padded = 1, W >= 1\), got \(2, 1\)"),
-    ErrorInput({**_args([2], [0], 2, 1, _HALVES), "block_table": [[0]]}, TypeError, r"block_table must be a 2-D numpy integer array"),
+               r"block_table must have one row per request \(1\), got 2 rows"),
+    ErrorInput({**_args([2], [0], 2, 1, _HALVES), "block_table": np.array([[-1]])}, ValueError,
+               r"block_table\[0, 0\] must be a block id >= 0, got -1"),
     ErrorInput({**_args([2], [0], 2, 1, _HALVES), "num_tokens_padded": 2.0}, TypeError,
                r"num_tokens_padded must be an int, got float 2.0"),
 )
@@ -266,15 +267,12 @@ CONTRACT = registry.register(Contract(
     arguments=ARGUMENTS,
     oracle=oracle.slice_ubatch_metadata,
     implementations=IMPLEMENTATIONS,
-    domains=DOMAINS,
+    inputs=INPUTS,
     properties=PROPERTIES,
     error_inputs=ERROR_INPUTS,
     variants=VARIANTS,
     examples=EXAMPLES,
     labels=_labels,
-    size=strategies.size,
-    reductions=strategies.reductions,
-    scopes=registry.scopes_from(strategies),
     notes="A target returns one object (or dict) per microbatch with the UbatchMetadata fields; arrays may be lists, numpy "
           "arrays or tensors and compare exactly as int64; positions None means the metadata carries none.",
 ))

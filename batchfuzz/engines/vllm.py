@@ -89,8 +89,9 @@ class _Release:
         self.source = source
         self.files: dict[str, bind.SourceFile] = {}
 
-    def loader(self) -> bind.Loader:
-        return bind.Loader(self.source, "vllm", stand_ins=_STAND_INS, files=self.files)
+    def loader(self, **stand_ins: Any) -> bind.Loader:
+        """A loader of this release's files; ``stand_ins`` add to the module's own."""
+        return bind.Loader(self.source, "vllm", stand_ins={**_STAND_INS, **stand_ins}, files=self.files)
 
 
 # ---------------------------------------------------------------- MRV2 InputBatch.make_dummy (A, B)
@@ -301,7 +302,7 @@ class _Step:
         self.padded = bind.count("num_tokens_padded", padded, 1)
         self.padded_reqs = bind.count("num_reqs_padded", padded_reqs, 1)
         self.positions = bind.int_array("positions", positions)
-        self.table = bind.int_array("block_table", block_table, ndim=2)
+        self.table = bind.table("block_table", block_table, self.padded_reqs)
         r = self.num_reqs = int(self.nst.size)
         if r == 0 or self.c.size != r or self.padded < int(self.nst.sum()) or self.padded_reqs < r \
                 or self.positions.size != self.padded or self.table.shape[0] != self.padded_reqs:
@@ -330,7 +331,7 @@ def _metadata(query_start_loc: Any, seq_lens: Any, num_computed_tokens: Any, pos
 
 
 def _bind_split_attn_metadata(rel: _Release) -> tuple[Callable[..., Any], str]:
-    scope = bind.Scope(rel.source, "vllm", stand_ins={**_STAND_INS, "deprecated": _identity_decorator}, files=rel.files)
+    scope = rel.loader(deprecated=_identity_decorator)
     f = scope.file(UBATCH_UTILS)
     piece = f.piece("split_attn_metadata")
     split, ubatch_slice = scope.load(piece), scope.load(f.piece("UBatchSlice"))
@@ -366,13 +367,13 @@ def _bind_split_attn_metadata(rel: _Release) -> tuple[Callable[..., Any], str]:
 
 def _bind_mrv2_ubatch_prepare(rel: _Release) -> tuple[Callable[..., Any], str]:
     graph_mode = Stub("CUDAGraphMode", NONE="NONE", PIECEWISE="PIECEWISE", FULL="FULL")
-    scope = bind.Scope(rel.source, "vllm", files=rel.files, stand_ins={
-        **_STAND_INS, "UBatchSlices": list, "CUDAGraphMode": graph_mode,
-        "build_slot_mappings_by_layer": lambda slot_mappings, kv_cache_config: {},
-        "prepare_dcp_local_seq_lens": bind.unreachable("prepare_dcp_local_seq_lens"),
-        "compute_mm_prefix_ranges": bind.unreachable("compute_mm_prefix_ranges"),
+    scope = rel.loader(
+        UBatchSlices=list, CUDAGraphMode=graph_mode,
+        build_slot_mappings_by_layer=lambda slot_mappings, kv_cache_config: {},
+        prepare_dcp_local_seq_lens=bind.unreachable("prepare_dcp_local_seq_lens"),
+        compute_mm_prefix_ranges=bind.unreachable("compute_mm_prefix_ranges"),
         # What attention gets: the keyword arguments DefaultModelState.prepare_attn passes on.
-        "build_attn_metadata": lambda **kwargs: kwargs})
+        build_attn_metadata=lambda **kwargs: kwargs)
     piece = scope.file(MRV2_UBATCH_UTILS).piece("UBatchRunner.prepare")
     prepare = scope.load(piece)
     attn_piece = scope.file(MRV2_DEFAULT_STATE).piece("DefaultModelState.prepare_attn")
