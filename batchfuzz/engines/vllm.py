@@ -331,7 +331,8 @@ def _metadata(query_start_loc: Any, seq_lens: Any, num_computed_tokens: Any, pos
 
 
 def _bind_split_attn_metadata(rel: _Release) -> tuple[Callable[..., Any], str]:
-    scope = rel.loader(deprecated=_identity_decorator)
+    # 0.26.0 and 0.27.0: a method of the dataclass pins host memory (np_to_pinned_tensor reads PIN_MEMORY).
+    scope = rel.loader(deprecated=_identity_decorator, PIN_MEMORY=False)
     f = scope.file(UBATCH_UTILS)
     piece = f.piece("split_attn_metadata")
     split, ubatch_slice = scope.load(piece), scope.load(f.piece("UBatchSlice"))
