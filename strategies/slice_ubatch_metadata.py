@@ -230,9 +230,10 @@ _SCOPE_BOUNDS = {"small": (3, 5, 8, 1, 1, (2, 3, 4)), "ci": (2, 3, 4, 1, 1, (2, 
 SCOPES = {
     "small": ScopeSpec("every nst of 1 <= R <= 3 positive entries with sum(nst) <= 5, every c in {0, 1}^R, every "
                        "max(sum(nst), n) <= Np <= 8, R <= Rp <= R + 1, n in {2, 3, 4}, split by the engine's rule, engine "
-                       "positions, block table rows [r + 1] (padded rows 0); in the order R, Np, sum(nst), Rp, n, sum(c)",
-                       "engine", 3624),
-    "ci": ScopeSpec("as small with R <= 2, sum(nst) <= 3, Np <= 4 and n in {2, 3}", "engine", 160),
+                       "positions, a block table of null rows and (R >= 2) one of rows [r] (padded rows 0); in the order "
+                       "R, Np, sum(nst), Rp, n, sum(c), sum of block ids",
+                       "engine", 6928),
+    "ci": ScopeSpec("as small with R <= 2, sum(nst) <= 3, Np <= 4 and n in {2, 3}", "engine", 264),
 }
 
 
@@ -247,10 +248,13 @@ def scope_cases(scope: str = "small") -> Iterator[Case]:
                     for n in ubatch_counts:
                         if n > padded:
                             continue
+                        # Block tables: all null rows, then (R >= 2) row r = [r], padded rows null.
+                        tables = [[[0]] * padded_reqs] + ([[[q] for q in range(r)] + [[0]] * (padded_reqs - r)] if r > 1 else [])
                         for c_sum in range(0, max_c * r + 1):
-                            for computed in compositions(c_sum, r, 0, max_c):
-                                for nst in compositions(total, r, 1, total):
-                                    table = [[q + 1] for q in range(r)] + [[0]] * (padded_reqs - r)
-                                    yield make_case(list(nst), list(computed), engine_positions(list(nst), list(computed), padded),
-                                                    table, padded, padded_reqs, engine_split(list(nst), padded, padded_reqs, n),
-                                                    {"kind": "exhaustive", "n": n})
+                            for table in tables:
+                                for computed in compositions(c_sum, r, 0, max_c):
+                                    for nst in compositions(total, r, 1, total):
+                                        yield make_case(list(nst), list(computed),
+                                                        engine_positions(list(nst), list(computed), padded), table, padded,
+                                                        padded_reqs, engine_split(list(nst), padded, padded_reqs, n),
+                                                        {"kind": "exhaustive", "n": n})

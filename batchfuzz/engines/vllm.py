@@ -27,6 +27,13 @@ The bindings (paths inside the release, under ``vllm/v1/worker/``):
   data-parallel rank's votes);
 - ``gpu_model_runner.py:GPUModelRunner._allow_microbatching`` (v1, 0.28.0 and
   later) as ``allow_microbatching``, on a stand-in input batch and block tables.
+- ``ubatch_utils.py:split_attn_metadata`` (v1) as ``slice_ubatch_metadata``,
+  over the release's own ``CommonAttentionMetadata`` built from the step;
+- ``gpu/ubatch_utils.py:UBatchRunner.prepare`` (MRV2, 0.33.0) as
+  ``slice_ubatch_metadata``: ``create_ubatch_slices`` and
+  ``_slice_input_batch`` over the release's own ``InputBatch``, with
+  ``DefaultModelState.prepare_attn``; the result is what it passes to
+  ``build_attn_metadata``.
 
 A function a release lacks is "absent"; one whose code no longer fits its
 binding (a name no one provides, a signature or attribute that changed, a
