@@ -13,7 +13,7 @@ from batchfuzz.checks import PropertyViolation, ResultTypeError, as_int_array, a
 from batchfuzz.codec import register_dataclass
 from batchfuzz.contracts._inputs import inputs_unchanged
 from batchfuzz.contracts.slice_ubatch_metadata_variants import VARIANTS
-from batchfuzz.impl import slice_ubatch_metadata_numpy
+from batchfuzz.impl import slice_ubatch_metadata_numpy, slice_ubatch_metadata_torch
 from batchfuzz.reference import slice_ubatch_metadata as oracle
 from batchfuzz.reference.slice_ubatch_metadata import METADATA_FIELDS, UbatchMetadata
 from batchfuzz.registry import Contract, ErrorInput, Property, Target
@@ -104,7 +104,8 @@ def _conserved(target: Target, case: Case) -> None:
     for k, (g, ((rs, re), (ts, te))) in enumerate(zip(_call(target, case), step.slices, strict=True)):
         q = g["query_start_loc"]
         real = max(0, min(te, step.total) - ts)
-        require(q.size == re - rs + 1 and int(q[-1]) - int(q[0]) == real,
+        require(q.shape == (re - rs + 1,), f"microbatch {k} query_start_loc has {q.size} entries, expected re - rs + 1 = {re - rs + 1}")
+        require(int(q[-1]) - int(q[0]) == real,
                 f"microbatch {k} (tokens [{ts}, {te})) has {int(q[-1]) - int(q[0])} query tokens, expected its {real} real tokens: "
                 f"{q.tolist()}")
         for i, r in enumerate(range(rs, re)):
@@ -188,6 +189,7 @@ PROPERTIES = (
 IMPLEMENTATIONS = (
     registry.host_impl("numpy", slice_ubatch_metadata_numpy.slice_ubatch_metadata,
                        "query_start_loc rebased and clamped onto each microbatch, per-request parts by clipping"),
+    registry.torch_impl("torch", slice_ubatch_metadata_torch.bind, "the same subtract-and-clamp on the device, CPU and CUDA"),
 )
 
 INPUTS = registry.input_space(strategies, {
