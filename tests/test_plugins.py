@@ -137,3 +137,15 @@ def test_bind_scope_is_a_deprecated_name_of_loader() -> None:
     assert any(issubclass(w.category, DeprecationWarning) and "bind.Loader" in str(w.message) for w in seen)
     with pytest.raises(AttributeError, match=r"has no attribute 'Nope'"):
         _ = bind.Nope  # type: ignore[attr-defined]
+
+
+def test_batchfuzz_vllm_is_the_short_form_of_batchfuzz_engine_vllm() -> None:
+    from batchfuzz.cli import build_parser
+    from batchfuzz.commands import engine as engine_command
+
+    words = ["--release", "0.33.0", "--wheel", "x.whl", "--function", "*_dummy_run", "--contract", "pad_query_start_loc",
+             "--budget", "5", "--max-examples", "7", "--seed", "3", "--no-isolation", "--json", "m.json"]
+    short, full = (vars(build_parser().parse_args(w)) for w in (["vllm", *words], ["engine", "vllm", *words]))
+    assert full.pop("func") is engine_command.run and short.pop("func") is not None
+    assert (short.pop("command"), full.pop("command")) == ("vllm", "engine")
+    assert short == full  # the same options and the same engine: engine_command.run runs both
