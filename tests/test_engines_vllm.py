@@ -28,9 +28,11 @@ from batchfuzz.engines import vllm
 from batchfuzz.reference import _step as step_oracle
 from batchfuzz.reference import allow_microbatching as decision_oracle
 from batchfuzz.reference import pad_query_start_loc as qsl_oracle
+from batchfuzz.reference import slice_ubatch_metadata as metadata_oracle
 from batchfuzz.reference import split_dummy_tokens as dummy_oracle
 from batchfuzz.reference import split_ubatches as ubatch_oracle
 from batchfuzz.reference.make_dummy import DummyBuffers
+from batchfuzz.strategies.slice_ubatch_metadata import every_microbatch_has_a_real_token
 
 RELEASE = "0.33.0"
 V1 = "vllm/v1/worker/gpu_model_runner.py"
@@ -40,6 +42,8 @@ LORA_HOOK = "vllm/v1/worker/gpu/lora_utils.py:create_lora_capture_hook"
 V1_DUMMY_RUN = f"{V1}:GPUModelRunner._dummy_run"
 UBATCH = "vllm/v1/worker/ubatch_utils.py:maybe_create_ubatch_slices"
 ALLOW = f"{V1}:GPUModelRunner._allow_microbatching"
+SPLIT_ATTN = "vllm/v1/worker/ubatch_utils.py:split_attn_metadata"
+MRV2_PREPARE = "vllm/v1/worker/gpu/ubatch_utils.py:UBatchRunner.prepare"
 # The release's source, its bindings by (function, contract), and the texts of the files they read.
 Release = tuple[vllm.ReleaseSource, dict[tuple[str, str], engines.Bound], dict[str, str]]
 
@@ -122,7 +126,8 @@ def test_every_binding_is_bound_in_the_reference_release(release: Release) -> No
     assert sorted(table) == sorted([
         (MAKE_DUMMY, "split_dummy_tokens"), (MAKE_DUMMY, "make_dummy"), (MRV2_DUMMY_RUN, "split_dummy_tokens"),
         (LORA_HOOK, "split_dummy_tokens"), (V1_DUMMY_RUN, "split_dummy_tokens"), (V1_DUMMY_RUN, "pad_query_start_loc"),
-        (UBATCH, "split_ubatches"), (ALLOW, "allow_microbatching")])
+        (UBATCH, "split_ubatches"), (ALLOW, "allow_microbatching"), (SPLIT_ATTN, "slice_ubatch_metadata"),
+        (MRV2_PREPARE, "slice_ubatch_metadata")])
     for bound in table.values():
         assert bound.status == "bound", (bound.function, bound.reason)
         assert bound.release == f"vllm {RELEASE}" and bound.ref.startswith(f"vllm::{source.ref}::") and bound.detail
@@ -189,7 +194,7 @@ def test_ubatch_split_with_the_refusal_matches_the_oracle(release: Release) -> N
     rng = np.random.default_rng(1)
     for _ in range(300):
         nst = rng.integers(1, 9, size=int(rng.integers(1, 6))).astype(np.int32)
-        n = int(rng.integers(2, 5))
+        n = int(rng.integers(2, 9))  # the release takes num_ubatches: dual-batch overlap and up to 8 microbatches
         np_ = max(int(nst.sum()) + int(rng.integers(0, 6)), n)
         rp = nst.size + int(rng.integers(0, 3))
         assert split(nst, np_, rp, n) == ubatch_oracle.split_ubatches(nst, np_, rp, n), (nst.tolist(), np_, rp, n)
@@ -215,6 +220,59 @@ def test_allow_microbatching_allows_the_realizable_decode_reader(release: Releas
     args = failure.case.args
     assert (args["num_computed_tokens"].tolist(), args["num_scheduled_tokens"].tolist(), [t.tolist() for t in args["block_tables"]],
             args["block_sizes"]) == ([2, 0], [1, 3], [[[1, 3], [1, 2]]], [2])
+
+
+def _metadata_equal(got: list[Any], expected: list[Any]) -> bool:
+    return len(got) == len(expected) and all(
+        (getattr(g, f) is None) == (getattr(e, f) is None) and np.array_equal(np.asarray(getattr(g, f)), np.asarray(getattr(e, f)))
+        for g, e in zip(got, expected, strict=True) for f in metadata_oracle.METADATA_FIELDS)
+
+
+def test_both_runners_slice_attention_metadata_as_contract_f_says_on_the_ci_scope(release: Release) -> None:
+    """Every case of contract F's ``ci`` scope (the engine's own splits of small
+    steps, n = 2 and 3): the new runner's path equals the oracle on all of
+    them, padding-only microbatches included; v1's split_attn_metadata on every
+    split its caller allows, and it asserts on a microbatch of padding only
+    (which its caller refuses: is_last_ubatch_empty)."""
+    contract = registry.get("slice_ubatch_metadata")
+    v1, mrv2 = target(release, SPLIT_ATTN, "slice_ubatch_metadata"), target(release, MRV2_PREPARE, "slice_ubatch_metadata")
+    refused = 0
+    for case in contract.scope("ci").cases():
+        args = [case.args[k] for k in contract.arguments]
+        expected = metadata_oracle.slice_ubatch_metadata(*args)
+        assert _metadata_equal(mrv2(*args), expected), case.args
+        if every_microbatch_has_a_real_token(*args):
+            assert _metadata_equal(v1(*args), expected), case.args
+        else:
+            refused += 1
+            with pytest.raises(AssertionError, match="Token slice start outside of first request"):
+                v1(*args)
+    assert refused > 0
+
+
+@pytest.fixture(scope="module")
+def release_0_28() -> dict[tuple[str, str], engines.Bound]:
+    try:
+        return by_key(vllm.bindings(vllm.ReleaseSource.from_wheel(engines.fetch_wheel("vllm", "0.28.0"))))
+    except engines.SourceError as exc:
+        pytest.skip(f"cannot download vllm==0.28.0 from the package registry: {exc}")
+
+
+def test_the_0_28_slice_keeps_the_computed_count_unshifted_and_drops_positions(
+        release_0_28: dict[tuple[str, str], engines.Bound]) -> None:
+    """vLLM 0.28.0's split_attn_metadata (the same code since 0.22.0): a
+    continuation keeps the step's cached computed-token count, and no
+    microbatch has positions; both shrink to one request of two tokens cut in
+    the middle. The new runner's path is absent there."""
+    assert release_0_28[(MRV2_PREPARE, "slice_ubatch_metadata")].status == "absent"
+    v1 = bound_target(release_0_28[(SPLIT_ATTN, "slice_ubatch_metadata")])
+    contract = registry.get("slice_ubatch_metadata")
+    for prop in ("continuation_computed", "positions_follow_tokens"):
+        failure = hunt(contract, v1, 60, (prop,), domain="engine")
+        assert failure is not None and failure.property == prop
+        a = failure.case.args
+        assert (a["num_scheduled_tokens"].tolist(), a["num_computed_tokens"].tolist(), a["num_tokens_padded"],
+                a["ubatch_slices"]) == ([2], [0], 2, [((0, 1), (0, 1)), ((0, 1), (1, 2))])
 
 
 # ---------------------------------------------------------------- absent, unbindable, resolve

@@ -27,6 +27,13 @@ The bindings (paths inside the release, under ``vllm/v1/worker/``):
   data-parallel rank's votes);
 - ``gpu_model_runner.py:GPUModelRunner._allow_microbatching`` (v1, 0.28.0 and
   later) as ``allow_microbatching``, on a stand-in input batch and block tables.
+- ``ubatch_utils.py:split_attn_metadata`` (v1) as ``slice_ubatch_metadata``,
+  over the release's own ``CommonAttentionMetadata`` built from the step;
+- ``gpu/ubatch_utils.py:UBatchRunner.prepare`` (MRV2, 0.33.0) as
+  ``slice_ubatch_metadata``: ``create_ubatch_slices`` and
+  ``_slice_input_batch`` over the release's own ``InputBatch``, with
+  ``DefaultModelState.prepare_attn``; the result is what it passes to
+  ``build_attn_metadata``.
 
 A function a release lacks is "absent"; one whose code no longer fits its
 binding (a name no one provides, a signature or attribute that changed, a
@@ -39,6 +46,7 @@ query_start_loc fill only ever sees R >= 1 and a buffer whose [0] is 0).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from collections.abc import Callable
@@ -52,8 +60,10 @@ from batchfuzz import bind
 from batchfuzz import engines as _engines
 from batchfuzz.bind import Record, Recorder, Stub
 from batchfuzz.engines import Bound, SourceError
-from batchfuzz.preconditions import domain
+from batchfuzz.preconditions import assumes, domain
 from batchfuzz.reference.make_dummy import DummyBatch, DummyBuffers
+from batchfuzz.reference.slice_ubatch_metadata import UbatchMetadata
+from batchfuzz.strategies.slice_ubatch_metadata import every_microbatch_has_a_real_token
 
 ENGINE = "vllm"
 # The releases of the published matrix (docs/vllm-matrix.json; batchfuzz engine vllm --all-releases).
@@ -86,8 +96,9 @@ class _Release:
         self.source = source
         self.files: dict[str, bind.SourceFile] = {}
 
-    def loader(self) -> bind.Loader:
-        return bind.Loader(self.source, "vllm", stand_ins=_STAND_INS, files=self.files)
+    def loader(self, **stand_ins: Any) -> bind.Loader:
+        """A loader of this release's files; ``stand_ins`` add to the module's own."""
+        return bind.Loader(self.source, "vllm", stand_ins={**_STAND_INS, **stand_ins}, files=self.files)
 
 
 # ---------------------------------------------------------------- MRV2 InputBatch.make_dummy (A, B)
@@ -275,6 +286,154 @@ def _bind_ubatch_slices(rel: _Release) -> tuple[Callable[..., Any], str]:
                             "UBatchSlices as ((rs, re), (ts, te))")
 
 
+# ---------------------------------------------------------------- per-microbatch attention metadata (F)
+
+ATTN_BACKEND = "vllm/v1/attention/backend.py"
+MRV2_UBATCH_UTILS = "vllm/v1/worker/gpu/ubatch_utils.py"
+MRV2_DEFAULT_STATE = "vllm/v1/worker/gpu/model_states/default.py"
+
+
+def _identity_decorator(*args: Any, **kwargs: Any) -> Callable[[Any], Any]:
+    """``typing_extensions.deprecated(message)`` as a stand-in: marks nothing."""
+    return lambda f: f
+
+
+class _Step:
+    """A contract F step as the engine's tensors: int32 query_start_loc and
+    seq_lens over the padded requests (padded requests start at sum(nst) and
+    have seq_len 0), int64 positions, the int32 block table."""
+
+    def __init__(self, nst: Any, c: Any, positions: Any, block_table: Any, padded: Any, padded_reqs: Any, slices: Any) -> None:
+        self.nst = bind.int_array("num_scheduled_tokens", nst, minimum=1)
+        self.c = bind.int_array("num_computed_tokens", c)
+        self.padded = bind.count("num_tokens_padded", padded, 1)
+        self.padded_reqs = bind.count("num_reqs_padded", padded_reqs, 1)
+        self.positions = bind.int_array("positions", positions)
+        self.table = bind.table("block_table", block_table, self.padded_reqs)
+        r = self.num_reqs = int(self.nst.size)
+        if r == 0 or self.c.size != r or self.padded < int(self.nst.sum()) or self.padded_reqs < r \
+                or self.positions.size != self.padded or self.table.shape[0] != self.padded_reqs:
+            raise ValueError(f"not a step: R = {r}, {self.c.size} computed counts, Np = {self.padded} (sum(nst) = "
+                             f"{int(self.nst.sum())}), Rp = {self.padded_reqs}, {self.positions.size} positions, block table "
+                             f"{self.table.shape}")
+        self.slices = [((int(rs), int(re)), (int(ts), int(te))) for (rs, re), (ts, te) in slices]
+        qsl = np.zeros(self.padded_reqs + 1, dtype=np.int32)
+        np.cumsum(self.nst, out=qsl[1: r + 1])
+        qsl[r + 1:] = qsl[r]
+        self.qsl = qsl
+        self.computed = np.zeros(self.padded_reqs, dtype=np.int32)
+        self.computed[:r] = self.c
+        self.seq_lens = self.computed + np.diff(qsl).astype(np.int32)
+
+    def tensor(self, array: np.ndarray, dtype: torch.dtype = torch.int32) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(array)).to(dtype).clone()
+
+
+def _metadata(query_start_loc: Any, seq_lens: Any, num_computed_tokens: Any, positions: Any, block_table: Any,
+              max_query_len: Any) -> UbatchMetadata:
+    return UbatchMetadata(query_start_loc=bind.to_numpy(query_start_loc).copy(), seq_lens=bind.to_numpy(seq_lens).copy(),
+                          num_computed_tokens=bind.to_numpy(num_computed_tokens).copy(),
+                          positions=None if positions is None else bind.to_numpy(positions).copy(),
+                          block_table=bind.to_numpy(block_table).copy(), max_query_len=int(max_query_len))
+
+
+def _bind_split_attn_metadata(rel: _Release) -> tuple[Callable[..., Any], str]:
+    # 0.26.0 and 0.27.0: a method of the dataclass pins host memory (np_to_pinned_tensor reads PIN_MEMORY).
+    scope = rel.loader(deprecated=_identity_decorator, PIN_MEMORY=False)
+    f = scope.file(UBATCH_UTILS)
+    piece = f.piece("split_attn_metadata")
+    split, ubatch_slice = scope.load(piece), scope.load(f.piece("UBatchSlice"))
+    cam_piece = scope.file(ATTN_BACKEND).piece("CommonAttentionMetadata")
+    cam: Any = scope.load(cam_piece)
+    names = {fl.name for fl in dataclasses.fields(cam)}
+    # Up to 0.28.0 the class caches CPU copies of seq_lens and the computed counts, which the runner sets.
+    cached = "_num_computed_tokens_cpu" in names
+    computed_from = "its num_computed_tokens_cpu (the cached CPU counts)" if cached else "its compute_num_computed_tokens()"
+
+    def slice_ubatch_metadata(nst: Any, c: Any, positions: Any, block_table: Any, padded: Any, padded_reqs: Any,
+                              slices: Any) -> list[UbatchMetadata]:
+        s = _Step(nst, c, positions, block_table, padded, padded_reqs, slices)
+        fields: dict[str, Any] = dict(
+            query_start_loc=s.tensor(s.qsl), query_start_loc_cpu=s.tensor(s.qsl), seq_lens=s.tensor(s.seq_lens),
+            num_reqs=s.padded_reqs, num_actual_tokens=s.padded, max_query_len=int(s.nst.max()), max_seq_len=int(s.seq_lens.max()),
+            block_table_tensor=s.tensor(s.table), slot_mapping=torch.arange(s.padded, dtype=torch.int64),
+            positions=s.tensor(s.positions, torch.int64), seq_lens_cpu_upper_bound=s.tensor(s.seq_lens))
+        if cached:
+            fields.update(_seq_lens_cpu=s.tensor(s.seq_lens), _num_computed_tokens_cpu=s.tensor(s.computed))
+        common = cam(**{k: v for k, v in fields.items() if k in names})
+        out = split([ubatch_slice(slice(rs, re), slice(ts, te)) for (rs, re), (ts, te) in s.slices], common)
+        return [_metadata(md.query_start_loc, md.seq_lens,
+                          md.num_computed_tokens_cpu if cached else md.compute_num_computed_tokens(),
+                          md.positions, md.block_table_tensor, md.max_query_len) for md in out]
+
+    # Its caller splits only when no microbatch is empty (dp_utils._post_process_ubatch: is_last_ubatch_empty).
+    target = assumes(every_microbatch_has_a_real_token)(slice_ubatch_metadata)
+    return target, (f"{piece.label} over the release's own {cam_piece.label} built from the step as the v1 runner builds it "
+                    f"(CPU tensors; padded requests at sum(nst) with seq_len 0); num_computed_tokens: {computed_from}; "
+                    "assumes every microbatch holds a real token (the caller refuses other splits)")
+
+
+def _bind_mrv2_ubatch_prepare(rel: _Release) -> tuple[Callable[..., Any], str]:
+    graph_mode = Stub("CUDAGraphMode", NONE="NONE", PIECEWISE="PIECEWISE", FULL="FULL")
+    scope = rel.loader(
+        UBatchSlices=list, CUDAGraphMode=graph_mode,
+        build_slot_mappings_by_layer=lambda slot_mappings, kv_cache_config: {},
+        prepare_dcp_local_seq_lens=bind.unreachable("prepare_dcp_local_seq_lens"),
+        compute_mm_prefix_ranges=bind.unreachable("compute_mm_prefix_ranges"),
+        # What attention gets: the keyword arguments DefaultModelState.prepare_attn passes on.
+        build_attn_metadata=lambda **kwargs: kwargs)
+    piece = scope.file(MRV2_UBATCH_UTILS).piece("UBatchRunner.prepare")
+    prepare = scope.load(piece)
+    attn_piece = scope.file(MRV2_DEFAULT_STATE).piece("DefaultModelState.prepare_attn")
+    prepare_attn = scope.load(attn_piece)
+    batch_piece = scope.file(INPUT_BATCH).piece("InputBatch")
+    input_batch_cls: Any = scope.load(batch_piece)
+    if not (isinstance(input_batch_cls, type) and dataclasses.is_dataclass(input_batch_cls)):
+        raise bind.Unbindable(f"{batch_piece.label} is no longer a dataclass")
+
+    def slice_ubatch_metadata(nst: Any, c: Any, positions: Any, block_table: Any, padded: Any, padded_reqs: Any,
+                              slices: Any) -> list[UbatchMetadata]:
+        s = _Step(nst, c, positions, block_table, padded, padded_reqs, slices)
+        n, rp, r = len(s.slices), s.padded_reqs, s.num_reqs
+        given = dict(
+            req_ids=[f"req-{i}" for i in range(r)], num_reqs=r, num_reqs_after_padding=rp,
+            idx_mapping=torch.arange(rp, dtype=torch.int32), idx_mapping_np=np.arange(rp, dtype=np.int32),
+            num_scheduled_tokens=s.nst.astype(np.int32), num_tokens=int(s.nst.sum()), num_tokens_after_padding=s.padded,
+            query_start_loc=s.tensor(s.qsl), query_start_loc_np=s.qsl.copy(), seq_lens=s.tensor(s.seq_lens),
+            seq_lens_cpu_upper_bound=s.tensor(s.seq_lens), dcp_local_seq_lens=None, num_computed_tokens_np=s.computed.copy(),
+            prefill_len_np=np.zeros(rp, dtype=np.int32), num_computed_prefill_tokens_np=np.zeros(rp, dtype=np.int32),
+            is_prefilling_np=np.zeros(rp, dtype=bool), input_ids=torch.zeros(s.padded, dtype=torch.int32),
+            positions=s.tensor(s.positions, torch.int64), is_padding=torch.zeros(s.padded, dtype=torch.bool),
+            prompt_lens=None, prefill_runs_as_decode_np=None, max_query_len=None)
+        fields = dataclasses.fields(input_batch_cls)
+        # Fields the slicing does not read (logits, drafts, flags) are None.
+        batch = input_batch_cls(**{fl.name: given.get(fl.name) for fl in fields
+                                   if fl.name in given or fl.default is dataclasses.MISSING})
+        state = Stub("DefaultModelState", supports_mm_inputs=False, encoder_cache=None, max_model_len=int(s.seq_lens.max()),
+                     model_config=Stub("model_config", is_mm_prefix_lm=False), methods={"prepare_attn": prepare_attn})
+        contexts = Recorder("UBatchRunner._make_forward_contexts", returns=[])
+        runner = Stub("UBatchRunner", num_ubatches=n, dcp_size=1, dcp_rank=0, cp_interleave=1, model_state=state,
+                      ubatch_query_start_loc=[torch.zeros(rp + 1, dtype=torch.int32) for _ in range(n)],
+                      ubatch_seq_lens=[torch.zeros(rp, dtype=torch.int32) for _ in range(n)],
+                      ubatch_dcp_local_seq_lens=[None] * n, attn_groups=[[]], kv_cache_config=None,
+                      methods={"_make_forward_contexts": lambda self, *a: contexts(*a)})
+        prepare(runner, batch, (s.tensor(s.table),), torch.arange(s.padded, dtype=torch.int64).reshape(1, -1),
+                graph_mode.FULL)
+        out = []
+        for meta in contexts.last.arg(1, "attn_metadata"):
+            num_reqs = meta["num_reqs"]
+            qsl, seq = meta["query_start_loc_gpu"], meta["seq_lens"][:num_reqs]  # build_attn_metadata's first slice
+            out.append(_metadata(qsl, seq, seq - (qsl[1:] - qsl[:-1]), meta["positions"], meta["block_tables"][0],
+                                 meta["max_query_len"]))
+        return out
+
+    return slice_ubatch_metadata, (f"{piece.label} (create_ubatch_slices, _slice_input_batch, _slice_query_start_loc, "
+                                   f"_slice_seq_lens) with num_ubatches = len(ubatch_slices), its model state's "
+                                   f"{attn_piece.label} in FULL graph mode over the release's own {batch_piece.label}; result: "
+                                   "what it passes to build_attn_metadata (seq_lens[:num_reqs]; num_computed_tokens = "
+                                   "seq_lens - query lengths, as CommonAttentionMetadata.compute_num_computed_tokens)")
+
+
 # ---------------------------------------------------------------- the v1 microbatch veto (E)
 
 
@@ -359,6 +518,12 @@ SPECS: tuple[_Spec, ...] = (
           (np.array([3, 2], dtype=np.int32), 6, 3, 2)),
     _Spec(f"{V1_RUNNER}:GPUModelRunner._allow_microbatching", "allow_microbatching", _bind_allow_microbatching,
           (np.array([0, 2]), np.array([3, 2]), [np.array([[1, 2], [1, 3]])], [2])),
+    _Spec(f"{UBATCH_UTILS}:split_attn_metadata", "slice_ubatch_metadata", _bind_split_attn_metadata,
+          (np.array([5, 11]), np.array([3, 0]), np.arange(16), np.arange(6).reshape(3, 2), 16, 3,
+           [((0, 2), (0, 8)), ((1, 3), (8, 16))])),
+    _Spec(f"{MRV2_UBATCH_UTILS}:UBatchRunner.prepare", "slice_ubatch_metadata", _bind_mrv2_ubatch_prepare,
+          (np.array([5, 11]), np.array([3, 0]), np.arange(16), np.arange(6).reshape(3, 2), 16, 3,
+           [((0, 2), (0, 8)), ((1, 3), (8, 16))])),
 )
 
 
