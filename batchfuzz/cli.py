@@ -5,58 +5,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import math
-import os
 import pkgutil
 import sys
 import time
 
 from batchfuzz import __version__
 
-
-class UsageError(Exception):
-    """Bad command-line usage (exit code 2)."""
-
-
-def parse_duration(text: str) -> float:
-    """``90``, ``90s``, ``15m``, ``2h``, ``0.5`` -> seconds: a finite positive
-    duration. Raises argparse errors naming the value (``nan``, ``inf`` and
-    friends are not durations)."""
-    t = str(text).strip().lower()
-    units = {"s": 1.0, "m": 60.0, "h": 3600.0}
-    try:
-        value = float(t[:-1]) * units[t[-1]] if t and t[-1] in units else float(t)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a duration like 90, 90s, 15m or 2h, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a finite positive duration, got {text!r}")
-    return value
-
-
-def writable_file(path: str, what: str) -> None:
-    """A usage error now, not after the budget is spent, for an output file
-    that cannot be written (its folder missing or read-only, or a folder)."""
-    p = os.path.abspath(path)
-    if os.path.isdir(p):
-        raise UsageError(f"{what} {path}: is a directory")
-    folder = os.path.dirname(p)
-    if not os.path.isdir(folder):
-        raise UsageError(f"{what} {path}: the folder {folder} does not exist")
-    if not os.access(folder, os.W_OK) or (os.path.exists(p) and not os.access(p, os.W_OK)):
-        raise UsageError(f"{what} {path}: not writable")
-
-
-def writable_dir(path: str, what: str) -> None:
-    """Like :func:`writable_file`, for an output folder (created if missing)."""
-    p = os.path.abspath(path)
-    if os.path.exists(p) and not os.path.isdir(p):
-        raise UsageError(f"{what} {path}: exists and is not a directory")
-    try:
-        os.makedirs(p, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"{what} {path}: cannot be created ({exc.strerror or exc})") from None
-    if not os.access(p, os.W_OK):
-        raise UsageError(f"{what} {path}: not writable")
+# Re-exported for command modules written against the old home (batchfuzz.usage is the home).
+from batchfuzz.usage import ExitCode, UsageError, parse_duration, writable_dir, writable_file  # noqa: F401
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -89,12 +45,12 @@ def main(argv: list[str] | None = None) -> int:
     args.started = started
     if not getattr(args, "func", None):
         parser.print_help()
-        return 2
+        return ExitCode.USAGE
     try:
         return int(args.func(args))
     except UsageError as exc:
         print(f"batchfuzz: error: {exc}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
 
 
 if __name__ == "__main__":

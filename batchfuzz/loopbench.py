@@ -338,7 +338,7 @@ def _load(contract: Any, ref: str) -> Any:
 
 def run_command(args: argparse.Namespace) -> int:
     """``batchfuzz bench --loop``: measure, print the table, write ``--json`` / ``--markdown``."""
-    from batchfuzz.cli import UsageError
+    from batchfuzz.usage import UsageError
 
     quick = bool(args.quick)
     examples = args.loop_examples if args.loop_examples is not None else (20 if quick else 100)

@@ -15,7 +15,7 @@ A target reference is one of:
 
 The first four name code that is the project's own (or an engine release the
 user pointed at); only the last imports code the user names, and the corpus
-never loads one of those on its own (``batchfuzz.corpus``).
+never loads one of those on its own (``batchfuzz.fuzz.corpus``).
 """
 
 from __future__ import annotations

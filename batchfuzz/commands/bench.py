@@ -64,7 +64,7 @@ from typing import Any
 
 import numpy as np
 
-from batchfuzz.cli import UsageError
+from batchfuzz.usage import UsageError
 
 PROFILES = ("decode-heavy", "prefill-heavy", "mixed")
 GROUP_COUNTS = (1, 2, 3)

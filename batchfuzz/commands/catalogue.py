@@ -24,7 +24,7 @@ from typing import Any
 import hypothesis
 
 from batchfuzz import catalogue
-from batchfuzz.cli import UsageError
+from batchfuzz.usage import UsageError
 
 
 def register(sub: Any) -> None:

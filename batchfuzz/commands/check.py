@@ -33,10 +33,10 @@ from typing import Any, TextIO
 from hypothesis import settings
 
 from batchfuzz import exhaustive, profiles, registry, reproduce, runner
-from batchfuzz.cli import UsageError, parse_duration, writable_file
 from batchfuzz.codec import literal
 from batchfuzz.execution import executor_for
 from batchfuzz.targets import TargetError, parse
+from batchfuzz.usage import UsageError, parse_duration, writable_file
 
 # How long after --budget check may still run: the example in flight
 # (runner.DEADLINE_GRACE_S), then the report.
@@ -116,7 +116,7 @@ def _database(spec: str | None) -> Any:
     if not spec:
         return None
     from batchfuzz import profiles
-    from batchfuzz.database import DatabaseError, open_database
+    from batchfuzz.fuzz.database import DatabaseError, open_database
 
     try:
         return open_database(spec, local_dir=profiles.database_path(), read_only="://" in spec)

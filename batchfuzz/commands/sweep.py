@@ -8,8 +8,8 @@ import sys
 import time
 from typing import Any
 
-from batchfuzz.cli import UsageError
 from batchfuzz.sweep import sweep_split
+from batchfuzz.usage import UsageError
 
 
 def register(sub: Any) -> None:

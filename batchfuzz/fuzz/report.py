@@ -1,7 +1,7 @@
 """Reports of a fuzz run: ``summary.json``, ``summary.md`` and ``junit.xml``.
 
 All three are built from the per-item state files the workers write
-(:mod:`batchfuzz.fuzzjob`), so an interrupted run gets the same reports,
+(:mod:`batchfuzz.fuzz.job`), so an interrupted run gets the same reports,
 marked ``"partial": true``.
 
 Rates: an item's ``cases_per_second`` is examples over the seconds that item
@@ -19,8 +19,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from batchfuzz.corpus import versions, write_json_atomic
-from batchfuzz.fuzzjob import Job
+from batchfuzz.fuzz.corpus import versions, write_json_atomic
+from batchfuzz.fuzz.job import Job
 
 NOT_RUN = "not run"
 

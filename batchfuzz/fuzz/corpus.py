@@ -494,3 +494,46 @@ def describe(outcome: Outcome) -> str:
         lines.extend("    " + line for line in repro.splitlines())
     lines.append(f"  replay: batchfuzz replay {e.path}")
     return "\n".join(lines)
+
+
+def replay_paths(paths: list[Path], targets: dict[str, str], isolate: bool = True, quiet: bool = False,
+                 out: Any = None) -> dict[str, int]:
+    """``batchfuzz replay``: replay every corpus file under ``paths`` (default:
+    :func:`default_dir`), printing each entry's verdict and a total; returns the
+    counts of entries that pass, still fail, were skipped, or are malformed.
+    Raises UsageError for a given path that does not exist."""
+    import sys
+
+    from batchfuzz.usage import UsageError
+
+    def say(text: str) -> None:
+        print(text, file=out or sys.stdout)
+
+    roots = list(paths) or [default_dir()]
+    found: list[Path] = []
+    for root in roots:
+        if paths and not root.exists():
+            raise UsageError(f"{root}: no such corpus file or directory")
+        found.extend(files(root))
+    counts = {"passes": 0, "fails": 0, "skipped": 0, "malformed": 0}
+    if not found:
+        say(f"no corpus entries under {', '.join(str(r) for r in roots)}")
+        return counts
+    for path in found:
+        try:
+            outcome = replay(load(path), targets=targets, isolate=isolate)
+        except CorpusError as exc:
+            counts["malformed"] += 1
+            say(f"ERROR {exc}")
+            continue
+        counts[outcome.status] += 1
+        if outcome.fails:
+            say("FAIL  " + describe(outcome))
+        elif not quiet:
+            e = outcome.entry
+            word = "pass " if outcome.status == "passes" else "skip "
+            extra = f" ({outcome.message})" if outcome.message else ""
+            say(f"{word} {path}: {e.contract}/{e.target} {e.property}{extra}")
+    say(f"{len(found)} corpus entries: {counts['passes']} pass, {counts['fails']} still fail, "
+        f"{counts['skipped']} skipped, {counts['malformed']} malformed")
+    return counts
