@@ -51,13 +51,13 @@ def call(target: Any, case: Case) -> Any:
     return target(*(case.args[k] for k in STEP_ARGUMENTS))
 
 
-def a(c: list[int], q: list[int], tables: list[list[list[int]]], sizes: list[int]) -> dict[str, Any]:
+def step_args(c: list[int], q: list[int], tables: list[list[list[int]]], sizes: list[int]) -> dict[str, Any]:
     """Canonical arguments from plain lists (int64 arrays)."""
     return {"num_computed_tokens": np.array(c, dtype=np.int64), "num_scheduled_tokens": np.array(q, dtype=np.int64),
             "block_tables": [np.array(t, dtype=np.int64).reshape(len(c), -1) for t in tables], "block_sizes": sizes}
 
 
-def k(c: list[int], q: list[int], tables: list[list[list[int]]], sizes: list[int]) -> dict[str, Any]:
+def step_lists(c: list[int], q: list[int], tables: list[list[list[int]]], sizes: list[int]) -> dict[str, Any]:
     """A canonical counterexample as plain lists (the catalogue then leaves dtypes free)."""
     return {"num_computed_tokens": c, "num_scheduled_tokens": q, "block_tables": tables, "block_sizes": sizes}
 
@@ -239,22 +239,23 @@ def _ubatch(ranges: list[Range], token: int) -> int:
 def error_inputs() -> tuple[ErrorInput, ...]:
     """Bad steps; shared by both contract E records."""
     return (
-        ErrorInput(a([1, 0], [1], [[[1], [2]]], [2]), ValueError,
+        ErrorInput(step_args([1, 0], [1], [[[1], [2]]], [2]), ValueError,
                    r"num_computed_tokens and num_scheduled_tokens must have one entry per request, got lengths 2 and 1"),
-        ErrorInput(a([-1], [1], [[[1]]], [2]), ValueError, r"num_computed_tokens\[0\] must be >= 0, got -1"),
-        ErrorInput(a([0], [1], [], []), ValueError, r"block_sizes must name at least one KV-cache group"),
-        ErrorInput(a([0], [1], [[[1]]], [0]), ValueError, r"block_sizes\[0\] must be >= 1, got 0"),
-        ErrorInput(a([0], [1], [[[1]]], [2, 2]), ValueError,
+        ErrorInput(step_args([-1], [1], [[[1]]], [2]), ValueError, r"num_computed_tokens\[0\] must be >= 0, got -1"),
+        ErrorInput(step_args([0], [1], [], []), ValueError, r"block_sizes must name at least one KV-cache group"),
+        ErrorInput(step_args([0], [1], [[[1]]], [0]), ValueError, r"block_sizes\[0\] must be >= 1, got 0"),
+        ErrorInput(step_args([0], [1], [[[1]]], [2, 2]), ValueError,
                    r"block_tables must have one table per group \(len\(block_sizes\) = 2\), got 1"),
-        ErrorInput({**a([0, 0], [1, 1], [[[1], [2]]], [2]), "block_tables": [np.array([[1]])]}, ValueError,
+        ErrorInput({**step_args([0, 0], [1, 1], [[[1], [2]]], [2]), "block_tables": [np.array([[1]])]}, ValueError,
                    r"block_tables\[0\] must have one row per request \(2\), got 1 rows"),
-        ErrorInput(a([2], [3], [[[1, 2]]], [2]), ValueError,
+        ErrorInput(step_args([2], [3], [[[1, 2]]], [2]), ValueError,
                    r"block_tables\[0\] has 2 columns of block size 2 \(4 positions\), but request 0 needs c \+ q = 2 \+ 3 = 5"),
-        ErrorInput(a([0], [1], [[[-3]]], [2]), ValueError, r"block_tables\[0\]\[0, 0\] must be a block id >= 0, got -3"),
-        ErrorInput({**a([0], [1], [[[1]]], [2]), "num_computed_tokens": np.array([0.0])}, TypeError,
+        ErrorInput(step_args([0], [1], [[[-3]]], [2]), ValueError, r"block_tables\[0\]\[0, 0\] must be a block id >= 0, got -3"),
+        ErrorInput({**step_args([0], [1], [[[1]]], [2]), "num_computed_tokens": np.array([0.0])}, TypeError,
                    r"num_computed_tokens must have dtype int32 or int64, got float64"),
-        ErrorInput({**a([0], [1], [[[1]]], [2]), "block_tables": np.array([[[1]]])}, TypeError,
+        ErrorInput({**step_args([0], [1], [[[1]]], [2]), "block_tables": np.array([[[1]]])}, TypeError,
                    r"block_tables must be a list of 2-D arrays \(one per group\), got ndarray"),
-        ErrorInput({**a([0], [1], [[[1]]], [2]), "block_sizes": [2.0]}, TypeError, r"block_sizes\[0\] must be an int, got float 2.0"),
+        ErrorInput({**step_args([0], [1], [[[1]]], [2]), "block_sizes": [2.0]}, TypeError,
+                   r"block_sizes\[0\] must be an int, got float 2.0"),
     )
 

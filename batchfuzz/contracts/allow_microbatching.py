@@ -27,7 +27,7 @@ from batchfuzz._host import to_host
 from batchfuzz.case import Case
 from batchfuzz.checks import PropertyViolation, ResultTypeError, require
 from batchfuzz.contracts._inputs import inputs_unchanged
-from batchfuzz.contracts._microbatch import a, call, describe, error_inputs, labels, splits_of, step_of
+from batchfuzz.contracts._microbatch import call, describe, error_inputs, labels, splits_of, step_args, step_of
 from batchfuzz.contracts.allow_microbatching_variants import VARIANTS
 from batchfuzz.impl import allow_microbatching_numpy, allow_microbatching_torch
 from batchfuzz.reference import allow_microbatching as oracle
@@ -102,9 +102,9 @@ DOMAINS = registry.domains_from(strategies, {
 
 EXAMPLES = (
     # Decodes first: request 0 (q == 1, c == 1) hits block 1, which request 1 writes in this step.
-    Case(a([1, 0], [1, 1], [[[1, 2], [1, 0]]], [1]), {"source": "example", "adversarial_splits": [[(0, 1), (1, 2)]]}),
+    Case(step_args([1, 0], [1, 1], [[[1, 2], [1, 0]]], [1]), {"source": "example", "adversarial_splits": [[(0, 1), (1, 2)]]}),
     # A null in reader 1's prefix and a null written column of request 0: safe, but the shipped check vetoes it.
-    Case(a([0, 2], [2, 2], [[[0, 0], [0, 3]]], [2]), {"source": "example"}),
+    Case(step_args([0, 2], [2, 2], [[[0, 0], [0, 3]]], [2]), {"source": "example"}),
 )
 
 CONTRACT = registry.register(Contract(
