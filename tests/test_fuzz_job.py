@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from batchfuzz import cli, registry
+from batchfuzz import cli, output, registry
 from batchfuzz.fuzz import controller, corpus, report
 from batchfuzz.fuzz.job import Job, WorkItem, new_state
 from batchfuzz.fuzz.progress import Progress
@@ -257,8 +257,8 @@ _FAILURE = {"property": "p1", "during": "", "spec": "spec", "kind": "violation",
 
 def test_progress_table_on_a_terminal_and_lines_otherwise(tmp_path: Path) -> None:
     job = _fake_job(tmp_path)
-    corpus.write_json_atomic(job.items_dir / "0000.json", _state(job.items[0], "idle", 100))
-    corpus.write_json_atomic(job.items_dir / "0001.json", _state(job.items[1], "running", 10, [_FAILURE]))
+    output.write_json_atomic(job.items_dir / "0000.json", _state(job.items[0], "idle", 100))
+    output.write_json_atomic(job.items_dir / "0001.json", _state(job.items[1], "running", 10, [_FAILURE]))
     tty = io.StringIO()
     p = Progress(tty, job, time.time(), tty=True)
     p.update()

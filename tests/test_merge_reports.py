@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from batchfuzz import cli, registry
+from batchfuzz import cli, output, registry
 from batchfuzz.commands import fuzz as fuzz_command
 from batchfuzz.fuzz import controller, corpus, merge, report
 from batchfuzz.fuzz.job import Job, WorkItem, new_state
@@ -494,7 +494,7 @@ def test_merging_corpora_is_a_plain_copy_that_names_real_conflicts(tmp_path: Pat
     corpus.save(tmp_path / "s2", dict(same, date="2026-02-02T00:00:00+00:00", found={"seed": 9, "worker": "gw5"}))
     corpus.save(tmp_path / "s3", dict(same, spec="another text"))  # same name, different content: a conflict
     misnamed = corpus.path_for(tmp_path / "s4", same).with_name("ffffffffffffffff.json")
-    corpus.write_json_atomic(misnamed, same)
+    output.write_json_atomic(misnamed, same)
     garbage = tmp_path / "s4" / "split_dummy_tokens" / "0000000000000000.json"
     garbage.write_text("{ truncated")
     dest = tmp_path / "dest"

@@ -16,7 +16,7 @@ simulation (tests/test_microbatch_theory.py), never assumed:
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -113,6 +113,20 @@ def harmful_among(step: Any, split: Any, conflicts: Iterable[Conflict]) -> set[C
 
 
 
+# ---------------------------------------------------------------- the engine's shipped check
+#
+# Two forms of one check, side by side so that they cannot drift apart:
+# - shipped_allow_microbatching: plain loops over a validated step, each line
+#   a sentence of docs/contracts.md ("What the engine ships"). It is the
+#   registered variant ``shipped`` (the contract's properties judge it) and the
+#   reference the vectorised form is checked against.
+# - shipped_vectorised: numpy, written to cost what the engine's own code costs
+#   (one dense gather per group, np.unique, np.isin per reader), for the benches
+#   that compare the exact check's time with the shipped check's. Unvalidated,
+#   as the engine's is. tests/test_exact_microbatch.py checks that the two
+#   decide alike.
+
+
 def shipped_allow_microbatching(num_computed_tokens: Any, num_scheduled_tokens: Any, block_tables: Any,
                                 block_sizes: Any, reorder_batch_threshold: int = 1) -> bool:
     """The engine's shipped check (vLLM since 0.28), as docs/contracts.md describes it.
@@ -142,6 +156,44 @@ def _shipped_on(s: PlainStep, reorder_batch_threshold: int = 1) -> bool:
                     if table[r][col] in written:
                         return False
     return True
+
+
+def shipped_vectorised(num_reqs: int, num_computed_tokens: np.ndarray, num_scheduled_tokens: np.ndarray,
+                       block_tables: Sequence[np.ndarray], block_sizes: Sequence[int],
+                       reorder_batch_threshold: int = 1) -> bool:
+    """The check vLLM ships since 0.28 (``GPUModelRunner._allow_microbatching``
+    in ``vllm/v1/worker/gpu_model_runner.py``), written to cost what it costs there.
+
+    Readers: rows with ``q > reorder_batch_threshold`` and ``c > 0``. Per
+    group, the written ids are the unique values of every row's columns
+    ``[c // B, ceil((c + q) / B))``, gathered through one dense ``rows x
+    (largest span)`` grid, null ids included; then, reader by reader, its
+    whole blocks (columns ``[0, c // B)``) are looked up in them with
+    ``np.isin`` and the first hit vetoes. The engine also answers True
+    without looking when ``num_reqs < 2``; that guard is left out here so that
+    this function decides exactly as the registered variant
+    ``shipped_allow_microbatching`` on every step (they differ only on a
+    one-request step whose row repeats a block id).
+    """
+    c = num_computed_tokens[:num_reqs]
+    q = num_scheduled_tokens[:num_reqs]
+    readers = np.flatnonzero((q > reorder_batch_threshold) & (c > 0))
+    if readers.size == 0:
+        return True
+    for table, size in zip(block_tables, block_sizes, strict=True):
+        lo = c // size
+        hi = (c + q + size - 1) // size
+        grid = lo[:, None] + np.arange(int((hi - lo).max()))[None, :]
+        ids = np.take_along_axis(table[:num_reqs], np.minimum(grid, table.shape[1] - 1), axis=1)
+        written = np.unique(ids[grid < hi[:, None]])
+        for r in readers:
+            if np.isin(table[r, : c[r] // size], written).any():
+                return False
+    return True
+
+
+# ---------------------------------------------------------------- report
+
 
 
 def splits_of(case: Case, step: Step) -> list[tuple[str, list[Range]]]:

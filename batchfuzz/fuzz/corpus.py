@@ -4,7 +4,7 @@ Layout: ``<corpus>/<contract>/<id>.json``, where ``id`` is a short hash of
 (contract, target, device, domain, property, encoded case): the file's name
 is its content address, so the same failure found again (the next night, by
 another shard) maps to the same file, and merging corpora is a plain copy.
-Files are written atomically (temporary file, then ``os.replace``) the
+Files are written atomically (:func:`batchfuzz.output.write_json_atomic`) the
 moment a failure is found, so a killed run loses nothing.
 
 A corpus file is untrusted data:
@@ -39,7 +39,6 @@ import hashlib
 import json
 import os
 import platform
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +48,7 @@ import numpy as np
 from batchfuzz import __version__
 from batchfuzz.case import Case
 from batchfuzz.codec import CodecError, decode_case, encode_case, literal
+from batchfuzz.output import write_json_atomic
 from batchfuzz.targets import TargetError, TargetRef, parse
 
 FORMAT = "batchfuzz-corpus/2"
@@ -180,30 +180,6 @@ def save(root: Path | str, data: dict[str, Any]) -> tuple[Path, bool]:
         return path, False
     write_json_atomic(path, data)
     return path, True
-
-
-def write_json_atomic(path: Path | str, data: Any, *, fsync: bool = True) -> None:
-    """Write JSON so that readers (and a killed writer) never see half a file;
-    ``fsync`` also makes it survive a machine crash (skipped for state that is
-    rewritten many times a second)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o644)  # mkstemp makes 0600; reports and corpus files are for everyone to read
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=2, sort_keys=False)
-            fh.write("\n")
-            fh.flush()
-            if fsync:
-                os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def files(root: Path | str | None = None) -> list[Path]:

@@ -107,7 +107,7 @@ class Job:
         return self.run_dir / "STOP"
 
     def save(self, path: Path) -> None:
-        from batchfuzz.fuzz.corpus import write_json_atomic
+        from batchfuzz.output import write_json_atomic
 
         write_json_atomic(path, asdict(self))
 
@@ -154,7 +154,7 @@ def read_state(job: Job, item: WorkItem) -> dict[str, Any]:
 
 
 def write_state(job: Job, item: WorkItem, state: dict[str, Any], *, final: bool = False) -> None:
-    from batchfuzz.fuzz.corpus import write_json_atomic
+    from batchfuzz.output import write_json_atomic
 
     write_json_atomic(state_path(job, item), state, fsync=final)
 

@@ -53,8 +53,6 @@ import copy
 import datetime as _dt
 import json
 import os
-import shutil
-import tempfile
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -62,6 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from batchfuzz.fuzz import corpus, report
+from batchfuzz.output import copy_atomic, junit_text, markdown_table, write_json_atomic, write_text_atomic
 from batchfuzz.usage import ExitCode, UsageError
 
 VOLATILE_FIELDS = ("date", "found")  # found = {seed, profile, worker}: differ between processes finding the same failure
@@ -417,20 +416,18 @@ def render_junit(summary: dict[str, Any]) -> str:
         for k in s["missing"]:
             case = ET.SubElement(suite, "testcase", classname=SHARDS_SUITE, name=f"shard {k}/{s['count']}", time="0.000")
             ET.SubElement(case, "error", message=f"shard {k}/{s['count']} missing: no report was given to merge-reports")
-    ET.indent(root)
-    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+    return junit_text(root)
 
 
 def render_markdown(summary: dict[str, Any]) -> str:
     """The single-run renderer on the merged summary, plus a table of the shards."""
     s = summary["shards"]
+    rows = [[f"{g['index']}/{s['count']}", g["status"], g["items"], g["examples"], g["failures"], g["errors"],
+             f"{float(g['wall_seconds']):.0f}", f"`{g['dir']}`"] for g in s["given"]]
+    rows += [[f"{k}/{s['count']}", "**missing**", "", "", "", "", "", ""] for k in s["missing"]]
+    table = markdown_table(["shard", "status", "items", "examples", "failures", "errors", "wall s", "report"], rows, "llrrrrrl")
     lines = [report.render_markdown(summary).rstrip("\n"), "", f"### Shards ({len(s['given'])} of {s['count']} merged)", "",
-             "| shard | status | items | examples | failures | errors | wall s | report |",
-             "|---|---|---:|---:|---:|---:|---:|---|"]
-    for g in s["given"]:
-        lines.append(f"| {g['index']}/{s['count']} | {g['status']} | {g['items']} | {g['examples']} | {g['failures']} | "
-                     f"{g['errors']} | {float(g['wall_seconds']):.0f} | `{g['dir']}` |")
-    lines += [f"| {k}/{s['count']} | **missing** | | | | | | |" for k in s["missing"]]
+             *table]
     return "\n".join(lines) + "\n"
 
 
@@ -454,22 +451,10 @@ def write(out_dir: str | os.PathLike[str], merged: Merged) -> list[Path]:
         raise MergeError(f"{d}: the output report directory exists and is not a directory")
     d.mkdir(parents=True, exist_ok=True)
     paths = [d / name for name in REPORT_FILES]
-    corpus.write_json_atomic(paths[0], merged.summary)
-    for path, text in ((paths[1], merged.markdown), (paths[2], merged.junit)):
-        _write_text_atomic(path, text)
+    write_json_atomic(paths[0], merged.summary)
+    write_text_atomic(paths[1], merged.markdown)
+    write_text_atomic(paths[2], merged.junit)
     return paths
-
-
-def _write_text_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o644)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 # --------------------------------------------------------------------------- corpora
@@ -515,12 +500,7 @@ def merge_corpora(sources: Sequence[str | os.PathLike[str]], dest: str | os.Path
                 continue
             target = root / rel
             if not target.exists():
-                target.parent.mkdir(parents=True, exist_ok=True)
-                fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-                os.close(fd)
-                shutil.copyfile(path, tmp)
-                os.chmod(tmp, 0o644)
-                os.replace(tmp, target)
+                copy_atomic(path, target)
                 out.copied.append(rel)
                 continue
             try:
