@@ -447,7 +447,7 @@ def variants(contract_names: Iterable[str] | None = None) -> list[tuple[Contract
         known = {c.name for c in cs} | {c.section for c in cs}
         unknown = sorted(wanted - known)
         if unknown:
-            raise KeyError(f"unknown contract(s) {unknown}; known: {', '.join(sorted(c.name for c in cs))}")
+            raise registry.UnknownName(f"unknown contract(s) {unknown}; known: {', '.join(sorted(c.name for c in cs))}")
         cs = [c for c in cs if c.name in wanted or c.section in wanted]
     return [(c, v) for c in cs for v in c.variants]
 

@@ -348,7 +348,7 @@ def _serve(conn: Any, contract_name: str, ref: str, device: str, sys_path: list[
         target = parse(ref).load(contract)
         info = {"domain": declared_domain(target), "error": signature_error(contract, target)}
     except (TargetError, KeyError) as exc:
-        info, target, contract = {"domain": None, "error": str(exc).strip("'\"")}, None, None
+        info, target, contract = {"domain": None, "error": str(exc)}, None, None
     except Exception as exc:
         info, target, contract = {"domain": None, "error": f"{type(exc).__name__}: {exc}"}, None, None
     conn.send(info)

@@ -33,7 +33,7 @@ from batchfuzz.checks import PropertyViolation
 from batchfuzz.codec import encode_case
 from batchfuzz.execution import CRASH, FAILED, REJECTED, TIMEOUT, Executor, Outcome, wrap
 from batchfuzz.reduce import reduce_case
-from batchfuzz.registry import Contract, Property, Target
+from batchfuzz.registry import Contract, Property, Target, choose_domain
 
 # The pseudo-properties a crash or a hang fails (the property that was being
 # checked when it happened is kept as ``Failure.during``).
@@ -193,7 +193,7 @@ def hunt(
     source code of this function.
     """
     executor = wrap(contract, target, target_name)
-    domain = domain or executor.describe().get("domain") or "spec"
+    domain = choose_domain(domain, executor.describe().get("domain"))
     dom = contract.domain(domain)
     result = HuntResult(prop.name)
     last_failure: list[tuple[Case, Outcome]] = []
@@ -376,7 +376,7 @@ def hunt_for(
     # not shrunk by Hypothesis, so generated search gets the first chance to
     # report a minimal case.
     if contract.examples and time.time() < end:
-        dom = contract.domain(domain or executor.describe().get("domain") or "spec")
+        dom = contract.domain(choose_domain(domain, executor.describe().get("domain")))
         examples = tuple(ex for ex in contract.examples
                          if dom.contains(ex) and executor.check("__admits__", ex).status != REJECTED)
         for p in properties if examples else ():
@@ -437,5 +437,5 @@ def admits(contract: Contract, target: Target | Executor, case: Case, domain: st
     the target's declared domain, else ``spec``) and every ``@assumes``
     predicate of the target accepts it."""
     executor = wrap(contract, target)
-    dom = contract.domain(domain or executor.describe().get("domain") or "spec")
+    dom = contract.domain(choose_domain(domain, executor.describe().get("domain")))
     return dom.contains(case) and executor.check("__admits__", case).status != REJECTED

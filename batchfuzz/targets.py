@@ -76,12 +76,12 @@ class TargetRef:
             try:
                 return contract.implementation(self.name).for_device(self.device)
             except (KeyError, ValueError) as exc:
-                raise TargetError(str(exc).strip("'\"")) from None
+                raise TargetError(str(exc)) from None
         if self.kind == "variant":
             try:
                 return contract.variant(self.name).fn
             except KeyError as exc:
-                raise TargetError(str(exc).strip("'\"")) from None
+                raise TargetError(str(exc)) from None
         if self.kind == "oracle":
             return contract.oracle
         if self.kind == "engine":

@@ -25,7 +25,7 @@ def contract_target(text: str) -> tuple[str, str]:
     return contract, spec
 
 
-def json_output(p: argparse.ArgumentParser, help: str) -> None:
+def json_output(p: argparse.ArgumentParser, help: str | None) -> None:
     """``--json PATH`` (``args.json_path``): where a command writes its report as JSON."""
     p.add_argument("--json", dest="json_path", metavar="PATH", help=help)
 

@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from batchfuzz import registry
+from batchfuzz.usage import ExitCode
 
 
 def register(sub: Any) -> None:
@@ -29,4 +30,4 @@ def run(args: argparse.Namespace) -> int:
         if args.variants:
             for v in c.variants:
                 print(f"    variant {v.name} ({v.origin}): {v.description}")
-    return 0
+    return ExitCode.OK

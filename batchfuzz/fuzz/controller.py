@@ -92,7 +92,7 @@ def plan(args: argparse.Namespace) -> list[WorkItem]:
             try:
                 by_name[cname].domain(args.domain)
             except KeyError as exc:
-                raise UsageError(f"--domain: {str(exc).strip(chr(39) + chr(34))}") from None
+                raise UsageError(f"--domain: {exc}") from None
         try:
             ref = parse(spec)
         except TargetError as exc:
@@ -140,7 +140,7 @@ def _check_targets(items: list[WorkItem], isolate: bool, timeout_s: float) -> No
         try:
             with executor_for(contract, item.target, isolate=isolate) as ex:
                 info = ex.describe()
-                why = info.get("error") or runner.probe_result(contract, ex, item.domain or info.get("domain") or "spec",
+                why = info.get("error") or runner.probe_result(contract, ex, registry.choose_domain(item.domain, info.get("domain")),
                                                                timeout_s=timeout_s)
         except TargetError as exc:
             raise UsageError(f"--target {item.contract}={item.target}: {exc}") from None

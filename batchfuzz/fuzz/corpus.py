@@ -336,7 +336,7 @@ def _typename(typ: type | tuple[type, ...]) -> str:
 
 
 @dataclass
-class Outcome:
+class Replayed:
     """The result of replaying one entry."""
 
     entry: CorpusEntry
@@ -377,7 +377,7 @@ def check_entry(entry: CorpusEntry) -> None:
     try:
         domain = contract.domain(entry.domain)
     except KeyError as exc:
-        raise CorpusError(f"{where}: {str(exc).strip(chr(34) + chr(39))}") from None
+        raise CorpusError(f"{where}: {exc}") from None
     try:
         fits = domain.contains(entry.case)
     except Exception as exc:
@@ -387,7 +387,7 @@ def check_entry(entry: CorpusEntry) -> None:
 
 
 def replay(entry: CorpusEntry, *, targets: dict[str, str] | None = None, isolate: bool = True,
-           timeout_s: float = 60.0) -> Outcome:
+           timeout_s: float = 60.0) -> Replayed:
     """Re-check the entry's property on its stored case.
 
     ``targets`` maps a contract to the user's function (``MODULE:FUNCTION``)
@@ -405,14 +405,14 @@ def replay(entry: CorpusEntry, *, targets: dict[str, str] | None = None, isolate
     if not ref.is_project_code:
         chosen = (targets or {}).get(entry.contract)
         if chosen is None:
-            return Outcome(entry, "skipped", message=f"names a user's function ({entry.target}); pass --target "
+            return Replayed(entry, "skipped", message=f"names a user's function ({entry.target}); pass --target "
                            f"{entry.contract}=MODULE:FUNCTION to replay it against yours")
         ref = parse(chosen)
     if entry.device == "cuda":
         import torch
 
         if not torch.cuda.is_available():
-            return Outcome(entry, "skipped", message="recorded on cuda; no CUDA device here")
+            return Replayed(entry, "skipped", message="recorded on cuda; no CUDA device here")
     prop = entry.during if entry.property in ("crash", "timeout") else entry.property
     try:
         with executor_for(contract, ref, isolate=isolate, device=entry.device) as ex:
@@ -423,11 +423,11 @@ def replay(entry: CorpusEntry, *, targets: dict[str, str] | None = None, isolate
     except TargetError as exc:
         raise CorpusError(f"{entry.path or '<corpus entry>'}: cannot load target {ref.spec}: {exc}") from None
     if outcome.status == "rejected":
-        return Outcome(entry, "skipped", message="the target's @assumes rejects this case")
+        return Replayed(entry, "skipped", message="the target's @assumes rejects this case")
     if failure_signature(outcome) is not None:
-        return Outcome(entry, "fails", outcome.error_type if outcome.status == "failed" else outcome.status,
-                       outcome.message + (f" ({outcome.exit})" if outcome.exit else ""))
-    return Outcome(entry, "passes")
+        return Replayed(entry, "fails", outcome.error_type if outcome.status == "failed" else outcome.status,
+                        outcome.message + (f" ({outcome.exit})" if outcome.exit else ""))
+    return Replayed(entry, "passes")
 
 
 def open_duplicate(root: Path | str, data: dict[str, Any], executor: Any, timeout_s: float = 30.0) -> Path | None:
@@ -457,12 +457,12 @@ def open_duplicate(root: Path | str, data: dict[str, Any], executor: Any, timeou
     return None
 
 
-def describe(outcome: Outcome) -> str:
+def describe(replayed: Replayed) -> str:
     """A readable account of a still-failing entry, with its reproduction."""
-    e = outcome.entry
+    e = replayed.entry
     lines = [
         f"{e.path}: {e.contract}/{e.target} still violates {e.property}" + (f" ({e.spec})" if e.spec else ""),
-        f"  {outcome.error_type}: {outcome.message.splitlines()[0] if outcome.message else ''}",
+        f"  {replayed.error_type}: {replayed.message.splitlines()[0] if replayed.message else ''}",
     ]
     repro = e.data.get("reproduction")
     if isinstance(repro, str) and repro:
@@ -497,18 +497,18 @@ def replay_paths(paths: list[Path], targets: dict[str, str], isolate: bool = Tru
         return counts
     for path in found:
         try:
-            outcome = replay(load(path), targets=targets, isolate=isolate)
+            replayed = replay(load(path), targets=targets, isolate=isolate)
         except CorpusError as exc:
             counts["malformed"] += 1
             say(f"ERROR {exc}")
             continue
-        counts[outcome.status] += 1
-        if outcome.fails:
-            say("FAIL  " + describe(outcome))
+        counts[replayed.status] += 1
+        if replayed.fails:
+            say("FAIL  " + describe(replayed))
         elif not quiet:
-            e = outcome.entry
-            word = "pass " if outcome.status == "passes" else "skip "
-            extra = f" ({outcome.message})" if outcome.message else ""
+            e = replayed.entry
+            word = "pass " if replayed.status == "passes" else "skip "
+            extra = f" ({replayed.message})" if replayed.message else ""
             say(f"{word} {path}: {e.contract}/{e.target} {e.property}{extra}")
     say(f"{len(found)} corpus entries: {counts['passes']} pass, {counts['fails']} still fail, "
         f"{counts['skipped']} skipped, {counts['malformed']} malformed")

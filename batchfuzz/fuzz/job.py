@@ -222,7 +222,7 @@ class _Runner:
             # Starting the target's worker (and importing it) is not the item's fuzzing time: the slice starts now.
             slice_end = min(job.deadline, time.time() + slice_s)
             shrink_until = min(job.deadline, slice_end + shrink_s)
-            domain = item.domain or info.get("domain") or "spec"
+            domain = registry.choose_domain(item.domain, info.get("domain"))
             rs = self.settings()
             state["settings"] = {"profile": job.profile, "derandomize": bool(rs.derandomize), "isolated": job.isolate,
                                  "database": repr(rs.database) if rs.database is not None else None, "domain": domain,
