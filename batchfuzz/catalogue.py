@@ -64,7 +64,7 @@ from batchfuzz.reproduce import reproduction
 # The catalogue's search budget: the ``ci`` profile with more examples. Only a
 # variant that is not found pays for all of them; a found one stops at its
 # first failure and then shrinks.
-MAX_EXAMPLES = 300
+MAX_EXAMPLES = profiles.CATALOGUE_MAX_EXAMPLES
 
 # Shrinking can stop in a local minimum that depends on the example stream.
 # When the ci stream's shrunk case is larger than the documented form, up to

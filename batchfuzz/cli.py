@@ -28,24 +28,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # Commands that run code under test in worker processes: the fork server they
-# come from starts before the commands are imported, so that its imports and
-# ours overlap.
+# come from starts as soon as the command line parses, before the command's
+# own (heavy) imports, so that its imports (torch, the registry) and ours
+# overlap; `--help` and argparse's usage errors never start it.
 _RUNS_WORKERS = frozenset({"check", "fuzz", "replay", "catalogue", "sweep"})
 
 
 def main(argv: list[str] | None = None) -> int:
     started = time.time()  # budgets count from here, before the (slow) imports of the commands
-    words = sys.argv[1:] if argv is None else argv
-    if words and words[0] in _RUNS_WORKERS and "--help" not in words and "-h" not in words:
-        from batchfuzz.execution import start_fork_server
-
-        start_fork_server()
     parser = build_parser()
     args = parser.parse_args(argv)
     args.started = started
     if not getattr(args, "func", None):
         parser.print_help()
         return ExitCode.USAGE
+    if args.command in _RUNS_WORKERS:
+        from batchfuzz.execution import start_fork_server
+
+        start_fork_server()
     try:
         return int(args.func(args))
     except UsageError as exc:

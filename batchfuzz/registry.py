@@ -25,11 +25,12 @@ import pkgutil
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-from hypothesis.strategies import SearchStrategy
+from typing import TYPE_CHECKING, Any
 
 from batchfuzz.case import Case
+
+if TYPE_CHECKING:
+    from hypothesis.strategies import SearchStrategy
 
 Target = Callable[..., Any]
 DEVICES = ("cpu", "cuda")
@@ -87,14 +88,30 @@ class Implementation:
         return self.bind(device)
 
 
-def host_impl(name: str, fn: Target, description: str = "") -> Implementation:
-    """A host implementation (numpy or plain Python)."""
-    return Implementation(name=name, bind=lambda device: fn, devices=("cpu",), description=description)
+def _resolve(reference: Any) -> Any:
+    """``"package.module:attribute"`` -> that attribute (imported now); anything else as it is."""
+    if not isinstance(reference, str):
+        return reference
+    module, sep, attr = reference.partition(":")
+    if not sep or not module or not attr:
+        raise RecordError(f"a lazy reference must be 'package.module:attribute', got {reference!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), attr)
 
 
-def torch_impl(name: str, bind: Callable[[str], Target], description: str = "") -> Implementation:
-    """A torch implementation bound to a device by ``bind(device)``."""
-    return Implementation(name=name, bind=bind, devices=DEVICES, description=description)
+def host_impl(name: str, fn: Target | str, description: str = "") -> Implementation:
+    """A host implementation (numpy or plain Python). ``fn`` may be a
+    ``"package.module:function"`` reference, imported when the implementation
+    is first bound (a torch-using host function: listing the registry must not import torch)."""
+    return Implementation(name=name, bind=lambda device: _resolve(fn), devices=("cpu",), description=description)
+
+
+def torch_impl(name: str, bind: Callable[[str], Target] | str, description: str = "") -> Implementation:
+    """A torch implementation bound to a device by ``bind(device)``; ``bind``
+    may be a ``"package.module:bind"`` reference, imported when first bound,
+    so that loading the registry (``batchfuzz list``, usage errors) does not import torch."""
+    return Implementation(name=name, bind=lambda device: _resolve(bind)(device), devices=DEVICES, description=description)
 
 
 @dataclass(frozen=True)

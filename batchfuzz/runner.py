@@ -28,6 +28,7 @@ from hypothesis import Phase, event, given, reject, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis.errors import HypothesisException
 
+from batchfuzz import profiles
 from batchfuzz.case import Case
 from batchfuzz.checks import PropertyViolation
 from batchfuzz.codec import encode_case
@@ -41,8 +42,7 @@ CRASH_PROPERTY = Property("crash", "calling the target does not kill its process
                           "BaseException or device fault)", lambda target, case: None)
 TIMEOUT_PROPERTY = Property("timeout", "every call of the target returns within the per-example timeout",
                             lambda target, case: None)
-# Seconds an example in flight may run past the deadline (the grace of --budget).
-DEADLINE_GRACE_S = 2.0
+DEADLINE_GRACE_S = profiles.DEADLINE_GRACE_S
 
 
 @dataclass

@@ -24,6 +24,7 @@ import pytest
 
 from batchfuzz import cli, output, registry
 from batchfuzz.fuzz import controller, corpus, report
+from batchfuzz.fuzz import settings as fuzz_settings
 from batchfuzz.fuzz.job import Job, WorkItem, new_state
 from batchfuzz.fuzz.progress import Progress
 from tests.test_corpus import BUGGY, CONTRACT, FIXED
@@ -83,7 +84,7 @@ def test_planted_failure_on_two_workers_under_ci_reaches_the_corpus_and_the_test
     assert r.returncode == 1, out  # the planted target fails
     s = _summary(tmp_path)
     assert not s["partial"] and s["status"] == "failed" and s["workers"] == 2 and s["profile"] == "nightly"
-    assert s["wall_seconds"] < 20 + controller.GRACE_S
+    assert s["wall_seconds"] < 20 + fuzz_settings.GRACE_S
     impls = s["contracts"][CONTRACT]["implementations"]
     assert set(impls) == {"impl:numpy@cpu", f"{planted}:split"}
     for i in impls.values():
@@ -158,7 +159,7 @@ def test_a_fair_share_runs_every_item(tmp_path: Path) -> None:
     no item is left unrun: items are handed out round robin, each gets a slice
     before any gets a second."""
     items = controller.plan(cli.build_parser().parse_args(["fuzz", "--contract", CONTRACT]))
-    budget = controller.STARTUP_S + len(items) * controller.MIN_SLICE_S
+    budget = fuzz_settings.STARTUP_S + len(items) * fuzz_settings.MIN_SLICE_S
     r = _fuzz(tmp_path, "--budget", f"{budget}s", "--no-database", "--contract", CONTRACT)
     assert r.returncode == 0, r.stdout + r.stderr
     s = _summary(tmp_path)

@@ -2,7 +2,7 @@
 
 Each variant is run against its primary property under the ``ci`` profile
 (derandomized, no database) with ``max_examples`` raised (default 300, see
-``batchfuzz.catalogue.MAX_EXAMPLES``); its shrunk counterexample is compared
+``batchfuzz.profiles.CATALOGUE_MAX_EXAMPLES``); its shrunk counterexample is compared
 with the documented canonical form, and every property it lists in
 ``caught_by`` is confirmed to fail on it. Prints a table; ``--markdown``
 writes it as Markdown (between markers, so it can live inside README.md) and
@@ -20,9 +20,7 @@ import sys
 import time
 from typing import Any
 
-import hypothesis
-
-from batchfuzz import catalogue, output
+from batchfuzz import output, profiles
 from batchfuzz.commands import _options
 from batchfuzz.usage import ExitCode, UsageError
 
@@ -37,8 +35,8 @@ def register(sub: Any) -> None:
     p.add_argument("--markdown", metavar="PATH",
                    help="write the Markdown table here (between the catalogue markers when the file already has them)")
     _options.json_output(p, help="write the full JSON report here")
-    p.add_argument("--max-examples", type=int, default=catalogue.MAX_EXAMPLES,
-                   help=f"examples per search before a variant counts as not found (default {catalogue.MAX_EXAMPLES})")
+    p.add_argument("--max-examples", type=int, default=profiles.CATALOGUE_MAX_EXAMPLES,
+                   help=f"examples per search before a variant counts as not found (default {profiles.CATALOGUE_MAX_EXAMPLES})")
     p.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="run variants in N worker processes (default 1; seconds are then measured under shared load)")
     p.add_argument("--primary-only", action="store_true",
@@ -47,6 +45,10 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import hypothesis
+
+    from batchfuzz import catalogue
+
     if args.max_examples < 1:
         raise UsageError(f"--max-examples must be >= 1, got {args.max_examples}")
     try:

@@ -28,20 +28,18 @@ import argparse
 import signal
 import sys
 import time
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from hypothesis import settings
-
-from batchfuzz import exhaustive, output, profiles, registry, reproduce, runner
-from batchfuzz.codec import literal
+from batchfuzz import output, profiles, registry
 from batchfuzz.commands import _options
-from batchfuzz.execution import executor_for
-from batchfuzz.targets import TargetError, parse
 from batchfuzz.usage import ExitCode, UsageError
+
+if TYPE_CHECKING:  # the rest is imported by run(): `batchfuzz --help` stays light
+    from batchfuzz import exhaustive, runner
 
 # How long after --budget check may still run: the example in flight
 # (runner.DEADLINE_GRACE_S), then the report.
-GRACE_S = runner.DEADLINE_GRACE_S + 3.0
+GRACE_S = profiles.DEADLINE_GRACE_S + 3.0
 
 # Default budgets: a random check, and an exhaustive one (a scope is covered
 # completely or reported incomplete, so it gets time to finish).
@@ -123,6 +121,10 @@ def _database(spec: str | None) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    from batchfuzz import runner
+    from batchfuzz.execution import executor_for
+    from batchfuzz.targets import TargetError, parse
+
     started = getattr(args, "started", None) or time.time()
     if args.budget is None:
         args.budget = EXHAUSTIVE_BUDGET_S if args.exhaustive else DEFAULT_BUDGET_S
@@ -177,6 +179,10 @@ def run(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace, contract: registry.Contract, props: tuple[registry.Property, ...], ref: Any,
            executor: Any, info: dict[str, Any], database: Any, started: float, deadline: float) -> int:
+    from hypothesis import settings
+
+    from batchfuzz import runner
+
     profiles.register_profiles()
     base = settings(settings.get_profile("dev"), derandomize=False, database=database)
     seed = args.seed if args.seed is not None else int(time.time() * 1000) & 0xFFFFFFFF
@@ -249,6 +255,9 @@ def _print_counterexample(contract: registry.Contract, executor: Any, ref: Any, 
     """Print ``failure`` as a reproduction, the other properties its case
     breaks (``what`` names the case) and ``replay`` (the command that finds it again); the report's
     fields for it. ``check`` and ``check --exhaustive`` share it."""
+    from batchfuzz import reproduce, runner
+    from batchfuzz.codec import literal
+
     repro = reproduce.reproduction(failure, ref, timeout_s=max(10.0, 3 * timeout))
     print(f"\nCOUNTEREXAMPLE: property {failure.property} ({failure.spec})"
           + (f", while checking {failure.during}" if failure.during else ""))
@@ -275,6 +284,8 @@ def _print_counterexample(contract: registry.Contract, executor: Any, ref: Any, 
 def _exhaustive(args: argparse.Namespace, contract: registry.Contract, props: tuple[registry.Property, ...],
                 scope: registry.Scope, ref: Any, executor: Any, info: dict[str, Any], started: float, deadline: float) -> int:
     """``check --exhaustive``: every property on every input of ``scope``, smallest first."""
+    from batchfuzz import exhaustive
+
     domain = registry.choose_domain(args.domain, info.get("domain"), scope.domain)
     timeout = args.timeout if args.timeout is not None else default_timeout(args.budget)
     mode = "in this process" if args.no_isolation else "in a worker process"

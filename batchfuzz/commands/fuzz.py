@@ -22,9 +22,7 @@ from typing import Any
 
 from batchfuzz import profiles
 from batchfuzz.commands import _options
-from batchfuzz.fuzz import controller
-from batchfuzz.fuzz.controller import DEFAULT_REPORT, GRACE_S, MIN_SLICE_S, STARTUP_S
-from batchfuzz.fuzz.corpus import ENV_VAR as CORPUS_ENV_VAR
+from batchfuzz.fuzz.settings import CORPUS_ENV_VAR, DEFAULT_REPORT, GRACE_S, MIN_SLICE_S, STARTUP_S
 from batchfuzz.usage import positive_int
 
 
@@ -80,4 +78,6 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from batchfuzz.fuzz import controller
+
     return controller.exit_code(controller.run(args))

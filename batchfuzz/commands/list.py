@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from batchfuzz import registry
 from batchfuzz.usage import ExitCode
 
 
@@ -16,6 +15,8 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from batchfuzz import registry
+
     for c in registry.contracts():
         print(f"{c.section:3} {c.name}: {c.title}\n    {c.signature}")
         if c.notes:

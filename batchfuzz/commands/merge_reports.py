@@ -18,8 +18,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from batchfuzz.fuzz import merge
-
 
 def register(sub: Any) -> None:
     p = sub.add_parser("merge-reports", help="merge the reports (and corpora) of a sharded fuzz run",
@@ -33,4 +31,6 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from batchfuzz.fuzz import merge
+
     return merge.merge_run(args.dirs, args.report, corpus_dest=args.corpus, corpus_from=args.corpus_from)

@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from batchfuzz.commands import _options
-from batchfuzz.fuzz import corpus
-from batchfuzz.targets import TargetError, parse
 from batchfuzz.usage import ExitCode
 
 
 def _target(text: str) -> tuple[str, str]:
+    from batchfuzz.targets import TargetError, parse
+
     contract, spec = _options.contract_target(text)
     try:
         parse(spec)
@@ -47,6 +47,8 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from batchfuzz.fuzz import corpus
+
     counts = corpus.replay_paths([Path(p) for p in args.paths], targets=dict(args.target), isolate=not args.no_isolation,
                                  quiet=args.quiet)
     if counts["fails"]:

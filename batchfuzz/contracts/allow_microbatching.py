@@ -29,7 +29,7 @@ from batchfuzz.checks import PropertyViolation, ResultTypeError, require
 from batchfuzz.contracts._inputs import inputs_unchanged
 from batchfuzz.contracts._microbatch import call, describe, error_inputs, labels, splits_of, step_args, step_of
 from batchfuzz.contracts.allow_microbatching_variants import VARIANTS
-from batchfuzz.impl import allow_microbatching_numpy, allow_microbatching_torch
+from batchfuzz.impl import allow_microbatching_numpy
 from batchfuzz.reference import allow_microbatching as oracle
 from batchfuzz.reference._step import STEP_ARGUMENTS
 from batchfuzz.registry import Contract, Property, Target
@@ -89,7 +89,7 @@ def _scores(target: Target, case: Case) -> dict[str, int]:
 IMPLEMENTATIONS = (
     registry.host_impl("numpy", allow_microbatching_numpy.allow_microbatching,
                        "ExactMicrobatchCheck: block level, a fast path under one write record per block, a general path otherwise"),
-    registry.torch_impl("torch", allow_microbatching_torch.bind,
+    registry.torch_impl("torch", "batchfuzz.impl.allow_microbatching_torch:bind",
                        "ExactMicrobatchCheckTorch: scatter_reduce over all groups at once; no host sync until the result"),
 )
 

@@ -14,7 +14,7 @@ from batchfuzz.codec import register_dataclass
 from batchfuzz.contracts._inputs import inputs_unchanged
 from batchfuzz.contracts._microbatch import call, describe, error_inputs, harmful_among, labels, splits_of, step_args, step_of
 from batchfuzz.contracts.find_conflicts_variants import VARIANTS
-from batchfuzz.impl import find_conflicts_numpy, find_conflicts_torch
+from batchfuzz.impl import find_conflicts_numpy
 from batchfuzz.reference import find_conflicts as oracle
 from batchfuzz.reference._step import STEP_ARGUMENTS, Conflict, Step, is_well_formed
 from batchfuzz.reference.allow_microbatching import simulate
@@ -147,7 +147,7 @@ PROPERTIES = (
 IMPLEMENTATIONS = (
     registry.host_impl("numpy", find_conflicts_numpy.find_conflicts,
                        "block level: write records and whole-block reads, slot level only for partly written blocks"),
-    registry.torch_impl("torch", find_conflicts_torch.bind,
+    registry.torch_impl("torch", "batchfuzz.impl.find_conflicts_torch:bind",
                        "records sorted by block, read cells matched by searchsorted, pairs at fixed positions: no host sync "
                        "(fixed capacity, overflow reported; bind retries with room for all)"),
 )

@@ -38,28 +38,17 @@ from typing import Any, TextIO
 from batchfuzz import profiles, registry, runner
 from batchfuzz.fuzz import corpus
 from batchfuzz.fuzz.job import FINAL, IDLE, RUNNING, WAITING, Job, WorkItem, new_state, read_state, read_states, runner_main, write_state
+from batchfuzz.fuzz.settings import (
+    GRACE_S,
+    MAX_SLICE_S,
+    MIN_SLICE_S,
+    SHRINK_MIN_S,
+    SHRINK_SHARE,
+    TARGET_ROUNDS,
+)
 from batchfuzz.targets import TargetError, parse
 from batchfuzz.usage import ExitCode, UsageError, writable_dir
 
-DEFAULT_REPORT = "reports/fuzz"
-# A slice is at least this long (seconds): every item runs once when the
-# budget gives each item this much per worker.
-MIN_SLICE_S = 0.25
-# What start-up (imports, the fork server, the runners) may take of the budget,
-# which counts from the start of the command.
-STARTUP_S = 10.0
-MAX_SLICE_S = 300.0
-# A failure found in a slice is shrunk (and reduced) past the slice's end for
-# at most this share of the budget, or SHRINK_MIN_S seconds if that is more;
-# for one more slice's length only while some item has not run yet.
-SHRINK_SHARE = 0.05
-SHRINK_MIN_S = 2.0
-# Slices are sized so that the budget holds about this many rounds.
-TARGET_ROUNDS = 2
-# After the deadline: the slices in flight finish (each stops generating at
-# once and shrinking by the deadline plus runner.DEADLINE_GRACE_S), then the
-# runners are stopped; a runner still busy this long after the deadline is killed.
-GRACE_S = float(os.environ.get("BATCHFUZZ_STOP_GRACE", "15"))
 _RANDOM_PROFILES = ("dev", "nightly")
 
 

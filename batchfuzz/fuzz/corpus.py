@@ -48,12 +48,13 @@ import numpy as np
 from batchfuzz import __version__
 from batchfuzz.case import Case
 from batchfuzz.codec import CodecError, decode_case, encode_case, literal
+from batchfuzz.fuzz.settings import CORPUS_ENV_VAR
 from batchfuzz.output import write_json_atomic
 from batchfuzz.targets import TargetError, TargetRef, parse
 
 FORMAT = "batchfuzz-corpus/2"
 OLD_FORMAT = "batchfuzz-corpus/1"  # still read: implementation/target fields instead of one target reference
-ENV_VAR = "BATCHFUZZ_CORPUS"
+ENV_VAR = CORPUS_ENV_VAR
 MAX_FILE_BYTES = 1 << 20
 MAX_DEPTH = 64
 MAX_NUMBERS = 1 << 22
