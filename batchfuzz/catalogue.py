@@ -458,21 +458,13 @@ def _run_named(contract_name: str, variant_name: str, max_examples: int, check_a
     return run_variant(c, c.variant(variant_name), run_settings=catalogue_settings(max_examples), check_all=check_all)
 
 
-def run_catalogue(contract_names: Iterable[str] | None = None, *, max_examples: int = MAX_EXAMPLES,
-                  check_all: bool = True, jobs: int = 1,
-                  on_entry: Callable[[int, int, Row], None] | None = None) -> list[Row]:
-    """Every variant of the selected contracts (all by default); see :func:`run_items`."""
-    return run_items(variants(contract_names), max_examples=max_examples, check_all=check_all, jobs=jobs,
-                     on_entry=on_entry)
-
-
 def run_items(items: Sequence[tuple[Contract, Variant]], *, max_examples: int = MAX_EXAMPLES, check_all: bool = True,
               jobs: int = 1, on_entry: Callable[[int, int, Row], None] | None = None) -> list[Row]:
     """Each (contract, variant) through :func:`run_variant`, rows in the given order.
 
-    ``jobs > 1`` runs variants in that many worker processes (spawned, so
-    each imports the registry afresh); ``on_entry`` is called as each
-    finishes. Per-variant seconds are then measured under the load of the
+    ``jobs > 1`` runs variants in that many worker processes, forked from
+    the fork server (``execution.process_context``: the registry is already
+    imported there); ``on_entry`` is called as each finishes. Per-variant seconds are then measured under the load of the
     other workers.
     """
     if jobs <= 1:
