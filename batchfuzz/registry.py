@@ -25,11 +25,12 @@ import pkgutil
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-from hypothesis.strategies import SearchStrategy
+from typing import TYPE_CHECKING, Any
 
 from batchfuzz.case import Case
+
+if TYPE_CHECKING:
+    from hypothesis.strategies import SearchStrategy
 
 Target = Callable[..., Any]
 DEVICES = ("cpu", "cuda")
@@ -38,6 +39,26 @@ MIN_MUTANTS = 5
 CONTRACTS_ENV_VAR = "BATCHFUZZ_CONTRACTS"
 ENTRY_POINT_GROUP = "batchfuzz.contracts"
 
+
+
+
+SPEC = "spec"  # the widest domain, which every contract has
+
+
+def choose_domain(explicit: str | None, declared: str | None, fallback: str = SPEC) -> str:
+    """The domain a run draws from: the one named explicitly (``--domain``, a
+    work item's), else the one the target declares (``@batchfuzz.domain``),
+    else ``fallback`` (``spec``; an exhaustive scope's own domain)."""
+    return explicit or declared or fallback
+
+class UnknownName(KeyError):
+    """A registry lookup of a name that is not there (a contract, property,
+    variant, implementation, domain or scope). A ``KeyError`` (so a
+    ``LookupError``) whose ``str()`` is the message itself, which names what
+    is known: print it as it is."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 class RecordError(ValueError):
     """A contract record that cannot work (raised when it is built)."""
@@ -67,14 +88,30 @@ class Implementation:
         return self.bind(device)
 
 
-def host_impl(name: str, fn: Target, description: str = "") -> Implementation:
-    """A host implementation (numpy or plain Python)."""
-    return Implementation(name=name, bind=lambda device: fn, devices=("cpu",), description=description)
+def _resolve(reference: Any) -> Any:
+    """``"package.module:attribute"`` -> that attribute (imported now); anything else as it is."""
+    if not isinstance(reference, str):
+        return reference
+    module, sep, attr = reference.partition(":")
+    if not sep or not module or not attr:
+        raise RecordError(f"a lazy reference must be 'package.module:attribute', got {reference!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), attr)
 
 
-def torch_impl(name: str, bind: Callable[[str], Target], description: str = "") -> Implementation:
-    """A torch implementation bound to a device by ``bind(device)``."""
-    return Implementation(name=name, bind=bind, devices=DEVICES, description=description)
+def host_impl(name: str, fn: Target | str, description: str = "") -> Implementation:
+    """A host implementation (numpy or plain Python). ``fn`` may be a
+    ``"package.module:function"`` reference, imported when the implementation
+    is first bound (a torch-using host function: listing the registry must not import torch)."""
+    return Implementation(name=name, bind=lambda device: _resolve(fn), devices=("cpu",), description=description)
+
+
+def torch_impl(name: str, bind: Callable[[str], Target] | str, description: str = "") -> Implementation:
+    """A torch implementation bound to a device by ``bind(device)``; ``bind``
+    may be a ``"package.module:bind"`` reference, imported when first bound,
+    so that loading the registry (``batchfuzz list``, usage errors) does not import torch."""
+    return Implementation(name=name, bind=lambda device: _resolve(bind)(device), devices=DEVICES, description=description)
 
 
 @dataclass(frozen=True)
@@ -354,32 +391,32 @@ class Contract:
         for p in self.properties:
             if p.name == name:
                 return p
-        raise KeyError(f"contract {self.name!r} has no property {name!r} (has: {', '.join(p.name for p in self.properties)})")
+        raise UnknownName(f"contract {self.name!r} has no property {name!r} (has: {', '.join(p.name for p in self.properties)})")
 
     def variant(self, name: str) -> Variant:
         for v in self.variants:
             if v.name == name:
                 return v
-        raise KeyError(f"contract {self.name!r} has no variant {name!r} (has: {', '.join(v.name for v in self.variants)})")
+        raise UnknownName(f"contract {self.name!r} has no variant {name!r} (has: {', '.join(v.name for v in self.variants)})")
 
     def implementation(self, name: str) -> Implementation:
         for i in self.implementations:
             if i.name == name:
                 return i
-        raise KeyError(f"contract {self.name!r} has no implementation {name!r} "
+        raise UnknownName(f"contract {self.name!r} has no implementation {name!r} "
                        f"(has: {', '.join(i.name for i in self.implementations)})")
 
     def domain(self, name: str) -> Domain:
         for d in self.domains:
             if d.name == name:
                 return d
-        raise KeyError(f"contract {self.name!r} has no domain {name!r} (has: {', '.join(d.name for d in self.domains)})")
+        raise UnknownName(f"contract {self.name!r} has no domain {name!r} (has: {', '.join(d.name for d in self.domains)})")
 
     def scope(self, name: str = DEFAULT_SCOPE) -> Scope:
         for s in self.scopes:
             if s.name == name:
                 return s
-        raise KeyError(f"contract {self.name!r} has no scope {name!r} (has: {', '.join(s.name for s in self.scopes) or 'none'})")
+        raise UnknownName(f"contract {self.name!r} has no scope {name!r} (has: {', '.join(s.name for s in self.scopes) or 'none'})")
 
     def strategy(self, domain: str = "spec") -> SearchStrategy[Case]:
         return self.domain(domain).cases()
@@ -454,5 +491,5 @@ def contracts() -> list[Contract]:
 def get(name: str) -> Contract:
     _load()
     if name not in _CONTRACTS:
-        raise KeyError(f"unknown contract {name!r}; known: {', '.join(sorted(_CONTRACTS))}")
+        raise UnknownName(f"unknown contract {name!r}; known: {', '.join(sorted(_CONTRACTS))}")
     return _CONTRACTS[name]

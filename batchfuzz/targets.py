@@ -15,7 +15,7 @@ A target reference is one of:
 
 The first four name code that is the project's own (or an engine release the
 user pointed at); only the last imports code the user names, and the corpus
-never loads one of those on its own (``batchfuzz.corpus``).
+never loads one of those on its own (``batchfuzz.fuzz.corpus``).
 """
 
 from __future__ import annotations
@@ -76,12 +76,12 @@ class TargetRef:
             try:
                 return contract.implementation(self.name).for_device(self.device)
             except (KeyError, ValueError) as exc:
-                raise TargetError(str(exc).strip("'\"")) from None
+                raise TargetError(str(exc)) from None
         if self.kind == "variant":
             try:
                 return contract.variant(self.name).fn
             except KeyError as exc:
-                raise TargetError(str(exc).strip("'\"")) from None
+                raise TargetError(str(exc)) from None
         if self.kind == "oracle":
             return contract.oracle
         if self.kind == "engine":

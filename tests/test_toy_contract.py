@@ -234,7 +234,7 @@ def test_check_passes_a_correct_function_and_catches_a_bad_one(toy: tuple[Path, 
 
 def test_fuzz_runs_the_toy_contract(toy: tuple[Path, dict[str, str]]) -> None:
     root = toy[0]
-    # 5 items: the budget every item needs (fuzz.STARTUP_S plus fuzz.MIN_SLICE_S per item), with room for a loaded machine
+    # 5 items: the budget every item needs (batchfuzz.fuzz.settings.STARTUP_S plus MIN_SLICE_S per item), with room for a loaded machine
     r = _run(toy, "fuzz", "--contract", "request_offsets", "--budget", "16", "--no-database", "--report", str(root / "report"))
     assert r.returncode == 0, r.stdout + r.stderr
     summary = json.loads((root / "report" / "summary.json").read_text())

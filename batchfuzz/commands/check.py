@@ -25,22 +25,21 @@ scope was checked).
 from __future__ import annotations
 
 import argparse
-import json
+import signal
 import sys
 import time
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from hypothesis import settings
+from batchfuzz import output, profiles, registry
+from batchfuzz.commands import _options
+from batchfuzz.usage import ExitCode, UsageError
 
-from batchfuzz import exhaustive, profiles, registry, reproduce, runner
-from batchfuzz.cli import UsageError, parse_duration, writable_file
-from batchfuzz.codec import literal
-from batchfuzz.execution import executor_for
-from batchfuzz.targets import TargetError, parse
+if TYPE_CHECKING:  # the rest is imported by run(): `batchfuzz --help` stays light
+    from batchfuzz import exhaustive, runner
 
 # How long after --budget check may still run: the example in flight
 # (runner.DEADLINE_GRACE_S), then the report.
-GRACE_S = runner.DEADLINE_GRACE_S + 3.0
+GRACE_S = profiles.DEADLINE_GRACE_S + 3.0
 
 # Default budgets: a random check, and an exhaustive one (a scope is covered
 # completely or reported incomplete, so it gets time to finish).
@@ -61,20 +60,17 @@ def register(sub: Any) -> None:
                     "1 counterexample, 2 usage error, 3 incomplete (the budget ended before every property ran).")
     p.add_argument("contract", help="contract name (see `batchfuzz list`)")
     p.add_argument("target", help="MODULE:FUNCTION or path/to/file.py:FUNCTION (also impl:NAME@DEVICE, variant:NAME, oracle)")
-    p.add_argument("--budget", type=parse_duration, default=None,
-                   help=f"wall-clock budget for the whole command, shrinking included, e.g. 30, 90s, 5m (default "
-                        f"{DEFAULT_BUDGET_S:g}s, {EXHAUSTIVE_BUDGET_S:g}s with --exhaustive); it ends within the budget plus "
-                        f"{GRACE_S:g}s")
-    p.add_argument("--timeout", type=parse_duration, default=None, metavar="SECONDS",
-                   help="per-example timeout: a call that runs longer is a `timeout` counterexample "
-                        "(default: a tenth of the budget, between 1s and 30s)")
-    p.add_argument("--no-isolation", action="store_true",
-                   help="run the target in this process: faster, but a segfault or a hang in C code ends the command")
-    p.add_argument("--domain", default=None, metavar="NAME",
-                   help="input domain: spec (the widest) or engine (what an engine's callers produce); default: the one "
-                        "the target declares with @batchfuzz.domain, else spec")
-    p.add_argument("--json", dest="json_path", metavar="PATH", help="write a JSON report here")
-    p.add_argument("--seed", type=int, default=None, help="seed for a deterministic run")
+    _options.budget(p, default=None,
+                    help=f"wall-clock budget for the whole command, shrinking included, e.g. 30, 90s, 5m (default "
+                         f"{DEFAULT_BUDGET_S:g}s, {EXHAUSTIVE_BUDGET_S:g}s with --exhaustive); it ends within the budget plus "
+                         f"{GRACE_S:g}s")
+    _options.timeout(p, default=None, help="per-example timeout: a call that runs longer is a `timeout` counterexample "
+                                           "(default: a tenth of the budget, between 1s and 30s)")
+    _options.no_isolation(p, help="run the target in this process: faster, but a segfault or a hang in C code ends the command")
+    _options.domain(p, help="input domain: spec (the widest) or engine (what an engine's callers produce); default: the one "
+                            "the target declares with @batchfuzz.domain, else spec")
+    _options.json_output(p, help="write a JSON report here")
+    _options.seed(p, help="seed for a deterministic run")
     p.add_argument("--database", metavar="PATH|URL",
                    help="a directory: persist Hypothesis examples there (replayed by later runs); a redis:// URL: read the "
                         "nightly job's shared database without writing to it, new examples going to the local copy "
@@ -116,7 +112,7 @@ def _database(spec: str | None) -> Any:
     if not spec:
         return None
     from batchfuzz import profiles
-    from batchfuzz.database import DatabaseError, open_database
+    from batchfuzz.fuzz.database import DatabaseError, open_database
 
     try:
         return open_database(spec, local_dir=profiles.database_path(), read_only="://" in spec)
@@ -125,6 +121,10 @@ def _database(spec: str | None) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    from batchfuzz import runner
+    from batchfuzz.execution import executor_for
+    from batchfuzz.targets import TargetError, parse
+
     started = getattr(args, "started", None) or time.time()
     if args.budget is None:
         args.budget = EXHAUSTIVE_BUDGET_S if args.exhaustive else DEFAULT_BUDGET_S
@@ -132,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         contract = registry.get(args.contract)
     except KeyError as exc:
-        raise UsageError(str(exc).strip("'\"")) from None
+        raise UsageError(str(exc)) from None
     scope = None
     if args.scope is not None and not args.exhaustive:
         raise UsageError("--scope needs --exhaustive")
@@ -143,20 +143,19 @@ def run(args: argparse.Namespace) -> int:
         try:
             scope = contract.scope(args.scope or registry.DEFAULT_SCOPE)
         except KeyError as exc:
-            raise UsageError(str(exc).strip("'\"")) from None
+            raise UsageError(str(exc)) from None
     if args.domain is not None:
         try:
             contract.domain(args.domain)
         except KeyError as exc:
-            raise UsageError(str(exc).strip("'\"")) from None
+            raise UsageError(str(exc)) from None
     props = contract.properties
     if args.property:
         try:
             props = tuple(contract.property(n) for n in args.property)
         except KeyError as exc:
-            raise UsageError(str(exc).strip("'\"")) from None
-    if args.json_path:
-        writable_file(args.json_path, "--json")
+            raise UsageError(str(exc)) from None
+    _options.check_outputs((args.json_path, "--json"))
     database = _database(args.database)
     try:
         ref = parse(args.target)
@@ -167,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
     if info.get("error"):
         executor.close()
         raise UsageError(f"target {args.target}: {info['error']}")
-    why = runner.probe_result(contract, executor, args.domain or info.get("domain") or "spec",
+    why = runner.probe_result(contract, executor, registry.choose_domain(args.domain, info.get("domain")),
                               timeout_s=args.timeout if args.timeout is not None else default_timeout(args.budget))
     if why:
         executor.close()
@@ -180,10 +179,14 @@ def run(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace, contract: registry.Contract, props: tuple[registry.Property, ...], ref: Any,
            executor: Any, info: dict[str, Any], database: Any, started: float, deadline: float) -> int:
+    from hypothesis import settings
+
+    from batchfuzz import runner
+
     profiles.register_profiles()
     base = settings(settings.get_profile("dev"), derandomize=False, database=database)
     seed = args.seed if args.seed is not None else int(time.time() * 1000) & 0xFFFFFFFF
-    domain = args.domain or info.get("domain") or "spec"
+    domain = registry.choose_domain(args.domain, info.get("domain"))
     timeout = args.timeout if args.timeout is not None else default_timeout(args.budget)
     mode = "in this process" if args.no_isolation else "in a worker process"
     print(f"batchfuzz check {contract.name} {args.target}: {len(props)} properties, domain {domain}, budget {args.budget:g}s, "
@@ -195,7 +198,7 @@ def _check(args: argparse.Namespace, contract: registry.Contract, props: tuple[r
                                   on_result=lambda r, acc: progress.update(acc))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return 128 + signal.SIGINT
     seconds = time.time() - started
     examples = sum(r.examples for r in results)
     failure = next((r.failure for r in results if r.failure is not None), None)
@@ -225,14 +228,14 @@ def _check(args: argparse.Namespace, contract: registry.Contract, props: tuple[r
         "properties": {r.property: {"examples": r.examples, "status": "failed" if r.failure else "passed" if r.examples else
                                     "not run"} for r in results},
     }
-    code = 0
+    code = ExitCode.OK
     if failure is not None:
-        code = 1
+        code = ExitCode.COUNTEREXAMPLE
         replay = (f"replay the search: batchfuzz check {contract.name} {args.target} --property "
                   f"{failure.during or failure.property} --seed {seed}")
         report.update(_print_counterexample(contract, executor, ref, failure, timeout, deadline, replay))
     elif not_run:
-        code = 3
+        code = ExitCode.INCOMPLETE
         print(f"\nincomplete: the budget ended before {len(not_run)} of {len(results)} properties ran: {', '.join(not_run)} "
               f"({examples} examples in {seconds:.1f}s); give it a larger --budget")
         report.update(status="incomplete", not_run=not_run)
@@ -243,9 +246,7 @@ def _check(args: argparse.Namespace, contract: registry.Contract, props: tuple[r
 
 def _write_json(args: argparse.Namespace, report: dict[str, Any], code: int) -> int:
     """``--json``, when given, at the end of a run; returns the run's exit code."""
-    if args.json_path:
-        with open(args.json_path, "w") as fh:
-            json.dump(report, fh, indent=2)
+    output.write_outputs(args.json_path, report, say=lambda line: None)
     return code
 
 
@@ -254,6 +255,9 @@ def _print_counterexample(contract: registry.Contract, executor: Any, ref: Any, 
     """Print ``failure`` as a reproduction, the other properties its case
     breaks (``what`` names the case) and ``replay`` (the command that finds it again); the report's
     fields for it. ``check`` and ``check --exhaustive`` share it."""
+    from batchfuzz import reproduce, runner
+    from batchfuzz.codec import literal
+
     repro = reproduce.reproduction(failure, ref, timeout_s=max(10.0, 3 * timeout))
     print(f"\nCOUNTEREXAMPLE: property {failure.property} ({failure.spec})"
           + (f", while checking {failure.during}" if failure.during else ""))
@@ -280,7 +284,9 @@ def _print_counterexample(contract: registry.Contract, executor: Any, ref: Any, 
 def _exhaustive(args: argparse.Namespace, contract: registry.Contract, props: tuple[registry.Property, ...],
                 scope: registry.Scope, ref: Any, executor: Any, info: dict[str, Any], started: float, deadline: float) -> int:
     """``check --exhaustive``: every property on every input of ``scope``, smallest first."""
-    domain = args.domain or info.get("domain") or scope.domain
+    from batchfuzz import exhaustive
+
+    domain = registry.choose_domain(args.domain, info.get("domain"), scope.domain)
     timeout = args.timeout if args.timeout is not None else default_timeout(args.budget)
     mode = "in this process" if args.no_isolation else "in a worker process"
     print(f"batchfuzz check {contract.name} {args.target} --exhaustive: scope {scope.name} ({scope.count} inputs: "
@@ -303,7 +309,7 @@ def _exhaustive(args: argparse.Namespace, contract: registry.Contract, props: tu
                                       deadline=deadline, example_timeout_s=timeout, on_progress=progress)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return 128 + signal.SIGINT
     if tty:
         print()
     for name in result.properties:
@@ -318,15 +324,15 @@ def _exhaustive(args: argparse.Namespace, contract: registry.Contract, props: tu
     }
     report.pop("failure")
     report["seconds"] = round(time.time() - started, 3)
-    code = 0
+    code = ExitCode.OK
     if result.failure is not None:
-        code = 1
+        code = ExitCode.COUNTEREXAMPLE
         print(f"\n{result.summary()}")
         extra = "".join(f" --property {p}" for p in args.property or ())
         replay = f"replay: batchfuzz check {contract.name} {args.target} --exhaustive --scope {scope.name}{extra}"
         report.update(_print_counterexample(contract, executor, ref, result.failure, timeout, deadline, replay, "the case"))
     elif not result.complete:
-        code = 3
+        code = ExitCode.INCOMPLETE
         print(f"\n{result.summary()}; give it a larger --budget")
     else:
         print(f"\n{result.summary()}\n  {result.evaluations} property evaluations in {result.seconds:.1f}s")

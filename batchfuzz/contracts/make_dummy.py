@@ -10,7 +10,7 @@ from batchfuzz.case import Case
 from batchfuzz.checks import ResultTypeError, as_int_array, assert_array_equal, assert_non_decreasing, require
 from batchfuzz.codec import register_dataclass
 from batchfuzz.contracts.make_dummy_variants import VARIANTS
-from batchfuzz.impl import make_dummy_numpy, make_dummy_torch
+from batchfuzz.impl import make_dummy_numpy
 from batchfuzz.reference import make_dummy as oracle
 from batchfuzz.reference.make_dummy import DUMMY_BATCH_FIELDS, DummyBatch, DummyBuffers
 from batchfuzz.registry import Contract, ErrorInput, Property, Target
@@ -132,8 +132,9 @@ PROPERTIES = (
 
 IMPLEMENTATIONS = (
     registry.host_impl("numpy", make_dummy_numpy.make_dummy, "numpy over numpy buffers"),
-    registry.torch_impl("torch", make_dummy_torch.bind, "torch over device buffers"),
-    registry.torch_impl("torch.graph", make_dummy_torch.bind_graph, "CUDA-graph form: sizes in device scalars, masks, no host sync"),
+    registry.torch_impl("torch", "batchfuzz.impl.make_dummy_torch:bind", "torch over device buffers"),
+    registry.torch_impl("torch.graph", "batchfuzz.impl.make_dummy_torch:bind_graph",
+                        "CUDA-graph form: sizes in device scalars, masks, no host sync"),
 )
 
 INPUTS = registry.input_space(strategies, {

@@ -23,7 +23,7 @@ from batchfuzz.codec import literal
 from batchfuzz.consumers import token_map_numpy, token_map_torch
 from batchfuzz.contracts._inputs import inputs_unchanged
 from batchfuzz.contracts.pad_query_start_loc_variants import VARIANTS
-from batchfuzz.impl import pad_query_start_loc_numpy, pad_query_start_loc_torch
+from batchfuzz.impl import pad_query_start_loc_numpy
 from batchfuzz.reference import pad_query_start_loc as oracle
 from batchfuzz.registry import Contract, ErrorInput, Property, Target
 from batchfuzz.strategies import pad_query_start_loc as strategies
@@ -219,8 +219,9 @@ PROPERTIES = (
 
 IMPLEMENTATIONS = (
     registry.host_impl("numpy", pad_query_start_loc_numpy.pad_query_start_loc, "vectorised numpy; nst's dtype, or out's"),
-    registry.torch_impl("torch", pad_query_start_loc_torch.bind, "torch, CUDA-graph capturable (no host sync), CPU and CUDA"),
-    registry.torch_impl("torch.graph", pad_query_start_loc_torch.bind_graph,
+    registry.torch_impl("torch", "batchfuzz.impl.pad_query_start_loc_torch:bind",
+                        "torch, CUDA-graph capturable (no host sync), CPU and CUDA"),
+    registry.torch_impl("torch.graph", "batchfuzz.impl.pad_query_start_loc_torch:bind_graph",
                         "per-capture-size graph form: R in a device scalar, stale staging buffer masked"),
 )
 

@@ -13,7 +13,7 @@ from batchfuzz.case import Case
 from batchfuzz.checks import PropertyViolation, as_int_array, assert_array_equal, assert_non_decreasing, require
 from batchfuzz.consumers import dummy_block_table, gather_block_ids
 from batchfuzz.contracts.split_dummy_tokens_variants import VARIANTS
-from batchfuzz.impl import split_dummy_tokens_numpy, split_dummy_tokens_torch
+from batchfuzz.impl import split_dummy_tokens_numpy
 from batchfuzz.reference import split_dummy_tokens as oracle
 from batchfuzz.reference._args import ceil_div
 from batchfuzz.registry import Contract, ErrorInput, Property, Target
@@ -131,10 +131,11 @@ PROPERTIES = (
 
 IMPLEMENTATIONS = (
     registry.host_impl("numpy", split_dummy_tokens_numpy.split_dummy_tokens, "vectorised numpy, int64"),
-    registry.torch_impl("torch", split_dummy_tokens_torch.bind, "torch, int64, CPU and CUDA"),
+    registry.torch_impl("torch", "batchfuzz.impl.split_dummy_tokens_torch:bind", "torch, int64, CPU and CUDA"),
     registry.host_impl("engine.input_batch", split_dummy_tokens_numpy.input_batch_builder, "dummy input-batch builder (int32)"),
     registry.host_impl("engine.dummy_run", split_dummy_tokens_numpy.dummy_run, "model runner dummy run (list)"),
-    registry.host_impl("engine.lora_hook", split_dummy_tokens_torch.lora_capture_hook, "LoRA capture hook (CPU tensor)"),
+    registry.host_impl("engine.lora_hook", "batchfuzz.impl.split_dummy_tokens_torch:lora_capture_hook",
+                       "LoRA capture hook (CPU tensor)"),
 )
 
 INPUTS = registry.input_space(strategies, {
