@@ -176,18 +176,18 @@ def check_strategies(module: Any, domains: Iterable[str] = ()) -> bool:
     return all(has)
 
 
-def check_engine(module: Any) -> None:
+def check_engine(module: Any, base: Any) -> None:
     """Check an engine module: its members, its name, and that its
-    ``ReleaseSource`` is a ``batchfuzz.engines.ReleaseSource`` naming a
-    distribution and a package, and its SPECS name functions and contracts."""
+    ``ReleaseSource`` is a subclass of ``base`` (the engines package passes
+    ``batchfuzz.engines.ReleaseSource``: this module sits below every layer
+    and imports none) naming a distribution and a package, and its SPECS
+    name functions and contracts."""
     check(module, EngineModule, "engine module")
     name = module.ENGINE
     if not isinstance(name, str) or not name.isidentifier():
         raise PluginError(f"engine module {_label(module)}: ENGINE must be an identifier (the engine's name), got {name!r}")
-    from batchfuzz.engines import ReleaseSource
-
-    source = module.ReleaseSource
-    if not (isinstance(source, type) and issubclass(source, ReleaseSource)):
+    source: Any = module.ReleaseSource
+    if not (isinstance(source, type) and issubclass(source, base)):
         raise PluginError(f"engine module {_label(module)}: ReleaseSource must be a subclass of batchfuzz.engines.ReleaseSource, "
                           f"got {source!r}")
     if not source.distribution or not source.package:

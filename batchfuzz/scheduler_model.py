@@ -594,18 +594,3 @@ def emit_step(model: SchedulerModel, sched: Scheduled, pad: str, dtype: Any, tab
         "max_model_len": cfg.max_model_len,
     }
     return step, info
-
-
-# Moved to batchfuzz.workloads; kept readable here for the code that still imports them from this module.
-_MOVED = frozenset({
-    "PROFILES", "RngSource", "Source", "Workload", "check_bounds", "default_groups", "draw_small_step",
-    "sample_realizable_step", "sample_small_step",
-})
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MOVED:
-        from batchfuzz import workloads
-
-        return getattr(workloads, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -2,7 +2,7 @@
 the engine ships, on realistic steps (``batchfuzz bench``, the default; :func:`run_command`).
 
 Per scenario (profile x number of KV groups, steps from
-``batchfuzz.scheduler_model.sample_realizable_step``), in one process, with the
+``batchfuzz.workloads.sample_realizable_step``), in one process, with the
 columns interleaved in a rotating order inside every repetition, it times
 one call of each of:
 
@@ -243,7 +243,7 @@ def run(scenarios: Sequence[str] | None = None, *, num_reqs: int = 256, width: i
     from batchfuzz.impl.allow_microbatching_numpy import ExactMicrobatchCheck, allow_microbatching
     from batchfuzz.reference import allow_microbatching as ref
     from batchfuzz.reference import find_conflicts as ref_conflicts
-    from batchfuzz.scheduler_model import sample_realizable_step
+    from batchfuzz.workloads import sample_realizable_step
 
     names = _select(scenarios)
     for label, value, low in (("num_reqs", num_reqs, 1), ("width", width, 2), ("steps", steps, 1), ("repeat", repeat, 1),

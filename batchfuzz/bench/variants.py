@@ -190,7 +190,7 @@ def run(args: argparse.Namespace) -> bool:
     """``batchfuzz bench --variants``: time, print, write ``--json``; True when two checks disagreed."""
     if args.vllm_wheel or args.markdown_path:
         raise UsageError("--vllm-wheel and --markdown belong to the drop-in comparison, not to --variants")
-    from batchfuzz.scheduler_model import sample_realizable_step
+    from batchfuzz.workloads import sample_realizable_step
 
     quick = bool(args.quick)
     repeat = args.repeat if args.repeat is not None else (3 if quick else 7)

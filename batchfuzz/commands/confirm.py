@@ -26,7 +26,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from batchfuzz.cli import UsageError
+from batchfuzz.usage import UsageError
 
 
 def register(sub: Any) -> None:
@@ -83,8 +83,9 @@ def _extract(args: argparse.Namespace) -> int:
 
 
 def _corpus_cases(paths: list[str]) -> list[tuple[str, str, Any, Any]]:
-    from batchfuzz import corpus, registry
+    from batchfuzz import registry
     from batchfuzz.confirm.layouts import BUILDERS
+    from batchfuzz.fuzz import corpus
     from batchfuzz.targets import TargetError
 
     out = []
@@ -144,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
         if not torch.cuda.is_available():
             raise UsageError(f"--device {args.device}: no CUDA device here")
     if args.json:
-        from batchfuzz.cli import writable_file
+        from batchfuzz.usage import writable_file
 
         writable_file(args.json, "--json")
     print(f"batchfuzz confirm: kernel {label}, device {args.device}")

@@ -28,7 +28,7 @@ import sys
 import time
 from typing import Any
 
-from batchfuzz.cli import UsageError, parse_duration, writable_file
+from batchfuzz.usage import UsageError, parse_duration, writable_file
 
 EXIT_CODES = "Exit codes: 0 all pass, 1 a fail or an unbindable function, 2 usage error, 3 a cell incomplete."
 

@@ -226,7 +226,7 @@ def engines() -> dict[str, Any]:
     found: dict[str, Any] = {}
     for name in engine_modules():
         module = importlib.import_module(name)
-        plugins.check_engine(module)
+        plugins.check_engine(module, ReleaseSource)
         if module.ENGINE in found and found[module.ENGINE] is not module:
             raise plugins.PluginError(f"engine {module.ENGINE!r} is registered twice: by {found[module.ENGINE].__name__} and {name}")
         found[module.ENGINE] = module
