@@ -190,9 +190,10 @@ def check_engine(module: Any, base: Any) -> None:
     if not (isinstance(source, type) and issubclass(source, base)):
         raise PluginError(f"engine module {_label(module)}: ReleaseSource must be a subclass of batchfuzz.engines.ReleaseSource, "
                           f"got {source!r}")
-    if not source.distribution or not source.package:
+    distribution, package = getattr(source, "distribution", ""), getattr(source, "package", "")
+    if not distribution or not package:
         raise PluginError(f"engine module {_label(module)}: ReleaseSource must set distribution and package, got "
-                          f"{source.distribution!r} and {source.package!r}")
+                          f"{distribution!r} and {package!r}")
     if isinstance(module.RELEASES, str) or not all(isinstance(v, str) and v for v in module.RELEASES):
         raise PluginError(f"engine module {_label(module)}: RELEASES must be a sequence of version strings, got {module.RELEASES!r}")
     for k, spec in enumerate(module.SPECS):
