@@ -11,7 +11,6 @@ Each test here kills a mutant that survived the properties (docs/mutation.md).""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import numpy as np

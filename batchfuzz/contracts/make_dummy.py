@@ -121,8 +121,9 @@ def _indices(target: Target, case: Case) -> None:
 def _max_query_len(target: Target, case: Case) -> None:
     out, _ = _run(target, case)
     n, mql, nst = case.args["num_tokens"], int(out["max_query_len"]), out["num_scheduled_tokens"]
-    i = int(np.argmax(nst)) if nst.size else 0
-    require(nst.size == 0 or int(nst[i]) <= mql, f"dummy request {i} schedules {int(nst[i]) if nst.size else 0} tokens > max_query_len = {mql}")
+    if nst.size:
+        i = int(np.argmax(nst))
+        require(int(nst[i]) <= mql, f"dummy request {i} schedules {int(nst[i])} tokens > max_query_len = {mql}")
     require(mql <= n, f"max_query_len = {mql} > num_tokens = {n}")
 
 
