@@ -68,7 +68,7 @@ class _Recording(vllm.ReleaseSource):
 def release(wheel: Path) -> Release:
     source = _Recording.from_wheel(wheel)
     source.seen = set()
-    table = by_key(vllm.bindings(source))
+    table = by_key(vllm.bindings(source, search=False))
     files = {p: source.read(p) or "" for p in sorted(source.seen)}
     return source, table, files
 
@@ -121,8 +121,8 @@ def test_every_binding_is_bound_in_the_reference_release(release: Release) -> No
     assert source.version == RELEASE and source.ref.startswith("wheel:/")
     assert sorted(table) == sorted([
         (MAKE_DUMMY, "split_dummy_tokens"), (MAKE_DUMMY, "make_dummy"), (MRV2_DUMMY_RUN, "split_dummy_tokens"),
-        (LORA_HOOK, "split_dummy_tokens"), (V1_DUMMY_RUN, "split_dummy_tokens"), (V1_DUMMY_RUN, "pad_query_start_loc"),
-        (UBATCH, "split_ubatches"), (ALLOW, "allow_microbatching")])
+        (LORA_HOOK, "split_dummy_tokens"), (V1_DUMMY_RUN, "split_dummy_tokens"), (V1_DUMMY_RUN, "make_dummy"),
+        (V1_DUMMY_RUN, "pad_query_start_loc"), (UBATCH, "split_ubatches"), (ALLOW, "allow_microbatching")])
     for bound in table.values():
         assert bound.status == "bound", (bound.function, bound.reason)
         assert bound.release == f"vllm {RELEASE}" and bound.ref.startswith(f"vllm::{source.ref}::") and bound.detail
@@ -157,6 +157,33 @@ def test_make_dummy_layout_meets_contract_b_on_stale_buffers(release: Release) -
     with pytest.raises(ValueError, match=r"buffers.seq_lens holds 4294967296, which the engine's int32 buffer cannot hold"):
         layout(1, 1, DummyBuffers(seq_lens=np.array([2**32]), query_start_loc=np.zeros(2, np.int64),
                                   positions=np.zeros(1, np.int64), input_ids=np.zeros(1, np.int64)))
+
+
+def test_v1_dummy_run_as_a_whole_under_contract_b(release: Release, tmp_path: Path) -> None:
+    """The v1 dummy run's whole layout (0.33.0): every dummy request's seq_len
+    is the step's token count (#53658), past max_model_len when N > L; the
+    padded query_start_loc tail is N; max_query_len is N. The pre-#44603 copy
+    (the padding statement removed) leaves the tail stale."""
+    layout = target(release, V1_DUMMY_RUN, "make_dummy")
+    buffers = DummyBuffers(seq_lens=np.full(4, 9, np.int64), query_start_loc=np.array([0, 6, 6, 6, 6]),
+                           positions=np.full(6, 5, np.int64), input_ids=np.full(6, 7, np.int64))
+    batch = layout(2, 3, buffers)
+    assert batch.num_scheduled_tokens.tolist() == [1, 2] and batch.max_query_len == 3
+    assert batch.seq_lens.tolist() == [3, 3, 0, 0] == buffers.seq_lens.tolist()  # seq_len = N for every dummy request
+    assert batch.query_start_loc.tolist() == [0, 1, 3, 3, 3] == buffers.query_start_loc.tolist()
+    assert batch.positions.tolist() == [5, 5, 5] and batch.input_ids.tolist() == [7, 7, 7]  # not written by the dummy run
+    contract = registry.get("make_dummy")
+    failure = hunt(contract, layout, 40, ("seq_lens_within_max_model_len",), domain="engine")
+    assert failure is not None
+    r, n, limit = failure.case.args["num_reqs"], failure.case.args["num_tokens"], failure.case.context["max_model_len"]
+    assert n > limit and n <= r * limit
+    assert hunt(contract, layout, 20, ("query_start_loc_layout", "max_query_len_covers_batch"), domain="engine") is None
+    unpadded = edited(tmp_path, release[2], V1, "self.query_start_loc.np[num_reqs + 1 : num_reqs_padded + 1].fill(\n"
+                      "                    cum_num_tokens[-1]\n                )", "pass")
+    old = bound_target(by_key(vllm.bindings(unpadded, search=False))[(V1_DUMMY_RUN, "make_dummy")])
+    assert old(1, 1, DummyBuffers(seq_lens=np.zeros(2, np.int64), query_start_loc=np.array([0, 0, 4]),
+                                  positions=np.zeros(1, np.int64), input_ids=np.zeros(1, np.int64))).query_start_loc.tolist() == [0, 1, 4]
+    assert hunt(contract, old, 40, ("query_start_loc_layout",), domain="engine") is not None
 
 
 def test_v1_query_start_loc_fill_meets_contract_c_in_the_engine_domain(release: Release) -> None:

@@ -76,7 +76,7 @@ def _sources(args: argparse.Namespace) -> list[Any]:
 
 def run(args: argparse.Namespace) -> int:
     from batchfuzz import registry
-    from batchfuzz.engines import matrix
+    from batchfuzz.engines import matrix, split_search
     from batchfuzz.engines.vllm import SPECS, bindings
 
     for path, what in ((args.json_path, "--json"), (args.markdown, "--markdown")):
@@ -88,9 +88,15 @@ def run(args: argparse.Namespace) -> int:
             if name not in known:
                 raise UsageError(f"--contract {name!r}: no such contract; known: {', '.join(sorted(known))}")
     functions = [s.function for s in SPECS]
-    for pat in args.function or ():
-        if not any(fnmatch.fnmatchcase(f, pat) or fnmatch.fnmatchcase(f, f"*{pat}") for f in functions):
-            raise UsageError(f"--function {pat!r} matches no bound function; known: {', '.join(dict.fromkeys(functions))}")
+    unknown = [pat for pat in args.function or () if not any(fnmatch.fnmatchcase(f, pat) or fnmatch.fnmatchcase(f, f"*{pat}")
+                                                              for f in functions)]
+    # The copies of the split that the search finds are rows too, named PATH:QUALNAME#COUNTS=TOKENS/REQUESTS: a
+    # pattern naming none of the fixed bindings must name such a row (hold a "#").
+    for pat in unknown:
+        if "#" not in pat:
+            raise UsageError(f"--function {pat!r} matches no bound function; known: {', '.join(dict.fromkeys(functions))}; "
+                             "copies of the split found by the search are named PATH:QUALNAME#COUNTS=TOKENS/REQUESTS")
+    search = (not args.contract or split_search.CONTRACT in args.contract) and (not args.function or bool(unknown))
     sources = _sources(args)
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
 
@@ -107,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     started = time.time()
     print(matrix.to_text([]), flush=True)
     try:
-        cells = matrix.run_matrix(((s.version, functools.partial(bindings, s)) for s in sources), budget_s=args.budget,
+        cells = matrix.run_matrix(((s.version, functools.partial(bindings, s, search=search)) for s in sources), budget_s=args.budget,
                                   timeout_s=args.timeout, seed=seed, isolate=not args.no_isolation, keep=keep, on_cell=show)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

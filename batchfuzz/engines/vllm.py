@@ -52,7 +52,7 @@ import torch
 from batchfuzz import bind
 from batchfuzz import engines as _engines
 from batchfuzz.bind import Record, Recorder, Stub
-from batchfuzz.engines import Bound, SourceError
+from batchfuzz.engines import Bound, SourceError, split_search
 from batchfuzz.preconditions import domain
 from batchfuzz.reference.make_dummy import DummyBatch, DummyBuffers
 
@@ -234,16 +234,16 @@ class _V1DummyRun:
 
 
 def _v1_dummy_run_parts(rel: _Release) -> _V1DummyRun:
-    scope = bind.Scope(rel.source, "vllm", stand_ins={**_STAND_INS, **_V1_DUMMY_STAND_INS}, files=rel.files)
-    f = scope.file(V1_RUNNER)
+    loader = bind.Loader(rel.source, "vllm", stand_ins={**_STAND_INS, **_V1_DUMMY_STAND_INS}, files=rel.files)
+    f = loader.file(V1_RUNNER)
     layout = f.fragment("GPUModelRunner._dummy_run", bind.Writes("attn_metadata"), ("self", "num_tokens", "cudagraph_runtime_mode"))
     logits = f.fragment("GPUModelRunner._dummy_run", bind.Writes("logit_indices"), ("self", "num_tokens"))
     sampled = f.fragment("GPUModelRunner._dummy_run", bind.Writes("num_sampled_tokens"), ("self", "num_tokens"))
-    run, last, ones = scope.load(layout), scope.load(logits), scope.load(sampled)
-    mode = scope.namespace(V1_RUNNER).get("CUDAGraphMode")
+    run, last, ones = loader.load(layout), loader.load(logits), loader.load(sampled)
+    mode = loader.namespace(V1_RUNNER).get("CUDAGraphMode")
     if mode is None or not hasattr(mode, "FULL"):
         raise bind.Unbindable(f"{layout.label} does not read CUDAGraphMode.FULL (the FULL-graph branch changed)")
-    helper = scope.load(f.piece("GPUModelRunner._get_cumsum_and_arange"))
+    helper = loader.load(f.piece("GPUModelRunner._get_cumsum_and_arange"))
     return _V1DummyRun(run, last, ones, mode.FULL, helper, f"{layout.label}, {logits.label} and {sampled.label}")
 
 
@@ -505,12 +505,32 @@ def _bind_one(rel: _Release, spec: _Spec) -> Bound:
     return Bound(release, spec.function, spec.contract, "bound", target=target, ref=_ref(rel.source, spec), detail=detail)
 
 
-def bindings(source: _engines.ReleaseSource) -> list[Bound]:
-    """Every binding of this module for one release, in SPECS order."""
+def _bind_site(rel: _Release, site: split_search.SplitSite) -> Bound:
+    """A copy of the split the search found, as contract A's target."""
+    release = f"vllm {rel.source.version}"
+    detail = f"found by the split search (batchfuzz.engines.split_search): {site.describe()}"
+    try:
+        target = split_search.bind_site(site, rel.loader())
+        bind.probe(target, 3, 5, what=site.function)
+    except (bind.Absent, bind.Unbindable) as exc:
+        return Bound(release, site.function, split_search.CONTRACT, "unbindable", reason=str(exc), detail=detail)
+    target.__qualname__ = f"vllm_{rel.source.version.replace('.', '_')}.{site.function.split(':')[-1]}[{split_search.CONTRACT}]"
+    target = domain("engine")(target)
+    ref = f"{ENGINE}::{rel.source.ref}::{site.function}::{split_search.CONTRACT}"
+    return Bound(release, site.function, split_search.CONTRACT, "bound", target=target, ref=ref, detail=detail)
+
+
+def bindings(source: _engines.ReleaseSource, *, search: bool = True) -> list[Bound]:
+    """Every binding of this module for one release, in SPECS order, then
+    (``search``) one per copy of the split ``split_search`` finds in the
+    release, in path and line order."""
     if not isinstance(source, _engines.ReleaseSource):
         raise TypeError(f"source must be a ReleaseSource, got {type(source).__name__}")
     rel = _Release(source)
-    return [_bind_one(rel, spec) for spec in SPECS]
+    out = [_bind_one(rel, spec) for spec in SPECS]
+    if search:
+        out += [_bind_site(rel, site) for site in split_search.search(source)]
+    return out
 
 
 @functools.lru_cache(maxsize=16)
@@ -521,6 +541,9 @@ def _release(source_ref: str) -> _Release:
 @functools.lru_cache(maxsize=256)
 def _resolved(source_ref: str, function: str, contract: str) -> Bound:
     spec = next((s for s in SPECS if s.function == function and s.contract == contract), None)
+    if spec is None and contract == split_search.CONTRACT and "#" in function:
+        rel = _release(source_ref)
+        return _bind_site(rel, split_search.find(rel.source, function))
     if spec is None:
         raise LookupError(f"batchfuzz.engines.vllm has no binding of {function} to {contract}")
     return _bind_one(_release(source_ref), spec)
