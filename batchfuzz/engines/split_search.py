@@ -304,19 +304,19 @@ def _sites_in_function(path: str, qualname: str, fn: ast.FunctionDef | ast.Async
             counts = stmt.targets[0].id
             for pair, kind, (x, y, line) in pairs:
                 given = {e.id for e in (x, y) if isinstance(e, ast.Name)}
-                sized = {length.id} if kind == "ceil" and isinstance(length, ast.Name) else set()
-                stmts = _slice(block, i, counts, given | sized)
-                if kind == "floor" and _key(length) != pair[1]:
-                    continue
-                if kind == "ceil" and not (isinstance(length, ast.Name) and any(
-                        _holds([s], pair, "ceil") for s in [s for s in block[:i] if length.id in _stores(s)][-1:])):
-                    continue
-                if not _holds(stmts, pair, "mod"):
-                    continue
-                if kind == "floor" and not _holds(stmts, pair, "floor"):
-                    continue
-                if kind == "ceil":  # with the statement that sizes the container from the ceiling
-                    sizing = [s for s in block[:i] if length.id in _stores(s)][-1:]  # type: ignore[union-attr]
+                if kind == "floor":
+                    if _key(length) != pair[1]:
+                        continue
+                    stmts = _slice(block, i, counts, given)
+                    if not (_holds(stmts, pair, "floor") and _holds(stmts, pair, "mod")):
+                        continue
+                else:  # ceil: the length is a name the block sets from the ceiling division
+                    if not isinstance(length, ast.Name):
+                        continue
+                    sizing = [s for s in block[:i] if length.id in _stores(s)][-1:]
+                    stmts = _slice(block, i, counts, given | {length.id})
+                    if not (sizing and _holds(sizing, pair, "ceil") and _holds(stmts, pair, "mod")):
+                        continue
                     stmts = sorted({*stmts, *sizing}, key=lambda s: (s.lineno, s.col_offset))
                 problem = ""
                 if kind == "ceil":

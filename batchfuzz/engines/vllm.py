@@ -19,14 +19,20 @@ The bindings (paths inside the release, under ``vllm/v1/worker/``):
 - ``gpu/lora_utils.py:create_lora_capture_hook`` as ``split_dummy_tokens``: the
   counts its hook passes to ``runner.maybe_select_dummy_loras``;
 - ``gpu_model_runner.py:GPUModelRunner._dummy_run`` (v1) as
-  ``split_dummy_tokens`` (the statements writing ``num_scheduled_tokens_list``)
-  and as ``pad_query_start_loc`` (the statements writing
-  ``self.query_start_loc``, whose ``.np`` is the contract's ``out``);
+  ``split_dummy_tokens`` (the statements writing ``num_scheduled_tokens_list``),
+  as ``make_dummy`` (the whole dummy layout up to the attention metadata: the
+  statements writing ``attn_metadata``, ``logit_indices`` and
+  ``num_sampled_tokens``, over a stand-in runner's persistent buffers) and as
+  ``pad_query_start_loc`` (the statements writing ``self.query_start_loc``,
+  whose ``.np`` is the contract's ``out``);
 - ``ubatch_utils.py:maybe_create_ubatch_slices`` as ``split_ubatches``, after
   the refusal its caller applies (``dp_utils.py:_post_process_ubatch`` on one
   data-parallel rank's votes);
 - ``gpu_model_runner.py:GPUModelRunner._allow_microbatching`` (v1, 0.28.0 and
   later) as ``allow_microbatching``, on a stand-in input batch and block tables.
+
+Then every copy of the split that ``split_search`` finds in the release, as
+``split_dummy_tokens`` (docs/split-copies.md).
 
 A function a release lacks is "absent"; one whose code no longer fits its
 binding (a name no one provides, a signature or attribute that changed, a
