@@ -249,15 +249,18 @@ def test_allow_microbatching_allows_the_realizable_decode_reader(release: Releas
 
 def test_a_removed_function_is_absent_and_a_changed_one_unbindable(release: Release, tmp_path: Path) -> None:
     files = release[2]
-    gone = by_key(vllm.bindings(edited(tmp_path / "a", files, V1, "def _allow_microbatching(", "def _allow_microbatching_v2(")))
+    gone = by_key(vllm.bindings(edited(tmp_path / "a", files, V1, "def _allow_microbatching(", "def _allow_microbatching_v2("),
+                                search=False))
     assert gone[(ALLOW, "allow_microbatching")].status == "absent"
     assert "has no attribute '_allow_microbatching'" in gone[(ALLOW, "allow_microbatching")].reason
-    renamed = by_key(vllm.bindings(edited(tmp_path / "b", files, V1, "def _get_cumsum_and_arange(", "def _cumsum_and_arange(")))
+    renamed = by_key(vllm.bindings(edited(tmp_path / "b", files, V1, "def _get_cumsum_and_arange(", "def _cumsum_and_arange("),
+                                   search=False))
     b = renamed[(V1_DUMMY_RUN, "pad_query_start_loc")]
     assert b.status == "unbindable" and "GPUModelRunner has no attribute '_get_cumsum_and_arange'" in b.reason
     sig = by_key(vllm.bindings(edited(tmp_path / "c", files, "vllm/v1/worker/gpu/input_batch.py",
                                       "def __init__(self, max_num_reqs: int, max_num_tokens: int, device: torch.device):",
-                                      "def __init__(self, max_num_reqs: int, max_num_tokens: int, device: torch.device, pin: bool):")))
+                                      "def __init__(self, max_num_reqs: int, max_num_tokens: int, device: torch.device, pin: bool):"),
+                                search=False))
     b = sig[(MAKE_DUMMY, "make_dummy")]
     assert b.status == "unbindable" and "missing 1 required positional argument: 'pin'" in b.reason and b.target is None
     assert all(x.status == "bound" for k, x in sig.items() if k[0] != MAKE_DUMMY)
