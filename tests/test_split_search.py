@@ -194,3 +194,18 @@ def test_the_worker_copies_of_0_33_0(wheel: Path) -> None:
         got = [list(map(int, fn(r, n))) for r in range(1, 5) for n in range(r, 12)]
         want = [list(oracle.split_dummy_tokens(r, n)) for r in range(1, 5) for n in range(r, 12)]
         assert (got == want) == (not function.startswith(v1)), function  # only the v1 copies keep the remainder on the last
+
+
+def test_the_matrix_runs_the_search_only_for_a_selection_that_can_keep_a_copy(tree: vllm.ReleaseSource) -> None:
+    from batchfuzz.engines import matrix
+
+    assert matrix.searched(None, None) and matrix.searched(["*#*"], ["split_dummy_tokens"])
+    assert not matrix.searched(["*._allow_microbatching"], None) and not matrix.searched(None, ["make_dummy"])
+    keep = matrix.selection(vllm, ["*#counts=*"], None)  # a '#' glob is accepted before the search has run
+    with pytest.raises(LookupError, match=r"copies of the split found by the search are named PATH:QUALNAME#"):
+        matrix.selection(vllm, ["*pooler*"], None)
+    (_, without), = matrix.engine_releases(vllm, [tree], search=False)
+    (_, with_copies), = matrix.engine_releases(vllm, [tree])
+    assert not any("#" in b.function for b in without())
+    kept = [b.function for b in with_copies() if keep(b)]
+    assert kept == [f"{F}:Runner.dummy#counts=num_tokens/num_reqs"]
