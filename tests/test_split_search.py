@@ -209,3 +209,29 @@ def test_the_matrix_runs_the_search_only_for_a_selection_that_can_keep_a_copy(tr
     assert not any("#" in b.function for b in without())
     kept = [b.function for b in with_copies() if keep(b)]
     assert kept == [f"{F}:Runner.dummy#counts=num_tokens/num_reqs"]
+
+
+def test_release_sources_list_their_python_files(tree: vllm.ReleaseSource, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+    import zipfile
+
+    monkeypatch.setenv("BATCHFUZZ_CACHE", str(tmp_path / "cache"))
+
+    assert tree.paths() == ["vllm/__init__.py", "vllm/_version.py", F] and tree.paths("vllm/worker") == [F]
+    whl = tmp_path / "vllm-0.99.1-cp38-abi3-manylinux_2_28_x86_64.whl"
+    with zipfile.ZipFile(whl, "w") as z:
+        z.writestr(F, textwrap.dedent(RUNNER))
+        z.writestr("vllm/README.txt", "not python")
+        z.writestr("vllm-0.99.1.dist-info/METADATA", "")
+    w = vllm.ReleaseSource.from_wheel(whl)
+    assert w.paths() == [F] and w.paths(suffix=".txt") == ["vllm/README.txt"]
+    first = [s.function for s in split_search.search(w, under="vllm/worker")]
+    assert first[0] == f"{F}:Runner.dummy#counts=num_tokens/num_reqs" and len(first) == 7
+    memo, = (tmp_path / "cache" / "split-search").iterdir()  # the wheel's files that hold sites, remembered
+    assert json.loads(memo.read_text())["paths"] == [F]
+    assert [s.function for s in split_search.search(w, under="vllm/worker")] == first
+    with pytest.raises(ValueError, match=r"under must be a relative folder inside the release, got '../x'"):
+        w.paths("../x")
+    with pytest.raises(TypeError, match=r"source must be a ReleaseSource, got str"):
+        split_search.search("0.33.0")  # type: ignore[arg-type]
