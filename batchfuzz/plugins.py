@@ -90,8 +90,11 @@ class EngineModule(Protocol):
     matrix (``batchfuzz engine NAME --all-releases``); ``SPECS``: the bindings,
     each with a ``function`` (``path:qualname`` inside the release) and a
     ``contract`` (a registered contract's name); ``bindings(source)``: one
-    ``batchfuzz.engines.Bound`` per spec for a release; ``resolve(ref)``: the
-    target of a ``Bound.ref``, rebuilt in a fresh worker process.
+    ``batchfuzz.engines.Bound`` per spec for a release (it may add rows of
+    its own, such as the copies of the split ``batchfuzz.engines.split_search``
+    finds, and take a keyword ``search``, False when the selection keeps none
+    of them: ``batchfuzz.engines.matrix.engine_releases``); ``resolve(ref)``:
+    the target of a ``Bound.ref``, rebuilt in a fresh worker process.
     """
 
     ENGINE: str

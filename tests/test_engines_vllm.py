@@ -72,7 +72,7 @@ class _Recording(vllm.ReleaseSource):
 def release(wheel: Path) -> Release:
     source = _Recording.from_wheel(wheel)
     source.seen = set()
-    table = by_key(vllm.bindings(source))
+    table = by_key(vllm.bindings(source, search=False))
     files = {p: source.read(p) or "" for p in sorted(source.seen)}
     return source, table, files
 
@@ -125,9 +125,9 @@ def test_every_binding_is_bound_in_the_reference_release(release: Release) -> No
     assert source.version == RELEASE and source.ref.startswith("wheel:/")
     assert sorted(table) == sorted([
         (MAKE_DUMMY, "split_dummy_tokens"), (MAKE_DUMMY, "make_dummy"), (MRV2_DUMMY_RUN, "split_dummy_tokens"),
-        (LORA_HOOK, "split_dummy_tokens"), (V1_DUMMY_RUN, "split_dummy_tokens"), (V1_DUMMY_RUN, "pad_query_start_loc"),
-        (UBATCH, "split_ubatches"), (ALLOW, "allow_microbatching"), (SPLIT_ATTN, "slice_ubatch_metadata"),
-        (MRV2_PREPARE, "slice_ubatch_metadata")])
+        (LORA_HOOK, "split_dummy_tokens"), (V1_DUMMY_RUN, "split_dummy_tokens"), (V1_DUMMY_RUN, "make_dummy"),
+        (V1_DUMMY_RUN, "pad_query_start_loc"), (UBATCH, "split_ubatches"), (ALLOW, "allow_microbatching"),
+        (SPLIT_ATTN, "slice_ubatch_metadata"), (MRV2_PREPARE, "slice_ubatch_metadata")])
     for bound in table.values():
         assert bound.status == "bound", (bound.function, bound.reason)
         assert bound.release == f"vllm {RELEASE}" and bound.ref.startswith(f"vllm::{source.ref}::") and bound.detail
@@ -162,6 +162,33 @@ def test_make_dummy_layout_meets_contract_b_on_stale_buffers(release: Release) -
     with pytest.raises(ValueError, match=r"buffers.seq_lens holds 4294967296, which the engine's int32 buffer cannot hold"):
         layout(1, 1, DummyBuffers(seq_lens=np.array([2**32]), query_start_loc=np.zeros(2, np.int64),
                                   positions=np.zeros(1, np.int64), input_ids=np.zeros(1, np.int64)))
+
+
+def test_v1_dummy_run_as_a_whole_under_contract_b(release: Release, tmp_path: Path) -> None:
+    """The v1 dummy run's whole layout (0.33.0): every dummy request's seq_len
+    is the step's token count (#53658), past max_model_len when N > L; the
+    padded query_start_loc tail is N; max_query_len is N. The pre-#44603 copy
+    (the padding statement removed) leaves the tail stale."""
+    layout = target(release, V1_DUMMY_RUN, "make_dummy")
+    buffers = DummyBuffers(seq_lens=np.full(4, 9, np.int64), query_start_loc=np.array([0, 6, 6, 6, 6]),
+                           positions=np.full(6, 5, np.int64), input_ids=np.full(6, 7, np.int64))
+    batch = layout(2, 3, buffers)
+    assert batch.num_scheduled_tokens.tolist() == [1, 2] and batch.max_query_len == 3
+    assert batch.seq_lens.tolist() == [3, 3, 0, 0] == buffers.seq_lens.tolist()  # seq_len = N for every dummy request
+    assert batch.query_start_loc.tolist() == [0, 1, 3, 3, 3] == buffers.query_start_loc.tolist()
+    assert batch.positions.tolist() == [5, 5, 5] and batch.input_ids.tolist() == [7, 7, 7]  # not written by the dummy run
+    contract = registry.get("make_dummy")
+    failure = hunt(contract, layout, 40, ("seq_lens_within_max_model_len",), domain="engine")
+    assert failure is not None
+    r, n, limit = failure.case.args["num_reqs"], failure.case.args["num_tokens"], failure.case.context["max_model_len"]
+    assert n > limit and n <= r * limit
+    assert hunt(contract, layout, 20, ("query_start_loc_layout", "max_query_len_covers_batch"), domain="engine") is None
+    unpadded = edited(tmp_path, release[2], V1, "self.query_start_loc.np[num_reqs + 1 : num_reqs_padded + 1].fill(\n"
+                      "                    cum_num_tokens[-1]\n                )", "pass")
+    old = bound_target(by_key(vllm.bindings(unpadded, search=False))[(V1_DUMMY_RUN, "make_dummy")])
+    assert old(1, 1, DummyBuffers(seq_lens=np.zeros(2, np.int64), query_start_loc=np.array([0, 0, 4]),
+                                  positions=np.zeros(1, np.int64), input_ids=np.zeros(1, np.int64))).query_start_loc.tolist() == [0, 1, 4]
+    assert hunt(contract, old, 40, ("query_start_loc_layout",), domain="engine") is not None
 
 
 def test_v1_query_start_loc_fill_meets_contract_c_in_the_engine_domain(release: Release) -> None:
@@ -280,15 +307,18 @@ def test_the_0_28_slice_keeps_the_computed_count_unshifted_and_drops_positions(
 
 def test_a_removed_function_is_absent_and_a_changed_one_unbindable(release: Release, tmp_path: Path) -> None:
     files = release[2]
-    gone = by_key(vllm.bindings(edited(tmp_path / "a", files, V1, "def _allow_microbatching(", "def _allow_microbatching_v2(")))
+    gone = by_key(vllm.bindings(edited(tmp_path / "a", files, V1, "def _allow_microbatching(", "def _allow_microbatching_v2("),
+                                search=False))
     assert gone[(ALLOW, "allow_microbatching")].status == "absent"
     assert "has no attribute '_allow_microbatching'" in gone[(ALLOW, "allow_microbatching")].reason
-    renamed = by_key(vllm.bindings(edited(tmp_path / "b", files, V1, "def _get_cumsum_and_arange(", "def _cumsum_and_arange(")))
+    renamed = by_key(vllm.bindings(edited(tmp_path / "b", files, V1, "def _get_cumsum_and_arange(", "def _cumsum_and_arange("),
+                                   search=False))
     b = renamed[(V1_DUMMY_RUN, "pad_query_start_loc")]
     assert b.status == "unbindable" and "GPUModelRunner has no attribute '_get_cumsum_and_arange'" in b.reason
     sig = by_key(vllm.bindings(edited(tmp_path / "c", files, "vllm/v1/worker/gpu/input_batch.py",
                                       "def __init__(self, max_num_reqs: int, max_num_tokens: int, device: torch.device):",
-                                      "def __init__(self, max_num_reqs: int, max_num_tokens: int, device: torch.device, pin: bool):")))
+                                      "def __init__(self, max_num_reqs: int, max_num_tokens: int, device: torch.device, pin: bool):"),
+                                search=False))
     b = sig[(MAKE_DUMMY, "make_dummy")]
     assert b.status == "unbindable" and "missing 1 required positional argument: 'pin'" in b.reason and b.target is None
     assert all(x.status == "bound" for k, x in sig.items() if k[0] != MAKE_DUMMY)

@@ -104,7 +104,8 @@ def run_matrix(engine: Any, args: argparse.Namespace) -> int:
     started = time.time()
     print(matrix.to_text([]), flush=True)
     try:
-        cells = matrix.run_matrix(matrix.engine_releases(engine, sources), budget_s=args.budget, timeout_s=args.timeout,
+        releases = matrix.engine_releases(engine, sources, search=matrix.searched(args.function, args.contract))
+        cells = matrix.run_matrix(releases, budget_s=args.budget, timeout_s=args.timeout,
                                   seed=seed, isolate=not args.no_isolation, keep=keep, on_cell=show,
                                   max_examples=args.max_examples)
     except KeyboardInterrupt:

@@ -30,7 +30,7 @@ import re
 import subprocess
 import sys
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -56,10 +56,12 @@ class ReleaseSource:
     distribution: ClassVar[str] = ""
     package: ClassVar[str] = ""
 
-    def __init__(self, ref: str, version: str, reader: Callable[[str], str | None]) -> None:
+    def __init__(self, ref: str, version: str, reader: Callable[[str], str | None],
+                 lister: Callable[[], Iterable[str]] | None = None) -> None:
         self.ref = ref
         self.version = version
         self._reader = reader
+        self._lister = lister
         self._texts: dict[str, str | None] = {}
 
     def __repr__(self) -> str:
@@ -72,6 +74,16 @@ class ReleaseSource:
         if relpath not in self._texts:
             self._texts[relpath] = self._reader(relpath)
         return self._texts[relpath]
+
+    def paths(self, under: str = "", suffix: str = ".py") -> list[str]:
+        """The release's files under the folder ``under`` (default: the
+        package) whose names end with ``suffix``, sorted; [] for a source
+        built without a listing."""
+        if not isinstance(under, str) or under.startswith("/") or ".." in under.split("/"):
+            raise ValueError(f"under must be a relative folder inside the release, got {under!r}")
+        prefix = (under or self.package).rstrip("/") + "/"
+        listed = self._lister() if self._lister is not None else ()
+        return sorted(p for p in listed if p.startswith(prefix) and p.endswith(suffix))
 
     # -- constructors
 
@@ -95,7 +107,7 @@ class ReleaseSource:
             raise SourceError(f"{p.name!r} is not named like a wheel (NAME-VERSION-...whl)")
         if match.group(1).replace(".", "_").lower() != cls.distribution.replace("-", "_").lower():
             raise SourceError(f"{p.name!r} is a wheel of {match.group(1)!r}, not of {cls.distribution!r}")
-        return cls(f"wheel:{p}", match.group(2), reader)
+        return cls(f"wheel:{p}", match.group(2), reader, lambda: names)
 
     @classmethod
     def from_dir(cls: type[_Source], path: str | os.PathLike[str]) -> _Source:
@@ -108,7 +120,10 @@ class ReleaseSource:
             f = root / relpath
             return f.read_text(encoding="utf-8") if f.is_file() else None
 
-        return cls(f"dir:{root}", _recorded_version(reader(f"{cls.package}/_version.py")), reader)
+        def lister() -> list[str]:
+            return [f.relative_to(root).as_posix() for f in (root / cls.package).rglob("*") if f.is_file()]
+
+        return cls(f"dir:{root}", _recorded_version(reader(f"{cls.package}/_version.py")), reader, lister)
 
     @classmethod
     def installed(cls: type[_Source]) -> _Source:
@@ -127,7 +142,7 @@ class ReleaseSource:
             located = Path(str(dist.locate_file(f)))
             return located.read_text(encoding="utf-8") if located.is_file() else None
 
-        return cls("installed:", dist.version, reader)
+        return cls("installed:", dist.version, reader, lambda: files)
 
     @classmethod
     def from_ref(cls: type[_Source], ref: str) -> _Source:
@@ -195,7 +210,7 @@ class Bound:
 ENGINES_ENV_VAR = "BATCHFUZZ_ENGINES"
 ENTRY_POINT_GROUP = "batchfuzz.engines"
 # Modules of this package that are the harness, not an engine.
-_HARNESS_MODULES = frozenset({"matrix"})
+_HARNESS_MODULES = frozenset({"matrix", "split_search"})
 
 
 class UnknownEngine(LookupError):

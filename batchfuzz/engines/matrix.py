@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import inspect
 import os
 import re
 import time
@@ -32,7 +33,7 @@ from hypothesis import settings
 
 from batchfuzz import profiles, registry, runner
 from batchfuzz.codec import encode_case, literal
-from batchfuzz.engines import Bound, ReleaseSource, fetch_wheel
+from batchfuzz.engines import Bound, ReleaseSource, fetch_wheel, split_search
 from batchfuzz.execution import executor_for
 from batchfuzz.targets import parse
 
@@ -146,9 +147,22 @@ def release_sources(engine: Any, *, releases: Sequence[str] = (), wheels: Sequen
     return sources
 
 
-def engine_releases(engine: Any, sources: Sequence[ReleaseSource]) -> list[tuple[str, Callable[[], list[Bound]]]]:
-    """``run_matrix``'s ``releases`` for ``engine``: each source's version and its bindings."""
-    return [(s.version, functools.partial(engine.bindings, s)) for s in sources]
+def engine_releases(engine: Any, sources: Sequence[ReleaseSource], search: bool = True
+                    ) -> list[tuple[str, Callable[[], list[Bound]]]]:
+    """``run_matrix``'s ``releases`` for ``engine``: each source's version and
+    its bindings. ``search`` False leaves out the rows of the split search
+    (``split_search``) for an engine whose ``bindings`` takes ``search``."""
+    takes_search = "search" in inspect.signature(engine.bindings).parameters
+    extra = {"search": search} if takes_search else {}
+    return [(s.version, functools.partial(engine.bindings, s, **extra)) for s in sources]
+
+
+def searched(functions: Sequence[str] | None = None, contracts: Sequence[str] | None = None) -> bool:
+    """Whether a selection can keep a copy of the split found by the search
+    (``PATH:QUALNAME#COUNTS=TOKENS/REQUESTS``, contract A): the search is
+    then worth running."""
+    return ((not contracts or split_search.CONTRACT in contracts)
+            and (not functions or any("#" in p for p in functions)))
 
 
 def _matches(function: str, pattern: str) -> bool:
@@ -172,8 +186,10 @@ def selection(engine: Any, functions: Sequence[str] | None = None, contracts: Se
             raise LookupError(f"--contract {name!r}: no such contract; known: {', '.join(sorted(known))}")
     bound = [s.function for s in engine.SPECS]
     for pat in functions or ():
-        if not any(_matches(f, pat) for f in bound):
-            raise LookupError(f"--function {pat!r} matches no bound function; known: {', '.join(dict.fromkeys(bound))}")
+        # A glob holding "#" names copies of the split the search finds (their rows are known only once it has run).
+        if "#" not in pat and not any(_matches(f, pat) for f in bound):
+            raise LookupError(f"--function {pat!r} matches no bound function; known: {', '.join(dict.fromkeys(bound))}; "
+                              "copies of the split found by the search are named PATH:QUALNAME#COUNTS=TOKENS/REQUESTS")
 
     def keep(b: Bound) -> bool:
         return ((not functions or any(_matches(b.function, p) for p in functions))

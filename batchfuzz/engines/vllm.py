@@ -19,9 +19,12 @@ The bindings (paths inside the release, under ``vllm/v1/worker/``):
 - ``gpu/lora_utils.py:create_lora_capture_hook`` as ``split_dummy_tokens``: the
   counts its hook passes to ``runner.maybe_select_dummy_loras``;
 - ``gpu_model_runner.py:GPUModelRunner._dummy_run`` (v1) as
-  ``split_dummy_tokens`` (the statements writing ``num_scheduled_tokens_list``)
-  and as ``pad_query_start_loc`` (the statements writing
-  ``self.query_start_loc``, whose ``.np`` is the contract's ``out``);
+  ``split_dummy_tokens`` (the statements writing ``num_scheduled_tokens_list``),
+  as ``make_dummy`` (the whole dummy layout up to the attention metadata: the
+  statements writing ``attn_metadata``, ``logit_indices`` and
+  ``num_sampled_tokens``, over a stand-in runner's persistent buffers) and as
+  ``pad_query_start_loc`` (the statements writing ``self.query_start_loc``,
+  whose ``.np`` is the contract's ``out``);
 - ``ubatch_utils.py:maybe_create_ubatch_slices`` as ``split_ubatches``, after
   the refusal its caller applies (``dp_utils.py:_post_process_ubatch`` on one
   data-parallel rank's votes);
@@ -35,6 +38,9 @@ The bindings (paths inside the release, under ``vllm/v1/worker/``):
   ``DefaultModelState.prepare_attn``; the result is what it passes to
   ``build_attn_metadata``.
 
+Then every copy of the split that ``split_search`` finds in the release, as
+``split_dummy_tokens`` (docs/split-copies.md).
+
 A function a release lacks is "absent"; one whose code no longer fits its
 binding (a name no one provides, a signature or attribute that changed, a
 fragment that is not there) is "unbindable" with the reason. ``bindings``
@@ -46,6 +52,7 @@ query_start_loc fill only ever sees R >= 1 and a buffer whose [0] is 0).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import logging
@@ -59,7 +66,7 @@ import torch
 from batchfuzz import bind
 from batchfuzz import engines as _engines
 from batchfuzz.bind import Record, Recorder, Stub
-from batchfuzz.engines import Bound, SourceError
+from batchfuzz.engines import Bound, SourceError, split_search
 from batchfuzz.preconditions import assumes, domain
 from batchfuzz.reference.make_dummy import DummyBatch, DummyBuffers
 from batchfuzz.reference.slice_ubatch_metadata import UbatchMetadata
@@ -219,6 +226,124 @@ def _bind_v1_dummy_run(rel: _Release) -> tuple[Callable[..., Any], str]:
 
     return split_dummy_tokens, (f"{piece.label}; scheduler_config.max_num_seqs = num_reqs, a mixed (not uniform-decode, "
                                 "not create_mixed_batch) dummy run")
+
+
+# ---------------------------------------------------------------- the v1 dummy run as a whole (B)
+
+# The mixed-batch branch's locals, read (per the flow analysis) by the
+# seq_lens statements but only on that branch: the binding runs a mixed dummy
+# run without create_mixed_batch, so neither is ever evaluated.
+_V1_DUMMY_STAND_INS: dict[str, Any] = {
+    "num_decode_tokens": bind.unreachable("num_decode_tokens (create_mixed_batch is False)"),
+    "num_prefill_tokens": bind.unreachable("num_prefill_tokens (create_mixed_batch is False)"),
+}
+
+
+@dataclass
+class _V1DummyRun:
+    """The cut-out statements of the v1 ``_dummy_run`` up to its attention
+    metadata and its logits indices, and the enum value of a FULL graph."""
+
+    layout: Callable[..., Any]
+    logits: Callable[..., Any]
+    sampled: Callable[..., Any]
+    full: Any
+    cumsum_and_arange: Callable[..., Any]
+    label: str
+
+
+def _v1_dummy_run_parts(rel: _Release) -> _V1DummyRun:
+    loader = bind.Loader(rel.source, "vllm", stand_ins={**_STAND_INS, **_V1_DUMMY_STAND_INS}, files=rel.files)
+    f = loader.file(V1_RUNNER)
+    layout = f.fragment("GPUModelRunner._dummy_run", bind.Writes("attn_metadata"), ("self", "num_tokens", "cudagraph_runtime_mode"))
+    logits = f.fragment("GPUModelRunner._dummy_run", bind.Writes("logit_indices"), ("self", "num_tokens"))
+    sampled = f.fragment("GPUModelRunner._dummy_run", bind.Writes("num_sampled_tokens"), ("self", "num_tokens"))
+    run, last, ones = loader.load(layout), loader.load(logits), loader.load(sampled)
+    mode = loader.namespace(V1_RUNNER).get("CUDAGraphMode")
+    if mode is None or not hasattr(mode, "FULL"):
+        raise bind.Unbindable(f"{layout.label} does not read CUDAGraphMode.FULL (the FULL-graph branch changed)")
+    helper = loader.load(f.piece("GPUModelRunner._get_cumsum_and_arange"))
+    return _V1DummyRun(run, last, ones, mode.FULL, helper, f"{layout.label}, {logits.label} and {sampled.label}")
+
+
+def _torch_copy(name: str, values: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+    """A torch CPU tensor of the engine's dtype holding ``values`` exactly."""
+    np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
+    return torch.from_numpy(bind.cast_exact(name, bind.int_array(name, values, minimum=None), np_dtype).copy())
+
+
+def _bind_v1_dummy_layout(rel: _Release) -> tuple[Callable[..., Any], str]:
+    parts = _v1_dummy_run_parts(rel)
+
+    def make_dummy_layout(num_reqs: Any, num_tokens: Any, buffers: DummyBuffers) -> DummyBatch:
+        r, n = _split_args(num_reqs, num_tokens)
+        if not isinstance(buffers, DummyBuffers):
+            raise TypeError(f"buffers must be a DummyBuffers, got {type(buffers).__name__}")
+        cap_r, cap_n = buffers.max_num_reqs, buffers.max_num_tokens
+        if r > cap_r or n > cap_n:
+            raise ValueError(f"buffers of capacity max_num_reqs={cap_r}, max_num_tokens={cap_n} "
+                             f"cannot hold num_reqs={r}, num_tokens={n}")
+        # The runner's persistent buffers, in the dtypes its __init__ gives
+        # them, holding the caller's stale values.
+        qsl = bind.cast_exact("buffers.query_start_loc", bind.int_array("buffers.query_start_loc", buffers.query_start_loc,
+                                                                          minimum=None), np.int32).copy()
+        seq_cpu = _torch_copy("buffers.seq_lens", buffers.seq_lens, torch.int32)
+        input_ids = bind.cpu_gpu_buffer(bind.cast_exact("buffers.input_ids", bind.int_array(
+            "buffers.input_ids", buffers.input_ids, minimum=None), np.int32).copy())
+        positions = _torch_copy("buffers.positions", buffers.positions, torch.int64)
+        commit = Recorder("input_batch.block_table.commit_block_table")
+        build = Recorder("_build_attention_metadata", returns=(None, None))
+        # One FULL graph of exactly N tokens whose request count is padded to
+        # the whole buffer: every slot past R is a padded request.
+        desc = Stub("BatchDescriptor", num_tokens=n, num_reqs=cap_r)
+        runner = Stub(
+            "GPUModelRunner", uniform_decode_query_len=1, max_num_tokens=cap_n,
+            scheduler_config=Stub("scheduler_config", max_num_seqs=r),
+            dcp_world_size=1, parallel_config=Stub("parallel_config", cp_kv_cache_interleave_size=1),
+            vllm_config=Stub("vllm_config", parallel_config=Stub("parallel_config", num_ubatches=2)),
+            optimistic_seq_lens_cpu=seq_cpu, seq_lens=seq_cpu.clone(), query_start_loc=bind.cpu_gpu_buffer(qsl),
+            query_pos=bind.cpu_gpu_buffer(np.zeros(cap_n, dtype=np.int64)), arange_np=np.arange(cap_n + 1, dtype=np.int64),
+            input_ids=input_ids, positions=positions, speculative_config=None,
+            input_batch=Stub("InputBatch", block_table=Stub("MultiGroupBlockTable", commit_block_table=commit)),
+            _build_attention_metadata=build,
+            methods={
+                "_determine_batch_execution_and_padding": lambda self, **kw: (parts.full, desc, False, None, None),
+                "_get_slot_mappings": lambda self, **kw: (None, None),
+                "synchronize_input_prep": lambda self: contextlib.nullcontext(),
+                "_get_cumsum_and_arange": parts.cumsum_and_arange,
+            })
+        local = parts.layout(runner, n, parts.full)
+        logit_indices = parts.logits(runner, n)["logit_indices"]
+        nst = np.asarray(local["num_scheduled_tokens"]).copy()
+        built = build.last
+        p = int(built.kwargs.get("num_reqs", -1))
+        if commit.calls and int(commit.last.arg(0, "num_reqs")) != p:
+            raise bind.Unbindable(f"the dummy run commits {commit.last.arg(0, 'num_reqs')} block-table rows but builds "
+                                  f"attention metadata over {p} requests")
+        seq_lens = bind.to_numpy(runner.seq_lens).copy()  # what the attention metadata reads (the device copy)
+        buffers.seq_lens[...] = seq_lens
+        buffers.query_start_loc[...] = qsl
+        buffers.positions[...] = bind.to_numpy(positions)
+        buffers.input_ids[...] = input_ids.np
+        # The tokens the model runs on: the persistent buffers' first N entries.
+        mql = built.kwargs.get("max_query_len")
+        return DummyBatch(
+            num_scheduled_tokens=nst, seq_lens=seq_lens, query_start_loc=qsl.copy(),
+            positions=bind.to_numpy(positions)[:n].copy(), input_ids=input_ids.np[:n].copy(),
+            # v1 has no index mapping: dummy request i is input-batch row i.
+            idx_mapping=np.arange(nst.size), logits_indices=np.asarray(logit_indices).copy(),
+            # One sampled token per request: the run's own num_sampled_tokens.
+            cu_num_logits=np.concatenate([[0], np.cumsum(parts.sampled(runner, n)["num_sampled_tokens"])]),
+            max_query_len=None if mql is None else int(mql),
+        )
+
+    return make_dummy_layout, (f"{parts.label}; a mixed dummy run (not uniform decode, not create_mixed_batch) with "
+                               "scheduler_config.max_num_seqs = R and cudagraph_runtime_mode FULL; the dispatcher "
+                               "(stand-in) pads the request count to the whole buffer and no tokens; no DCP, no "
+                               "microbatching; seq_lens: the device copy over the whole buffer; query_start_loc: the "
+                               "whole buffer; positions/input_ids: the persistent buffers the model reads; idx_mapping: "
+                               "rows 0..R-1; cu_num_logits: the running sum of its num_sampled_tokens; max_query_len: "
+                               "what _build_attention_metadata is given")
 
 
 # ---------------------------------------------------------------- the v1 dummy run's query_start_loc fill (C)
@@ -512,6 +637,7 @@ SPECS: tuple[_Spec, ...] = (
     _Spec(f"{MRV2_RUNNER}:GPUModelRunner._dummy_run", "split_dummy_tokens", _bind_mrv2_dummy_run, (3, 5)),
     _Spec(f"{LORA_UTILS}:create_lora_capture_hook", "split_dummy_tokens", _bind_lora_hook, (3, 5)),
     _Spec(f"{V1_RUNNER}:GPUModelRunner._dummy_run", "split_dummy_tokens", _bind_v1_dummy_run, (3, 5)),
+    _Spec(f"{V1_RUNNER}:GPUModelRunner._dummy_run", "make_dummy", _bind_v1_dummy_layout, (3, 5, "buffers")),
     _Spec(f"{V1_RUNNER}:GPUModelRunner._dummy_run", "pad_query_start_loc", _bind_v1_query_start_loc,
           (np.array([2, 1], dtype=np.int32), 3, "out")),
     _Spec(f"{UBATCH_UTILS}:maybe_create_ubatch_slices", "split_ubatches", _bind_ubatch_slices,
@@ -552,12 +678,32 @@ def _bind_one(rel: _Release, spec: _Spec) -> Bound:
     return Bound(release, spec.function, spec.contract, "bound", target=target, ref=_ref(rel.source, spec), detail=detail)
 
 
-def bindings(source: _engines.ReleaseSource) -> list[Bound]:
-    """Every binding of this module for one release, in SPECS order."""
+def _bind_site(rel: _Release, site: split_search.SplitSite) -> Bound:
+    """A copy of the split the search found, as contract A's target."""
+    release = f"vllm {rel.source.version}"
+    detail = f"found by the split search (batchfuzz.engines.split_search): {site.describe()}"
+    try:
+        target = split_search.bind_site(site, rel.loader())
+        bind.probe(target, 3, 5, what=site.function)
+    except (bind.Absent, bind.Unbindable) as exc:
+        return Bound(release, site.function, split_search.CONTRACT, "unbindable", reason=str(exc), detail=detail)
+    target.__qualname__ = f"vllm_{rel.source.version.replace('.', '_')}.{site.function.split(':')[-1]}[{split_search.CONTRACT}]"
+    target = domain("engine")(target)
+    ref = f"{ENGINE}::{rel.source.ref}::{site.function}::{split_search.CONTRACT}"
+    return Bound(release, site.function, split_search.CONTRACT, "bound", target=target, ref=ref, detail=detail)
+
+
+def bindings(source: _engines.ReleaseSource, *, search: bool = True) -> list[Bound]:
+    """Every binding of this module for one release, in SPECS order, then
+    (``search``) one per copy of the split ``split_search`` finds in the
+    release, in path and line order."""
     if not isinstance(source, _engines.ReleaseSource):
         raise TypeError(f"source must be a ReleaseSource, got {type(source).__name__}")
     rel = _Release(source)
-    return [_bind_one(rel, spec) for spec in SPECS]
+    out = [_bind_one(rel, spec) for spec in SPECS]
+    if search:
+        out += [_bind_site(rel, site) for site in split_search.search(source)]
+    return out
 
 
 @functools.lru_cache(maxsize=16)
@@ -568,6 +714,9 @@ def _release(source_ref: str) -> _Release:
 @functools.lru_cache(maxsize=256)
 def _resolved(source_ref: str, function: str, contract: str) -> Bound:
     spec = next((s for s in SPECS if s.function == function and s.contract == contract), None)
+    if spec is None and contract == split_search.CONTRACT and "#" in function:
+        rel = _release(source_ref)
+        return _bind_site(rel, split_search.find(rel.source, function))
     if spec is None:
         raise LookupError(f"batchfuzz.engines.vllm has no binding of {function} to {contract}")
     return _bind_one(_release(source_ref), spec)
