@@ -52,7 +52,8 @@ def _spec(draw: st.DrawFn) -> Case:
         q = [q[0]] * r
     elif shape == "speculative":  # every request done prefilling schedules its token and k drafts
         q = [1 + k if ci >= pi else qi for ci, qi, pi in zip(c, q, p, strict=True)]
-    thresholds = draw(st.lists(st.one_of(st.integers(1, 4), st.none()), min_size=0, max_size=3))
+    asks = st.one_of(st.sampled_from([1, 1 + k]), st.integers(1, 4), st.none())
+    thresholds = draw(st.lists(asks, min_size=0, max_size=3))
     return _case(c, q, p, thresholds, k)
 
 

@@ -137,7 +137,7 @@ VARIANTS = (
             ("threshold_matches_oracle", "spec_rows_are_decodes"), _step([0], [1], [1], [1, 2], 1)),
     Variant("uniform_ignores_prefilling", "require_uniform counts a uniform batch as all decodes even without "
             "treat_short_extends_as_decodes (shipped in vLLM 0.22.0 and 0.23.0)", uniform_ignores_prefilling, "shipped",
-            ("split_counts_match_order",), _step([1], [1], [2], [1], 0)),
+            ("split_counts_match_order",), _step([0], [1], [1], [1], 0)),
     Variant("two_region_reorder", "q <= t first whatever was computed: a short prefill chunk stays ahead of a speculative "
             "row, which a uniform split then counts as a prefill", two_region_reorder, "mutant",
             ("regions_in_order", "spec_rows_are_decodes"), _step([0, 1], [1, 1], [1, 1], [1], 0)),
