@@ -21,7 +21,7 @@ from batchfuzz.reference.batch_order import SPLIT_FLAGS, BatchOrder, Counts4, Co
 Aggregate = Callable[[list[int | None], int], int | None]
 Reorder = Callable[["RowBatch", dict[str, int], int], None]
 Split = Callable[[np.ndarray, np.ndarray, np.ndarray, int, bool, bool], Counts4]
-Extends = Callable[[np.ndarray, np.ndarray, int], Counts6]
+Extends = Callable[[np.ndarray, np.ndarray, np.ndarray, int], Counts6]
 
 
 class RowBatch:
@@ -89,7 +89,8 @@ def split(q: np.ndarray, c: np.ndarray, p: np.ndarray, b: int, require_uniform: 
     return nd, len(q) - nd, dt, int(q.sum()) - dt
 
 
-def extends(q: np.ndarray, c: np.ndarray, b: int) -> Counts6:
+def extends(q: np.ndarray, c: np.ndarray, p: np.ndarray, b: int) -> Counts6:
+    """Decodes up to the first row above ``b``; prefills from the first row above ``b`` with nothing computed."""
     above = q > b
     nd = int(np.argmax(above)) if above.any() else len(q)
     is_prefill = above & (c == 0)
@@ -121,7 +122,7 @@ def pipeline(aggregate: Aggregate = aggregate, reorder: Reorder = reorder, split
         for g in b:
             splits.append(None if g is None else [tuple(int(v) for v in split(rows_q, rows_c, rows_p, g, u, s))  # type: ignore[misc]
                                                   for u, s in SPLIT_FLAGS])
-            exts.append(None if g is None else tuple(int(v) for v in extends(rows_q, rows_c, g)))  # type: ignore[arg-type]
+            exts.append(None if g is None else tuple(int(v) for v in extends(rows_q, rows_c, rows_p, g)))  # type: ignore[arg-type]
         return BatchOrder(t, order, rows_c.tolist(), rows_p.tolist(), rows_q.tolist(), splits, exts)
 
     return batch_order

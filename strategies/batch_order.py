@@ -11,7 +11,7 @@ Domains:
 - ``engine``: the steps a scheduler makes: a request still prefilling
   schedules a chunk of at most what is left of its prompt (``1 <= q <= p -
   c``); a request done prefilling schedules its token plus at most ``k``
-  drafts (``1 <= q <= 1 + k``); one to three groups whose backends ask for 1
+  drafts (``1 <= q <= 1 + k``; in half the steps all ``k``); one to three groups whose backends ask for 1
   (no speculative rows as decodes), ``1 + k`` (speculative rows as decodes),
   a small-prefill threshold (``max(128, 1 + k)``) or no reordering.
 
@@ -61,6 +61,7 @@ def _spec(draw: st.DrawFn) -> Case:
 def _engine(draw: st.DrawFn) -> Case:
     k = draw(st.integers(0, 4))
     r = draw(st.integers(1, MAX_REQS))
+    uniform = draw(st.booleans())  # every request done prefilling schedules all k drafts
     c, q, p = [], [], []
     for _ in range(r):
         prompt = draw(st.integers(1, 16))
@@ -70,7 +71,7 @@ def _engine(draw: st.DrawFn) -> Case:
             q.append(draw(st.integers(1, prompt - done)))
         else:  # done prefilling: one token plus up to k drafts
             c.append(draw(st.integers(prompt, prompt + 16)))
-            q.append(draw(st.integers(1, 1 + k)))
+            q.append(1 + k if uniform else draw(st.integers(1, 1 + k)))
         p.append(prompt)
     asks = st.sampled_from([1, 1 + k, max(128, 1 + k), None])
     thresholds = draw(st.lists(asks, min_size=1, max_size=3))

@@ -138,9 +138,11 @@ def _spec_rows(target: Target, case: Case) -> None:
         counted.append(("split with extends", int((got.extends[g] or (0,))[0])))
         for how, num_decodes in counted:
             late = [i for i in spec_rows if i >= num_decodes]
-            require(not late, f"group {g} (threshold {b} >= 1 + k = {1 + k}) counts speculative row {late[0]} "
-                    f"(q = {1 + k}) as a prefill in {how}: {num_decodes} decodes; reorder threshold {got.threshold}, "
-                    f"rows q={got.num_scheduled_tokens}, c={got.num_computed_tokens}, p={got.num_prompt_tokens}")
+            if late:
+                raise PropertyViolation(f"group {g} (threshold {b} >= 1 + k = {1 + k}) counts speculative row {late[0]} "
+                                        f"(q = {1 + k}) as a prefill in {how}: {num_decodes} decodes; reorder threshold "
+                                        f"{got.threshold}, rows q={got.num_scheduled_tokens}, c={got.num_computed_tokens}, "
+                                        f"p={got.num_prompt_tokens}")
 
 
 PROPERTIES = (
