@@ -6,7 +6,7 @@ import numpy as np
 
 from batchfuzz import registry
 from batchfuzz.case import Case
-from batchfuzz.checks import as_int_array, assert_array_equal, require
+from batchfuzz.checks import PropertyViolation, as_int_array, assert_array_equal, require
 from batchfuzz.codec import register_dataclass
 from batchfuzz.contracts.spec_decode_metadata_variants import VARIANTS
 from batchfuzz.impl import spec_decode_metadata_numpy
@@ -66,10 +66,13 @@ def _bonus(target: Target, case: Case) -> None:
     d, _, ends = _step(case)
     bonus, logits = got["bonus_logits_indices"], got["logits_indices"]
     require(bonus.size == d.size, f"{bonus.size} bonus indices, expected one per request ({d.size})")
-    for i in range(d.size):
-        require(0 <= int(bonus[i]) < logits.size and int(logits[bonus[i]]) == int(ends[i]) - 1,
-                f"request {i}: bonus index {int(bonus[i])} does not read its last token {int(ends[i]) - 1} "
-                f"(logits indices {logits.tolist()[:24]})")
+    inside = (bonus >= 0) & (bonus < logits.size)
+    reads = np.where(inside, logits[np.clip(bonus, 0, max(logits.size - 1, 0))] if logits.size else -1, -1)
+    wrong = np.flatnonzero(reads != ends - 1)
+    if wrong.size:
+        i = int(wrong[0])
+        raise PropertyViolation(f"request {i}: bonus index {int(bonus[i])} does not read its last token {int(ends[i]) - 1} "
+                                f"(logits indices {logits.tolist()[:24]})")
 
 
 def _cumulative(target: Target, case: Case) -> None:
