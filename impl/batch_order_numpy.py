@@ -120,9 +120,9 @@ def pipeline(aggregate: Aggregate = aggregate, reorder: Reorder = reorder, split
         splits: list[list[Counts4] | None] = []
         exts: list[Counts6 | None] = []
         for g in b:
-            splits.append(None if g is None else [tuple(int(v) for v in split(rows_q, rows_c, rows_p, g, u, s))  # type: ignore[misc]
+            splits.append(None if g is None else [tuple(int(v) for v in split(rows_q, rows_c, rows_p, g, u, s))
                                                   for u, s in SPLIT_FLAGS])
-            exts.append(None if g is None else tuple(int(v) for v in extends(rows_q, rows_c, rows_p, g)))  # type: ignore[arg-type]
+            exts.append(None if g is None else tuple(int(v) for v in extends(rows_q, rows_c, rows_p, g)))
         return BatchOrder(t, order, rows_c.tolist(), rows_p.tolist(), rows_q.tolist(), splits, exts)
 
     return batch_order

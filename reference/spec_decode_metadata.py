@@ -49,7 +49,9 @@ def check_spec_args(num_draft_tokens: Any, num_scheduled_tokens: Any) -> tuple[l
 def cumsum_and_arange(counts: list[int]) -> tuple[list[int], list[int]]:
     """The running sums of ``counts`` and the concatenation of ``arange(n)``
     for each count ``n`` (zeros contribute nothing)."""
-    cu, ar, total = [], [], 0
+    cu: list[int] = []
+    ar: list[int] = []
+    total = 0
     for n in counts:
         total += n
         cu.append(total)
@@ -61,7 +63,10 @@ def cumsum_and_arange(counts: list[int]) -> tuple[list[int], list[int]]:
 def spec_decode_metadata(num_draft_tokens: Any, num_scheduled_tokens: Any) -> SpecDecodeIndices:
     """Contract G, request by request."""
     d, q = check_spec_args(num_draft_tokens, num_scheduled_tokens)
-    logits, target, bonus, positions = [], [], [], []
+    logits: list[int] = []
+    target: list[int] = []
+    bonus: list[int] = []
+    positions: list[int] = []
     end = 0
     for i in range(len(d)):
         end += q[i]  # one past the request's last token

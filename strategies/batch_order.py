@@ -6,8 +6,11 @@ Domains:
 - ``spec``: any ``1 <= R <= 8`` requests with ``c >= 0``, ``q >= 1``,
   ``p >= 1`` up to 8 (a request's chunk may run past its prompt), zero to
   three KV-cache groups each asking for a threshold in ``1 .. 4`` or for no
-  reordering, ``k`` in ``0 .. 3``; a third of the steps schedule one count
-  for every request, a third ``1 + k`` for every request done prefilling;
+  reordering, ``k`` in ``0 .. 3``; drawn as any such step, or one that
+  schedules one count for every request, or a speculative step (``k >= 1``,
+  ``1 + k`` tokens for every request done prefilling) whose groups all run
+  speculative rows as decodes, or a hybrid one (thresholds ``1`` and
+  ``1 + k``);
 - ``engine``: the steps a scheduler makes: a request still prefilling
   schedules a chunk of at most what is left of its prompt (``1 <= q <= p -
   c``); a request done prefilling schedules its token plus at most ``k``
@@ -42,18 +45,24 @@ def _case(c: list[int], q: list[int], p: list[int], thresholds: list[int | None]
 
 @st.composite
 def _spec(draw: st.DrawFn) -> Case:
+    shape = draw(st.sampled_from(["any", "uniform", "speculative", "hybrid"]))
+    speculative = shape in ("speculative", "hybrid")
     r = draw(st.integers(1, MAX_REQS))
-    k = draw(st.integers(0, 3))
+    k = max(draw(st.integers(0, 3)), 1 if speculative else 0)
     c = draw(st.lists(st.integers(0, MAX_COUNT), min_size=r, max_size=r))
     p = draw(st.lists(st.integers(1, MAX_COUNT), min_size=r, max_size=r))
     q = draw(st.lists(st.integers(1, MAX_COUNT), min_size=r, max_size=r))
-    shape = draw(st.sampled_from(["any", "uniform", "speculative"]))
     if shape == "uniform":  # every request schedules as many tokens as the first
         q = [q[0]] * r
-    elif shape == "speculative":  # every request done prefilling schedules its token and k drafts
+    elif speculative:  # every request done prefilling schedules its token and k drafts
         q = [1 + k if ci >= pi else qi for ci, qi, pi in zip(c, q, p, strict=True)]
-    asks = st.one_of(st.sampled_from([1, 1 + k]), st.integers(1, 4), st.none())
-    thresholds = draw(st.lists(asks, min_size=0, max_size=3))
+    if shape == "speculative":  # every group asking runs the speculative rows as decodes
+        thresholds = draw(st.lists(st.sampled_from([1 + k, 2 + k, None]), min_size=1, max_size=3))
+    elif shape == "hybrid":  # one group that does, one that does not
+        thresholds = [1, 1 + k] if draw(st.booleans()) else [1 + k, 1]
+    else:
+        asks = st.one_of(st.sampled_from([1, 1 + k]), st.integers(1, 4), st.none())
+        thresholds = draw(st.lists(asks, min_size=0, max_size=3))
     return _case(c, q, p, thresholds, k)
 
 

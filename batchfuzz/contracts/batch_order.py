@@ -7,7 +7,7 @@ from typing import Any
 from batchfuzz import registry
 from batchfuzz.case import Case
 from batchfuzz.checks import PropertyViolation, require
-from batchfuzz.codec import register_dataclass
+from batchfuzz.codec import call_literal, register_dataclass
 from batchfuzz.contracts.batch_order_variants import VARIANTS
 from batchfuzz.impl import batch_order_numpy
 from batchfuzz.reference import batch_order as oracle
@@ -114,7 +114,7 @@ def _split_counts(target: Target, case: Case) -> None:
                     f"treat_short_extends_as_decodes={s}): (decodes, prefills, decode tokens, prefill tokens) = {tuple(h)}, "
                     f"expected {w} for rows q={got.num_scheduled_tokens}, c={got.num_computed_tokens}, p={got.num_prompt_tokens}")
     for g, (want6, have6) in enumerate(zip(extends, got.extends, strict=True)):
-        require((want6 is None) == (have6 is None) and (want6 is None or tuple(have6) == want6),  # type: ignore[arg-type]
+        require((want6 is None) == (have6 is None) and (want6 is None or tuple(have6) == want6),
                 f"group {g}: (decodes, extends, prefills, decode, extend, prefill tokens) = {have6}, expected {want6} "
                 f"for rows q={got.num_scheduled_tokens}, c={got.num_computed_tokens}")
 
@@ -210,6 +210,21 @@ def _labels(case: Case) -> list[str]:
     return out
 
 
+def _reproduce(fn: str, case: Case, prop: str, imports: set[str]) -> list[str]:
+    """The call, kept when it refuses the thresholds: a refusal is the
+    contract's answer where no threshold satisfies every group."""
+    call = call_literal(fn, case, imports)
+    if _expected(case) is not None:
+        return [f"result = {call}"]
+    why = ""
+    try:
+        oracle.batch_order(**case.args)
+    except ValueError as exc:
+        why = str(exc)
+    return ["try:", f"    result = {call}", "except ValueError as refusal:",
+            "    result = refusal  # the contract's answer here: " + why.replace("\n", " ")]
+
+
 CONTRACT = registry.register(Contract(
     name="batch_order",
     title="Batch order and decode/prefill classification",
@@ -228,5 +243,6 @@ CONTRACT = registry.register(Contract(
     size=strategies.size,
     reductions=strategies.reductions,
     scopes=registry.scopes_from(strategies),
+    reproduce=_reproduce,
     notes="The order within a region is not part of the contract; counts compare exactly as ints.",
 ))

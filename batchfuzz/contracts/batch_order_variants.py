@@ -69,7 +69,7 @@ class _ForgetsPrompt(RowBatch):
         a[[i1, i2]] = a[[i2, i1]]
 
 
-def _reorder_on(cls: type[RowBatch]):  # type: ignore[no-untyped-def]
+def _reorder_on(cls: type[RowBatch]):
     def reorder(batch: RowBatch, scheduled: dict[str, int], t: int) -> None:
         batch.__class__ = cls
         q = _q(batch, scheduled)

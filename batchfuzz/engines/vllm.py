@@ -26,7 +26,15 @@ The bindings (paths inside the release, under ``vllm/v1/worker/``):
   the refusal its caller applies (``dp_utils.py:_post_process_ubatch`` on one
   data-parallel rank's votes);
 - ``gpu_model_runner.py:GPUModelRunner._allow_microbatching`` (v1, 0.28.0 and
-  later) as ``allow_microbatching``, on a stand-in input batch and block tables.
+  later) as ``allow_microbatching``, on a stand-in input batch and block tables;
+- ``vllm/v1/attention/backends/utils.py:reorder_batch_to_split_decodes_and_prefills``,
+  ``split_decodes_and_prefills``, ``split_decodes_prefills_and_extends`` and
+  ``gpu_model_runner.py:GPUModelRunner.calculate_reorder_batch_threshold`` as
+  ``batch_order``, each inside batchfuzz's pipeline for the step (the other
+  three jobs batchfuzz's own), on a stand-in input batch and attention metadata;
+- ``gpu_model_runner.py:GPUModelRunner._get_cumsum_and_arange`` and
+  ``_calc_spec_decode_metadata`` as ``spec_decode_metadata``, on a stand-in
+  runner with ``arange_np`` sized as the runner sizes it.
 
 A function a release lacks is "absent"; one whose code no longer fits its
 binding (a name no one provides, a signature or attribute that changed, a
@@ -410,7 +418,7 @@ def _bind_reorder_threshold(rel: _Release) -> tuple[Callable[..., Any], str]:
         runner = Stub("GPUModelRunner", attn_groups=[[group(b)] for b in thresholds], reorder_batch_threshold=None,
                       methods={"_attn_group_iterator": iterate})
         run(runner)
-        return runner.reorder_batch_threshold  # type: ignore[no-any-return]
+        return runner.reorder_batch_threshold
 
     return batch_order_numpy.pipeline(aggregate=aggregate), (
         f"{piece.label} over one attention group per KV-cache group, each builder's reorder_batch_threshold the group's "
