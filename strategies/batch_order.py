@@ -127,8 +127,9 @@ def size(case: Case) -> tuple[int, ...]:
 
 def reductions(case: Case) -> Iterator[Case]:
     """Smaller cases built from ``case``: a request deleted, a count lowered
-    by one or to its least, a group dropped or its threshold lowered, one
-    speculative token fewer."""
+    by one or to its least, a group dropped, its threshold lowered or set to
+    None, one speculative token fewer, every scheduled count and threshold
+    one lower together."""
     a = case.args
     c, q, p = list(a["num_computed_tokens"]), list(a["num_scheduled_tokens"]), list(a["num_prompt_tokens"])
     th, k = list(a["thresholds"]), a["num_speculative_tokens"]
@@ -145,10 +146,15 @@ def reductions(case: Case) -> Iterator[Case]:
     for g in range(len(th)):
         yield _case(c, q, p, th[:g] + th[g + 1:], k)
         b = th[g]
+        if b is not None:
+            yield _case(c, q, p, th[:g] + [None] + th[g + 1:], k)
         if b is not None and b > 1:
             yield _case(c, q, p, th[:g] + [b - 1] + th[g + 1:], k)
     if k > 0:
         yield _case(c, q, p, th, k - 1)
+    # Every count and threshold one lower together (keeps which rows are below which threshold).
+    if any(v > 1 for v in q) and all(b is None or b > 1 for b in th):
+        yield _case(c, [max(1, v - 1) for v in q], p, [None if b is None else b - 1 for b in th], k)
 
 
 # ---------------------------------------------------------------- bounded-exhaustive scopes
