@@ -24,11 +24,15 @@ import pytest
 from hypothesis import Phase, settings
 
 from batchfuzz import engines, registry, runner
+from batchfuzz.case import Case
+from batchfuzz.checks import PropertyViolation
 from batchfuzz.engines import vllm
 from batchfuzz.reference import _step as step_oracle
 from batchfuzz.reference import allow_microbatching as decision_oracle
+from batchfuzz.reference import batch_order as order_oracle
 from batchfuzz.reference import pad_query_start_loc as qsl_oracle
 from batchfuzz.reference import slice_ubatch_metadata as metadata_oracle
+from batchfuzz.reference import spec_decode_metadata as spec_oracle
 from batchfuzz.reference import split_dummy_tokens as dummy_oracle
 from batchfuzz.reference import split_ubatches as ubatch_oracle
 from batchfuzz.reference.make_dummy import DummyBuffers
@@ -44,6 +48,13 @@ UBATCH = "vllm/v1/worker/ubatch_utils.py:maybe_create_ubatch_slices"
 ALLOW = f"{V1}:GPUModelRunner._allow_microbatching"
 SPLIT_ATTN = "vllm/v1/worker/ubatch_utils.py:split_attn_metadata"
 MRV2_PREPARE = "vllm/v1/worker/gpu/ubatch_utils.py:UBatchRunner.prepare"
+ATTN = "vllm/v1/attention/backends/utils.py"
+REORDER = f"{ATTN}:reorder_batch_to_split_decodes_and_prefills"
+SPLIT = f"{ATTN}:split_decodes_and_prefills"
+EXTENDS = f"{ATTN}:split_decodes_prefills_and_extends"
+THRESHOLD = f"{V1}:GPUModelRunner.calculate_reorder_batch_threshold"
+CUMSUM = f"{V1}:GPUModelRunner._get_cumsum_and_arange"
+SPEC = f"{V1}:GPUModelRunner._calc_spec_decode_metadata"
 # The release's source, its bindings by (function, contract), and the texts of the files they read.
 Release = tuple[vllm.ReleaseSource, dict[tuple[str, str], engines.Bound], dict[str, str]]
 
@@ -127,7 +138,9 @@ def test_every_binding_is_bound_in_the_reference_release(release: Release) -> No
         (MAKE_DUMMY, "split_dummy_tokens"), (MAKE_DUMMY, "make_dummy"), (MRV2_DUMMY_RUN, "split_dummy_tokens"),
         (LORA_HOOK, "split_dummy_tokens"), (V1_DUMMY_RUN, "split_dummy_tokens"), (V1_DUMMY_RUN, "make_dummy"),
         (V1_DUMMY_RUN, "pad_query_start_loc"), (UBATCH, "split_ubatches"), (ALLOW, "allow_microbatching"),
-        (SPLIT_ATTN, "slice_ubatch_metadata"), (MRV2_PREPARE, "slice_ubatch_metadata")])
+        (SPLIT_ATTN, "slice_ubatch_metadata"), (MRV2_PREPARE, "slice_ubatch_metadata"), (REORDER, "batch_order"),
+        (SPLIT, "batch_order"), (EXTENDS, "batch_order"), (THRESHOLD, "batch_order"), (CUMSUM, "spec_decode_metadata"),
+        (SPEC, "spec_decode_metadata")])
     for bound in table.values():
         assert bound.status == "bound", (bound.function, bound.reason)
         assert bound.release == f"vllm {RELEASE}" and bound.ref.startswith(f"vllm::{source.ref}::") and bound.detail
@@ -303,6 +316,76 @@ def test_the_0_28_slice_keeps_the_computed_count_unshifted_and_drops_positions(
 
 
 # ---------------------------------------------------------------- absent, unbindable, resolve
+
+
+def _violations(contract: registry.Contract, fn: Callable[..., Any], cases: list[Any]) -> dict[str, list[Any]]:
+    """The cases each property of ``contract`` fails on, ``fn`` checked on every case."""
+    failed: dict[str, list[Any]] = {}
+    for case in cases:
+        for prop in contract.properties:
+            try:
+                prop.check(fn, case.copy())
+            except PropertyViolation:
+                failed.setdefault(prop.name, []).append(case)
+    return failed
+
+
+def test_the_reorder_and_both_splits_meet_contract_f_on_every_small_step(release: Release) -> None:
+    """Every step of the ci scope (R <= 2, two groups of different thresholds
+    included), every property, the engine's function inside batchfuzz's pipeline."""
+    contract = registry.get("batch_order")
+    cases = list(contract.scope("ci").cases())
+    for function in (REORDER, SPLIT, EXTENDS):
+        assert _violations(contract, target(release, function, "batch_order"), cases) == {}, function
+
+
+def test_the_runners_threshold_is_the_smallest_even_when_a_group_cannot_run_with_it(release: Release) -> None:
+    """calculate_reorder_batch_threshold fails exactly where no threshold
+    satisfies every group, and on a hybrid speculative step a group then
+    counts a speculative row as a prefill."""
+    contract = registry.get("batch_order")
+    fn = target(release, THRESHOLD, "batch_order")
+    cases = list(contract.scope("ci").cases())
+    refused = []
+    for case in cases:
+        try:
+            order_oracle.batch_order(**case.args)
+        except ValueError:
+            refused.append(case)
+    failed = _violations(contract, fn, cases)
+    assert refused and failed["threshold_matches_oracle"] == refused
+    got = fn([4, 1], [3, 2], [8, 1], [1, 2], 1)
+    assert got.threshold == 1 and got.order == [0, 1]
+    assert got.splits[1][0] == (0, 2, 0, 5)  # group 1 (threshold 2): the 2-token speculative row is a prefill
+    with pytest.raises(PropertyViolation, match="counts speculative row 1"):
+        contract.property("spec_rows_are_decodes").check(fn, Case(
+            {"num_computed_tokens": [4, 1], "num_scheduled_tokens": [3, 2], "num_prompt_tokens": [8, 1],
+             "thresholds": [1, 2], "num_speculative_tokens": 1}))
+
+
+def test_the_uniform_split_of_earlier_releases_is_caught(release: Release, tmp_path: Path) -> None:
+    """vLLM 0.22.0 and 0.23.0 returned "all decodes" for a uniform batch
+    under require_uniform even without treat_short_extends_as_decodes."""
+    old = ("        if treat_short_extends_as_decodes and torch.all(\n"
+           "            (query_lens == query_lens[0]) | (query_lens == 0)\n        ):")
+    new = "        if torch.all((query_lens == query_lens[0]) | (query_lens == 0)):"
+    source = edited(tmp_path, release[2], ATTN, old, new)
+    fn = bound_target(by_key(vllm.bindings(source))[(SPLIT, "batch_order")])
+    failure = hunt(registry.get("batch_order"), fn, 200, ("split_counts_match_order",), domain="engine")
+    assert failure is not None
+    assert failure.case.args == {"num_computed_tokens": [0], "num_scheduled_tokens": [1], "num_prompt_tokens": [1],
+                                 "thresholds": [1], "num_speculative_tokens": 0}
+
+
+def test_spec_decode_metadata_bindings_match_the_oracle(release: Release) -> None:
+    """Both methods on the runner's own documented example and on every step of the small scope."""
+    contract = registry.get("spec_decode_metadata")
+    cases = [Case({"num_draft_tokens": [3, 0, 2, 0, 1], "num_scheduled_tokens": [4, 100, 3, 100, 2]}),
+             *contract.scope("small").cases()]
+    for function in (CUMSUM, SPEC):
+        fn = target(release, function, "spec_decode_metadata")
+        for case in cases:
+            assert fn(**case.args) == spec_oracle.spec_decode_metadata(**case.args), (function, case.args)
 
 
 def test_a_removed_function_is_absent_and_a_changed_one_unbindable(release: Release, tmp_path: Path) -> None:

@@ -56,7 +56,7 @@ def test_installed_names_import_and_the_folders_do_not(tmp_path: Path, wheel: Pa
     zipfile.ZipFile(wheel).extractall(site)
     code = ("import batchfuzz.reference, batchfuzz.impl, batchfuzz.strategies, batchfuzz.testing\n"
             "from batchfuzz import registry\n"
-            "assert len(registry.contracts()) == 6\n"
+            "assert len(registry.contracts()) == 8\n"
             "for name in ('reference', 'impl', 'strategies'):\n"
             "    try:\n"
             "        __import__(name)\n"

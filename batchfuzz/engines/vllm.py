@@ -29,14 +29,22 @@ The bindings (paths inside the release, under ``vllm/v1/worker/``):
   the refusal its caller applies (``dp_utils.py:_post_process_ubatch`` on one
   data-parallel rank's votes);
 - ``gpu_model_runner.py:GPUModelRunner._allow_microbatching`` (v1, 0.28.0 and
-  later) as ``allow_microbatching``, on a stand-in input batch and block tables.
+  later) as ``allow_microbatching``, on a stand-in input batch and block tables;
 - ``ubatch_utils.py:split_attn_metadata`` (v1) as ``slice_ubatch_metadata``,
   over the release's own ``CommonAttentionMetadata`` built from the step;
 - ``gpu/ubatch_utils.py:UBatchRunner.prepare`` (MRV2, 0.33.0) as
   ``slice_ubatch_metadata``: ``create_ubatch_slices`` and
   ``_slice_input_batch`` over the release's own ``InputBatch``, with
   ``DefaultModelState.prepare_attn``; the result is what it passes to
-  ``build_attn_metadata``.
+  ``build_attn_metadata``;
+- ``vllm/v1/attention/backends/utils.py:reorder_batch_to_split_decodes_and_prefills``,
+  ``split_decodes_and_prefills``, ``split_decodes_prefills_and_extends`` and
+  ``gpu_model_runner.py:GPUModelRunner.calculate_reorder_batch_threshold`` as
+  ``batch_order``, each inside batchfuzz's pipeline for the step (the other
+  three jobs batchfuzz's own), on a stand-in input batch and attention metadata;
+- ``gpu_model_runner.py:GPUModelRunner._get_cumsum_and_arange`` and
+  ``_calc_spec_decode_metadata`` as ``spec_decode_metadata``, on a stand-in
+  runner with ``arange_np`` sized as the runner sizes it.
 
 Then every copy of the split that ``split_search`` finds in the release, as
 ``split_dummy_tokens`` (docs/split-copies.md).
@@ -67,9 +75,11 @@ from batchfuzz import bind
 from batchfuzz import engines as _engines
 from batchfuzz.bind import Record, Recorder, Stub
 from batchfuzz.engines import Bound, SourceError, split_search
+from batchfuzz.impl import batch_order_numpy, spec_decode_metadata_numpy
 from batchfuzz.preconditions import assumes, domain
 from batchfuzz.reference.make_dummy import DummyBatch, DummyBuffers
 from batchfuzz.reference.slice_ubatch_metadata import UbatchMetadata
+from batchfuzz.reference.spec_decode_metadata import SpecDecodeIndices, check_spec_args
 from batchfuzz.strategies.slice_ubatch_metadata import every_microbatch_has_a_real_token
 
 ENGINE = "vllm"
@@ -81,6 +91,7 @@ MRV2_RUNNER = "vllm/v1/worker/gpu/model_runner.py"
 LORA_UTILS = "vllm/v1/worker/gpu/lora_utils.py"
 V1_RUNNER = "vllm/v1/worker/gpu_model_runner.py"
 UBATCH_UTILS = "vllm/v1/worker/ubatch_utils.py"
+ATTN_UTILS = "vllm/v1/attention/backends/utils.py"
 DP_UTILS = "vllm/v1/worker/dp_utils.py"
 
 
@@ -616,6 +627,144 @@ def allow_microbatching_on_steps(source: _engines.ReleaseSource) -> Callable[...
     return prepare
 
 
+# ---------------------------------------------------------------- batch order and classification (G)
+#
+# Contract G's target is a step's whole attention preparation: the runner's
+# threshold, the reorder, each group's two splits. Each binding runs one of
+# the engine's four functions in that pipeline and our implementation
+# (``batchfuzz.impl.batch_order_numpy``) for the other three, so a failure
+# names the function.
+
+
+def _bind_reorder(rel: _Release) -> tuple[Callable[..., Any], str]:
+    loader = rel.loader()
+    piece = loader.file(ATTN_UTILS).piece("reorder_batch_to_split_decodes_and_prefills")
+    run = loader.load(piece)
+
+    def reorder(batch: batch_order_numpy.RowBatch, scheduled: dict[str, int], threshold: int) -> None:
+        run(batch, Stub("SchedulerOutput", num_scheduled_tokens=scheduled), decode_threshold=threshold)
+
+    return batch_order_numpy.pipeline(reorder=reorder), (
+        f"{piece.label} on a stand-in InputBatch (req_ids, num_computed_tokens_cpu, num_prompt_tokens; swap_states moves "
+        "every per-request array); threshold, splits: batchfuzz's own")
+
+
+def _attention_metadata(q: np.ndarray, c: np.ndarray, p: np.ndarray) -> Stub:
+    """The CommonAttentionMetadata fields the splits read, as the runner fills
+    them: host query_start_loc, seq_lens (c + q) as the upper bound, and
+    is_prefilling = c < p."""
+    qsl = torch.zeros(q.size + 1, dtype=torch.int32)
+    qsl[1:] = torch.from_numpy(np.cumsum(q).astype(np.int32))
+    return Stub("CommonAttentionMetadata", max_query_len=int(q.max()), num_reqs=int(q.size), num_actual_tokens=int(q.sum()),
+                query_start_loc_cpu=qsl, seq_lens_cpu_upper_bound=torch.from_numpy((c + q).astype(np.int32)),
+                is_prefilling=torch.from_numpy(c < p))
+
+
+def _bind_split(rel: _Release) -> tuple[Callable[..., Any], str]:
+    loader = rel.loader()
+    piece = loader.file(ATTN_UTILS).piece("split_decodes_and_prefills")
+    run = loader.load(piece)
+
+    def split(q: np.ndarray, c: np.ndarray, p: np.ndarray, b: int, require_uniform: bool, treat_short: bool) -> Any:
+        return run(_attention_metadata(q, c, p), decode_threshold=b, require_uniform=require_uniform,
+                   treat_short_extends_as_decodes=treat_short)
+
+    return batch_order_numpy.pipeline(split=split), (
+        f"{piece.label} with each group's own threshold (as its builder calls it) on a stand-in CommonAttentionMetadata; "
+        "threshold, reorder, extends split: batchfuzz's own")
+
+
+def _bind_extends(rel: _Release) -> tuple[Callable[..., Any], str]:
+    loader = rel.loader()
+    piece = loader.file(ATTN_UTILS).piece("split_decodes_prefills_and_extends")
+    run = loader.load(piece)
+
+    def extends(q: np.ndarray, c: np.ndarray, p: np.ndarray, b: int) -> Any:
+        return run(_attention_metadata(q, c, p), decode_threshold=b)
+
+    return batch_order_numpy.pipeline(extends=extends), (
+        f"{piece.label} with each group's own threshold on a stand-in CommonAttentionMetadata; threshold, reorder, "
+        "decode/prefill split: batchfuzz's own")
+
+
+def _bind_reorder_threshold(rel: _Release) -> tuple[Callable[..., Any], str]:
+    loader = rel.loader()
+    f = loader.file(V1_RUNNER)
+    piece = f.piece("GPUModelRunner.calculate_reorder_batch_threshold")
+    run = loader.load(piece)
+    iterate = loader.load(f.piece("GPUModelRunner._attn_group_iterator"))
+
+    def aggregate(thresholds: list[int | None], num_speculative_tokens: int) -> int | None:
+        def group(b: int | None) -> Stub:
+            builder = Stub("AttentionMetadataBuilder", reorder_batch_threshold=b)
+            return Stub("AttentionGroup", methods={"get_metadata_builder": lambda self, *args, **kwargs: builder})
+
+        # One attention group per KV-cache group.
+        runner = Stub("GPUModelRunner", attn_groups=[[group(b)] for b in thresholds], reorder_batch_threshold=None,
+                      methods={"_attn_group_iterator": iterate})
+        run(runner)
+        return runner.reorder_batch_threshold
+
+    return batch_order_numpy.pipeline(aggregate=aggregate), (
+        f"{piece.label} over one attention group per KV-cache group, each builder's reorder_batch_threshold the group's "
+        "threshold; reorder and splits: batchfuzz's own")
+
+
+# ---------------------------------------------------------------- speculative-decoding metadata (G)
+
+
+def _spec_runner(total_tokens: int, num_reqs: int, **attrs: Any) -> Stub:
+    """The GPUModelRunner parts both methods read: ``arange_np`` and the
+    scratch sized as the runner sizes them (``max(max_num_reqs + 1,
+    max_num_tokens)``), the device, a CPU input_ids buffer."""
+    size = max(num_reqs + 1, total_tokens)
+    return Stub("GPUModelRunner", arange_np=np.arange(size, dtype=np.int64), _arange_scratch=np.empty(size, dtype=np.int64),
+                device=torch.device("cpu"), **attrs)
+
+
+def _bind_cumsum_and_arange(rel: _Release) -> tuple[Callable[..., Any], str]:
+    loader = rel.loader()
+    piece = loader.file(V1_RUNNER).piece("GPUModelRunner._get_cumsum_and_arange")
+    run = loader.load(piece)
+
+    def calc(num_draft_tokens: Any, num_scheduled_tokens: Any) -> Any:
+        total = int(np.sum(np.asarray(num_scheduled_tokens, dtype=np.int64)))
+        runner = _spec_runner(total, len(num_scheduled_tokens))
+
+        def part(counts: np.ndarray, arange_out: np.ndarray) -> np.ndarray:
+            return np.asarray(run(runner, counts.astype(np.int32), arange_out, cumsum_dtype=np.int32))
+
+        return spec_decode_metadata_numpy.calc_from(part)(num_draft_tokens, num_scheduled_tokens)
+
+    return calc, (f"{piece.label} (cumsum_dtype int32, as _calc_spec_decode_metadata calls it) on counts d + 1 and d, "
+                  "self.arange_np as the runner sizes it; the indices around it: batchfuzz's own")
+
+
+def _bind_spec_decode_metadata(rel: _Release) -> tuple[Callable[..., Any], str]:
+    # async_tensor_h2d (0.26.0 on) reads PIN_MEMORY, computed at import time: no pinned memory on the CPU.
+    loader = rel.loader(PIN_MEMORY=False)
+    f = loader.file(V1_RUNNER)
+    piece = f.piece("GPUModelRunner._calc_spec_decode_metadata")
+    run = loader.load(piece)
+    helper = loader.load(f.piece("GPUModelRunner._get_cumsum_and_arange"))
+
+    def spec_decode_metadata(num_draft_tokens: Any, num_scheduled_tokens: Any) -> Any:
+        d_list, q_list = check_spec_args(num_draft_tokens, num_scheduled_tokens)
+        d, q = np.asarray(d_list, dtype=np.int64), np.asarray(q_list, dtype=np.int64)
+        total = int(q.sum())
+        # Token ids = positions, so the draft token ids it gathers are the drafts' positions.
+        runner = _spec_runner(total, int(d.size), input_ids=bind.cpu_gpu_buffer(np.arange(total, dtype=np.int32)),
+                              methods={"_get_cumsum_and_arange": helper})
+        m = run(runner, d.astype(np.int32), np.cumsum(q))
+        return SpecDecodeIndices(
+            *(bind.to_numpy(getattr(m, name)).tolist() for name in (
+                "logits_indices", "target_logits_indices", "bonus_logits_indices", "cu_num_draft_tokens",
+                "cu_num_sampled_tokens", "draft_token_ids")))
+
+    return spec_decode_metadata, (f"{piece.label} with its _get_cumsum_and_arange, self.arange_np and scratch as the runner "
+                                  "sizes them, input_ids = positions (draft_token_ids are then the drafts' positions)")
+
+
 # ---------------------------------------------------------------- the table of bindings
 
 
@@ -630,6 +779,9 @@ class _Spec:
 def _probe_buffers() -> DummyBuffers:
     return DummyBuffers.zeros(4, 6)
 
+
+# A step with every region and two groups of different thresholds (no speculative tokens).
+_ORDER_PROBE = ([1, 0, 2, 3], [1, 3, 2, 1], [1, 4, 4, 5], [1, 2, None], 0)
 
 SPECS: tuple[_Spec, ...] = (
     _Spec(f"{INPUT_BATCH}:InputBatch.make_dummy", "split_dummy_tokens", _bind_make_dummy_split, (3, 5)),
@@ -650,6 +802,15 @@ SPECS: tuple[_Spec, ...] = (
     _Spec(f"{MRV2_UBATCH_UTILS}:UBatchRunner.prepare", "slice_ubatch_metadata", _bind_mrv2_ubatch_prepare,
           (np.array([5, 11]), np.array([3, 0]), np.arange(16), np.arange(6).reshape(3, 2), 16, 3,
            [((0, 2), (0, 8)), ((1, 3), (8, 16))])),
+    _Spec(f"{ATTN_UTILS}:reorder_batch_to_split_decodes_and_prefills", "batch_order", _bind_reorder, _ORDER_PROBE),
+    _Spec(f"{ATTN_UTILS}:split_decodes_and_prefills", "batch_order", _bind_split, _ORDER_PROBE),
+    _Spec(f"{ATTN_UTILS}:split_decodes_prefills_and_extends", "batch_order", _bind_extends, _ORDER_PROBE),
+    _Spec(f"{V1_RUNNER}:GPUModelRunner.calculate_reorder_batch_threshold", "batch_order", _bind_reorder_threshold,
+          _ORDER_PROBE),
+    _Spec(f"{V1_RUNNER}:GPUModelRunner._get_cumsum_and_arange", "spec_decode_metadata", _bind_cumsum_and_arange,
+          ([2, 0, 1], [3, 4, 2])),
+    _Spec(f"{V1_RUNNER}:GPUModelRunner._calc_spec_decode_metadata", "spec_decode_metadata", _bind_spec_decode_metadata,
+          ([2, 0, 1], [3, 4, 2])),
 )
 
 
