@@ -58,6 +58,10 @@ MODES = ("processes", "in_process")
 MAX_RANKS = 8
 # Rank phases, in the pool's shared array: what each rank is doing now.
 IDLE, RUNNING, IN_COLLECTIVE, DONE = 0, 1, 2, 3
+_COLLECTIVE_GRACE_S = 60.0
+# After a rank raised, how long the others' processes are watched for a crash that caused it (a peer that died
+# mid-collective makes the survivors raise): the crash is the verdict then.
+_CRASH_GRACE_S = 1.0
 _PHASE_WORDS = {IDLE: "idle", RUNNING: "running its own code", IN_COLLECTIVE: "inside the all-reduce", DONE: "done"}
 
 
@@ -190,9 +194,11 @@ def _rank_main(rank: int, max_ranks: int, store_path: str, backend: str, timeout
     import torch.distributed as dist
 
     store = dist.FileStore(store_path, max_ranks)
-    dist.init_process_group(backend, store=store, rank=rank, world_size=max_ranks,
-                            timeout=datetime.timedelta(seconds=timeout_s))
-    groups = {k: dist.new_group(ranks=list(range(k)), timeout=datetime.timedelta(seconds=timeout_s)) for k in range(2, max_ranks + 1)}
+    # The collective's own timeout is past the pool's deadline (the pool judges first and then stops every rank);
+    # it only ends ranks whose pool is gone.
+    limit = datetime.timedelta(seconds=timeout_s + _COLLECTIVE_GRACE_S)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=max_ranks, timeout=limit)
+    groups = {k: dist.new_group(ranks=list(range(k)), timeout=limit) for k in range(2, max_ranks + 1)}
     device = torch.device("cpu")
     if backend == "nccl":
         device = torch.device("cuda", rank % torch.cuda.device_count())
@@ -247,6 +253,42 @@ def _describe_exit(code: int | None) -> str:
     return f"exited with status {code}"
 
 
+class _Child:
+    """A forked rank process: its pid, a pid file descriptor that becomes
+    readable when it ends (``sentinel``), its exit status once reaped."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.sentinel = os.pidfd_open(pid)
+        self.exitcode: int | None = None
+
+    def _reap(self, block: bool) -> None:
+        if self.exitcode is not None:
+            return
+        try:
+            got, status = os.waitpid(self.pid, 0 if block else os.WNOHANG)
+        except ChildProcessError:
+            self.exitcode = -signal.SIGKILL
+            return
+        if got == self.pid:
+            self.exitcode = os.waitstatus_to_exitcode(status)
+
+    def is_alive(self) -> bool:
+        self._reap(block=False)
+        return self.exitcode is None
+
+    def kill(self) -> None:
+        if self.is_alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+
+    def join(self) -> None:
+        self._reap(block=True)
+        if self.sentinel >= 0:
+            os.close(self.sentinel)
+            self.sentinel = -1
+
+
 class RankPool:
     """``max_ranks`` rank processes joined by one process group, reused
     across calls (see the module docstring). ``timeout_s`` bounds one call
@@ -267,7 +309,7 @@ class RankPool:
         self.backend = backend
         self.timeout_s = float(timeout_s)
         self.start_timeout_s = float(start_timeout_s)
-        self._procs: list[Any] = []
+        self._procs: list[_Child] = []
         self._conns: list[mpc.Connection] = []
         self._phases: Any = None
         self._dir: str | None = None
@@ -277,23 +319,35 @@ class RankPool:
 
     # -- lifetime
 
+    def phase(self, rank: int) -> str:
+        """What rank ``rank`` is doing now: idle, running its own code, inside the all-reduce, done."""
+        return _PHASE_WORDS.get(self._phases[rank], "?") if self._phases is not None else "not started"
+
     def pids(self) -> list[int]:
         """The process ids of the live pool (empty when it is not started)."""
-        return [p.pid for p in self._procs if p.pid is not None]
+        return [p.pid for p in self._procs]
 
     def _start(self) -> None:
+        # Plain fork (not multiprocessing.Process): the pool is often started inside a daemonic worker process of
+        # batchfuzz.execution, which multiprocessing does not let have children.
         ctx = mp.get_context("fork")
         self._dir = tempfile.mkdtemp(prefix="batchfuzz-ranks-")
         store = os.path.join(self._dir, "store")
         self._phases = ctx.Array("i", self.max_ranks, lock=False)
         parent = os.getpid()
         for rank in range(self.max_ranks):
-            mine, theirs = ctx.Pipe()
-            proc = ctx.Process(target=_rank_main, args=(rank, self.max_ranks, store, self.backend, self.timeout_s, theirs,
-                                                        self._phases, parent), daemon=True, name=f"batchfuzz-rank-{rank}")
-            proc.start()
+            mine, theirs = mp.Pipe()
+            pid = os.fork()
+            if pid == 0:  # the rank process
+                try:
+                    mine.close()
+                    for other in self._conns:
+                        other.close()
+                    _rank_main(rank, self.max_ranks, store, self.backend, self.timeout_s, theirs, self._phases, parent)
+                finally:
+                    os._exit(1)
             theirs.close()
-            self._procs.append(proc)
+            self._procs.append(_Child(pid))
             self._conns.append(mine)
         self.starts += 1
         deadline = time.monotonic() + self.start_timeout_s
@@ -312,11 +366,9 @@ class RankPool:
             with contextlib.suppress(OSError):
                 conn.close()
         for proc in self._procs:
-            if proc.is_alive() and proc.pid is not None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(proc.pid, signal.SIGKILL)
+            proc.kill()
         for proc in self._procs:
-            proc.join(5)
+            proc.join()
         self._procs, self._conns = [], []
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
@@ -369,6 +421,14 @@ class RankPool:
             if dead:
                 self._fail(world, "crash", dead[0], {r: _describe_exit(self._procs[r].exitcode) for r in dead}, answers, errors)
             if errors:
+                # A peer that died mid-collective makes the survivors raise: blame the death when there is one.
+                others = [r for r in sorted(waiting) if self._procs[r].is_alive()]
+                if others:
+                    mpc.wait([self._procs[r].sentinel for r in others], timeout=_CRASH_GRACE_S)
+                dead = [r for r in sorted(waiting) if not self._procs[r].is_alive()]
+                if dead:
+                    self._fail(world, "crash", dead[0], {r: _describe_exit(self._procs[r].exitcode) for r in dead},
+                               answers, errors)
                 # The others may wait in a collective the failed rank never joins.
                 first = min(errors)
                 self._fail(world, "error", first, {r: "raised " + errors[r].strip().splitlines()[0] for r in errors}, answers, errors)

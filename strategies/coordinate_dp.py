@@ -1,7 +1,7 @@
 """Strategies for contract F, data-parallel coordination (docs/contracts.md, contract F).
 
 A case is one step on each of ``R`` ranks (``2 <= R <= 8``) plus the shared
-configuration: ``num_ubatches`` (2 mostly, 3 or 4 sometimes), the
+configuration: ``num_ubatches`` (2 half the time, 3 or 4 otherwise), the
 microbatching thresholds, the capture sizes, and the microbatched graphs'
 capture sizes (None: a coordinator that leaves graphs to its caller, v1).
 
@@ -41,7 +41,7 @@ from batchfuzz.strategies._exhaustive import ScopeSpec, check_scope
 from batchfuzz.strategies._validate import check_choice, check_integer
 
 DOMAINS = ("spec", "engine")
-NUM_UBATCHES = (2, 2, 2, 3, 4)
+NUM_UBATCHES = (2, 2, 3, 4)
 # Capture-size lists small enough that steps reach past them: coarse lists,
 # powers of two, the default list cut at 64.
 CAPTURE_SIZES = ([2, 4, 8], [4, 8], [1, 2, 4, 8, 16, 32, 64], [1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64])
@@ -89,7 +89,7 @@ def _spec_case(draw: st.DrawFn, max_ranks: int, max_tokens: int) -> Case:
     n, thresholds, sizes = draw(_config())
     # Steps of similar sizes (a base and a spread), so that splits happen.
     base = draw(st.integers(1, max_tokens))
-    spread = draw(st.integers(0, base))
+    spread = draw(st.sampled_from([0, base // 2, base, 2 * base]))
     tokens = [base + draw(st.integers(0, spread)) for _ in range(r)]
     padded = [t + draw(st.sampled_from([0, 0, 1, 2, max_tokens])) for t in tokens]
     # Free, or a step every rank wants to microbatch with FULL graphs of one uniform length.
@@ -97,14 +97,22 @@ def _spec_case(draw: st.DrawFn, max_ranks: int, max_tokens: int) -> Case:
     allow = [1] * r if microbatch or draw(st.booleans()) else \
         draw(st.lists(st.sampled_from([1, 1, 1, 0]), min_size=r, max_size=r))
     modes = [2] * r if microbatch else draw(st.lists(st.sampled_from([0, 1, 2]), min_size=r, max_size=r))
+    if microbatch and draw(st.booleans()):
+        modes[draw(st.integers(0, r - 1))] = draw(st.sampled_from([0, 1]))  # one rank that cannot run FULL
     uniform = [draw(st.integers(0, 3))] * r if microbatch or draw(st.booleans()) else \
         draw(st.lists(st.integers(0, 3), min_size=r, max_size=r))
     reqs = draw(st.lists(st.integers(1, 8), min_size=r, max_size=r))
-    # Microbatched graph sizes: any, or at the boundaries (the largest padded count, twice the fewest real tokens).
-    edges = [max(padded), 2 * min(tokens), max(padded) + 1]
-    ubatch_sizes = None if not microbatch and draw(st.booleans()) else \
-        sorted(draw(st.sets(st.one_of(st.sampled_from(edges), st.integers(1, 2 * max_tokens)), min_size=int(microbatch),
-                            max_size=4)))
+    # Microbatched graph sizes: any, or at the boundaries: the largest padded count (and one more), twice the fewest
+    # real tokens, and the smallest size at which the fewest-token rank's last microbatch holds no real token.
+    first_empty = -(-min(tokens) // (n - 1)) * n
+    edges = [max(padded), max(padded) + 1, 2 * min(tokens), first_empty]
+    if not microbatch and draw(st.booleans()):
+        ubatch_sizes = None
+    elif microbatch and draw(st.booleans()):
+        ubatch_sizes = [draw(st.sampled_from(edges))]
+    else:
+        ubatch_sizes = sorted(draw(st.sets(st.one_of(st.sampled_from(edges), st.integers(1, 2 * max_tokens)),
+                                           min_size=int(microbatch), max_size=4)))
     dtype = draw(st.sampled_from(INT_DTYPES))
     return Case(_args(tokens, padded, allow, modes, uniform, reqs, n, thresholds, sizes, ubatch_sizes, dtype), {"kind": "spec"})
 
@@ -235,6 +243,13 @@ def reductions(case: Case) -> Iterator[Case]:
             w = {key: list(x) for key, x in v.items()}
             w["num_tokens_padded"][k] = t
             w["cudagraph_mode"][k] = NONE
+            yield make(w)
+    for key, value in (("cudagraph_mode", NONE), ("allow_microbatching", 1), ("uniform_decode_len", 0)):
+        if any(x != value for x in v[key]):
+            w = {k: list(x) for k, x in v.items()}
+            w[key] = [value] * r
+            if key == "cudagraph_mode":
+                w["num_tokens_padded"] = list(w["num_tokens"])
             yield make(w)
     if n > 2:
         yield make(v, n - 1, (max(n - 1, decode - 1), max(n - 1, prefill - 1)))

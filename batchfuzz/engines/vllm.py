@@ -53,7 +53,8 @@ import torch
 from batchfuzz import bind
 from batchfuzz import engines as _engines
 from batchfuzz.bind import Record, Recorder, Stub
-from batchfuzz.contracts._dp import ranks_target
+from batchfuzz import distributed
+from batchfuzz.contracts._dp import per_rank_args, ranks_target
 from batchfuzz.engines import Bound, SourceError
 from batchfuzz.preconditions import assumes, domain
 from batchfuzz.reference.coordinate_dp import RankDecision
@@ -363,8 +364,19 @@ class _Collective:
                     cpu_all_reduce_=reduce_, all_reduce=reduce_)
 
 
+class _OnceLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """vLLM's logger as the coordination code calls it (``info_once``, ``debug_once``, ``warning_once``)."""
+
+    def info_once(self, msg: str, *args: Any, **kwargs: Any) -> None:
+        self.debug(msg, *args)
+
+    debug_once = info_once
+    warning_once = info_once
+
+
 def _dp_scope(rel: _Release, collective: _Collective, **extra: Any) -> bind.Scope:
     stand_ins = dict(_STAND_INS)
+    stand_ins["logger"] = _OnceLogger(logging.getLogger("batchfuzz.engines.vllm"), {})
     # The collective, the context switch that skips it (never set here), the host-sync guard and pinned memory: the
     # engine's runtime, not its decision.
     stand_ins.update(dist=Stub("torch.distributed", all_reduce=collective.all_reduce), get_dp_group=collective.dp_group,
@@ -511,11 +523,25 @@ _RANK_BUILDERS: dict[str, Callable[[_Release], _RankBuilt]] = {
 
 def _bind_dp(function: str) -> Callable[[_Release], tuple[Callable[..., Any], str]]:
     def build(rel: _Release) -> tuple[Callable[..., Any], str]:
-        _rank, detail, steps = _RANK_BUILDERS[function](rel)  # cut out here: an absent or unbindable release says so now
+        rank, detail, steps = _RANK_BUILDERS[function](rel)  # cut out here: an absent or unbindable release says so now
+        _probe_ranks(rank, function)
         target = assumes(steps)(ranks_target(f"{ENGINE}::{rel.source.ref}::{function}::coordinate_dp", "processes"))
         return target, detail + "; every rank a process of a gloo group (batchfuzz.distributed)"
 
     return build
+
+
+def _probe_ranks(rank: Callable[..., Any], function: str) -> None:
+    """Dry-run the rank function in this process on two ranks (a split FULL step and a vetoed eager one): a name
+    or attribute the stand-ins lack is Unbindable now (the rank's own exception, not the RankFailure around it)."""
+    for args in (([4, 4], [4, 4], [1, 1], [2, 2], [1, 1], [4, 4], 2, (2, 2), [2, 4, 8], [4, 8]),
+                 ([3, 4], [3, 4], [1, 0], [0, 0], [0, 0], [3, 4], 2, (2, 2), [2, 4, 8], None)):
+        try:
+            distributed.run_in_process(rank, per_rank_args(*args))
+        except distributed.RankFailure as exc:
+            cause = exc.__cause__
+            if isinstance(cause, (AttributeError, NameError, TypeError, ImportError, KeyError, LookupError, bind.StandInReached)):
+                raise bind.Unbindable(f"dry run of {function} as coordinate_dp failed: {type(cause).__name__}: {cause}") from exc
 
 
 @functools.lru_cache(maxsize=64)
