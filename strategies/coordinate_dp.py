@@ -256,10 +256,27 @@ def reductions(case: Case) -> Iterator[Case]:
     for thr in ((n, prefill), (decode, n), (max(n, decode - 1), prefill), (decode, max(n, prefill - 1))):
         if thr != (decode, prefill):
             yield make(v, thr=thr)
+    # Every rank one token (or half its tokens) fewer, padded again: keeps the ranks' balance, which a split needs.
+    for lower in (lambda t: t - 1, lambda t: t // 2):
+        w = {key: list(x) for key, x in v.items()}
+        if all(u == 0 for u in w["uniform_decode_len"]) and all(lower(t) >= 1 for t in w["num_tokens"]):
+            for k in range(r):
+                w["num_tokens"][k] = lower(w["num_tokens"][k])
+                w["num_reqs"][k] = min(w["num_reqs"][k], w["num_tokens"][k])
+                w["num_tokens_padded"][k] = w["num_tokens"][k] + v["num_tokens_padded"][k] - v["num_tokens"][k]
+            yield make(w)
+            for k in range(r):
+                _repadded(w, k, sizes, make)
+            yield make(w)
     if ub is not None:
         yield make(v, ub2=None)
         for k in range(len(ub)):
             yield make(v, ub2=ub[:k] + ub[k + 1:])
+        # One microbatched graph at a boundary of this step (as the strategy draws them).
+        fewest, most = min(v["num_tokens"]), max(v["num_tokens_padded"])
+        for edge in sorted({most, most + 1, 2 * fewest, -(-fewest // (n - 1)) * n}):
+            if [edge] != ub:
+                yield make(v, ub2=[edge])
 
 
 def _repadded(w: dict[str, list[int]], k: int, sizes: list[int], make: Any) -> Case:

@@ -30,6 +30,8 @@ from batchfuzz.reference import allow_microbatching as decision_oracle
 from batchfuzz.reference import pad_query_start_loc as qsl_oracle
 from batchfuzz.reference import split_dummy_tokens as dummy_oracle
 from batchfuzz.reference import split_ubatches as ubatch_oracle
+from batchfuzz.case import Case
+from batchfuzz.contracts._dp import ARGUMENTS as ARGS
 from batchfuzz.reference.make_dummy import DummyBuffers
 
 RELEASE = "0.33.0"
@@ -40,6 +42,8 @@ LORA_HOOK = "vllm/v1/worker/gpu/lora_utils.py:create_lora_capture_hook"
 V1_DUMMY_RUN = f"{V1}:GPUModelRunner._dummy_run"
 UBATCH = "vllm/v1/worker/ubatch_utils.py:maybe_create_ubatch_slices"
 ALLOW = f"{V1}:GPUModelRunner._allow_microbatching"
+COORDINATE = "vllm/v1/worker/dp_utils.py:coordinate_batch_across_dp"
+SYNC = "vllm/v1/worker/gpu/dp_utils.py:sync_cudagraph_and_dp_padding"
 # The release's source, its bindings by (function, contract), and the texts of the files they read.
 Release = tuple[vllm.ReleaseSource, dict[tuple[str, str], engines.Bound], dict[str, str]]
 
@@ -122,7 +126,7 @@ def test_every_binding_is_bound_in_the_reference_release(release: Release) -> No
     assert sorted(table) == sorted([
         (MAKE_DUMMY, "split_dummy_tokens"), (MAKE_DUMMY, "make_dummy"), (MRV2_DUMMY_RUN, "split_dummy_tokens"),
         (LORA_HOOK, "split_dummy_tokens"), (V1_DUMMY_RUN, "split_dummy_tokens"), (V1_DUMMY_RUN, "pad_query_start_loc"),
-        (UBATCH, "split_ubatches"), (ALLOW, "allow_microbatching")])
+        (UBATCH, "split_ubatches"), (ALLOW, "allow_microbatching"), (COORDINATE, "coordinate_dp"), (SYNC, "coordinate_dp")])
     for bound in table.values():
         assert bound.status == "bound", (bound.function, bound.reason)
         assert bound.release == f"vllm {RELEASE}" and bound.ref.startswith(f"vllm::{source.ref}::") and bound.detail
@@ -215,6 +219,45 @@ def test_allow_microbatching_allows_the_realizable_decode_reader(release: Releas
     args = failure.case.args
     assert (args["num_computed_tokens"].tolist(), args["num_scheduled_tokens"].tolist(), [t.tolist() for t in args["block_tables"]],
             args["block_sizes"]) == ([2, 0], [1, 3], [[[1, 3], [1, 2]]], [2])
+
+
+# ---------------------------------------------------------------- data-parallel coordination, one process per rank
+
+
+def _dp_args(tokens: list[int], padded: list[int], modes: list[int], uniform: list[int], reqs: list[int],
+             ubatch_sizes: list[int] | None, allow: list[int] | None = None) -> list[Any]:
+    return [np.array(tokens, np.int32), np.array(padded, np.int32), np.array(allow or [1] * len(tokens), np.int32),
+            np.array(modes, np.int32), np.array(uniform, np.int32), np.array(reqs, np.int32), 2, (2, 2), [2, 4, 8],
+            ubatch_sizes]
+
+
+def test_v1_coordination_meets_contract_f_across_processes(release: Release) -> None:
+    from batchfuzz.reference.coordinate_dp import coordinate_dp
+
+    coordinate = target(release, COORDINATE, "coordinate_dp")
+    # A split (both ranks allow, no empty microbatch), a veto, a PIECEWISE step padded to the largest rank.
+    for args in (_dp_args([3, 4], [4, 4], [1, 1], [0, 0], [3, 4], None), _dp_args([3, 4], [4, 4], [1, 1], [0, 0], [3, 4], None, [1, 0]),
+                 _dp_args([1, 3, 5], [2, 4, 8], [1, 1, 1], [0, 0, 0], [1, 3, 5], None)):
+        assert coordinate(*args) == coordinate_dp(*args)
+    assert hunt(registry.get("coordinate_dp"), coordinate, 15, domain="engine") is None
+
+
+def test_the_new_runner_keeps_a_microbatched_graph_whose_second_microbatch_is_padding(release: Release) -> None:
+    from batchfuzz.reference.coordinate_dp import RankDecision, coordinate_dp
+
+    sync = target(release, SYNC, "coordinate_dp")
+    # Two ranks, each a uniform decode of two one-token requests (FULL graph of 2), a microbatched graph of 4 only.
+    args = _dp_args([2, 2], [2, 2], [2, 2], [1, 1], [2, 2], [4])
+    assert sync(*args) == [RankDecision(True, (4, 4), 2, 4)] * 2  # microbatches [0, 2) and [2, 4): the second is padding
+    assert coordinate_dp(*args) == [RankDecision(True, (2, 2), 0, 2)] * 2  # the contract: eager, at the real count
+    contract = registry.get("coordinate_dp")
+    with pytest.raises(AssertionError, match="rank 0's last one starts at token 2 >= its 2 real tokens"):
+        contract.property("no_empty_microbatch").check(sync, Case(dict(zip(ARGS, args, strict=True))))
+    # A rank that asked to run eagerly gets the FULL microbatched graph too.
+    args = _dp_args([2, 2], [2, 2], [0, 2], [1, 1], [2, 2], [2])
+    assert sync(*args) == [RankDecision(True, (2, 2), 2, 2)] * 2
+    with pytest.raises(AssertionError, match="rank 0 runs graph mode 2, but rank 0 can run only mode 0"):
+        contract.property("graph_runnable").check(sync, Case(dict(zip(ARGS, args, strict=True))))
 
 
 # ---------------------------------------------------------------- absent, unbindable, resolve
