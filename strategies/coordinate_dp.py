@@ -221,6 +221,7 @@ def reductions(case: Case) -> Iterator[Case]:
         return Case(_args(w["num_tokens"], w["num_tokens_padded"], w["allow_microbatching"], w["cudagraph_mode"],
                           w["uniform_decode_len"], w["num_reqs"], n2, thr, sizes, ub2), dict(case.context))
 
+    yield from sorted(_restated(v, n, (decode, prefill), sizes, ub, make), key=size)
     if r > 2:
         for k in range(r):
             yield make({key: x[:k] + x[k + 1:] for key, x in v.items()})
@@ -277,6 +278,42 @@ def reductions(case: Case) -> Iterator[Case]:
         for edge in sorted({most, most + 1, 2 * fewest, -(-fewest // (n - 1)) * n}):
             if [edge] != ub:
                 yield make(v, ub2=[edge])
+
+
+def _restated(v: dict[str, list[int]], n: int, thresholds: tuple[int, int], sizes: list[int], ub: list[int] | None,
+              make: Any) -> Iterator[Case]:
+    """The step's first two ranks (their votes, kinds and eagerness kept) restated with at most 6 real tokens each,
+    padded again as the engine pads, at ``n`` or 2 microbatches (thresholds kept or lowered to ``n``), with the
+    microbatched graphs kept or one at a boundary of the restated step: the small steps that keep a bug's shape
+    when several counts must shrink together (a split needs the ranks' balance, a graph size its step)."""
+    total = sum(v["num_tokens"])
+    for a in range(1, 7):
+        for b in range(1, 7):
+            if a + b >= total:
+                continue
+            w = {key: list(x[:2]) for key, x in v.items()}
+            ok = True
+            for k, t in enumerate((a, b)):
+                u = w["uniform_decode_len"][k]
+                if u > 0 and t % u:
+                    ok = False
+                w["num_tokens"][k] = t
+                w["num_reqs"][k] = t // u if u > 0 else min(w["num_reqs"][k], t)
+                if w["cudagraph_mode"][k] == NONE:
+                    w["num_tokens_padded"][k] = t + max(0, v["num_tokens_padded"][k] - v["num_tokens"][k])
+            if not ok:
+                continue
+            for k in range(2):
+                if w["cudagraph_mode"][k] != NONE:
+                    _repadded(w, k, sizes, lambda x: None)
+            for n2 in sorted({2, n}):
+                for thr in sorted({(n2, n2), thresholds} if n2 == n else {(n2, n2)}):
+                    graphs: list[list[int] | None] = [ub]
+                    if ub is not None:
+                        fewest, most = min(w["num_tokens"]), max(w["num_tokens_padded"])
+                        graphs += [[e] for e in sorted({most, most + 1, 2 * fewest, -(-fewest // (n2 - 1)) * n2})]
+                    for g in graphs:
+                        yield make(w, n2, thr, g)
 
 
 def _repadded(w: dict[str, list[int]], k: int, sizes: list[int], make: Any) -> Case:
