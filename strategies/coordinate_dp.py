@@ -291,29 +291,37 @@ def _restated(v: dict[str, list[int]], n: int, thresholds: tuple[int, int], size
         for b in range(1, 7):
             if a + b >= total:
                 continue
-            w = {key: list(x[:2]) for key, x in v.items()}
-            ok = True
-            for k, t in enumerate((a, b)):
-                u = w["uniform_decode_len"][k]
-                if u > 0 and t % u:
-                    ok = False
-                w["num_tokens"][k] = t
-                w["num_reqs"][k] = t // u if u > 0 else min(w["num_reqs"][k], t)
-                if w["cudagraph_mode"][k] == NONE:
-                    w["num_tokens_padded"][k] = t + max(0, v["num_tokens_padded"][k] - v["num_tokens"][k])
-            if not ok:
+            base = {key: list(x[:2]) for key, x in v.items()}
+            if any(u > 0 and t % u for u, t in zip(base["uniform_decode_len"], (a, b), strict=True)):
                 continue
+            for k, t in enumerate((a, b)):
+                u = base["uniform_decode_len"][k]
+                base["num_tokens"][k] = t
+                base["num_reqs"][k] = t // u if u > 0 else min(base["num_reqs"][k], t)
+            # Padded as the engine pads, with the padding it had, or with none (modes kept).
+            repadded = {key: list(x) for key, x in base.items()}
             for k in range(2):
-                if w["cudagraph_mode"][k] != NONE:
-                    _repadded(w, k, sizes, lambda x: None)
-            for n2 in sorted({2, n}):
-                for thr in sorted({(n2, n2), thresholds} if n2 == n else {(n2, n2)}):
-                    graphs: list[list[int] | None] = [ub]
-                    if ub is not None:
-                        fewest, most = min(w["num_tokens"]), max(w["num_tokens_padded"])
-                        graphs += [[e] for e in sorted({most, most + 1, 2 * fewest, -(-fewest // (n2 - 1)) * n2})]
-                    for g in graphs:
-                        yield make(w, n2, thr, g)
+                _repadded(repadded, k, sizes, lambda x: None)
+            offset = {key: list(x) for key, x in base.items()}
+            offset["num_tokens_padded"] = [t + max(0, p - q) for t, p, q in
+                                           zip(base["num_tokens"], v["num_tokens_padded"], v["num_tokens"], strict=False)]
+            exact = {key: list(x) for key, x in base.items()}
+            exact["num_tokens_padded"] = list(base["num_tokens"])
+            for w in (repadded, offset, exact):
+                yield from _restated_configs(w, n, thresholds, ub, make)
+
+
+def _restated_configs(w: dict[str, list[int]], n: int, thresholds: tuple[int, int], ub: list[int] | None,
+                      make: Any) -> Iterator[Case]:
+    """``w`` at ``n`` or 2 microbatches, thresholds kept or lowered, its graphs kept or one at a boundary."""
+    for n2 in sorted({2, n}):
+        for thr in sorted({(n2, n2), thresholds} if n2 == n else {(n2, n2)}):
+            graphs: list[list[int] | None] = [ub]
+            if ub is not None:
+                fewest, most = min(w["num_tokens"]), max(w["num_tokens_padded"])
+                graphs += [[e] for e in sorted({most, most + 1, 2 * fewest, -(-fewest // (n2 - 1)) * n2})]
+            for g in graphs:
+                yield make(w, n2, thr, g)
 
 
 def _repadded(w: dict[str, list[int]], k: int, sizes: list[int], make: Any) -> Case:
