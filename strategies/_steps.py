@@ -5,7 +5,7 @@ Steps are *general* (:func:`general_steps`: random tables, several groups
 with different block sizes, null entries, ids repeated across rows, small id
 pools so that conflicts are common) or *realizable*
 (:func:`realizable_steps`: what a prefix-caching scheduler produces, drawn
-through ``batchfuzz.scheduler_model``). General steps are well-formed (no
+through ``batchfuzz.workloads`` from ``batchfuzz.scheduler_model``). General steps are well-formed (no
 request reads a slot it writes itself, no slot written twice; see
 ``batchfuzz.reference._step``) unless ``well_formed=False``.
 
@@ -34,7 +34,7 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from batchfuzz import scheduler_model
+from batchfuzz import workloads
 from batchfuzz.case import Case
 from batchfuzz.reference._args import INT_DTYPES, ceil_div
 from batchfuzz.reference._step import STEP_ARGUMENTS, Range, Step, check_step, cuts_to_split, is_well_formed
@@ -211,7 +211,7 @@ class HypothesisSource:
 
 @st.composite
 def _realizable_steps(draw: st.DrawFn, bounds: dict[str, Any]) -> tuple[Step, dict[str, Any]]:
-    return scheduler_model.draw_small_step(HypothesisSource(draw), bounds)
+    return workloads.draw_small_step(HypothesisSource(draw), bounds)
 
 
 def realizable_steps(**bounds: Any) -> st.SearchStrategy[tuple[Step, dict[str, Any]]]:
@@ -239,7 +239,7 @@ def realizable_steps(**bounds: Any) -> st.SearchStrategy[tuple[Step, dict[str, A
     size 2, ample budget, pool and ``max_num_seqs``, tight tables.
     """
     try:
-        scheduler_model.check_bounds(bounds)
+        workloads.check_bounds(bounds)
     except (TypeError, ValueError) as exc:
         raise InvalidArgument(f"realizable_steps: {exc}") from None
     return _realizable_steps(bounds)

@@ -43,8 +43,8 @@ from batchfuzz.reference import _step as ref_step
 from batchfuzz.reference import allow_microbatching as ref_decision
 from batchfuzz.reference import find_conflicts as ref_conflicts
 from batchfuzz.reference._step import Step
-from batchfuzz.scheduler_model import sample_realizable_step
 from batchfuzz.strategies._steps import general_steps, realizable_steps_for_ci
+from batchfuzz.workloads import sample_realizable_step
 
 ANY_STEP = st.one_of(general_steps(), general_steps(well_formed=False), realizable_steps_for_ci().map(lambda si: si[0]))
 SEARCH = settings(max_examples=3000, deadline=None, database=None, derandomize=True)  # deterministic searches

@@ -5,8 +5,8 @@ job) out of a vLLM release's source text with ``batchfuzz.bind`` and runs it
 unchanged over stand-ins of the engine objects it reads, on a machine with no
 GPU and none of vLLM's dependencies (only numpy and torch on the CPU). A
 release comes from a wheel (read as a zip), a source checkout or the
-installed distribution (``ReleaseSource``). VLLM_NOTES.md (the project's
-shared notes) describes the functions release by release.
+installed distribution (``ReleaseSource``). docs/vllm-code.md describes the
+functions release by release.
 
 The bindings (paths inside the release, under ``vllm/v1/worker/``):
 
@@ -61,6 +61,8 @@ from batchfuzz.reference.coordinate_dp import RankDecision
 from batchfuzz.reference.make_dummy import DummyBatch, DummyBuffers
 
 ENGINE = "vllm"
+# The releases of the published matrix (docs/vllm-matrix.json; batchfuzz engine vllm --all-releases).
+RELEASES = ("0.22.0", "0.23.0", "0.26.0", "0.27.0", "0.28.0", "0.33.0")
 
 INPUT_BATCH = "vllm/v1/worker/gpu/input_batch.py"
 MRV2_RUNNER = "vllm/v1/worker/gpu/model_runner.py"
@@ -91,22 +93,22 @@ class _Release:
         self.source = source
         self.files: dict[str, bind.SourceFile] = {}
 
-    def scope(self) -> bind.Scope:
-        return bind.Scope(self.source, "vllm", stand_ins=_STAND_INS, files=self.files)
+    def loader(self) -> bind.Loader:
+        return bind.Loader(self.source, "vllm", stand_ins=_STAND_INS, files=self.files)
 
 
 # ---------------------------------------------------------------- MRV2 InputBatch.make_dummy (A, B)
 
 
 def _make_dummy_parts(rel: _Release) -> tuple[Callable[..., Any], Callable[..., Any], str]:
-    scope = rel.scope()
-    f = scope.file(INPUT_BATCH)
+    loader = rel.loader()
+    f = loader.file(INPUT_BATCH)
     piece = f.piece("InputBatch.make_dummy")
     if piece.kind != "classmethod":
         raise bind.Unbindable(f"{piece.label} is no longer a classmethod")
     init_piece = f.piece("InputBuffers.__init__")
     detail = f"{piece.label}; buffers from {init_piece.label} on the CPU; cls = a Record of its keyword arguments"
-    return scope.load(piece), scope.load(init_piece), detail
+    return loader.load(piece), loader.load(init_piece), detail
 
 
 def _input_buffers(init: Callable[..., Any], max_num_reqs: int, max_num_tokens: int) -> Stub:
@@ -172,9 +174,9 @@ def _bind_make_dummy_layout(rel: _Release) -> tuple[Callable[..., Any], str]:
 
 
 def _bind_mrv2_dummy_run(rel: _Release) -> tuple[Callable[..., Any], str]:
-    scope = rel.scope()
-    piece = scope.file(MRV2_RUNNER).fragment("GPUModelRunner._dummy_run", bind.Writes("num_tokens_per_request"), ("self", "num_tokens"))
-    run = scope.load(piece)
+    loader = rel.loader()
+    piece = loader.file(MRV2_RUNNER).fragment("GPUModelRunner._dummy_run", bind.Writes("num_tokens_per_request"), ("self", "num_tokens"))
+    run = loader.load(piece)
 
     def split_dummy_tokens(num_reqs: Any, num_tokens: Any) -> np.ndarray:
         r, n = _split_args(num_reqs, num_tokens)
@@ -185,9 +187,9 @@ def _bind_mrv2_dummy_run(rel: _Release) -> tuple[Callable[..., Any], str]:
 
 
 def _bind_lora_hook(rel: _Release) -> tuple[Callable[..., Any], str]:
-    scope = rel.scope()
-    piece = scope.file(LORA_UTILS).piece("create_lora_capture_hook")
-    create = scope.load(piece)
+    loader = rel.loader()
+    piece = loader.file(LORA_UTILS).piece("create_lora_capture_hook")
+    create = loader.load(piece)
 
     def split_dummy_tokens(num_reqs: Any, num_tokens: Any) -> np.ndarray:
         r, n = _split_args(num_reqs, num_tokens)
@@ -202,9 +204,9 @@ def _bind_lora_hook(rel: _Release) -> tuple[Callable[..., Any], str]:
 
 
 def _bind_v1_dummy_run(rel: _Release) -> tuple[Callable[..., Any], str]:
-    scope = rel.scope()
-    piece = scope.file(V1_RUNNER).fragment("GPUModelRunner._dummy_run", bind.Writes("num_scheduled_tokens_list"), ("self", "num_tokens"))
-    run = scope.load(piece)
+    loader = rel.loader()
+    piece = loader.file(V1_RUNNER).fragment("GPUModelRunner._dummy_run", bind.Writes("num_scheduled_tokens_list"), ("self", "num_tokens"))
+    run = loader.load(piece)
 
     def split_dummy_tokens(num_reqs: Any, num_tokens: Any) -> np.ndarray:
         r, n = _split_args(num_reqs, num_tokens)
@@ -219,14 +221,14 @@ def _bind_v1_dummy_run(rel: _Release) -> tuple[Callable[..., Any], str]:
 
 
 def _bind_v1_query_start_loc(rel: _Release) -> tuple[Callable[..., Any], str]:
-    scope = rel.scope()
-    f = scope.file(V1_RUNNER)
+    loader = rel.loader()
+    f = loader.file(V1_RUNNER)
     piece = f.fragment("GPUModelRunner._dummy_run", bind.Writes("self.query_start_loc"),
                        ("self", "num_reqs", "num_reqs_padded", "num_scheduled_tokens"))
-    run = scope.load(piece)
+    run = loader.load(piece)
     methods = {}
     if f.has("GPUModelRunner._get_cumsum_and_arange"):
-        methods["_get_cumsum_and_arange"] = scope.load(f.piece("GPUModelRunner._get_cumsum_and_arange"))
+        methods["_get_cumsum_and_arange"] = loader.load(f.piece("GPUModelRunner._get_cumsum_and_arange"))
 
     def pad_query_start_loc(num_scheduled_tokens: Any, num_reqs_padded: Any, out: Any = None) -> np.ndarray:
         nst = bind.int_array("num_scheduled_tokens", num_scheduled_tokens)
@@ -255,10 +257,10 @@ def _bind_v1_query_start_loc(rel: _Release) -> tuple[Callable[..., Any], str]:
 
 
 def _bind_ubatch_slices(rel: _Release) -> tuple[Callable[..., Any], str]:
-    scope = rel.scope()
-    piece = scope.file(UBATCH_UTILS).piece("maybe_create_ubatch_slices")
-    refusal = scope.file(DP_UTILS).piece("_post_process_ubatch")
-    create, vote = scope.load(piece), scope.load(refusal)
+    loader = rel.loader()
+    piece = loader.file(UBATCH_UTILS).piece("maybe_create_ubatch_slices")
+    refusal = loader.file(DP_UTILS).piece("_post_process_ubatch")
+    create, vote = loader.load(piece), loader.load(refusal)
 
     def split_ubatches(num_scheduled_tokens: Any, num_tokens_padded: Any, num_reqs_padded: Any, num_ubatches: Any
                        ) -> list[tuple[tuple[int, int], tuple[int, int]]] | None:
@@ -292,9 +294,9 @@ def _input_batch(num_computed_tokens: np.ndarray, block_tables: list[Stub]) -> S
 
 
 def _bind_allow_microbatching(rel: _Release) -> tuple[Callable[..., Any], str]:
-    scope = rel.scope()
-    piece = scope.file(V1_RUNNER).piece("GPUModelRunner._allow_microbatching")
-    allow = scope.load(piece)
+    loader = rel.loader()
+    piece = loader.file(V1_RUNNER).piece("GPUModelRunner._allow_microbatching")
+    allow = loader.load(piece)
 
     def allow_microbatching(num_computed_tokens: Any, num_scheduled_tokens: Any, block_tables: Any, block_sizes: Any) -> Any:
         c = bind.int_array("num_computed_tokens", num_computed_tokens)
@@ -305,9 +307,7 @@ def _bind_allow_microbatching(rel: _Release) -> tuple[Callable[..., Any], str]:
             raise TypeError("block_tables and block_sizes must be lists of the same length (one per KV-cache group)")
         groups = []
         for g, (table, size) in enumerate(zip(block_tables, block_sizes, strict=True)):
-            t = bind.int_array(f"block_tables[{g}]", table, ndim=2)
-            if t.shape[0] != q.size:
-                raise ValueError(f"block_tables[{g}] has {t.shape[0]} rows, expected one per request ({q.size})")
+            t = bind.table(f"block_tables[{g}]", table, q.size)
             groups.append(bind.block_table(bind.count(f"block_sizes[{g}]", size, 1), bind.cast_exact(f"block_tables[{g}]", t, np.int32)))
         runner = Stub("GPUModelRunner", parallel_config=Stub("parallel_config", use_ubatching=True), reorder_batch_threshold=1,
                       input_batch=_input_batch(bind.cast_exact("num_computed_tokens", c, np.int32), groups))
@@ -325,8 +325,8 @@ def allow_microbatching_on_steps(source: _engines.ReleaseSource) -> Callable[...
     persistent arrays, ubatching on) once and returns a zero-argument callable
     running the engine's function unchanged on it. Raises ``bind.Absent`` or
     ``bind.Unbindable`` as the bindings do."""
-    scope = _Release(source).scope()
-    allow = scope.load(scope.file(V1_RUNNER).piece("GPUModelRunner._allow_microbatching"))
+    loader = _Release(source).loader()
+    allow = loader.load(loader.file(V1_RUNNER).piece("GPUModelRunner._allow_microbatching"))
 
     def prepare(num_reqs: int, c: np.ndarray, q: np.ndarray, tables: list[np.ndarray], block_sizes: list[int],
                 reorder_batch_threshold: int = 1) -> Callable[[], bool]:
