@@ -38,6 +38,7 @@ import atexit
 import contextlib
 import ctypes
 import datetime
+import functools
 import importlib
 import multiprocessing as mp
 import multiprocessing.connection as mpc
@@ -97,7 +98,7 @@ def rank_function(ref: str) -> RankFn:
         obj = getattr(obj, part)
     if not callable(obj):
         raise TypeError(f"{ref!r} is not callable")
-    return obj  # type: ignore[no-any-return]
+    return obj
 
 
 def _check_world(per_rank_args: Sequence[Sequence[Any]], max_ranks: int) -> int:
@@ -115,6 +116,31 @@ class _Pause(BaseException):
     engine code's ``except Exception`` does not swallow it)."""
 
 
+class _Replay:
+    """One rank's all-reduce in this process: the sums of the collectives so
+    far, in order, then (at the first collective without one) the rank's
+    tensor recorded and the rank stopped."""
+
+    def __init__(self, rank: int, sums: list[torch.Tensor]) -> None:
+        self.rank = rank
+        self.sums = sums
+        self.calls = 0
+        self.contribution: torch.Tensor | None = None
+
+    def __call__(self, tensor: torch.Tensor, *_: Any, **__: Any) -> None:
+        if self.calls < len(self.sums):
+            done = self.sums[self.calls]
+            if tuple(done.shape) != tuple(tensor.shape) or done.dtype != tensor.dtype:
+                raise RankFailure(self.rank, "timeout", f"rank {self.rank}'s all-reduce #{self.calls} has shape "
+                                                        f"{tuple(tensor.shape)} {tensor.dtype}, the other ranks' "
+                                                        f"{tuple(done.shape)} {done.dtype}: the collective would never complete")
+            tensor.copy_(done.to(tensor.device))
+            self.calls += 1
+            return
+        self.contribution = tensor.detach().cpu().clone()
+        raise _Pause()
+
+
 def run_in_process(fn: RankFn, per_rank_args: Sequence[Sequence[Any]], *, max_collectives: int = 64) -> list[Any]:
     """Every rank's answer, ranks run in this process; the all-reduce is the
     sum over the ranks' tensors (see the module docstring). A rank that
@@ -127,29 +153,13 @@ def run_in_process(fn: RankFn, per_rank_args: Sequence[Sequence[Any]], *, max_co
         pending: list[torch.Tensor | None] = []
         answers: list[Any] = []
         for rank in range(world):
-            calls = 0
-            contribution: list[torch.Tensor] = []
-
-            def all_reduce(tensor: torch.Tensor, *_: Any, **__: Any) -> None:
-                nonlocal calls
-                if calls < len(sums):
-                    done = sums[calls]
-                    if tuple(done.shape) != tuple(tensor.shape) or done.dtype != tensor.dtype:
-                        raise RankFailure(rank, "timeout", f"rank {rank}'s all-reduce #{calls} has shape {tuple(tensor.shape)} "
-                                                           f"{tensor.dtype}, the other ranks' {tuple(done.shape)} {done.dtype}: "
-                                                           "the collective would never complete")
-                    tensor.copy_(done.to(tensor.device))
-                    calls += 1
-                    return
-                contribution.append(tensor.detach().cpu().clone())
-                raise _Pause()
-
+            all_reduce = _Replay(rank, sums)
             try:
                 answers.append(fn(rank, world, all_reduce, *per_rank_args[rank]))
                 pending.append(None)
             except _Pause:
                 answers.append(None)
-                pending.append(contribution[0])
+                pending.append(all_reduce.contribution)
             except RankFailure:
                 raise
             except Exception as exc:
@@ -213,17 +223,7 @@ def _rank_main(rank: int, max_ranks: int, store_path: str, backend: str, timeout
         if message is None:
             break
         call_id, ref, world, args = message
-        group = groups[world]
-
-        def all_reduce(tensor: torch.Tensor, *_: Any, **__: Any) -> None:
-            phases[rank] = IN_COLLECTIVE
-            if tensor.device == device:
-                dist.all_reduce(tensor, group=group)
-            else:
-                moved = tensor.to(device)
-                dist.all_reduce(moved, group=group)
-                tensor.copy_(moved.to(tensor.device))
-            phases[rank] = RUNNING
+        all_reduce = functools.partial(_group_all_reduce, rank=rank, group=groups[world], device=device, phases=phases)
 
         phases[rank] = RUNNING
         try:
@@ -240,6 +240,21 @@ def _rank_main(rank: int, max_ranks: int, store_path: str, backend: str, timeout
     dist.destroy_process_group()
     conn.close()
     os._exit(0)
+
+
+def _group_all_reduce(tensor: torch.Tensor, *_: Any, rank: int, group: Any, device: torch.device, phases: Any,
+                      **__: Any) -> None:
+    """A rank's all-reduce over the real process group (its phase marked while inside)."""
+    import torch.distributed as dist
+
+    phases[rank] = IN_COLLECTIVE
+    if tensor.device == device:
+        dist.all_reduce(tensor, group=group)
+    else:
+        moved = tensor.to(device)
+        dist.all_reduce(moved, group=group)
+        tensor.copy_(moved.to(tensor.device))
+    phases[rank] = RUNNING
 
 
 def _describe_exit(code: int | None) -> str:

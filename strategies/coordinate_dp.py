@@ -333,7 +333,7 @@ def _repadded(w: dict[str, list[int]], k: int, sizes: list[int], make: Any) -> C
         fit = smallest_fitting(sizes, t)
         w["num_tokens_padded"][k] = fit if fit is not None else t
         w["cudagraph_mode"][k] = (FULL if u > 0 else PIECEWISE) if fit is not None else NONE
-    return make(w)  # type: ignore[no-any-return]
+    return make(w)
 
 
 # ---------------------------------------------------------------- bounded-exhaustive scopes

@@ -24,14 +24,14 @@ import pytest
 from hypothesis import Phase, settings
 
 from batchfuzz import engines, registry, runner
+from batchfuzz.case import Case
+from batchfuzz.contracts._dp import ARGUMENTS as ARGS
 from batchfuzz.engines import vllm
 from batchfuzz.reference import _step as step_oracle
 from batchfuzz.reference import allow_microbatching as decision_oracle
 from batchfuzz.reference import pad_query_start_loc as qsl_oracle
 from batchfuzz.reference import split_dummy_tokens as dummy_oracle
 from batchfuzz.reference import split_ubatches as ubatch_oracle
-from batchfuzz.case import Case
-from batchfuzz.contracts._dp import ARGUMENTS as ARGS
 from batchfuzz.reference.make_dummy import DummyBuffers
 
 RELEASE = "0.33.0"

@@ -202,7 +202,7 @@ IMPLEMENTATIONS = (
                        "its ranks in this process (batchfuzz.distributed runs it as processes)"),
 )
 
-DOMAINS = registry.domains_from(strategies, {
+INPUTS = registry.input_space(strategies, {
     "spec": "2 <= R <= 8 ranks, real counts >= 1, padded >= real, any votes, modes and uniform-decode lengths, thresholds "
             ">= num_ubatches, sorted capture sizes, microbatched graphs None or sorted",
     "engine": "as the engine's callers produce: uniform decodes of one shared length U with U tokens per request, mixed "
@@ -268,15 +268,12 @@ CONTRACT = registry.register(Contract(
     arguments=ARGUMENTS,
     oracle=oracle.coordinate_dp,
     implementations=IMPLEMENTATIONS,
-    domains=DOMAINS,
+    inputs=INPUTS,
     properties=PROPERTIES,
     error_inputs=ERROR_INPUTS,
     variants=VARIANTS,
     examples=EXAMPLES,
     labels=_labels,
-    size=strategies.size,
-    reductions=strategies.reductions,
-    scopes=registry.scopes_from(strategies),
     notes="A decision may be a RankDecision or a (split, num_tokens_across_dp, cg_mode, num_tokens) tuple; counts compare "
           "exactly after conversion to Python ints. Engine bindings run one process per rank (batchfuzz.distributed).",
 ))

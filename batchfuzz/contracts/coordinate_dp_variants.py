@@ -157,6 +157,9 @@ def _target(name: str) -> Callable[..., list[RankDecision]]:
     return fn
 
 
+SIZES = [2, 4, 8]
+
+
 def _canon(tokens: list[int], padded: list[int], allow: list[int], modes: list[int], uniform: list[int], reqs: list[int],
            n: int, thresholds: tuple[int, int], sizes: list[int], ubatch_sizes: list[int] | None) -> dict[str, Any]:
     """A canonical counterexample with plain lists (the catalogue then leaves the dtype free)."""
@@ -168,35 +171,40 @@ def _canon(tokens: list[int], padded: list[int], allow: list[int], modes: list[i
 VARIANTS = (
     Variant("dp_padding_optional", "DP padding only when the agreed graph mode is not NONE: a split eager step runs "
             "unequal counts (vLLM made DP padding optional, #26375)", _target("dp_padding_optional"), "mutant",
-            ("padded_counts_equal", "matches_oracle"), None),
+            ("padded_counts_equal", "matches_oracle"), _canon([2, 3], [2, 3], [1, 1], [0, 0], [0, 0], [1, 1], 2, (2, 2), SIZES, None)),
     Variant("padding_only_full_graphs", "PIECEWISE runs not padded to one count (padded counts for the wrong graph mode, "
-            "#29933)", _target("padding_only_full_graphs"), "mutant", ("padded_counts_equal", "matches_oracle"), None),
+            "#29933)", _target("padding_only_full_graphs"), "mutant", ("padded_counts_equal", "matches_oracle"),
+            _canon([1, 1], [1, 2], [1, 1], [1, 1], [0, 0], [1, 1], 2, (2, 2), SIZES, None)),
     Variant("counts_from_unpadded", "the agreed count and descriptor from the largest real count, not the largest padded "
             "one (a descriptor from the unpadded count hung DP/EP, #25906)", _target("counts_from_unpadded"), "mutant",
-            ("covers_graph_padding", "matches_oracle"), None),
+            ("covers_graph_padding", "matches_oracle"), _canon([1, 1], [2, 2], [1, 1], [1, 1], [0, 0], [1, 1], 2, (2, 2), SIZES, None)),
     Variant("pads_to_smallest", "every rank padded to the smallest padded count: the largest rank loses tokens",
-            _target("pads_to_smallest"), "mutant", ("keeps_real_tokens", "covers_graph_padding", "matches_oracle"), None),
+            _target("pads_to_smallest"), "mutant", ("keeps_real_tokens", "covers_graph_padding", "matches_oracle"),
+            _canon([1, 2], [1, 2], [1, 1], [1, 1], [0, 0], [1, 1], 2, (2, 2), SIZES, None)),
     Variant("refusal_for_two_ubatches", "the empty-microbatch refusal for two microbatches whatever num_ubatches is "
             "(graphs keyed on the first two ubatches, #43145)", _target("refusal_for_two_ubatches"), "mutant",
-            ("no_empty_microbatch", "matches_oracle"), None),
+            ("no_empty_microbatch", "matches_oracle"), _canon([4, 6], [4, 6], [1, 1], [0, 0], [0, 0], [1, 1], 3, (3, 3), SIZES, None)),
     Variant("refusal_on_own_rank", "each rank checks its own last microbatch: ranks disagree on the split",
-            _target("refusal_on_own_rank"), "mutant", ("ranks_agree", "no_empty_microbatch", "matches_oracle"), None),
+            _target("refusal_on_own_rank"), "mutant", ("ranks_agree", "no_empty_microbatch", "matches_oracle"),
+            _canon([2, 3], [2, 4], [1, 1], [1, 1], [0, 0], [1, 1], 2, (2, 2), SIZES, None)),
     Variant("refusal_on_largest_rank", "the last-microbatch check on the rank with the most tokens",
-            _target("refusal_on_largest_rank"), "mutant", ("no_empty_microbatch", "matches_oracle"), None),
+            _target("refusal_on_largest_rank"), "mutant", ("no_empty_microbatch", "matches_oracle"),
+            _canon([2, 4], [2, 4], [1, 1], [0, 0], [0, 0], [1, 1], 2, (2, 2), SIZES, None)),
     Variant("any_vote_splits", "one rank's yes splits every rank: the veto ignored", _target("any_vote_splits"), "mutant",
-            ("veto_respected", "matches_oracle"), None),
+            ("veto_respected", "matches_oracle"), _canon([2, 2], [2, 2], [1, 0], [0, 0], [0, 0], [1, 1], 2, (2, 2), SIZES, None)),
     Variant("mode_is_max", "the agreed graph mode is the largest asked for", _target("mode_is_max"), "mutant",
-            ("graph_runnable", "matches_oracle"), None),
+            ("graph_runnable", "matches_oracle"), _canon([1, 1], [1, 1], [1, 1], [0, 1], [0, 0], [1, 1], 2, (2, 2), SIZES, None)),
     Variant("split_graph_ignores_modes", "a split step takes the microbatched FULL graph whatever the ranks' modes (the "
             "new model runner's rule as of vLLM 0.33.0)", _target("split_graph_ignores_modes"), "shipped",
-            ("graph_runnable", "matches_oracle"), None),
+            ("graph_runnable", "matches_oracle"), _canon([2, 2], [2, 2], [1, 1], [0, 0], [0, 0], [1, 1], 2, (2, 2), SIZES, [2])),
     Variant("graph_check_times_two", "keeps the microbatched graph unless 2 * fewest < its size (the new model runner's "
             "check as of vLLM 0.33.0)", _target("graph_check_times_two"), "shipped",
-            ("no_empty_microbatch", "matches_oracle"), None),
+            ("no_empty_microbatch", "matches_oracle"), _canon([2, 2], [2, 2], [1, 1], [2, 2], [0, 0], [1, 1], 2, (2, 2), SIZES, [4])),
     Variant("no_refusal", "splits with microbatches of padding only, run as dummy work (the new model runner's design as of "
-            "vLLM 0.33.0)", _target("no_refusal"), "shipped", ("no_empty_microbatch", "matches_oracle"), None),
+            "vLLM 0.33.0)", _target("no_refusal"), "shipped", ("no_empty_microbatch", "matches_oracle"),
+            _canon([4, 2], [4, 2], [1, 1], [0, 0], [0, 0], [1, 1], 2, (2, 2), SIZES, None)),
     Variant("never_splits", "never microbatches", _target("never_splits"), "mutant", ("split_when_agreed", "matches_oracle"),
-            None),
+            _canon([2, 2], [2, 2], [1, 1], [0, 0], [0, 0], [1, 1], 2, (2, 2), SIZES, None)),
     Variant("scribbles_num_tokens", "the right decision, but changes the caller's num_tokens[0] afterwards", _scribbling,
-            "mutant", ("inputs_unchanged",), None),
+            "mutant", ("inputs_unchanged",), _canon([1, 1], [1, 1], [1, 1], [0, 0], [0, 0], [1, 1], 2, (2, 2), SIZES, None)),
 )

@@ -50,10 +50,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from batchfuzz import bind
+from batchfuzz import bind, distributed
 from batchfuzz import engines as _engines
 from batchfuzz.bind import Record, Recorder, Stub
-from batchfuzz import distributed
 from batchfuzz.contracts._dp import per_rank_args, ranks_target
 from batchfuzz.engines import Bound, SourceError
 from batchfuzz.preconditions import assumes, domain
@@ -364,7 +363,7 @@ class _Collective:
                     cpu_all_reduce_=reduce_, all_reduce=reduce_)
 
 
-class _OnceLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
+class _OnceLogger(logging.LoggerAdapter):
     """vLLM's logger as the coordination code calls it (``info_once``, ``debug_once``, ``warning_once``)."""
 
     def info_once(self, msg: str, *args: Any, **kwargs: Any) -> None:
@@ -374,7 +373,7 @@ class _OnceLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
     warning_once = info_once
 
 
-def _dp_scope(rel: _Release, collective: _Collective, **extra: Any) -> bind.Scope:
+def _dp_loader(rel: _Release, collective: _Collective, **extra: Any) -> bind.Loader:
     stand_ins = dict(_STAND_INS)
     stand_ins["logger"] = _OnceLogger(logging.getLogger("batchfuzz.engines.vllm"), {})
     # The collective, the context switch that skips it (never set here), the host-sync guard and pinned memory: the
@@ -382,7 +381,7 @@ def _dp_scope(rel: _Release, collective: _Collective, **extra: Any) -> bind.Scop
     stand_ins.update(dist=Stub("torch.distributed", all_reduce=collective.all_reduce), get_dp_group=collective.dp_group,
                      should_skip_dp_coordination=lambda: False, gpu_sync_allowed=contextlib.nullcontext, PIN_MEMORY=False)
     stand_ins.update(extra)
-    return bind.Scope(rel.source, "vllm", stand_ins=stand_ins, files=rel.files)
+    return bind.Loader(rel.source, "vllm", stand_ins=stand_ins, files=rel.files)
 
 
 def _parallel_config(world: int, rank: int, config: Any) -> Stub:
@@ -412,9 +411,9 @@ def _dispatching_steps_no_microbatching(*args: Any) -> bool:
 
 def _rank_v1_coordinate(rel: _Release) -> _RankBuilt:
     collective = _Collective()
-    scope = _dp_scope(rel, collective)
-    piece = scope.file(DP_UTILS).piece("coordinate_batch_across_dp")
-    coordinate = scope.load(piece)
+    loader = _dp_loader(rel, collective)
+    piece = loader.file(DP_UTILS).piece("coordinate_batch_across_dp")
+    coordinate = loader.load(piece)
 
     def rank(rank: int, world: int, all_reduce: Callable[[torch.Tensor], None], step: Any, config: Any) -> RankDecision:
         tokens, padded, allow, mode, uniform, _reqs = step
@@ -473,12 +472,12 @@ class _GraphManager:
 
 def _rank_mrv2_sync(rel: _Release) -> _RankBuilt:
     collective = _Collective()
-    scope = _dp_scope(rel, collective)
-    f = scope.file(MRV2_DP_UTILS)
+    loader = _dp_loader(rel, collective)
+    f = loader.file(MRV2_DP_UTILS)
     piece = f.piece("sync_cudagraph_and_dp_padding")
-    sync = scope.load(piece)
-    cg = scope.file(MRV2_CG_UTILS)
-    descriptor = scope.load(cg.piece("BatchExecutionDescriptor"))
+    sync = loader.load(piece)
+    cg = loader.file(MRV2_CG_UTILS)
+    descriptor = loader.load(cg.piece("BatchExecutionDescriptor"))
     modes = sync.__globals__.get("CUDAGraphMode")
     if modes is None:
         raise bind.Unbindable(f"{piece.label} no longer reads CUDAGraphMode")
