@@ -122,7 +122,8 @@ def _engine_case(draw: st.DrawFn, max_ranks: int, max_tokens: int) -> Case:
     r = draw(st.integers(2, max_ranks))
     n, thresholds, sizes = draw(_config())
     u = draw(st.sampled_from([1, 1, 2, 3]))
-    allow_all = draw(st.sampled_from([True, True, True, False]))
+    # Microbatching on for every rank, off for every rank (the configuration's), or each rank's own vote.
+    allows = draw(st.sampled_from(["all", "all", "none", "each"]))
     base = draw(st.integers(1, 8))
     spread = draw(st.integers(0, 8))
     extra = draw(st.integers(0, max_tokens))
@@ -140,7 +141,7 @@ def _engine_case(draw: st.DrawFn, max_ranks: int, max_tokens: int) -> Case:
         modes.append(m)
         uniform.append(u if decode else 0)
         reqs.append(q)
-        allow.append(1 if allow_all else draw(st.sampled_from([1, 0])))
+        allow.append(draw(st.sampled_from([1, 0])) if allows == "each" else int(allows == "all"))
     ubatch_sizes = _ubatch_sizes(draw, sizes)
     dtype = draw(st.sampled_from(INT_DTYPES))
     return Case(_args(tokens, padded, allow, modes, uniform, reqs, n, thresholds, sizes, ubatch_sizes, dtype), {"kind": "engine"})
@@ -240,6 +241,10 @@ def reductions(case: Case) -> Iterator[Case]:
                 w["num_tokens"][k] = t2
                 w["num_reqs"][k] = min(w["num_reqs"][k], t2)
                 yield _repadded(w, k, sizes, make)
+        if v["cudagraph_mode"][k] != NONE:
+            w = {key: list(x) for key, x in v.items()}
+            w["cudagraph_mode"][k] -= 1  # a lower mode, the padding kept
+            yield make(w)
         if v["num_tokens_padded"][k] > t:
             w = {key: list(x) for key, x in v.items()}
             w["num_tokens_padded"][k] = t
@@ -370,8 +375,8 @@ SCOPES = {
     "small": ScopeSpec("two ranks, each a uniform decode of one-token requests or a mixed step of one-token requests with "
                        "1 <= tokens <= 6, eager or padded as the engine pads to capture sizes [2, 4, 8]; both ranks allowing "
                        "microbatching or rank 1 vetoing; n in {2, 3} with both thresholds n; microbatched graphs none (v1), "
-                       "[], [4], [8] or [4, 8]; in size order (tokens, padding, n, graphs)", "engine", 14400),
-    "ci": ScopeSpec("as small with tokens <= 4 and microbatched graphs none or [4, 8]", "engine", 2304),
+                       "[], [4], [8] or [4, 8]; in size order (tokens, padding, n, graphs)", "engine", 11520),
+    "ci": ScopeSpec("as small with tokens <= 4 and microbatched graphs none or [4, 8]", "engine", 2048),
 }
 
 
