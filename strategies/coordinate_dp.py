@@ -123,7 +123,7 @@ def _engine_case(draw: st.DrawFn, max_ranks: int, max_tokens: int) -> Case:
     n, thresholds, sizes = draw(_config())
     u = draw(st.sampled_from([1, 1, 2, 3]))
     # Microbatching on for every rank, off for every rank (the configuration's), or each rank's own vote.
-    allows = draw(st.sampled_from(["all", "all", "none", "each"]))
+    allows = draw(st.sampled_from(["all", "none", "each"]))
     base = draw(st.integers(1, 8))
     spread = draw(st.integers(0, 8))
     extra = draw(st.integers(0, max_tokens))

@@ -405,8 +405,9 @@ def _dispatching_steps(*args: Any) -> bool:
 
 
 def _dispatching_steps_no_microbatching(*args: Any) -> bool:
-    """A new runner that never microbatches: dispatching cases where no rank allows it."""
-    return args[9] is not None and not np.asarray(args[2]).any()
+    """A new runner that never microbatches: dispatching cases where some rank does not allow it (the contract's
+    answer then splits nothing either)."""
+    return args[9] is not None and not np.asarray(args[2]).all()
 
 
 def _rank_v1_coordinate(rel: _Release) -> _RankBuilt:
@@ -504,8 +505,8 @@ def _rank_mrv2_sync(rel: _Release) -> _RankBuilt:
         counts = tuple(int(x) for x in bind.to_numpy(across).tolist())
         return RankDecision(getattr(desc, "num_ubatches", 1) > 1, counts, int(desc.cg_mode.value), int(desc.num_tokens))
 
-    assumption = ("" if microbatching else "; this release's new runner never microbatches: checked on steps where no "
-                  "rank allows it")
+    assumption = ("" if microbatching else "; this release's new runner never microbatches: checked on steps where "
+                  "some rank does not allow it")
     return rank, (f"{piece.label}; the CUDA-graph manager stood in by one dispatching from the case's capture sizes "
                   f"(FULL for uniform decodes, PIECEWISE otherwise; FULL microbatched graphs at ubatch_capture_sizes); "
                   f"desired_batch_desc from this rank's padded count and mode; get_dp_group().cpu_all_reduce_ / "
