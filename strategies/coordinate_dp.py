@@ -347,15 +347,8 @@ _SCOPE_SIZES = [2, 4, 8]
 
 
 def _scope(max_tokens: int, ns: tuple[int, ...], ubatch_options: tuple[list[int] | None, ...]) -> list[Case]:
+    ranks = [(t, t + pad, m) for t in range(1, max_tokens + 1) for pad in (0, 1) for m in (NONE, PIECEWISE, FULL)]
     out = []
-    ranks = []
-    for t in range(1, max_tokens + 1):
-        for eager in (False, True):
-            for u in (0, 1):
-                p, m = engine_rank(t, u, eager, _SCOPE_SIZES)
-                if not eager and m == NONE:
-                    continue
-                ranks.append((t, p, m, u))
     for n in ns:
         for a0 in ranks:
             for a1 in ranks:
@@ -363,20 +356,19 @@ def _scope(max_tokens: int, ns: tuple[int, ...], ubatch_options: tuple[list[int]
                     for ub in ubatch_options:
                         pair = (a0, a1)
                         out.append(Case(_args([x[0] for x in pair], [x[1] for x in pair], list(allow), [x[2] for x in pair],
-                                              [x[3] for x in pair], [x[0] for x in pair], n, (n, n), _SCOPE_SIZES, ub),
-                                        {"kind": "exhaustive"}))
+                                              [0, 0], [1, 1], n, (n, n), _SCOPE_SIZES, ub), {"kind": "exhaustive"}))
     out.sort(key=size)
     return out
 
 
-_SCOPE_ARGS = {"small": (6, (2, 3), (None, [], [4], [8], [4, 8])), "ci": (4, (2, 3), (None, [4, 8]))}
+_SCOPE_ARGS = {"small": (6, (2, 3), (None, [2], [4])), "ci": (2, (2,), (None, [4]))}
 
 SCOPES = {
-    "small": ScopeSpec("two ranks, each a uniform decode of one-token requests or a mixed step of one-token requests with "
-                       "1 <= tokens <= 6, eager or padded as the engine pads to capture sizes [2, 4, 8]; both ranks allowing "
-                       "microbatching or rank 1 vetoing; n in {2, 3} with both thresholds n; microbatched graphs none (v1), "
-                       "[], [4], [8] or [4, 8]; in size order (tokens, padding, n, graphs)", "engine", 11520),
-    "ci": ScopeSpec("as small with tokens <= 4 and microbatched graphs none or [4, 8]", "engine", 2048),
+    "small": ScopeSpec("two ranks of one request each, 1 <= tokens <= 6 a rank, padded by 0 or 1, each rank in every "
+                       "graph mode, mixed steps; both ranks allowing microbatching or rank 1 vetoing; n in {2, 3} with "
+                       "both thresholds n; capture sizes [2, 4, 8]; microbatched graphs none (v1), [2] or [4]; in size "
+                       "order (tokens, padding, n, graphs, votes, modes)", "spec", 15552),
+    "ci": ScopeSpec("as small with tokens <= 2, n = 2 and microbatched graphs none or [4]", "spec", 576),
 }
 
 
