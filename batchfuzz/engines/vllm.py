@@ -26,7 +26,13 @@ The bindings (paths inside the release, under ``vllm/v1/worker/``):
   the refusal its caller applies (``dp_utils.py:_post_process_ubatch`` on one
   data-parallel rank's votes);
 - ``gpu_model_runner.py:GPUModelRunner._allow_microbatching`` (v1, 0.28.0 and
-  later) as ``allow_microbatching``, on a stand-in input batch and block tables.
+  later) as ``allow_microbatching``, on a stand-in input batch and block tables;
+- ``dp_utils.py:coordinate_batch_across_dp`` (v1) and
+  ``gpu/dp_utils.py:sync_cudagraph_and_dp_padding`` (the new runner) as
+  ``coordinate_dp``: rank functions (``rank_function(ref)``) run as one process
+  per rank by ``batchfuzz.distributed``, their all-reduce on the real process
+  group, the new runner's CUDA-graph manager stood in by one built from the
+  case's capture sizes (docs/dp-coordination.md).
 
 A function a release lacks is "absent"; one whose code no longer fits its
 binding (a name no one provides, a signature or attribute that changed, a
