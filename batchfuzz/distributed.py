@@ -477,15 +477,21 @@ _POOL_LOCK = threading.Lock()
 
 def shared_pool(max_ranks: int = MAX_RANKS, *, timeout_s: float = 20.0) -> RankPool:
     """This process's pool of rank processes (started on first use, grown to
-    ``max_ranks`` when a call needs more ranks; closed at exit)."""
+    ``max_ranks`` when a call needs more ranks; closed at exit), on the
+    backend ``$BATCHFUZZ_DP_BACKEND`` names (``gloo``, the default, or
+    ``nccl``: one GPU per rank)."""
     global _POOL
+    backend = os.environ.get("BATCHFUZZ_DP_BACKEND", "") or "gloo"
+    if backend not in ("gloo", "nccl"):
+        raise ValueError(f"BATCHFUZZ_DP_BACKEND must be 'gloo' or 'nccl', got {backend!r}")
     with _POOL_LOCK:
-        if _POOL is not None and (_POOL.max_ranks < max_ranks or _POOL.timeout_s != timeout_s or _POOL.owner != os.getpid()):
+        if _POOL is not None and (_POOL.max_ranks < max_ranks or _POOL.timeout_s != timeout_s or _POOL.backend != backend
+                                  or _POOL.owner != os.getpid()):
             if _POOL.owner == os.getpid():
                 _POOL.close()
             _POOL = None
         if _POOL is None:
-            _POOL = RankPool(max_ranks, timeout_s=timeout_s)
+            _POOL = RankPool(max_ranks, backend=backend, timeout_s=timeout_s)
         return _POOL
 
 

@@ -228,3 +228,14 @@ def test_the_canonical_target_splits_and_joins_the_ranks() -> None:
     with pytest.raises(ValueError, match="ref must be 'MODULE:QUALNAME'"):
         distributed.rank_function("nocolon")
     assert np.asarray(args[0]).size == 3
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices (one per rank for NCCL)")
+def test_nccl_ranks_give_the_in_process_answers() -> None:
+    from batchfuzz.impl import coordinate_dp_torch
+
+    fn = distributed.rank_function(coordinate_dp_torch.RANK_FUNCTION)
+    with RankPool(2, backend="nccl", timeout_s=120) as nccl:
+        for ranks in [s for s in STEPS if len(s) == 2]:
+            assert nccl.run(coordinate_dp_torch.RANK_FUNCTION, ranks) == distributed.run_in_process(fn, ranks)
