@@ -253,8 +253,8 @@ def test_the_new_runner_keeps_a_microbatched_graph_whose_second_microbatch_is_pa
     contract = registry.get("coordinate_dp")
     with pytest.raises(AssertionError, match="rank 0's last one starts at token 2 >= its 2 real tokens"):
         contract.property("no_empty_microbatch").check(sync, Case(dict(zip(ARGS, args, strict=True))))
-    # A rank that asked to run eagerly gets the FULL microbatched graph too.
-    args = _dp_args([2, 2], [2, 2], [0, 2], [1, 1], [2, 2], [2])
+    # Ranks that asked to run eagerly get the FULL microbatched graph (the matrix's shrunk case: two eager mixed steps).
+    args = _dp_args([2, 2], [2, 2], [0, 0], [0, 0], [1, 1], [2])
     assert sync(*args) == [RankDecision(True, (2, 2), 2, 2)] * 2
     with pytest.raises(AssertionError, match="rank 0 runs graph mode 2, but rank 0 can run only mode 0"):
         contract.property("graph_runnable").check(sync, Case(dict(zip(ARGS, args, strict=True))))
