@@ -27,6 +27,7 @@ from batchfuzz import engines, registry, runner
 from batchfuzz.case import Case
 from batchfuzz.checks import PropertyViolation
 from batchfuzz.engines import vllm
+from batchfuzz.impl._dp import ARGUMENTS as ARGS
 from batchfuzz.reference import _step as step_oracle
 from batchfuzz.reference import allow_microbatching as decision_oracle
 from batchfuzz.reference import batch_order as order_oracle
@@ -55,6 +56,8 @@ EXTENDS = f"{ATTN}:split_decodes_prefills_and_extends"
 THRESHOLD = f"{V1}:GPUModelRunner.calculate_reorder_batch_threshold"
 CUMSUM = f"{V1}:GPUModelRunner._get_cumsum_and_arange"
 SPEC = f"{V1}:GPUModelRunner._calc_spec_decode_metadata"
+COORDINATE = "vllm/v1/worker/dp_utils.py:coordinate_batch_across_dp"
+SYNC = "vllm/v1/worker/gpu/dp_utils.py:sync_cudagraph_and_dp_padding"
 # The release's source, its bindings by (function, contract), and the texts of the files they read.
 Release = tuple[vllm.ReleaseSource, dict[tuple[str, str], engines.Bound], dict[str, str]]
 
@@ -140,7 +143,7 @@ def test_every_binding_is_bound_in_the_reference_release(release: Release) -> No
         (V1_DUMMY_RUN, "pad_query_start_loc"), (UBATCH, "split_ubatches"), (ALLOW, "allow_microbatching"),
         (SPLIT_ATTN, "slice_ubatch_metadata"), (MRV2_PREPARE, "slice_ubatch_metadata"), (REORDER, "batch_order"),
         (SPLIT, "batch_order"), (EXTENDS, "batch_order"), (THRESHOLD, "batch_order"), (CUMSUM, "spec_decode_metadata"),
-        (SPEC, "spec_decode_metadata")])
+        (SPEC, "spec_decode_metadata"), (COORDINATE, "coordinate_dp"), (SYNC, "coordinate_dp")])
     for bound in table.values():
         assert bound.status == "bound", (bound.function, bound.reason)
         assert bound.release == f"vllm {RELEASE}" and bound.ref.startswith(f"vllm::{source.ref}::") and bound.detail
@@ -313,6 +316,43 @@ def test_the_0_28_slice_keeps_the_computed_count_unshifted_and_drops_positions(
         a = failure.case.args
         assert (a["num_scheduled_tokens"].tolist(), a["num_computed_tokens"].tolist(), a["num_tokens_padded"],
                 a["ubatch_slices"]) == ([2], [0], 2, [((0, 1), (0, 1)), ((0, 1), (1, 2))])
+# ---------------------------------------------------------------- data-parallel coordination, one process per rank
+
+
+def _dp_args(tokens: list[int], padded: list[int], modes: list[int], uniform: list[int], reqs: list[int],
+             ubatch_sizes: list[int] | None, allow: list[int] | None = None) -> list[Any]:
+    return [np.array(tokens, np.int32), np.array(padded, np.int32), np.array(allow or [1] * len(tokens), np.int32),
+            np.array(modes, np.int32), np.array(uniform, np.int32), np.array(reqs, np.int32), 2, (2, 2), [2, 4, 8],
+            ubatch_sizes]
+
+
+def test_v1_coordination_meets_contract_f_across_processes(release: Release) -> None:
+    from batchfuzz.reference.coordinate_dp import coordinate_dp
+
+    coordinate = target(release, COORDINATE, "coordinate_dp")
+    # A split (both ranks allow, no empty microbatch), a veto, a PIECEWISE step padded to the largest rank.
+    for args in (_dp_args([3, 4], [4, 4], [1, 1], [0, 0], [3, 4], None), _dp_args([3, 4], [4, 4], [1, 1], [0, 0], [3, 4], None, [1, 0]),
+                 _dp_args([1, 3, 5], [2, 4, 8], [1, 1, 1], [0, 0, 0], [1, 3, 5], None)):
+        assert coordinate(*args) == coordinate_dp(*args)
+    assert hunt(registry.get("coordinate_dp"), coordinate, 15, domain="engine") is None
+
+
+def test_the_new_runner_keeps_a_microbatched_graph_whose_second_microbatch_is_padding(release: Release) -> None:
+    from batchfuzz.reference.coordinate_dp import RankDecision, coordinate_dp
+
+    sync = target(release, SYNC, "coordinate_dp")
+    # Two ranks, each a uniform decode of two one-token requests (FULL graph of 2), a microbatched graph of 4 only.
+    args = _dp_args([2, 2], [2, 2], [2, 2], [1, 1], [2, 2], [4])
+    assert sync(*args) == [RankDecision(True, (4, 4), 2, 4)] * 2  # microbatches [0, 2) and [2, 4): the second is padding
+    assert coordinate_dp(*args) == [RankDecision(True, (2, 2), 0, 2)] * 2  # the contract: eager, at the real count
+    contract = registry.get("coordinate_dp")
+    with pytest.raises(AssertionError, match="rank 0's last one starts at token 2 >= its 2 real tokens"):
+        contract.property("no_empty_microbatch").check(sync, Case(dict(zip(ARGS, args, strict=True))))
+    # Ranks that asked to run eagerly get the FULL microbatched graph (the matrix's shrunk case: two eager mixed steps).
+    args = _dp_args([2, 2], [2, 2], [0, 0], [0, 0], [1, 1], [2])
+    assert sync(*args) == [RankDecision(True, (2, 2), 2, 2)] * 2
+    with pytest.raises(AssertionError, match="rank 0 runs graph mode 2, but rank 0 can run only mode 0"):
+        contract.property("graph_runnable").check(sync, Case(dict(zip(ARGS, args, strict=True))))
 
 
 # ---------------------------------------------------------------- absent, unbindable, resolve
