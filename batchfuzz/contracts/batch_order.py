@@ -162,7 +162,7 @@ IMPLEMENTATIONS = (
     registry.host_impl("numpy", batch_order_numpy.batch_order, "vectorised numpy parts on a stand-in input batch"),
 )
 
-DOMAINS = registry.domains_from(strategies, {
+INPUTS = registry.input_space(strategies, {
     "spec": "1 <= R <= 8 requests with any c >= 0, q >= 1, p >= 1 up to 8; 0 to 3 groups asking for 1..4 or None; k in 0..3",
     "engine": "the steps a scheduler makes: prefill chunks within the prompt, decodes of one token and at most k drafts; "
               "1 to 3 groups asking for 1, 1 + k, max(128, 1 + k) or None",
@@ -234,15 +234,12 @@ CONTRACT = registry.register(Contract(
     arguments=("num_computed_tokens", "num_scheduled_tokens", "num_prompt_tokens", "thresholds", "num_speculative_tokens"),
     oracle=oracle.batch_order,
     implementations=IMPLEMENTATIONS,
-    domains=DOMAINS,
+    inputs=INPUTS,
     properties=PROPERTIES,
     error_inputs=ERROR_INPUTS,
     variants=VARIANTS,
     examples=EXAMPLES,
     labels=_labels,
-    size=strategies.size,
-    reductions=strategies.reductions,
-    scopes=registry.scopes_from(strategies),
     reproduce=_reproduce,
     notes="The order within a region is not part of the contract; counts compare exactly as ints.",
 ))

@@ -102,7 +102,7 @@ IMPLEMENTATIONS = (
     registry.host_impl("numpy", spec_decode_metadata_numpy.spec_decode_metadata, "repeat + batched arange, int64"),
 )
 
-DOMAINS = registry.domains_from(strategies, {
+INPUTS = registry.input_space(strategies, {
     "spec": "R >= 1, d >= 0, q >= 1 + d: up to 16 requests, mostly-zero drafts, up to 512 requests with 64 drafts, "
             "or one or two with up to 40000",
     "engine": "decodes with q = 1 + d, d <= k <= 8, and draft-free prefill chunks of up to 64 tokens; up to 256 requests",
@@ -145,14 +145,11 @@ CONTRACT = registry.register(Contract(
     arguments=("num_draft_tokens", "num_scheduled_tokens"),
     oracle=oracle.spec_decode_metadata,
     implementations=IMPLEMENTATIONS,
-    domains=DOMAINS,
+    inputs=INPUTS,
     properties=PROPERTIES,
     error_inputs=ERROR_INPUTS,
     variants=VARIANTS,
     examples=EXAMPLES,
     labels=_labels,
-    size=strategies.size,
-    reductions=strategies.reductions,
-    scopes=registry.scopes_from(strategies),
     notes="Indices compare exactly as ints; the engine keeps the running sums in int32.",
 ))
