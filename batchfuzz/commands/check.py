@@ -36,6 +36,7 @@ from batchfuzz import exhaustive, profiles, registry, reproduce, runner
 from batchfuzz.cli import UsageError, parse_duration, writable_file
 from batchfuzz.codec import literal
 from batchfuzz.execution import executor_for
+from batchfuzz.strategies._steps import STEP_SOURCE_DOMAINS
 from batchfuzz.targets import TargetError, parse
 
 # How long after --budget check may still run: the example in flight
@@ -73,6 +74,10 @@ def register(sub: Any) -> None:
     p.add_argument("--domain", default=None, metavar="NAME",
                    help="input domain: spec (the widest) or engine (what an engine's callers produce); default: the one "
                         "the target declares with @batchfuzz.domain, else spec")
+    p.add_argument("--steps", default=None, choices=sorted(STEP_SOURCE_DOMAINS), metavar="SOURCE",
+                   help="for contracts over scheduled steps (D, E): where the steps come from: model (batchfuzz's scheduler "
+                        "model: the engine domain) or engine (the installed vLLM's own scheduler: the engine-steps domain, "
+                        "docs/engine-steps.md)")
     p.add_argument("--json", dest="json_path", metavar="PATH", help="write a JSON report here")
     p.add_argument("--seed", type=int, default=None, help="seed for a deterministic run")
     p.add_argument("--database", metavar="PATH|URL",
@@ -107,6 +112,23 @@ class _Progress:
             self.stream.write(line + "\n")
             self.last = time.time()
         self.stream.flush()
+
+
+def _steps_domain(contract: registry.Contract, source: str, domain: str | None) -> str:
+    """The domain ``--steps SOURCE`` names; a usage error where the contract
+    has none, ``--domain`` says otherwise, or vLLM's scheduler cannot be imported."""
+    name = STEP_SOURCE_DOMAINS[source]
+    if name not in [d.name for d in contract.domains]:
+        raise UsageError(f"--steps {source}: contract {contract.name!r} has no domain of scheduled steps {name!r}")
+    if domain is not None and domain != name:
+        raise UsageError(f"--steps {source} is the domain {name!r}; --domain {domain!r} contradicts it")
+    if source == "engine":
+        from batchfuzz.engines import vllm_scheduler
+
+        why = vllm_scheduler.import_error()
+        if why is not None:
+            raise UsageError(f"--steps engine: {why}")
+    return name
 
 
 def _database(spec: str | None) -> Any:
@@ -144,6 +166,8 @@ def run(args: argparse.Namespace) -> int:
             scope = contract.scope(args.scope or registry.DEFAULT_SCOPE)
         except KeyError as exc:
             raise UsageError(str(exc).strip("'\"")) from None
+    if args.steps is not None:
+        args.domain = _steps_domain(contract, args.steps, args.domain)
     if args.domain is not None:
         try:
             contract.domain(args.domain)
