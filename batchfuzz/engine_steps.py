@@ -21,7 +21,7 @@ differences by name).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -41,8 +41,11 @@ PREEMPTION = "preempted and resumed"
 REORDERED = "decodes moved to the front"
 
 BLOCK_SIZES = (2, 4, 1, 8, 16, 3)
-PROMPT_KINDS = ("fresh", "parallel", "copy", "prefix", "parallel", "copy")
-LENGTH_SHAPES = ("any", "k*B+1", "k*B", "k*B+1")
+# Weighted by repetition; the first is where Hypothesis shrinks to. Identical
+# prompts arriving together (parallel sampling) and lengths k*B + 1 make the
+# same-step hits contract E is about.
+PROMPT_KINDS = ("fresh", "parallel", "copy", "prefix", "parallel", "copy", "parallel")
+LENGTH_SHAPES = ("any", "k*B+1", "k*B", "k*B+1", "k*B+1")
 
 
 @dataclass(frozen=True)
@@ -68,7 +71,7 @@ class EngineWorkload:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain lists and ints (a reproduction prints it)."""
-        d = asdict(self)
+        d: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "requests"}
         d["requests"] = [[r.arrival, list(r.prompt), list(r.outputs)] for r in self.requests]
         return d
 
@@ -107,6 +110,7 @@ def _length(src: Source, block_size: int, hi: int) -> int:
 
 def draw_workload(src: Source, bounds: dict[str, Any] | None = None) -> EngineWorkload:
     """A small workload (see :func:`check_bounds`). Shrinks towards one step,
+    arrivals in the emitted (last) step,
     one fresh short prompt with one output token, block size 2, ample token
     budget, pool and ``max_num_seqs``, no long-prefill threshold, reorder
     threshold 1."""
@@ -127,7 +131,7 @@ def draw_workload(src: Source, bounds: dict[str, Any] | None = None) -> EngineWo
     for _ in range(src.integers(1, b["max_events"])):
         if num_reqs >= b["max_reqs"]:
             break
-        arrival = src.integers(0, num_steps - 1)
+        arrival = num_steps - 1 - src.integers(0, num_steps - 1)  # in the emitted step first: same-step hits need it
         kind = src.sampled(PROMPT_KINDS)
         copies = 1
         if kind in ("copy", "prefix") and prompts:

