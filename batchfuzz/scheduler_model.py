@@ -551,7 +551,8 @@ class SchedulerModel:
             order = [k for k in range(len(slots)) if is_dec[k]] + [k for k in range(len(slots)) if not is_dec[k]]
             new_slots = [slots[k] for k in order]
         elif self.cfg.reorder == "regions":
-            new_slots = self._by_regions(slots, scheduled, sched)  # type: ignore[arg-type]
+            by_regions: list[int | None] = list(self._by_regions([rid for rid in slots if rid is not None], scheduled, sched))
+            new_slots = by_regions
         else:
             new_slots = list(slots)
             num_dec = sum(is_dec)

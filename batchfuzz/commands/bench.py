@@ -6,7 +6,8 @@ shipped check as the engine ships it (docs/exact-microbatching.md); with
 ``--vllm-wheel FILE`` also the engine's own function from that release, and
 with ``--devices`` (default: cuda when present) the sync-free torch decision
 and conflict set with inputs resident on the device. ``--loop`` measures the
-fuzz loop instead (``batchfuzz.loopbench``).
+fuzz loop instead (``batchfuzz.loopbench``), ``--engine-steps`` steps from the
+installed vLLM's own scheduler (``batchfuzz.enginebench``).
 
 ``--variants`` runs the older, wider comparison described below: every exact
 implementation through its canonical binder (validation and host copies
@@ -106,9 +107,10 @@ def register(sub: Any) -> None:
                    help="also time the release's own GPUModelRunner._allow_microbatching (vLLM >= 0.28), "
                         "cut out of this wheel through batchfuzz.engines.vllm, and check that our copy of the shipped "
                         "check decides as it does on every step (exit 1 otherwise)")
-    from batchfuzz import loopbench
+    from batchfuzz import enginebench, loopbench
 
     loopbench.add_arguments(p)  # --loop: the fuzz loop's speed and the cost of isolation
+    enginebench.add_arguments(p)  # --engine-steps: steps from vLLM's own scheduler
     p.set_defaults(func=run)
 
 
@@ -261,6 +263,10 @@ def run(args: argparse.Namespace) -> int:
         from batchfuzz import loopbench
 
         return loopbench.run_command(args)
+    if args.engine_steps:
+        from batchfuzz import enginebench
+
+        return enginebench.run_command(args)
     if not args.variants:
         return _run_drop_in(args)
     if args.vllm_wheel or args.markdown_path:

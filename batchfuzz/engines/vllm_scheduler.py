@@ -63,7 +63,7 @@ def _vllm() -> Any:
         try:
             from vllm.utils.hashing import sha256
         except ImportError:  # older releases
-            from vllm.utils import sha256  # type: ignore[no-redef,attr-defined]
+            from vllm.utils import sha256
         import vllm
     except Exception as exc:  # ImportError, or a binary that does not load (OSError, RuntimeError)
         raise EngineUnavailable(f"vLLM's scheduler cannot be imported here ({type(exc).__name__}: {exc}); install "
