@@ -22,7 +22,7 @@ from batchfuzz.strategies import realizable_steps
 from batchfuzz.strategies._steps import HypothesisSource
 
 WHY = vllm_scheduler.import_error()
-pytestmark = pytest.mark.skipif(WHY is not None, reason=f"needs vLLM's scheduler: {WHY}")
+needs_vllm = pytest.mark.skipif(WHY is not None, reason=f"needs vLLM's scheduler: {WHY}")
 
 # Run counts, not time: no health check that measures time may fail a test under load.
 FIXED = settings(derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck))
@@ -33,6 +33,7 @@ def _twins(block_size: int = 2, prompt: tuple[int, ...] = (1, 2, 3), reorder: in
     return engine_steps.EngineWorkload(block_size, 20, 64, 8, 32, 0, reorder, 1, reqs)
 
 
+@needs_vllm
 def test_identical_prompts_arriving_together_make_a_same_step_hit_that_vllm_reorders_in_front_of_its_writer() -> None:
     step, info = engine_steps.engine_step(_twins())
     # Request 1 hit block 1, which request 0 allocated (and registered) in this very schedule(); the
@@ -45,6 +46,7 @@ def test_identical_prompts_arriving_together_make_a_same_step_hit_that_vllm_reor
     assert shipped_allow_microbatching(*args) and not oracle.allow_microbatching(*args)
 
 
+@needs_vllm
 def test_without_the_reorder_the_copy_stays_behind_its_writer_and_the_step_is_safe() -> None:
     step, info = engine_steps.engine_step(_twins(reorder=None))
     assert info["req_ids"] == [0, 1] and step.num_computed_tokens.tolist() == [0, 2]
@@ -52,6 +54,7 @@ def test_without_the_reorder_the_copy_stays_behind_its_writer_and_the_step_is_sa
     assert oracle.allow_microbatching(*args)
 
 
+@needs_vllm
 def test_workloads_round_trip_through_their_printed_form() -> None:
     w = engine_steps.sample_workload(7)
     assert engine_steps.EngineWorkload.from_dict(eval(repr(w.to_dict()))) == w
@@ -61,6 +64,7 @@ def test_workloads_round_trip_through_their_printed_form() -> None:
         engine_steps.check_bounds({"max_steps": 0})
 
 
+@needs_vllm
 @settings(FIXED, max_examples=25)
 @given(st.data())
 def test_engine_steps_are_well_formed_and_hits_are_whole_blocks(data: st.DataObject) -> None:
@@ -75,6 +79,7 @@ def test_engine_steps_are_well_formed_and_hits_are_whole_blocks(data: st.DataObj
         assert any(int(x) % b == 0 and x > 0 for x in c)
 
 
+@needs_vllm
 @settings(FIXED, max_examples=100)
 @given(st.data())
 def test_conformance_the_scheduler_model_schedules_what_vllm_schedules(data: st.DataObject) -> None:
@@ -88,6 +93,7 @@ def test_conformance_the_scheduler_model_schedules_what_vllm_schedules(data: st.
     assert engine_steps.differences(engine, engine_steps.run_model(w)) == []
 
 
+@needs_vllm
 def test_conformance_reports_each_kind_of_difference() -> None:
     e = engine_steps.LaidOutStep(["1", "0"], [2, 0], [1, 3], [[1, 3], [1, 2]], [True, True], 0)
     renamed = engine_steps.LaidOutStep(["1", "0"], [2, 0], [1, 3], [[5, 6], [5, 7]], [True, True], 0)
@@ -112,6 +118,7 @@ def shipped_failure() -> runner.Failure:
     return r.failure
 
 
+@needs_vllm
 def test_the_unsound_step_shrinks_to_the_smallest_workload(shipped_failure: runner.Failure) -> None:
     w = shipped_failure.case.context["workload"]
     assert w["block_size"] == 2 and w["num_steps"] == 1 and w["reorder_batch_threshold"] == 1
@@ -120,6 +127,7 @@ def test_the_unsound_step_shrinks_to_the_smallest_workload(shipped_failure: runn
     assert args["num_computed_tokens"].tolist() == [2, 0] and args["num_scheduled_tokens"].tolist() == [1, 3]
 
 
+@needs_vllm
 def test_a_reproduction_rebuilds_the_scheduler_and_asserts_on_its_step(shipped_failure: runner.Failure) -> None:
     code = reproduction(shipped_failure, "variant:shipped_check")
     assert "args = engine_step_args(workload)" in code and "assert same_args(args, recorded)" in code
@@ -129,6 +137,7 @@ def test_a_reproduction_rebuilds_the_scheduler_and_asserts_on_its_step(shipped_f
     exec(compile(reproduction(shipped_failure, "impl:numpy@cpu"), "repro.py", "exec"), {})
 
 
+@needs_vllm
 def test_the_exact_check_holds_on_engine_steps() -> None:
     contract = registry.get("allow_microbatching")
     exact = contract.implementation("numpy").for_device("cpu")
@@ -138,6 +147,26 @@ def test_the_exact_check_holds_on_engine_steps() -> None:
         assert r.failure is None and r.examples > 0, (name, r.failure)
 
 
+@needs_vllm
 def test_engine_steps_are_int32_as_the_runner_keeps_them() -> None:
     step, _ = engine_steps.engine_step(_twins(block_size=4, prompt=tuple(range(1, 10))))
     assert step.num_computed_tokens.dtype == np.int32 and step.block_tables[0].dtype == np.int32
+
+
+def test_steps_engine_is_a_usage_error_for_a_contract_without_scheduled_steps(capsys: pytest.CaptureFixture[str]) -> None:
+    from batchfuzz import cli
+
+    code = cli.main(["check", "split_dummy_tokens", "oracle", "--steps", "engine"])
+    assert code == 2 and "has no domain of scheduled steps 'engine-steps'" in capsys.readouterr().err
+    code = cli.main(["check", "allow_microbatching", "oracle", "--steps", "model", "--domain", "spec"])
+    assert code == 2 and "--steps model is the domain 'engine'; --domain 'spec' contradicts it" in capsys.readouterr().err
+
+
+def test_the_engine_source_says_why_it_is_unavailable() -> None:
+    from hypothesis.errors import InvalidArgument
+
+    with pytest.raises(InvalidArgument, match="source='vllm' must be one of"):
+        realizable_steps(source="vllm")
+    if WHY is not None:
+        with pytest.raises(InvalidArgument, match="vLLM's scheduler cannot be imported"):
+            realizable_steps(source="engine")
