@@ -12,7 +12,7 @@ one call of each of:
   engine's arrays (int32 counts, int32 tables of persistent width). It checks
   shapes and dtypes, not values, as the engine's check validates nothing;
 - ``shipped``: :func:`shipped_check_as_engine`, our re-expression of the
-  check vLLM ships (VLLM_NOTES.md section 4) at its cost: a dense
+  check vLLM ships (docs/vllm-code.md, section 4) at its cost: a dense
   rows x span gather and ``np.unique`` per group, ``np.isin`` reader by
   reader, the first hit returning;
 - ``find``: ``ExactMicrobatchCheck.find_conflicts`` (the whole conflict set);
@@ -86,7 +86,7 @@ def torch_columns(device: str) -> tuple[str, ...]:
 def shipped_check_as_engine(num_reqs: int, num_computed_tokens: np.ndarray, num_scheduled_tokens: np.ndarray,
                             block_tables: Sequence[np.ndarray], block_sizes: Sequence[int],
                             reorder_batch_threshold: int = 1) -> bool:
-    """The check vLLM ships since 0.28 (VLLM_NOTES.md section 4), written to
+    """The check vLLM ships since 0.28 (docs/vllm-code.md, section 4), written to
     cost what it costs there.
 
     Readers: rows with ``q > reorder_batch_threshold`` and ``c > 0``. Per

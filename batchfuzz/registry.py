@@ -160,6 +160,33 @@ def scopes_from(strategies: Any) -> tuple[Scope, ...]:
 
 
 @dataclass(frozen=True)
+class InputSpace:
+    """A contract's inputs as its strategies module defines them: the
+    domains (with the record's description of each), the order of cases
+    (``size``), the reductions and the bounded-exhaustive scopes. Built by
+    :func:`input_space`; a record takes it once, as ``Contract(inputs=...)``."""
+
+    module: str
+    domains: tuple[Domain, ...]
+    size: Callable[[Case], tuple[int, ...]]
+    reductions: Callable[[Case], Iterable[Case]]
+    scopes: tuple[Scope, ...] = ()
+
+
+def input_space(strategies: Any, descriptions: dict[str, str], *, irreducible: tuple[str, ...] = ()) -> InputSpace:
+    """The inputs of a contract from its strategies module, checked against
+    ``batchfuzz.plugins.StrategiesModule`` (a PluginError names what the
+    module lacks): one domain per entry of ``descriptions`` (name -> the
+    engine fact behind it), in order, those in ``irreducible`` not reduced;
+    its ``size`` and ``reductions``; its scopes when it has ``SCOPES``."""
+    from batchfuzz import plugins
+
+    has_scopes = plugins.check_strategies(strategies, descriptions)
+    return InputSpace(getattr(strategies, "__name__", repr(strategies)), domains_from(strategies, descriptions, irreducible=irreducible),
+                      strategies.size, strategies.reductions, scopes_from(strategies) if has_scopes else ())
+
+
+@dataclass(frozen=True)
 class ErrorInput:
     """Bad input, the exception type it must raise and a message regex."""
 
@@ -216,7 +243,9 @@ class Contract:
     (function name, case, violated property, imports) writes the calls of a
     reproduction where the plain positional call would not replay the failure.
     ``scopes`` are its bounded-exhaustive scopes (:class:`Scope`), one of them
-    named ``DEFAULT_SCOPE`` when there are any.
+    named ``DEFAULT_SCOPE`` when there are any. ``inputs`` gives domains,
+    size, reductions and scopes at once, from the strategies module
+    (:func:`input_space`); a record gives either it or those fields.
     """
 
     name: str
@@ -226,7 +255,6 @@ class Contract:
     arguments: tuple[str, ...]
     oracle: Target
     implementations: tuple[Implementation, ...]
-    domains: tuple[Domain, ...]
     properties: tuple[Property, ...]
     error_inputs: tuple[ErrorInput, ...]
     variants: tuple[Variant, ...]
@@ -243,10 +271,20 @@ class Contract:
     notes: str = ""
     scopes: tuple[Scope, ...] = ()
     module: str = field(default="", compare=False)
+    domains: tuple[Domain, ...] = field(default=(), kw_only=True)
+    inputs: InputSpace | None = field(default=None, kw_only=True, compare=False)
 
     def __post_init__(self) -> None:
         def bad(what: str) -> RecordError:
             return RecordError(f"contract {self.name!r}: {what}")
+
+        if self.inputs is not None:
+            given = [f for f, unset in (("domains", ()), ("size", _no_size), ("reductions", None), ("scopes", ()))
+                     if getattr(self, f) != unset]
+            if given:
+                raise bad(f"gives inputs= and {', '.join(given)}: give them through inputs= (registry.input_space) only")
+            for f in ("domains", "size", "reductions", "scopes"):
+                object.__setattr__(self, f, getattr(self.inputs, f))
 
         if not self.name.isidentifier():
             raise bad("name must be an identifier")

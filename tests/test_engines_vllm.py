@@ -1,6 +1,6 @@
 """vLLM's own functions bound as batchfuzz targets, on one real release.
 
-The release (vllm 0.33.0, the reference of VLLM_NOTES.md) is downloaded at
+The release (vllm 0.33.0, the newest of docs/vllm-code.md) is downloaded at
 test time with pip into ``$BATCHFUZZ_CACHE/wheels`` (default
 ``~/.cache/batchfuzz/wheels``), once; the tests skip, saying why, when the
 package registry cannot be reached. Edited copies of its files stand in for
@@ -251,7 +251,7 @@ def test_resolve_rebuilds_a_target_in_a_fresh_process(release: Release, tmp_path
         engines.resolve(ref)
     with pytest.raises(ValueError, match=r"ref must be 'vllm::SOURCE::FUNCTION::CONTRACT'"):
         vllm.resolve("vllm::wheel:/x.whl")
-    with pytest.raises(ValueError, match=r"ref names engine 'sglang', which batchfuzz.engines does not have"):
+    with pytest.raises(engines.UnknownEngine, match=r"no engine named 'sglang'; registered: vllm"):
         engines.resolve("sglang::dir:/x::f::c")
 
 

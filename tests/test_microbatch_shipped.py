@@ -1,5 +1,5 @@
 """The engine's shipped microbatch check (docs/contracts.md, "What the engine ships"),
-re-expressed in ``batchfuzz.variants.microbatch.shipped_allow_microbatching``,
+re-expressed in ``batchfuzz.contracts._microbatch.shipped_allow_microbatching``,
 judged by the simulation.
 
 - On realizable steps (what a prefix-caching scheduler produces) the harness

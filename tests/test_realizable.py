@@ -1,4 +1,4 @@
-"""The realizable-step model (strategies/realizable.py) obeys the scheduler's invariants.
+"""The realizable-step model (``batchfuzz.scheduler_model`` drawn through ``batchfuzz.workloads``) obeys the scheduler's invariants.
 
 Whatever a property concludes from a realizable step is only worth something
 if the step is one a prefix-caching scheduler can produce; these tests check

@@ -161,7 +161,7 @@ PIECES = {
             name="request_offsets", title="Request offsets (toy)", section="T", signature="request_offsets(counts) -> R + 1 ints",
             arguments=("counts",), oracle=oracle.request_offsets,
             implementations=(registry.host_impl("numpy", request_offsets_numpy.request_offsets, "cumsum into a slice"),),
-            domains=registry.domains_from(strategies, {"spec": "any counts >= 0", "engine": "every count >= 1"}),
+            inputs=registry.input_space(strategies, {"spec": "any counts >= 0", "engine": "every count >= 1"}),
             properties=(
                 Property("matches_oracle", "offsets[i + 1] = offsets[i] + counts[i]", _matches_oracle),
                 Property("length", "R + 1 offsets", _length),
@@ -170,7 +170,7 @@ PIECES = {
                 Property("last_is_total", "offsets[R] == sum(counts)", _last),
             ),
             error_inputs=(ErrorInput({"counts": np.array([-1])}, ValueError, r"counts\\[0\\] must be >= 0, got -1"),),
-            variants=VARIANTS, size=strategies.size, reductions=strategies.reductions,
+            variants=VARIANTS,
         ))
         ''',
 }

@@ -94,7 +94,7 @@ IMPLEMENTATIONS = (
                        "ExactMicrobatchCheckTorch: scatter_reduce over all groups at once; no host sync until the result"),
 )
 
-DOMAINS = registry.domains_from(strategies, {
+INPUTS = registry.input_space(strategies, {
     "spec": "well-formed steps: general random tables (repaired) and realizable steps (ill-formed steps are outside the "
             "domain where the definitions mean what they say)",
     "engine": "the steps a prefix-caching scheduler produces (realizable steps, drawn through the scheduler model); "
@@ -118,15 +118,12 @@ CONTRACT = registry.register(Contract(
     arguments=STEP_ARGUMENTS,
     oracle=oracle.allow_microbatching,
     implementations=IMPLEMENTATIONS,
-    domains=DOMAINS,
+    inputs=INPUTS,
     properties=PROPERTIES,
     error_inputs=error_inputs(),
     variants=VARIANTS,
     examples=EXAMPLES,
     labels=labels,
-    size=strategies.size,
-    reductions=strategies.reductions,
-    scopes=registry.scopes_from(strategies),
     scores=_scores,
     notes="Failure = allowing a step that some consecutive split breaks (the simulation judges). Vetoing a safe step "
           "is sound; scores count it (vetoed_safe_steps / safe_steps = lost overlap).",

@@ -153,7 +153,7 @@ IMPLEMENTATIONS = (
                        "(fixed capacity, overflow reported; bind retries with room for all)"),
 )
 
-DOMAINS = registry.domains_from(strategies, {
+INPUTS = registry.input_space(strategies, {
     "spec": "any valid step: general random tables (ill-formed ones too: the conflict set is defined on any step) and "
             "realizable steps",
     "engine": "the steps a prefix-caching scheduler produces (realizable steps, drawn through the scheduler model); "
@@ -177,15 +177,12 @@ CONTRACT = registry.register(Contract(
     arguments=STEP_ARGUMENTS,
     oracle=oracle.find_conflicts,
     implementations=IMPLEMENTATIONS,
-    domains=DOMAINS,
+    inputs=INPUTS,
     properties=PROPERTIES,
     error_inputs=error_inputs(),
     variants=VARIANTS,
     examples=EXAMPLES,
     labels=labels,
-    size=strategies.size,
-    reductions=strategies.reductions,
-    scopes=registry.scopes_from(strategies),
     notes="Compared as sets of Python-int 4-tuples; a (K, 4) array or tensor is accepted. A reader is a request with "
           "q > 0 (a request without a token in the step reads nothing).",
 ))

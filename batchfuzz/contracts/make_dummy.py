@@ -136,7 +136,7 @@ IMPLEMENTATIONS = (
     registry.torch_impl("torch.graph", make_dummy_torch.bind_graph, "CUDA-graph form: sizes in device scalars, masks, no host sync"),
 )
 
-DOMAINS = registry.domains_from(strategies, {
+INPUTS = registry.input_space(strategies, {
     "spec": "any 1 <= R <= N with buffers of capacity max_num_reqs >= R, max_num_tokens >= N holding any stale values",
     "engine": "the same sizes; the stale values are what an engine writes there (lengths, offsets, positions and token ids "
               "are never negative)",
@@ -180,7 +180,7 @@ CONTRACT = registry.register(Contract(
     arguments=("num_reqs", "num_tokens", "buffers"),
     oracle=oracle.make_dummy,
     implementations=IMPLEMENTATIONS,
-    domains=DOMAINS,
+    inputs=INPUTS,
     properties=PROPERTIES,
     error_inputs=ERROR_INPUTS,
     variants=VARIANTS,
@@ -188,8 +188,5 @@ CONTRACT = registry.register(Contract(
         Case({"num_reqs": 256, "num_tokens": 496, "buffers": DummyBuffers.zeros(256, 512, np.int32)}, {"max_model_len": 16}),
     ),
     labels=_labels,
-    size=strategies.size,
-    reductions=strategies.reductions,
-    scopes=registry.scopes_from(strategies),
     notes="Buffers keep their own dtypes; compared as int64 values.",
 ))

@@ -224,7 +224,7 @@ IMPLEMENTATIONS = (
                         "per-capture-size graph form: R in a device scalar, stale staging buffer masked"),
 )
 
-DOMAINS = registry.domains_from(strategies, {
+INPUTS = registry.input_space(strategies, {
     "spec": "R >= 0 requests with >= 0 tokens each, any P >= R, into a buffer holding anything (negative values, a "
             "non-zero [0], a tail past P + 1)",
     "engine": "what an engine's callers produce: R >= 1 requests with >= 1 token each, P from the real padding rules (mixed "
@@ -335,15 +335,12 @@ CONTRACT = registry.register(Contract(
     arguments=("num_scheduled_tokens", "num_reqs_padded"),
     oracle=oracle.pad_query_start_loc,
     implementations=IMPLEMENTATIONS,
-    domains=DOMAINS,
+    inputs=INPUTS,
     properties=PROPERTIES,
     error_inputs=ERROR_INPUTS,
     variants=VARIANTS,
     examples=EXAMPLES,
     labels=_labels,
-    size=strategies.size,
-    reductions=strategies.reductions,
-    scopes=registry.scopes_from(strategies),
     reproduce=_reproduce,
     notes="Dtype rule: without out the result has num_scheduled_tokens's dtype (int32 or int64; a list counts as int64); "
           "with out it is out's dtype, which must be int32 or int64 (TypeError naming out otherwise). sum(nst) must fit "

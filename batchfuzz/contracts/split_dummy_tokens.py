@@ -137,7 +137,7 @@ IMPLEMENTATIONS = (
     registry.host_impl("engine.lora_hook", split_dummy_tokens_torch.lora_capture_hook, "LoRA capture hook (CPU tensor)"),
 )
 
-DOMAINS = registry.domains_from(strategies, {
+INPUTS = registry.input_space(strategies, {
     "spec": "every 1 <= R <= N of the realistic sizes (R up to 1024, N up to 131072), with the remainder edges",
     "engine": "the dummy runs an engine makes: N a CUDA-graph capture size or a token budget, R = min(N, max_num_seqs), "
               "or a uniform-decode run R = N // q; the precondition is the same (the input-batch builder asserts 0 < R <= N)",
@@ -184,15 +184,12 @@ CONTRACT = registry.register(Contract(
     arguments=("num_reqs", "num_tokens"),
     oracle=oracle.split_dummy_tokens,
     implementations=IMPLEMENTATIONS,
-    domains=DOMAINS,
+    inputs=INPUTS,
     properties=PROPERTIES,
     error_inputs=ERROR_INPUTS,
     variants=VARIANTS,
     examples=EXAMPLES,
     labels=_labels,
-    size=strategies.size,
-    reductions=strategies.reductions,
-    scopes=registry.scopes_from(strategies),
     notes="Integer results compare exactly; any integer dtype is accepted from a target. "
           "In-project numpy/torch implementations return int64, engine.input_batch int32.",
 ))

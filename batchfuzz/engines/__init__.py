@@ -1,8 +1,10 @@
 """Engines' own functions as batchfuzz targets, read from a release's source.
 
-A module per engine (``batchfuzz.engines.vllm``) binds the contracts to that
-engine's functions with ``batchfuzz.bind``. This package holds what they
-share:
+A module per engine (``batchfuzz.engines.vllm``; others through the
+``batchfuzz.engines`` entry-point group or ``$BATCHFUZZ_ENGINES``, in the
+shape ``batchfuzz.plugins.EngineModule`` declares) binds the contracts to
+that engine's functions with ``batchfuzz.bind``. This package holds what
+they share:
 
 - ``ReleaseSource``: where a release's files come from (a wheel, read as a
   zip without installing it; a source checkout; the installed distribution's
@@ -10,7 +12,9 @@ share:
   ``ref`` string from which a fresh process rebuilds it;
 - ``Bound``: one engine function x one contract, with its status ("bound",
   "absent", "unbindable"), the canonical-signature target and a ``ref``;
-- ``resolve(ref)``: the target a ``Bound.ref`` names, for worker processes;
+- ``engines()``, ``engine(name)``: the registered engine modules;
+- ``resolve(ref)``: the target a ``Bound.ref`` names, for worker processes,
+  through the engine its first field names;
 - ``fetch_wheel``: a release wheel downloaded with pip into a cache outside
   the repository (``$BATCHFUZZ_CACHE/wheels``, default
   ``~/.cache/batchfuzz/wheels``).
@@ -186,19 +190,69 @@ class Bound:
             raise ValueError(f"a {self.status!r} binding {'needs' if self.status == 'bound' else 'has no'} target")
 
 
+# ---------------------------------------------------------------- the engine registry
+
+ENGINES_ENV_VAR = "BATCHFUZZ_ENGINES"
+ENTRY_POINT_GROUP = "batchfuzz.engines"
+# Modules of this package that are the harness, not an engine.
+_HARNESS_MODULES = frozenset({"matrix"})
+
+
+class UnknownEngine(LookupError):
+    """No registered engine has that name."""
+
+
+def engine_modules() -> list[str]:
+    """The modules that hold engines, in order: every module of this package
+    but the harness (``matrix``) and private ones, then those the
+    ``batchfuzz.engines`` entry-point group names, then
+    ``$BATCHFUZZ_ENGINES`` (comma-separated)."""
+    import pkgutil
+    from importlib.metadata import entry_points
+
+    names = [f"{__name__}.{m.name}" for m in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name)
+             if not m.name.startswith("_") and m.name not in _HARNESS_MODULES]
+    names += [ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)]
+    names += [n.strip() for n in os.environ.get(ENGINES_ENV_VAR, "").split(",") if n.strip()]
+    return list(dict.fromkeys(names))
+
+
+def engines() -> dict[str, Any]:
+    """Every registered engine module by its ``ENGINE`` name, each checked
+    against ``batchfuzz.plugins.EngineModule`` (a PluginError names what a
+    module lacks; two modules claiming one name are an error too)."""
+    from batchfuzz import plugins
+
+    found: dict[str, Any] = {}
+    for name in engine_modules():
+        module = importlib.import_module(name)
+        plugins.check_engine(module)
+        if module.ENGINE in found and found[module.ENGINE] is not module:
+            raise plugins.PluginError(f"engine {module.ENGINE!r} is registered twice: by {found[module.ENGINE].__name__} and {name}")
+        found[module.ENGINE] = module
+    return found
+
+
+def engine(name: str) -> Any:
+    """The engine module named ``name``; UnknownEngine, listing the known
+    names, when none is registered under it."""
+    known = engines()
+    if name not in known:
+        raise UnknownEngine(f"no engine named {name!r}; registered: {', '.join(sorted(known)) or 'none'} "
+                            f"(add one through the {ENTRY_POINT_GROUP} entry points or ${ENGINES_ENV_VAR})")
+    return known[name]
+
+
 def resolve(ref: str) -> Callable[..., Any]:
-    """The target named by a ``Bound.ref`` (``"ENGINE::SOURCE-REF::FUNCTION::CONTRACT"``).
-    Raises LookupError when that binding is not bound in that release."""
+    """The target named by a ``Bound.ref`` (``"ENGINE::SOURCE-REF::FUNCTION::CONTRACT"``),
+    through the registered engine its first field names. Raises LookupError
+    when that binding is not bound in that release."""
     if not isinstance(ref, str) or "::" not in ref:
         raise ValueError(f"ref must be 'ENGINE::SOURCE::FUNCTION::CONTRACT', got {ref!r}")
-    engine = ref.split("::", 1)[0]
-    if not engine.isidentifier():
-        raise ValueError(f"ref names no engine module: {ref!r}")
-    try:
-        module = importlib.import_module(f"{__name__}.{engine}")
-    except ModuleNotFoundError:
-        raise ValueError(f"ref names engine {engine!r}, which batchfuzz.engines does not have") from None
-    found: Callable[..., Any] = module.resolve(ref)
+    name = ref.split("::", 1)[0]
+    if not name.isidentifier():
+        raise ValueError(f"ref names no engine: {ref!r}")
+    found: Callable[..., Any] = engine(name).resolve(ref)
     return found
 
 

@@ -1,6 +1,11 @@
 """The release matrix: every release given x every bound engine function x
-its contract, each cell a verdict (the engine-agnostic part of ``batchfuzz
-vllm``).
+its contract, each cell a verdict, for any registered engine
+(``batchfuzz engine NAME``; ``batchfuzz vllm`` is its short form for vLLM).
+Nothing here knows a particular engine: an engine module
+(``batchfuzz.plugins.EngineModule``) gives its ``ReleaseSource``, its
+``SPECS`` and ``bindings``; :func:`release_sources` opens the releases asked
+for, :func:`selection` checks a ``--function``/``--contract`` selection
+against the engine's SPECS, :func:`run_matrix` runs the cells.
 
 A cell is ``pass`` (every property of the contract ran on the binding's
 domain, ``engine``, and none failed), ``fail`` (a property failed: the
@@ -14,9 +19,12 @@ reference, so a release whose code crashes or hangs costs only its cell.
 
 from __future__ import annotations
 
+import fnmatch
+import functools
+import os
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -24,7 +32,7 @@ from hypothesis import settings
 
 from batchfuzz import profiles, registry, runner
 from batchfuzz.codec import encode_case, literal
-from batchfuzz.engines import Bound
+from batchfuzz.engines import Bound, ReleaseSource, fetch_wheel
 from batchfuzz.execution import executor_for
 from batchfuzz.targets import parse
 
@@ -54,9 +62,12 @@ class Cell:
 
 
 def run_cell(bound: Bound, *, budget_s: float, timeout_s: float, seed: int, isolate: bool = True,
-             domain: str = "engine") -> Cell:
+             domain: str = "engine", max_examples: int | None = None) -> Cell:
     """The verdict of one binding: all the contract's properties, round robin
-    (``runner.hunt_for``) within ``budget_s``, stopping at the first failure."""
+    (``runner.hunt_for``) within ``budget_s``, stopping at the first failure.
+    With ``max_examples``, one round of that many examples per property
+    (``budget_s`` then only a ceiling): a verdict that depends on counts,
+    not on the machine's speed."""
     release = bound.release.split(" ", 1)[-1]
     cell = Cell(release=release, function=bound.function, contract=bound.contract, domain=domain,
                 verdict=bound.status if bound.status != "bound" else "pass", reason=bound.reason, target=bound.ref)
@@ -73,7 +84,8 @@ def run_cell(bound: Bound, *, budget_s: float, timeout_s: float, seed: int, isol
                 return cell
             results = runner.hunt_for(contract, executor, contract.properties, target_name=f"engine:{bound.ref}",
                                       budget_s=budget_s, base_settings=base, seed=seed, domain=domain,
-                                      example_timeout_s=timeout_s)
+                                      example_timeout_s=timeout_s, round_examples=max_examples,
+                                      max_rounds=None if max_examples is None else 1)
     except Exception as exc:  # the harness could not run the cell: said, never a pass
         cell.verdict, cell.reason = "error", f"{type(exc).__name__}: {exc}"
         cell.seconds = round(time.time() - started, 2)
@@ -96,20 +108,83 @@ def run_cell(bound: Bound, *, budget_s: float, timeout_s: float, seed: int, isol
 
 def run_matrix(releases: Iterable[tuple[str, Callable[[], list[Bound]]]], *, budget_s: float, timeout_s: float,
                seed: int, isolate: bool = True, keep: Callable[[Bound], bool] = lambda b: True,
-               on_cell: Callable[[Cell], None] | None = None) -> list[Cell]:
+               on_cell: Callable[[Cell], None] | None = None, max_examples: int | None = None) -> list[Cell]:
     """Every cell of every release: ``releases`` is ``(name, bindings)`` pairs,
-    ``bindings()`` giving the release's :class:`Bound` list."""
+    ``bindings()`` giving the release's :class:`Bound` list (:func:`engine_releases`)."""
     profiles.register_profiles()
     cells: list[Cell] = []
     for _name, bindings in releases:
         for b in bindings():
             if not keep(b):
                 continue
-            cell = run_cell(b, budget_s=budget_s, timeout_s=timeout_s, seed=seed, isolate=isolate)
+            cell = run_cell(b, budget_s=budget_s, timeout_s=timeout_s, seed=seed, isolate=isolate, max_examples=max_examples)
             cells.append(cell)
             if on_cell is not None:
                 on_cell(cell)
     return cells
+
+
+# ---------------------------------------------------------------- an engine's releases and selection
+
+
+def release_sources(engine: Any, *, releases: Sequence[str] = (), wheels: Sequence[str] = (), dirs: Sequence[str] = (),
+                    installed: bool = False) -> list[ReleaseSource]:
+    """The releases of ``engine`` (an engine module) asked for, in this order:
+    each version of ``releases`` (its wheel fetched into the cache,
+    ``batchfuzz.engines.fetch_wheel``), each wheel file, each source checkout,
+    and the installed distribution. Raises SourceError (or ValueError for a
+    malformed version) naming the release that cannot be opened, ValueError
+    when none is asked for."""
+    kind: type[ReleaseSource] = engine.ReleaseSource
+    sources = [kind.from_wheel(fetch_wheel(kind.distribution, version)) for version in releases]
+    sources += [kind.from_wheel(w) for w in wheels]
+    sources += [kind.from_dir(d) for d in dirs]
+    if installed:
+        sources.append(kind.installed())
+    if not sources:
+        raise ValueError("give at least one release: --wheel FILE, --source DIR, --installed, --release VERSION or --all-releases")
+    return sources
+
+
+def engine_releases(engine: Any, sources: Sequence[ReleaseSource]) -> list[tuple[str, Callable[[], list[Bound]]]]:
+    """``run_matrix``'s ``releases`` for ``engine``: each source's version and its bindings."""
+    return [(s.version, functools.partial(engine.bindings, s)) for s in sources]
+
+
+def _matches(function: str, pattern: str) -> bool:
+    return fnmatch.fnmatchcase(function, pattern) or fnmatch.fnmatchcase(function, f"*{pattern}")
+
+
+def selection(engine: Any, functions: Sequence[str] | None = None, contracts: Sequence[str] | None = None
+              ) -> Callable[[Bound], bool]:
+    """Which bindings of ``engine`` to run: those whose function matches one
+    of the ``functions`` globs (a glob may leave out the path:
+    ``'*_allow_microbatching'``) and whose contract is one of ``contracts``
+    (None: all). Raises LookupError naming a contract that is not registered
+    (the engine's SPECS included) or a glob that matches no bound function."""
+    known = {c.name for c in registry.contracts()}
+    unknown_specs = sorted({s.contract for s in engine.SPECS} - known)
+    if unknown_specs:
+        raise LookupError(f"engine {engine.ENGINE!r} binds to contract(s) {', '.join(unknown_specs)}, which are not registered; "
+                          f"known: {', '.join(sorted(known))}")
+    for name in contracts or ():
+        if name not in known:
+            raise LookupError(f"--contract {name!r}: no such contract; known: {', '.join(sorted(known))}")
+    bound = [s.function for s in engine.SPECS]
+    for pat in functions or ():
+        if not any(_matches(f, pat) for f in bound):
+            raise LookupError(f"--function {pat!r} matches no bound function; known: {', '.join(dict.fromkeys(bound))}")
+
+    def keep(b: Bound) -> bool:
+        return ((not functions or any(_matches(b.function, p) for p in functions))
+                and (not contracts or b.contract in contracts))
+
+    return keep
+
+
+def new_seed() -> int:
+    """A random seed for a run that was given none (printed, so it can be repeated)."""
+    return int.from_bytes(os.urandom(4), "little")
 
 
 def _short_function(function: str) -> str:

@@ -5,8 +5,8 @@ job) out of a vLLM release's source text with ``batchfuzz.bind`` and runs it
 unchanged over stand-ins of the engine objects it reads, on a machine with no
 GPU and none of vLLM's dependencies (only numpy and torch on the CPU). A
 release comes from a wheel (read as a zip), a source checkout or the
-installed distribution (``ReleaseSource``). VLLM_NOTES.md (the project's
-shared notes) describes the functions release by release.
+installed distribution (``ReleaseSource``). docs/vllm-code.md describes the
+functions release by release.
 
 The bindings (paths inside the release, under ``vllm/v1/worker/``):
 
@@ -56,6 +56,8 @@ from batchfuzz.preconditions import domain
 from batchfuzz.reference.make_dummy import DummyBatch, DummyBuffers
 
 ENGINE = "vllm"
+# The releases of the published matrix (docs/vllm-matrix.json; batchfuzz engine vllm --all-releases).
+RELEASES = ("0.22.0", "0.23.0", "0.26.0", "0.27.0", "0.28.0", "0.33.0")
 
 INPUT_BATCH = "vllm/v1/worker/gpu/input_batch.py"
 MRV2_RUNNER = "vllm/v1/worker/gpu/model_runner.py"
