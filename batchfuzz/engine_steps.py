@@ -4,7 +4,7 @@ A *workload* (:class:`EngineWorkload`: the engine's settings and the
 requests, each with its arrival step, prompt token ids and the output
 tokens it will sample) is drawn from a ``workloads.Source`` (Hypothesis
 choices, which shrink, or a numpy generator) by :func:`draw_workload`, then
-run through vLLM's real scheduler (``batchfuzz.engines.vllm_scheduler``) by
+run through vLLM's real scheduler (``batchfuzz.vllm_scheduler``) by
 :func:`engine_step`, which returns the last scheduled step as the model
 runner lays it out, as a contract E ``Step`` with its labels. Shrinking
 works on the workload (fewer steps and requests, shorter prompts and
@@ -200,7 +200,7 @@ class LaidOutStep:
 
 
 def _settings(w: EngineWorkload) -> Any:
-    from batchfuzz.engines.vllm_scheduler import SchedulerSettings
+    from batchfuzz.vllm_scheduler import SchedulerSettings
 
     return SchedulerSettings(w.block_size, w.num_blocks, w.token_budget, w.max_num_seqs, w.max_model_len,
                              w.long_prefill_token_threshold, w.reorder_batch_threshold)
@@ -209,7 +209,7 @@ def _settings(w: EngineWorkload) -> Any:
 def run_engine(w: EngineWorkload) -> tuple[LaidOutStep, np.ndarray]:
     """Step vLLM's scheduler through ``w``; the last step that schedules
     something (at most ``w.num_steps``), and the runner's whole block table for it."""
-    from batchfuzz.engines.vllm_scheduler import Engine
+    from batchfuzz.vllm_scheduler import Engine
 
     engine = Engine(_settings(w))
     last: tuple[LaidOutStep, np.ndarray] | None = None

@@ -54,7 +54,7 @@ def run_command(args: argparse.Namespace) -> int:
         if getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     t0 = time.perf_counter()
-    from batchfuzz.engines import vllm_scheduler
+    from batchfuzz import vllm_scheduler
 
     why = vllm_scheduler.import_error()
     if why is not None:

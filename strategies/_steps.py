@@ -34,9 +34,8 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from batchfuzz import engine_steps, workloads
+from batchfuzz import engine_steps, vllm_scheduler, workloads
 from batchfuzz.case import Case
-from batchfuzz.engines import vllm_scheduler
 from batchfuzz.reference._args import INT_DTYPES, ceil_div
 from batchfuzz.reference._step import STEP_ARGUMENTS, Range, Step, check_step, cuts_to_split, is_well_formed
 from batchfuzz.reference.split_ubatches import split_ubatches

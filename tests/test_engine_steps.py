@@ -12,9 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from batchfuzz import engine_steps, registry, runner
+from batchfuzz import engine_steps, registry, runner, vllm_scheduler
 from batchfuzz.contracts._microbatch import shipped_allow_microbatching
-from batchfuzz.engines import vllm_scheduler
 from batchfuzz.reference import allow_microbatching as oracle
 from batchfuzz.reference._step import is_well_formed
 from batchfuzz.reproduce import reproduction

@@ -123,7 +123,7 @@ def _steps_domain(contract: registry.Contract, source: str, domain: str | None) 
     if domain is not None and domain != name:
         raise UsageError(f"--steps {source} is the domain {name!r}; --domain {domain!r} contradicts it")
     if source == "engine":
-        from batchfuzz.engines import vllm_scheduler
+        from batchfuzz import vllm_scheduler
 
         why = vllm_scheduler.import_error()
         if why is not None:
