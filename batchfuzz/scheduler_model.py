@@ -110,6 +110,9 @@ class GroupSpec:
         return "full" if self.window is None else "sliding"
 
 
+REORDERS = ("stable", "swap", "regions")
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """What the modelled scheduler is configured with."""
@@ -121,16 +124,20 @@ class EngineConfig:
     max_num_seqs: int
     max_model_len: int
     reorder_batch_threshold: int = 1
-    reorder: str = "stable"  # "stable" | "swap"
+    reorder: str = "stable"  # "stable" | "swap" | "regions"
     num_spec_tokens: int = 0  # draft tokens a decode schedules on top of its one token
+    long_prefill_token_threshold: int = 0  # > 0: a prefill (chunk) schedules at most this many tokens
+    admit_whole_sequence: bool = False  # admit a waiting request only if blocks for all its tokens fit
 
     def __post_init__(self) -> None:
         if not self.groups or self.groups[0].window is not None:
             raise ValueError(f"groups must start with a full-attention group, got {self.groups!r}")
         if self.num_spec_tokens < 0:
             raise ValueError(f"num_spec_tokens must be >= 0, got {self.num_spec_tokens}")
-        if self.reorder not in ("stable", "swap"):
-            raise ValueError(f"reorder must be 'stable' or 'swap', got {self.reorder!r}")
+        if self.reorder not in REORDERS:
+            raise ValueError(f"reorder must be one of {REORDERS}, got {self.reorder!r}")
+        if self.long_prefill_token_threshold < 0:
+            raise ValueError(f"long_prefill_token_threshold must be >= 0, got {self.long_prefill_token_threshold}")
         for g in self.groups:
             if g.block_size < 1 or (g.window is not None and g.window < 1):
                 raise ValueError(f"block_size and window must be >= 1, got {g!r}")
@@ -238,6 +245,7 @@ class SchedulerModel:
         self._streams: dict[tuple[int, int], int] = {}
         self._num_streams = 0
         self.any_preemption = False
+        self._eligible = 0  # requests running or waiting as this step began
         self._writers: dict[tuple[int, int], int] = {}  # (pool, block) -> rid registering it this step
 
     # -- tokens ---------------------------------------------------------------
@@ -249,6 +257,11 @@ class SchedulerModel:
     def new_stream(self) -> int:
         self._num_streams += 1
         return self._num_streams
+
+    def set_outputs(self, stream: int, tokens: Sequence[int]) -> None:
+        """Fix the first tokens ``stream`` samples (a workload given from outside)."""
+        for k, t in enumerate(tokens):
+            self._streams[(stream, k)] = int(t)
 
     def _output_token(self, stream: int, index: int) -> int:
         key = (stream, index)
@@ -315,15 +328,17 @@ class SchedulerModel:
             return 0
         return max(0, c - spec.window + 1) // spec.block_size
 
-    def _allocate(self, req: _Request, n: int, hit: list[list[int]] | None) -> bool:
+    def _allocate(self, req: _Request, n: int, hit: list[list[int]] | None, fit: int = 0) -> bool:
         """Give ``req`` blocks for positions up to ``c + n``; all or nothing.
 
         ``hit`` (new requests only) is the per-group cache hit; ``req.num_computed``
-        is already its length.
+        is already its length. ``fit`` > ``c + n``: succeed only if blocks for
+        positions up to ``fit`` would fit (allocating still only up to ``c + n``).
         """
         cfg = self.cfg
         c = req.num_computed
         end = c + n
+        need_end = max(end, fit)
         current = hit if hit is not None else req.blocks
         # Sliding-window blocks outside the window are dropped first (freeing them).
         to_drop: list[tuple[int, int]] = []
@@ -337,7 +352,7 @@ class SchedulerModel:
             kept.append(row)
         need = [0] * len(self.pools)
         for g, spec in enumerate(cfg.groups):
-            need[self._pool(g)] += max(0, ceil_div(end, spec.block_size) - len(kept[g]))
+            need[self._pool(g)] += max(0, ceil_div(need_end, spec.block_size) - len(kept[g]))
         if hit is not None:  # touching an evictable hit block takes it out of the free queue
             for g in range(len(cfg.groups)):
                 pool = self.pools[self._pool(g)]
@@ -402,13 +417,14 @@ class SchedulerModel:
         cfg = self.cfg
         self._writers = {}
         budget = cfg.token_budget if token_budget is None else token_budget
+        self._eligible = len(self.running) + len(self.waiting)
         entries: list[tuple[_Request, int]] = []
         computed: dict[int, int] = {}
         preempted = False
         i = 0
         while i < len(self.running) and budget > 0:
             req = self.running[i]
-            n = min(len(req.tokens) - req.num_computed + self._num_drafts(req), budget)
+            n = min(self._chunk(len(req.tokens) - req.num_computed) + self._num_drafts(req), budget)
             scheduled = True
             while not self._allocate(req, n, None):
                 preempted = True
@@ -426,9 +442,9 @@ class SchedulerModel:
         while not preempted and self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
             req = self.waiting[0]
             h, hit = self._find_hit(req)
-            n = min(len(req.tokens) - h, budget)
+            n = min(self._chunk(len(req.tokens) - h), budget)
             req.num_computed = h
-            if not self._allocate(req, n, hit):
+            if not self._allocate(req, n, hit, len(req.tokens) if cfg.admit_whole_sequence else 0):
                 req.num_computed = 0
                 break
             for g in range(len(cfg.groups)):
@@ -443,6 +459,14 @@ class SchedulerModel:
             new.add(req.rid)
             budget -= n
         return Scheduled(entries, computed, new, hits, preempted)
+
+    def _chunk(self, need: int) -> int:
+        """Tokens a request schedules of the ``need`` it has, before the budget:
+        at most ``long_prefill_token_threshold`` when it is set and more than
+        one request was running or waiting as the step began (one alone
+        starves nobody; vLLM 0.32's rule)."""
+        lpt = self.cfg.long_prefill_token_threshold
+        return min(need, lpt) if lpt > 0 and self._eligible > 1 else need
 
     def _num_drafts(self, req: _Request) -> int:
         """Draft tokens a decode schedules (speculative decoding), within max_model_len."""
@@ -474,6 +498,32 @@ class SchedulerModel:
                     self._free(req)
         self.step_index += 1
 
+    def _by_regions(self, slots: list[int], scheduled: dict[int, int], sched: Scheduled) -> list[int]:
+        """Four regions, in order: decodes (``q <= thr``, prompt done), short
+        extends (``q <= thr``, ``0 < c`` < prompt), long extends (``q > thr``,
+        ``c > 0``), prefills (``c == 0``); only rows not in their region's
+        span move: those rows, in batch order, take the moved requests sorted
+        stably by region (the permutation vLLM's
+        ``reorder_batch_to_split_decodes_and_prefills`` applies by swaps)."""
+        thr = self.cfg.reorder_batch_threshold
+        by_id = {req.rid: req for req, _ in sched.entries}
+
+        def region(rid: int) -> int:
+            c, q = sched.computed[rid], scheduled[rid]
+            if c == 0:
+                return 3
+            if q > thr:
+                return 2
+            return 1 if c < len(by_id[rid].prompt) else 0
+
+        regions = [region(rid) for rid in slots]
+        target = sorted(regions)
+        moved = [k for k in range(len(slots)) if regions[k] != target[k]]
+        out = list(slots)
+        for dst, src in zip(moved, sorted(moved, key=lambda k: regions[k]), strict=True):
+            out[dst] = slots[src]
+        return out
+
     def batch_order(self, sched: Scheduled) -> tuple[list[_Request], bool]:
         """Update the persistent batch for this step; return its order and whether
         the decodes-first reorder moved anything."""
@@ -500,6 +550,9 @@ class SchedulerModel:
         if self.cfg.reorder == "stable":
             order = [k for k in range(len(slots)) if is_dec[k]] + [k for k in range(len(slots)) if not is_dec[k]]
             new_slots = [slots[k] for k in order]
+        elif self.cfg.reorder == "regions":
+            by_regions: list[int | None] = list(self._by_regions([rid for rid in slots if rid is not None], scheduled, sched))
+            new_slots = by_regions
         else:
             new_slots = list(slots)
             num_dec = sum(is_dec)

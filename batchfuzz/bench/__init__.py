@@ -21,6 +21,10 @@ def run(args: Any) -> bool:
         from batchfuzz.bench import loopbench
 
         return loopbench.run_command(args)
+    if args.engine_steps:
+        from batchfuzz.bench import enginebench
+
+        return bool(enginebench.run_command(args))
     if args.variants:
         from batchfuzz.bench import variants
 

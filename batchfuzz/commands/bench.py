@@ -3,6 +3,9 @@
 :mod:`batchfuzz.bench.variants`), or the speed of the fuzz loop (``--loop``:
 :mod:`batchfuzz.bench.loopbench`).
 
+``--engine-steps`` times steps from the installed vLLM's own scheduler
+(:mod:`batchfuzz.bench.enginebench`).
+
 Exit codes: 0 measured, every check agreed; 1 two checks disagreed (or a
 target failed in ``--loop``); 2 a usage error.
 """
@@ -53,6 +56,9 @@ def register(sub: Any) -> None:
                         "cut out of this wheel through batchfuzz.engines.vllm, and check that our copy of the shipped "
                         "check decides as it does on every step (exit 1 otherwise)")
     _loop_arguments(p)  # --loop: the fuzz loop's speed and the cost of isolation
+    from batchfuzz.bench import enginebench
+
+    enginebench.add_arguments(p)  # --engine-steps: steps from vLLM's own scheduler
     p.set_defaults(func=run)
 
 

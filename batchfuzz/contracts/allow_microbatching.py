@@ -34,6 +34,7 @@ from batchfuzz.reference import allow_microbatching as oracle
 from batchfuzz.reference._step import STEP_ARGUMENTS
 from batchfuzz.registry import Contract, Property, Target
 from batchfuzz.strategies import allow_microbatching as strategies
+from batchfuzz.strategies._steps import ENGINE_STEPS, ENGINE_STEPS_DESCRIPTION
 
 
 def decision(value: Any) -> bool:
@@ -98,7 +99,8 @@ INPUTS = registry.input_space(strategies, {
             "domain where the definitions mean what they say)",
     "engine": "the steps a prefix-caching scheduler produces (realizable steps, drawn through the scheduler model); "
               "membership checks well-formedness, the part of realizability a predicate can check",
-}, irreducible=("engine",))
+    ENGINE_STEPS: ENGINE_STEPS_DESCRIPTION,
+}, irreducible=("engine", ENGINE_STEPS))
 
 EXAMPLES = (
     # Decodes first: request 0 (q == 1, c == 1) hits block 1, which request 1 writes in this step.

@@ -20,6 +20,7 @@ from batchfuzz.reference._step import STEP_ARGUMENTS, Conflict, Step, is_well_fo
 from batchfuzz.reference.allow_microbatching import simulate
 from batchfuzz.registry import Contract, Property, Target
 from batchfuzz.strategies import find_conflicts as strategies
+from batchfuzz.strategies._steps import ENGINE_STEPS, ENGINE_STEPS_DESCRIPTION
 
 register_dataclass(Step)
 
@@ -157,7 +158,8 @@ INPUTS = registry.input_space(strategies, {
             "realizable steps",
     "engine": "the steps a prefix-caching scheduler produces (realizable steps, drawn through the scheduler model); "
               "membership checks well-formedness, the part of realizability a predicate can check",
-}, irreducible=("engine",))
+    ENGINE_STEPS: ENGINE_STEPS_DESCRIPTION,
+}, irreducible=("engine", ENGINE_STEPS))
 
 EXAMPLES = (
     # A decode-first batch: request 0 (q == 1, c == 1) reads block 1, which request 1 writes in this step.
