@@ -56,12 +56,19 @@ def balanced_index(lens: list[int]) -> int:
     return best
 
 
-def is_two_chunk(lens: list[int], threshold: float) -> bool:
-    """Two-chunk mode: the balanced split's left sum L is outside
-    [N * threshold, N * (1 - threshold)]."""
+def is_lopsided(lens: list[int], threshold: float) -> bool:
+    """The balanced split's left sum L is outside [N * threshold, N * (1 - threshold)]."""
     total = sum(lens)
     left = sum(lens[: balanced_index(lens)])
     return left < total * threshold or left > total * (1 - threshold)
+
+
+def is_two_chunk(lens: list[int], threshold: float) -> bool:
+    """Two-chunk mode: the balanced split is lopsided and token N // 2 lies
+    strictly inside a request (it is not that request's first token), so
+    that the cut request keeps a token in each child."""
+    prefix = sum(lens[: cut_index(lens)])
+    return is_lopsided(lens, threshold) and prefix < sum(lens) // 2
 
 
 def cut_index(lens: list[int]) -> int:
@@ -75,16 +82,16 @@ def cut_index(lens: list[int]) -> int:
     return 0
 
 
-def tbo_split(forward_mode: Any, seq_lens: Any, threshold: Any) -> tuple[int, int]:
-    """``(split_seq_index, split_token_index)`` of the step."""
+def tbo_split(forward_mode: Any, seq_lens: Any, threshold: Any) -> tuple[int, int, bool]:
+    """``(split_seq_index, split_token_index, two_chunk)`` of the step."""
     mode, lens, thr = check_args(forward_mode, seq_lens, threshold)
     if mode == "idle":
-        return 0, 0
+        return 0, 0, False
     if mode in ("decode", "target_verify"):
         per_seq = lens[0] if lens else 1
         s = len(lens) // 2
-        return s, s * per_seq
+        return s, s * per_seq, False
     if is_two_chunk(lens, thr):
-        return cut_index(lens), sum(lens) // 2
+        return cut_index(lens), sum(lens) // 2, True
     s = balanced_index(lens)
-    return s, sum(lens[:s])
+    return s, sum(lens[:s]), False

@@ -23,19 +23,21 @@ def _lens(case: Case) -> list[int]:
     return [int(x) for x in case.args["seq_lens"]]
 
 
-def _split(target: Target, case: Case) -> tuple[int, int]:
-    """The target's ``(split_seq_index, split_token_index)``, as Python ints."""
+def _split(target: Target, case: Case) -> tuple[int, int, bool]:
+    """The target's ``(split_seq_index, split_token_index, two_chunk)``, as Python values."""
     got = target(*(case.args[k] for k in ARGUMENTS))
-    if not (isinstance(got, (tuple, list)) and len(got) == 2):
-        raise ResultTypeError(f"tbo_split must return (split_seq_index, split_token_index), got {got!r:.120}")
+    if not (isinstance(got, (tuple, list)) and len(got) == 3):
+        raise ResultTypeError(f"tbo_split must return (split_seq_index, split_token_index, two_chunk), got {got!r:.120}")
     out = []
-    for name, v in zip(("split_seq_index", "split_token_index"), got, strict=True):
+    for name, v in zip(("split_seq_index", "split_token_index"), got[:2], strict=True):
         if isinstance(v, np.ndarray) and v.shape == ():
             v = v.item()
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
             raise ResultTypeError(f"{name} must be an int, got {type(v).__name__} {v!r:.60}")
         out.append(int(v))
-    return out[0], out[1]
+    if not isinstance(got[2], (bool, np.bool_)):
+        raise ResultTypeError(f"two_chunk must be a bool, got {type(got[2]).__name__} {got[2]!r:.60}")
+    return out[0], out[1], bool(got[2])
 
 
 def _prefix(lens: list[int]) -> list[int]:
@@ -45,49 +47,49 @@ def _prefix(lens: list[int]) -> list[int]:
     return out
 
 
-def _in_range(s: int, t: int, lens: list[int]) -> None:
+def _in_range(s: int, t: int, two_chunk: bool, lens: list[int]) -> None:
     require(0 <= s <= len(lens) and 0 <= t <= sum(lens),
             f"split (s, t) = ({s}, {t}) outside 0 <= s <= R = {len(lens)}, 0 <= t <= N = {sum(lens)}; seq_lens = {lens}")
+    require(not two_chunk or s < len(lens), f"two-chunk split at s = {s} names no request (R = {len(lens)}); seq_lens = {lens}")
 
 
-def _is_cut(s: int, t: int, lens: list[int]) -> bool:
-    p = _prefix(lens)
-    return s < len(lens) and p[s] < t < p[s + 1]
-
-
-def _matches_oracle(target: Target, case: Case) -> None:
-    got = _split(target, case)
-    expected = oracle.tbo_split(*(case.args[k] for k in ARGUMENTS))
-    require(got == expected, f"(split_seq_index, split_token_index) = {got}, expected {expected}")
+def _checked(target: Target, case: Case) -> tuple[int, int, bool, list[int]]:
+    lens = _lens(case)
+    s, t, two = _split(target, case)
+    _in_range(s, t, two, lens)
+    return s, t, two, lens
 
 
 def _indices_in_range(target: Target, case: Case) -> None:
-    s, t = _split(target, case)
-    _in_range(s, t, _lens(case))
+    _checked(target, case)
 
 
 def _tokens_follow_requests(target: Target, case: Case) -> None:
-    lens = _lens(case)
-    s, t = _split(target, case)
-    _in_range(s, t, lens)
+    s, t, two, lens = _checked(target, case)
     p = _prefix(lens)
-    require(t == p[s] or _is_cut(s, t, lens),
-            f"token index {t} is neither the first token of request {s} (at {p[s]}) nor inside it "
-            f"([{p[s]}, {p[s + 1] if s < len(lens) else p[s]})): some token or request is in no child or in both; "
-            f"seq_lens = {lens}")
+    if two:
+        require(p[s] <= t <= p[s + 1], f"two-chunk split: token index {t} is outside request {s} ([{p[s]}, {p[s + 1]}]), "
+                                       f"which both children hold; seq_lens = {lens}")
+    else:
+        require(t == p[s], f"token index {t} is not request {s}'s first token ({p[s]}): without the two-chunk mode some "
+                           f"token is in the child of another request's; seq_lens = {lens}")
 
 
-def _cut_only_in_two_chunk(target: Target, case: Case) -> None:
-    lens = _lens(case)
-    s, t = _split(target, case)
-    _in_range(s, t, lens)
-    if not _is_cut(s, t, lens):
-        return
-    mode, thr = case.args["forward_mode"], case.args["threshold"]
-    require(mode == "extend" and oracle.is_two_chunk(lens, thr),
-            f"request {s} is cut at token {t} in {mode} mode {'outside the two-chunk mode ' if mode == 'extend' else ''}"
-            f"(threshold {thr}); seq_lens = {lens}")
-    require(t == sum(lens) // 2, f"two-chunk cut at token {t}, expected N // 2 = {sum(lens) // 2}; seq_lens = {lens}")
+def _two_chunk_only_in_extend(target: Target, case: Case) -> None:
+    s, t, two, lens = _checked(target, case)
+    mode = case.args["forward_mode"]
+    if two:
+        require(mode == "extend", f"two-chunk split (request {s} cut at token {t}) in {mode} mode; seq_lens = {lens}")
+        require(t == sum(lens) // 2, f"two-chunk cut at token {t}, expected N // 2 = {sum(lens) // 2}; seq_lens = {lens}")
+
+
+def _cut_request_in_both(target: Target, case: Case) -> None:
+    s, t, two, lens = _checked(target, case)
+    if two:
+        p = _prefix(lens)
+        require(p[s] < t < p[s + 1], f"two-chunk split cuts request {s} ([{p[s]}, {p[s + 1]})) at token {t}: child "
+                                     f"{'A' if t <= p[s] else 'B'} holds it with extend length {min(t - p[s], p[s + 1] - t)}; "
+                                     f"seq_lens = {lens}, threshold {case.args['threshold']}")
 
 
 def _both_children_real(target: Target, case: Case) -> None:
@@ -98,21 +100,31 @@ def _both_children_real(target: Target, case: Case) -> None:
                 mode == "extend" and (sum(lens) >= 2 if thr > 0 else with_tokens >= 2))
     if not possible:
         return
-    s, t = _split(target, case)
+    s, t, _two = _split(target, case)
     require(0 < t < sum(lens), f"split at token {t} of N = {sum(lens)} leaves child {'A' if t <= 0 else 'B'} without a real "
                                f"token, though the {mode} step can give both one; seq_lens = {lens}, threshold {thr}")
 
 
+def _matches_oracle(target: Target, case: Case) -> None:
+    got = _split(target, case)
+    expected = oracle.tbo_split(*(case.args[k] for k in ARGUMENTS))
+    require(got == expected, f"(split_seq_index, split_token_index, two_chunk) = {got}, expected {expected}")
+
+
+# The rule's structural properties first, the exact answer last: a release matrix reports the first that fails.
 PROPERTIES = (
-    Property("matches_oracle", "(s, t) is the split of the rule, exactly", _matches_oracle),
-    Property("indices_in_range", "0 <= s <= R and 0 <= t <= N", _indices_in_range),
-    Property("tokens_follow_requests", "t is request s's first token (t = P[s]) or inside it (P[s] < t < P[s+1]): "
-             "every token and request in exactly one child, or one request cut", _tokens_follow_requests),
-    Property("cut_only_in_two_chunk", "a request is cut only in extend mode with the two-chunk mode on, at t = N // 2",
-             _cut_only_in_two_chunk),
+    Property("indices_in_range", "0 <= s <= R, 0 <= t <= N, and s < R in the two-chunk mode", _indices_in_range),
+    Property("tokens_follow_requests", "without the two-chunk mode t = P[s] (every token and request in exactly one "
+             "child); with it P[s] <= t <= P[s+1] (request s in both)", _tokens_follow_requests),
+    Property("two_chunk_only_in_extend", "the two-chunk mode only in extend steps, cutting at t = N // 2",
+             _two_chunk_only_in_extend),
+    Property("cut_request_in_both", "a two-chunk cut leaves the cut request at least one token in each child "
+             "(P[s] < t < P[s+1]): child A's last extend length t - P[s] and child B's first P[s+1] - t are >= 1",
+             _cut_request_in_both),
     Property("both_children_real", "both children hold a real token whenever the mode's splits allow it "
              "(decode/verify: R >= 2; extend: N >= 2 with threshold > 0, or two requests with tokens)", _both_children_real),
     inputs_unchanged(ARGUMENTS),
+    Property("matches_oracle", "(s, t, two_chunk) is the split of the rule, exactly", _matches_oracle),
 )
 
 IMPLEMENTATIONS = (
@@ -161,7 +173,7 @@ CONTRACT = registry.register(Contract(
     name="tbo_split",
     title="Two-batch-overlap split",
     section="G",
-    signature="tbo_split(forward_mode: str, seq_lens: int array, threshold: float) -> (split_seq_index, split_token_index)",
+    signature="tbo_split(forward_mode: str, seq_lens: int array, threshold: float) -> (split_seq_index, split_token_index, two_chunk)",
     arguments=ARGUMENTS,
     oracle=oracle.tbo_split,
     implementations=IMPLEMENTATIONS,
@@ -171,6 +183,6 @@ CONTRACT = registry.register(Contract(
     variants=VARIANTS,
     examples=EXAMPLES,
     labels=_labels,
-    notes="Child A is tokens [0, t) and requests [0, s) (and request s's first t - P[s] tokens when it is cut); child B "
-          "the rest. Results compare as Python ints.",
+    notes="Child A is tokens [0, t) and requests [0, s), and request s too in the two-chunk mode (its first t - P[s] "
+          "tokens); child B the rest. Results compare as Python ints and a bool.",
 ))
