@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from batchfuzz import registry
 from batchfuzz.case import Case
-from batchfuzz.checks import PropertyViolation, ResultTypeError, require
+from batchfuzz.checks import ResultTypeError, require
 from batchfuzz.contracts._inputs import inputs_unchanged
 from batchfuzz.contracts.tbo_split_variants import VARIANTS
 from batchfuzz.impl import tbo_split_numpy
@@ -100,7 +98,7 @@ def _both_children_real(target: Target, case: Case) -> None:
                 mode == "extend" and (sum(lens) >= 2 if thr > 0 else with_tokens >= 2))
     if not possible:
         return
-    s, t, _two = _split(target, case)
+    _s, t, _two = _split(target, case)
     require(0 < t < sum(lens), f"split at token {t} of N = {sum(lens)} leaves child {'A' if t <= 0 else 'B'} without a real "
                                f"token, though the {mode} step can give both one; seq_lens = {lens}, threshold {thr}")
 

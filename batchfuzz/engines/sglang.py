@@ -75,7 +75,7 @@ def _bind_tbo_split(rel: _Release, path: str) -> tuple[Callable[..., Any], str]:
     tbo = loader.file(path)
     seq_index = loader.load(tbo.piece("compute_split_seq_index"))
     token_index = loader.load(tbo.piece("compute_split_token_index"))
-    forward_mode_cls = loader.load(loader.file(FORWARD_BATCH_INFO).piece("ForwardMode"))
+    forward_mode_cls: Any = loader.load(loader.file(FORWARD_BATCH_INFO).piece("ForwardMode"))
     try:  # a release before the two-chunk mode (0.4.9) has no _is_two_chunk_split_enabled
         tbo.piece("_is_two_chunk_split_enabled")
     except bind.Absent:
