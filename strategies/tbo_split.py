@@ -11,7 +11,9 @@ Domains:
   server argument ``tbo_token_distribution_threshold`` (default 0.48; 0
   turns the two-chunk mode off), at most 0.5 (asserted there).
 
-Shrinks towards fewer requests, shorter extend lengths, fewer tokens per
+Half the draws are small steps (at most 5 requests, extend lengths at most
+4), where the two-chunk cut most often lands on a request boundary. Shrinks
+towards fewer requests, shorter extend lengths, fewer tokens per
 verified request, the forward modes in the order extend, decode,
 target_verify, idle, and the thresholds in the order of THRESHOLDS.
 """
@@ -47,10 +49,12 @@ def _cases(draw: st.DrawFn, domain: str) -> Case:
                      else st.floats(0.0, 0.5, allow_nan=False))
     if mode == "idle":
         return case_of(mode, [], threshold)
-    r = draw(st.integers(low, MAX_REQS))
+    small = draw(st.booleans())  # few short requests: where a request boundary lands on N // 2 in a lopsided step
+    r = draw(st.integers(low, 5 if small else MAX_REQS))
     if mode == "extend":
         # short lengths often (request boundaries land on N // 2), long ones too (lopsided steps)
-        lens = draw(st.lists(st.one_of(st.integers(low, 3), st.integers(low, MAX_LEN)), min_size=r, max_size=r))
+        length = st.integers(low, 4) if small else st.one_of(st.integers(low, 3), st.integers(low, MAX_LEN))
+        lens = draw(st.lists(length, min_size=r, max_size=r))
     elif mode == "decode":
         lens = [1] * r
     else:
