@@ -462,8 +462,8 @@ def test_resolve_rebuilds_a_target_in_a_fresh_process(release: Release, tmp_path
         engines.resolve(ref)
     with pytest.raises(ValueError, match=r"ref must be 'vllm::SOURCE::FUNCTION::CONTRACT'"):
         vllm.resolve("vllm::wheel:/x.whl")
-    with pytest.raises(engines.UnknownEngine, match=r"no engine named 'sglang'; registered: vllm"):
-        engines.resolve("sglang::dir:/x::f::c")
+    with pytest.raises(engines.UnknownEngine, match=r"no engine named 'tgi'; registered: sglang, vllm"):
+        engines.resolve("tgi::dir:/x::f::c")
 
 
 # ---------------------------------------------------------------- release sources (no download needed)

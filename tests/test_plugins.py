@@ -96,12 +96,13 @@ def test_a_command_module_without_func_is_refused() -> None:
         plugins.register_command(quiet, sub)
 
 
-def test_the_vllm_engine_is_registered_in_its_shape() -> None:
+def test_the_built_in_engines_are_registered_in_their_shape() -> None:
     found = engines.engines()
     assert found["vllm"].__name__ == "batchfuzz.engines.vllm"
     assert "batchfuzz.engines.matrix" not in engines.engine_modules()
-    with pytest.raises(engines.UnknownEngine, match=r"no engine named 'sglang'; registered: vllm"):
-        engines.engine("sglang")
+    assert found["sglang"].__name__ == "batchfuzz.engines.sglang"
+    with pytest.raises(engines.UnknownEngine, match=r"no engine named 'tgi'; registered: sglang, vllm"):
+        engines.engine("tgi")
 
 
 def test_an_engine_module_missing_a_part_is_named(monkeypatch: pytest.MonkeyPatch) -> None:

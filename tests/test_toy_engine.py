@@ -198,6 +198,6 @@ def test_a_selection_and_an_unknown_engine(toy: tuple[Path, dict[str, str]]) -> 
     assert "1 cells" in one.stdout and "1 pass" in one.stdout, one.stdout
     unknown = _run(toy, "engine", "nosuchengine", "--source", str(root / "checkout"))
     assert unknown.returncode == 2
-    assert "no engine named 'nosuchengine'; registered: toyengine, vllm" in unknown.stderr, unknown.stderr
+    assert "no engine named 'nosuchengine'; registered: sglang, toyengine, vllm" in unknown.stderr, unknown.stderr
     bad_glob = _run(toy, "engine", "toyengine", "--source", str(root / "checkout"), "--function", "*nothing_like_it")
     assert bad_glob.returncode == 2 and "--function '*nothing_like_it' matches no bound function" in bad_glob.stderr

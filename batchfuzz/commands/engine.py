@@ -99,7 +99,7 @@ def run_matrix(engine: Any, args: argparse.Namespace) -> int:
           f"{args.budget:g}s per cell, engine domain, seed {seed}", flush=True)
 
     def show(cell: Any) -> None:
-        print(matrix.to_text([cell]).splitlines()[1], flush=True)
+        print(matrix.to_text([cell], among=(spec.function for spec in engine.SPECS)).splitlines()[1], flush=True)
 
     started = time.time()
     print(matrix.to_text([]), flush=True)

@@ -203,9 +203,19 @@ def new_seed() -> int:
     return int.from_bytes(os.urandom(4), "little")
 
 
-def _short_function(function: str) -> str:
+def short_function(function: str, among: Iterable[str] = ()) -> str:
+    """``function`` (``path:qualname``) with the shortest tail of its path
+    (its file name, or more folders) that no other function of ``among``
+    with the same qualname shares: two releases' layouts of one module
+    (``a/mod.py`` and ``a/b/mod.py``) stay apart in a table."""
     path, _, qual = function.partition(":")
-    return f"{path.rsplit('/', 1)[-1]}:{qual}"
+    parts = path.split("/")
+    others = {p for p, _, q in (f.partition(":") for f in among) if q == qual and p != path}
+    for k in range(1, len(parts) + 1):
+        tail = "/".join(parts[-k:])
+        if not any(o == tail or o.endswith("/" + tail) for o in others):
+            return f"{tail}:{qual}"
+    return function
 
 
 _ARRAY = re.compile(r"np\.array\((\[[^()]*?\]), dtype=np\.\w+\)")
@@ -231,11 +241,13 @@ def _detail(cell: Cell) -> str:
     return f"{cell.examples} examples"
 
 
-def to_text(cells: list[Cell]) -> str:
-    """A plain table: one line per cell."""
+def to_text(cells: list[Cell], among: Iterable[str] = ()) -> str:
+    """A plain table: one line per cell (functions named as ``short_function``
+    names them among the cells' functions and ``among``)."""
     lines = [f"{'release':9} {'function':52} {'contract':22} {'verdict':10} {'seconds':>7}  detail"]
+    names = [*among, *(c.function for c in cells)]
     for c in cells:
-        lines.append(f"{c.release:9} {_short_function(c.function):52} {c.contract:22} {c.verdict:10} {c.seconds:7.1f}  "
+        lines.append(f"{c.release:9} {short_function(c.function, names):52} {c.contract:22} {c.verdict:10} {c.seconds:7.1f}  "
                      f"{_detail(c)}")
     return "\n".join(lines)
 
@@ -256,7 +268,7 @@ def to_markdown(cells: list[Cell]) -> str:
                 cols.append(f"**fail** `{c.property}` `{compact_args(c.counterexample)}`".replace("|", "\\|"))
             else:
                 cols.append(c.verdict)
-        out.append(f"| `{_short_function(function)}` | {contract} | " + " | ".join(cols) + " |")
+        out.append(f"| `{short_function(function, (f for f, _ in rows))}` | {contract} | " + " | ".join(cols) + " |")
     return "\n".join(out) + "\n"
 
 
