@@ -19,3 +19,16 @@ class Case:
 
     def copy(self) -> Case:
         return Case(copy.deepcopy(self.args), copy.deepcopy(self.context))
+
+
+_IMMUTABLE = (int, float, bool, str, bytes, type(None))
+
+
+def copy_value(value: Any) -> Any:
+    """A copy of one argument a target may write to: immutable values as they
+    are, numpy arrays and our own records by their ``copy()``, anything else deep-copied."""
+    if type(value) in _IMMUTABLE:
+        return value
+    if hasattr(value, "copy") and callable(value.copy) and type(value).__module__.startswith(("numpy", "batchfuzz")):
+        return value.copy()
+    return copy.deepcopy(value)

@@ -64,7 +64,7 @@ from batchfuzz.reproduce import reproduction
 # The catalogue's search budget: the ``ci`` profile with more examples. Only a
 # variant that is not found pays for all of them; a found one stops at its
 # first failure and then shrinks.
-MAX_EXAMPLES = 300
+MAX_EXAMPLES = profiles.CATALOGUE_MAX_EXAMPLES
 
 # Shrinking can stop in a local minimum that depends on the example stream.
 # When the ci stream's shrunk case is larger than the documented form, up to
@@ -447,7 +447,7 @@ def variants(contract_names: Iterable[str] | None = None) -> list[tuple[Contract
         known = {c.name for c in cs} | {c.section for c in cs}
         unknown = sorted(wanted - known)
         if unknown:
-            raise KeyError(f"unknown contract(s) {unknown}; known: {', '.join(sorted(c.name for c in cs))}")
+            raise registry.UnknownName(f"unknown contract(s) {unknown}; known: {', '.join(sorted(c.name for c in cs))}")
         cs = [c for c in cs if c.name in wanted or c.section in wanted]
     return [(c, v) for c in cs for v in c.variants]
 
@@ -458,21 +458,13 @@ def _run_named(contract_name: str, variant_name: str, max_examples: int, check_a
     return run_variant(c, c.variant(variant_name), run_settings=catalogue_settings(max_examples), check_all=check_all)
 
 
-def run_catalogue(contract_names: Iterable[str] | None = None, *, max_examples: int = MAX_EXAMPLES,
-                  check_all: bool = True, jobs: int = 1,
-                  on_entry: Callable[[int, int, Row], None] | None = None) -> list[Row]:
-    """Every variant of the selected contracts (all by default); see :func:`run_items`."""
-    return run_items(variants(contract_names), max_examples=max_examples, check_all=check_all, jobs=jobs,
-                     on_entry=on_entry)
-
-
 def run_items(items: Sequence[tuple[Contract, Variant]], *, max_examples: int = MAX_EXAMPLES, check_all: bool = True,
               jobs: int = 1, on_entry: Callable[[int, int, Row], None] | None = None) -> list[Row]:
     """Each (contract, variant) through :func:`run_variant`, rows in the given order.
 
-    ``jobs > 1`` runs variants in that many worker processes (spawned, so
-    each imports the registry afresh); ``on_entry`` is called as each
-    finishes. Per-variant seconds are then measured under the load of the
+    ``jobs > 1`` runs variants in that many worker processes, forked from
+    the fork server (``execution.process_context``: the registry is already
+    imported there); ``on_entry`` is called as each finishes. Per-variant seconds are then measured under the load of the
     other workers.
     """
     if jobs <= 1:

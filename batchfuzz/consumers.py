@@ -17,8 +17,12 @@ is written:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 
 def token_map_numpy(slots: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -29,6 +33,8 @@ def token_map_numpy(slots: np.ndarray, counts: np.ndarray) -> np.ndarray:
 def token_map_torch(slots: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """``torch.repeat_interleave(slots, counts)`` on the CPU: raises
     RuntimeError on a negative count."""
+    import torch
+
     # Single-threaded: on a loaded 2-core runner torch's CPU thread pool costs
     # milliseconds per call here, for arrays this small.
     threads = torch.get_num_threads()
@@ -41,6 +47,8 @@ def token_map_torch(slots: np.ndarray, counts: np.ndarray) -> np.ndarray:
 
 def gather_block_ids(num_scheduled_tokens: torch.Tensor, block_table: torch.Tensor, block_size: int) -> torch.Tensor:
     """Block id read by every token of the batch, shape ``(sum(nst),)``."""
+    import torch
+
     device = block_table.device
     nst = num_scheduled_tokens.to(device=device, dtype=torch.int64)
     num_reqs = nst.shape[0]
@@ -54,5 +62,7 @@ def gather_block_ids(num_scheduled_tokens: torch.Tensor, block_table: torch.Tens
 def dummy_block_table(num_reqs: int, max_model_len: int, block_size: int, device: str) -> torch.Tensor:
     """A block table sized for ``max_model_len``: request i owns blocks
     ``1 + i*W .. (i+1)*W`` (block 0 is the null block)."""
+    import torch
+
     width = -(-max_model_len // block_size)
     return (1 + torch.arange(num_reqs * width, device=device, dtype=torch.int32)).reshape(num_reqs, width)

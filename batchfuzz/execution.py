@@ -38,7 +38,6 @@ the scribbles.
 from __future__ import annotations
 
 import contextlib
-import copy
 import faulthandler
 import inspect
 import multiprocessing
@@ -52,7 +51,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from batchfuzz import registry
-from batchfuzz.case import Case
+from batchfuzz.case import Case, copy_value
 from batchfuzz.preconditions import declared_assumptions, declared_domain
 from batchfuzz.targets import TargetError, TargetRef, parse
 
@@ -99,17 +98,6 @@ class Outcome:
 
 
 # Values deepcopy returns as they are: passed without copying.
-_IMMUTABLE = (int, float, bool, str, bytes, type(None))
-
-
-def _copy(value: Any) -> Any:
-    if type(value) in _IMMUTABLE:
-        return value
-    if hasattr(value, "copy") and callable(value.copy) and type(value).__module__.startswith(("numpy", "batchfuzz")):
-        return value.copy()
-    return copy.deepcopy(value)
-
-
 # The oracle's parameter names, per oracle (inspect.signature costs more than a small property).
 _PARAMETERS: dict[Callable[..., Any], list[str]] = {}
 
@@ -129,8 +117,8 @@ def guarded(contract: registry.Contract, target: Callable[..., Any]) -> Callable
     writes = set(contract.writes)
 
     def call(*args: Any, **kwargs: Any) -> Any:
-        args2 = tuple(a if (i < len(names) and names[i] in writes) else _copy(a) for i, a in enumerate(args))
-        kwargs2 = {k: v if k in writes else _copy(v) for k, v in kwargs.items()}
+        args2 = tuple(a if (i < len(names) and names[i] in writes) else copy_value(a) for i, a in enumerate(args))
+        kwargs2 = {k: v if k in writes else copy_value(v) for k, v in kwargs.items()}
         return target(*args2, **kwargs2)
 
     call.__wrapped__ = target  # type: ignore[attr-defined]
@@ -546,7 +534,7 @@ def _serve(conn: Any, output: Any, contract_name: str, ref: str, device: str, sy
         target = parse(ref).load(contract)
         info = {"domain": declared_domain(target), "error": signature_error(contract, target)}
     except (TargetError, KeyError) as exc:
-        info, target, contract = {"domain": None, "error": str(exc).strip("'\"")}, None, None
+        info, target, contract = {"domain": None, "error": str(exc)}, None, None
     except Exception as exc:
         info, target, contract = {"domain": None, "error": f"{type(exc).__name__}: {exc}"}, None, None
     changed = tampering(harness)

@@ -41,7 +41,7 @@ from typing import Any
 
 from batchfuzz.case import Case
 from batchfuzz.execution import REJECTED, Executor, InProcess, wrap
-from batchfuzz.registry import DEFAULT_SCOPE, Contract, Property, RecordError, Scope, Target
+from batchfuzz.registry import DEFAULT_SCOPE, Contract, Property, RecordError, Scope, Target, choose_domain
 from batchfuzz.runner import DEADLINE_GRACE_S, Failure, _failure, failure_signature
 
 # How often (seconds) a run reports progress to its caller.
@@ -141,7 +141,7 @@ def run_scope(
     executor = wrap(contract, target, target_name)
     sc = contract.scope(scope) if isinstance(scope, str) else scope
     props = properties if properties is not None else contract.properties
-    run_domain = domain or executor.describe().get("domain") or sc.domain
+    run_domain = choose_domain(domain, executor.describe().get("domain"), sc.domain)
     own, within = contract.domain(sc.domain), contract.domain(run_domain)
     result = ScopeResult(contract.name, target_name, sc.name, run_domain, sc.count, tuple(p.name for p in props),
                          by_property={p.name: 0 for p in props})

@@ -9,21 +9,21 @@ switches randomness and the database back on explicitly, whatever ``CI`` says.
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
-from hypothesis import HealthCheck, Phase, settings
-from hypothesis.database import DirectoryBasedExampleDatabase
+if TYPE_CHECKING:  # imported where used: the constants below are read by `batchfuzz --help`, which must stay light
+    from hypothesis import settings
 
 PROFILES = ("dev", "ci", "nightly", "mutation")
 ENV_VAR = "BATCHFUZZ_PROFILE"
 MUTATION_EXAMPLES_ENV_VAR = "BATCHFUZZ_MUTATION_EXAMPLES"  # examples per property under the mutation profile
 DATABASE_ENV_VAR = "BATCHFUZZ_DATABASE"
 DEFAULT_DATABASE = ".hypothesis/batchfuzz"
+# Seconds an example in flight may run past a run's deadline (the grace of --budget; batchfuzz.runner).
+DEADLINE_GRACE_S = 2.0
+# Examples per search before a catalogue variant counts as not found (batchfuzz.catalogue).
+CATALOGUE_MAX_EXAMPLES = 300
 
-_SLOW = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example]
-
-
-_NO_EXPLAIN = tuple(p for p in Phase if p.name != "explain")
-_NO_SHRINK = tuple(p for p in _NO_EXPLAIN if p.name != "shrink")
 
 
 def _mutation_examples() -> int:
@@ -42,6 +42,12 @@ def database_path() -> str:
 
 
 def register_profiles() -> None:
+    from hypothesis import HealthCheck, Phase, settings
+    from hypothesis.database import DirectoryBasedExampleDatabase
+
+    _SLOW = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example]
+    _NO_EXPLAIN = tuple(p for p in Phase if p.name != "explain")
+    _NO_SHRINK = tuple(p for p in _NO_EXPLAIN if p.name != "shrink")
     settings.register_profile(
         "dev", max_examples=40, deadline=None, suppress_health_check=_SLOW,
         database=DirectoryBasedExampleDatabase(database_path()),
@@ -77,6 +83,8 @@ def default_profile() -> str:
 
 
 def load(name: str | None = None) -> settings:
+    from hypothesis import settings
+
     register_profiles()
     name = name or default_profile()
     if name not in PROFILES:

@@ -25,11 +25,12 @@ import pkgutil
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-from hypothesis.strategies import SearchStrategy
+from typing import TYPE_CHECKING, Any
 
 from batchfuzz.case import Case
+
+if TYPE_CHECKING:
+    from hypothesis.strategies import SearchStrategy
 
 Target = Callable[..., Any]
 DEVICES = ("cpu", "cuda")
@@ -38,6 +39,26 @@ MIN_MUTANTS = 5
 CONTRACTS_ENV_VAR = "BATCHFUZZ_CONTRACTS"
 ENTRY_POINT_GROUP = "batchfuzz.contracts"
 
+
+
+
+SPEC = "spec"  # the widest domain, which every contract has
+
+
+def choose_domain(explicit: str | None, declared: str | None, fallback: str = SPEC) -> str:
+    """The domain a run draws from: the one named explicitly (``--domain``, a
+    work item's), else the one the target declares (``@batchfuzz.domain``),
+    else ``fallback`` (``spec``; an exhaustive scope's own domain)."""
+    return explicit or declared or fallback
+
+class UnknownName(KeyError):
+    """A registry lookup of a name that is not there (a contract, property,
+    variant, implementation, domain or scope). A ``KeyError`` (so a
+    ``LookupError``) whose ``str()`` is the message itself, which names what
+    is known: print it as it is."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 class RecordError(ValueError):
     """A contract record that cannot work (raised when it is built)."""
@@ -67,14 +88,30 @@ class Implementation:
         return self.bind(device)
 
 
-def host_impl(name: str, fn: Target, description: str = "") -> Implementation:
-    """A host implementation (numpy or plain Python)."""
-    return Implementation(name=name, bind=lambda device: fn, devices=("cpu",), description=description)
+def _resolve(reference: Any) -> Any:
+    """``"package.module:attribute"`` -> that attribute (imported now); anything else as it is."""
+    if not isinstance(reference, str):
+        return reference
+    module, sep, attr = reference.partition(":")
+    if not sep or not module or not attr:
+        raise RecordError(f"a lazy reference must be 'package.module:attribute', got {reference!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), attr)
 
 
-def torch_impl(name: str, bind: Callable[[str], Target], description: str = "") -> Implementation:
-    """A torch implementation bound to a device by ``bind(device)``."""
-    return Implementation(name=name, bind=bind, devices=DEVICES, description=description)
+def host_impl(name: str, fn: Target | str, description: str = "") -> Implementation:
+    """A host implementation (numpy or plain Python). ``fn`` may be a
+    ``"package.module:function"`` reference, imported when the implementation
+    is first bound (a torch-using host function: listing the registry must not import torch)."""
+    return Implementation(name=name, bind=lambda device: _resolve(fn), devices=("cpu",), description=description)
+
+
+def torch_impl(name: str, bind: Callable[[str], Target] | str, description: str = "") -> Implementation:
+    """A torch implementation bound to a device by ``bind(device)``; ``bind``
+    may be a ``"package.module:bind"`` reference, imported when first bound,
+    so that loading the registry (``batchfuzz list``, usage errors) does not import torch."""
+    return Implementation(name=name, bind=lambda device: _resolve(bind)(device), devices=DEVICES, description=description)
 
 
 @dataclass(frozen=True)
@@ -160,6 +197,33 @@ def scopes_from(strategies: Any) -> tuple[Scope, ...]:
 
 
 @dataclass(frozen=True)
+class InputSpace:
+    """A contract's inputs as its strategies module defines them: the
+    domains (with the record's description of each), the order of cases
+    (``size``), the reductions and the bounded-exhaustive scopes. Built by
+    :func:`input_space`; a record takes it once, as ``Contract(inputs=...)``."""
+
+    module: str
+    domains: tuple[Domain, ...]
+    size: Callable[[Case], tuple[int, ...]]
+    reductions: Callable[[Case], Iterable[Case]]
+    scopes: tuple[Scope, ...] = ()
+
+
+def input_space(strategies: Any, descriptions: dict[str, str], *, irreducible: tuple[str, ...] = ()) -> InputSpace:
+    """The inputs of a contract from its strategies module, checked against
+    ``batchfuzz.plugins.StrategiesModule`` (a PluginError names what the
+    module lacks): one domain per entry of ``descriptions`` (name -> the
+    engine fact behind it), in order, those in ``irreducible`` not reduced;
+    its ``size`` and ``reductions``; its scopes when it has ``SCOPES``."""
+    from batchfuzz import plugins
+
+    has_scopes = plugins.check_strategies(strategies, descriptions)
+    return InputSpace(getattr(strategies, "__name__", repr(strategies)), domains_from(strategies, descriptions, irreducible=irreducible),
+                      strategies.size, strategies.reductions, scopes_from(strategies) if has_scopes else ())
+
+
+@dataclass(frozen=True)
 class ErrorInput:
     """Bad input, the exception type it must raise and a message regex."""
 
@@ -216,7 +280,9 @@ class Contract:
     (function name, case, violated property, imports) writes the calls of a
     reproduction where the plain positional call would not replay the failure.
     ``scopes`` are its bounded-exhaustive scopes (:class:`Scope`), one of them
-    named ``DEFAULT_SCOPE`` when there are any.
+    named ``DEFAULT_SCOPE`` when there are any. ``inputs`` gives domains,
+    size, reductions and scopes at once, from the strategies module
+    (:func:`input_space`); a record gives either it or those fields.
     """
 
     name: str
@@ -226,7 +292,6 @@ class Contract:
     arguments: tuple[str, ...]
     oracle: Target
     implementations: tuple[Implementation, ...]
-    domains: tuple[Domain, ...]
     properties: tuple[Property, ...]
     error_inputs: tuple[ErrorInput, ...]
     variants: tuple[Variant, ...]
@@ -243,10 +308,20 @@ class Contract:
     notes: str = ""
     scopes: tuple[Scope, ...] = ()
     module: str = field(default="", compare=False)
+    domains: tuple[Domain, ...] = field(default=(), kw_only=True)
+    inputs: InputSpace | None = field(default=None, kw_only=True, compare=False)
 
     def __post_init__(self) -> None:
         def bad(what: str) -> RecordError:
             return RecordError(f"contract {self.name!r}: {what}")
+
+        if self.inputs is not None:
+            given = [f for f, unset in (("domains", ()), ("size", _no_size), ("reductions", None), ("scopes", ()))
+                     if getattr(self, f) != unset]
+            if given:
+                raise bad(f"gives inputs= and {', '.join(given)}: give them through inputs= (registry.input_space) only")
+            for f in ("domains", "size", "reductions", "scopes"):
+                object.__setattr__(self, f, getattr(self.inputs, f))
 
         if not self.name.isidentifier():
             raise bad("name must be an identifier")
@@ -316,32 +391,32 @@ class Contract:
         for p in self.properties:
             if p.name == name:
                 return p
-        raise KeyError(f"contract {self.name!r} has no property {name!r} (has: {', '.join(p.name for p in self.properties)})")
+        raise UnknownName(f"contract {self.name!r} has no property {name!r} (has: {', '.join(p.name for p in self.properties)})")
 
     def variant(self, name: str) -> Variant:
         for v in self.variants:
             if v.name == name:
                 return v
-        raise KeyError(f"contract {self.name!r} has no variant {name!r} (has: {', '.join(v.name for v in self.variants)})")
+        raise UnknownName(f"contract {self.name!r} has no variant {name!r} (has: {', '.join(v.name for v in self.variants)})")
 
     def implementation(self, name: str) -> Implementation:
         for i in self.implementations:
             if i.name == name:
                 return i
-        raise KeyError(f"contract {self.name!r} has no implementation {name!r} "
+        raise UnknownName(f"contract {self.name!r} has no implementation {name!r} "
                        f"(has: {', '.join(i.name for i in self.implementations)})")
 
     def domain(self, name: str) -> Domain:
         for d in self.domains:
             if d.name == name:
                 return d
-        raise KeyError(f"contract {self.name!r} has no domain {name!r} (has: {', '.join(d.name for d in self.domains)})")
+        raise UnknownName(f"contract {self.name!r} has no domain {name!r} (has: {', '.join(d.name for d in self.domains)})")
 
     def scope(self, name: str = DEFAULT_SCOPE) -> Scope:
         for s in self.scopes:
             if s.name == name:
                 return s
-        raise KeyError(f"contract {self.name!r} has no scope {name!r} (has: {', '.join(s.name for s in self.scopes) or 'none'})")
+        raise UnknownName(f"contract {self.name!r} has no scope {name!r} (has: {', '.join(s.name for s in self.scopes) or 'none'})")
 
     def strategy(self, domain: str = "spec") -> SearchStrategy[Case]:
         return self.domain(domain).cases()
@@ -416,5 +491,5 @@ def contracts() -> list[Contract]:
 def get(name: str) -> Contract:
     _load()
     if name not in _CONTRACTS:
-        raise KeyError(f"unknown contract {name!r}; known: {', '.join(sorted(_CONTRACTS))}")
+        raise UnknownName(f"unknown contract {name!r}; known: {', '.join(sorted(_CONTRACTS))}")
     return _CONTRACTS[name]

@@ -81,6 +81,22 @@ def _expected(contract: registry.Contract, failure: Failure, imports: set[str]) 
     return text if len(text) <= _EXPECTED_LIMIT else None
 
 
+def _engine_step_lines(failure: Failure, recorded: str) -> list[str]:
+    """For a case whose step came from the engine's own scheduler (its context
+    holds the ``workload``): lines that build vLLM's scheduler, submit the
+    workload, step it and take the step (``args``), checking it is the one
+    the search recorded."""
+    workload = failure.case.context.get("workload")
+    if workload is None:
+        return []
+    return ["from batchfuzz.engine_steps import engine_step_args, same_args",
+            f"workload = {workload!r}",
+            "# vLLM's own scheduler (the installed vLLM) stepped through the workload; the step as its runner lays it out",
+            "args = engine_step_args(workload)",
+            f"recorded = {recorded}",
+            "assert same_args(args, recorded), 'this vLLM scheduler no longer makes the recorded step from the workload'"]
+
+
 def reproduction(failure: Failure, target: TargetRef | str | None = None, *, timeout_s: float = 60.0) -> str:
     """The test that replays ``failure`` on the target ``target`` names
     (default: ``failure.target``)."""
@@ -93,6 +109,9 @@ def reproduction(failure: Failure, target: TargetRef | str | None = None, *, tim
     prop = checked_property(failure.property, failure.during)
     args = literal(failure.case.args, imports)
     context = literal(_context(failure), imports)
+    rebuilt = _engine_step_lines(failure, args)
+    if rebuilt:
+        args = "args"
     check = f"assert_property({contract.name!r}, {prop!r}, {name}, {args}, {context})"
     head = [f"# batchfuzz reproduction: {contract.name}, target {ref.spec}",
             f"# violates {failure.property}: {failure.spec}",
@@ -104,13 +123,15 @@ def reproduction(failure: Failure, target: TargetRef | str | None = None, *, tim
         else:
             calls = [f"result = {call_literal(name, failure.case, imports)}"]
         expected = _expected(contract, failure, imports)
-        body = [*import_lines(ref, contract.name, name), "from batchfuzz.testing import assert_property", "", *calls]
+        if rebuilt:
+            calls = [f"result = {name}(*(args[k] for k in {list(contract.arguments)!r}))"]
+        body = [*import_lines(ref, contract.name, name), "from batchfuzz.testing import assert_property", "", *rebuilt, *calls]
         if expected is not None:
             body.append(f"expected = {expected}  # the contract's answer ({contract.oracle.__module__})")
         body.append(check)
         return "\n".join([*head, *sorted(imports), *body])
     inner = [*sorted(imports), *import_lines(ref, contract.name, name), "from batchfuzz.testing import assert_property",
-             check]
+             *rebuilt, check]
     how = "ran past its per-example timeout" if failure.property == TIMEOUT_PROPERTY.name else f"ended: {failure.exit}"
     body = ["import subprocess", "import sys", "", "CALL = '''", *inner, "'''",
             f"# In batchfuzz's worker process the call {how}.",

@@ -29,12 +29,13 @@ from hypothesis import Phase, event, given, reject, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis.errors import HypothesisException
 
+from batchfuzz import profiles
 from batchfuzz.case import Case
 from batchfuzz.checks import PropertyViolation
 from batchfuzz.codec import encode_case
 from batchfuzz.execution import CRASH, FAILED, PSEUDO_PROPERTIES, RAISES, REJECTED, TIMEOUT, Executor, Outcome, wrap
 from batchfuzz.reduce import reduce_case
-from batchfuzz.registry import Contract, Property, Target
+from batchfuzz.registry import Contract, Property, Target, choose_domain
 
 # The pseudo-properties a crash or a hang fails (the property that was being
 # checked when it happened is kept as ``Failure.during``).
@@ -44,8 +45,7 @@ TIMEOUT_PROPERTY = Property("timeout", "every call of the target returns within 
                             lambda target, case: None)
 RAISES_PROPERTY = Property("raises", "every call of the target returns a result (it raises no exception the contract's "
                            "properties could judge instead)", lambda target, case: None)
-# Seconds an example in flight may run past the deadline (the grace of --budget).
-DEADLINE_GRACE_S = 2.0
+DEADLINE_GRACE_S = profiles.DEADLINE_GRACE_S
 
 
 @dataclass
@@ -204,7 +204,7 @@ def hunt(
     source code of this function.
     """
     executor = wrap(contract, target, target_name)
-    domain = domain or executor.describe().get("domain") or "spec"
+    domain = choose_domain(domain, executor.describe().get("domain"))
     dom = contract.domain(domain)
     result = HuntResult(prop.name)
     last_failure: list[tuple[Case, Outcome]] = []
@@ -406,7 +406,7 @@ def hunt_for(
     # not shrunk by Hypothesis, so generated search gets the first chance to
     # report a minimal case.
     if contract.examples and time.time() < end:
-        dom = contract.domain(domain or executor.describe().get("domain") or "spec")
+        dom = contract.domain(choose_domain(domain, executor.describe().get("domain")))
         examples = tuple(ex for ex in contract.examples
                          if dom.contains(ex) and executor.check("__admits__", ex).status != REJECTED)
         for p in properties if examples else ():
@@ -467,5 +467,5 @@ def admits(contract: Contract, target: Target | Executor, case: Case, domain: st
     the target's declared domain, else ``spec``) and every ``@assumes``
     predicate of the target accepts it."""
     executor = wrap(contract, target)
-    dom = contract.domain(domain or executor.describe().get("domain") or "spec")
+    dom = contract.domain(choose_domain(domain, executor.describe().get("domain")))
     return dom.contains(case) and executor.check("__admits__", case).status != REJECTED

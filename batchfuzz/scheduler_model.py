@@ -49,15 +49,11 @@ The model:
   ``q <= reorder_batch_threshold`` moved to the front, stably (default) or by
   swapping the last decodes with the first prefills (``reorder="swap"``).
 
-Choices come from a :class:`Source`: :func:`draw_small_step` draws a small
-step from any source (the Hypothesis strategy
-``batchfuzz.strategies.realizable_steps`` feeds it Hypothesis choices, which
-shrink; :func:`sample_small_step` a numpy generator), and
-:func:`sample_realizable_step` draws realistic large steps for the benchmark.
-Every option list puts first what a counterexample should shrink to: fewer
-steps, fewer and shorter requests, one KV group of block size 2, no sliding
-window, ample token budget, pool and ``max_num_seqs``, fresh prompts before
-shared ones.
+The model schedules whatever is added to it (``add_request``, ``schedule``,
+``run``) and ``emit_step`` turns a scheduled step into contract E's
+arguments with its labels; drawing the workloads it is fed (the small steps
+of the strategies, the large ones of the benchmarks) is
+``batchfuzz.workloads``'s job.
 """
 
 from __future__ import annotations
@@ -66,14 +62,12 @@ import math
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any
 
 import numpy as np
 
 from batchfuzz.reference._args import ceil_div
 from batchfuzz.reference._step import Step
-
-T = TypeVar("T")
 
 # Labels: scheduler-level input classes of the emitted step.
 SAME_STEP_HIT = "same-step hit"
@@ -99,7 +93,6 @@ LABELS = (
 )
 
 
-
 # ---------------------------------------------------------------------------
 # Engine configuration
 # ---------------------------------------------------------------------------
@@ -117,6 +110,9 @@ class GroupSpec:
         return "full" if self.window is None else "sliding"
 
 
+REORDERS = ("stable", "swap", "regions")
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """What the modelled scheduler is configured with."""
@@ -128,16 +124,20 @@ class EngineConfig:
     max_num_seqs: int
     max_model_len: int
     reorder_batch_threshold: int = 1
-    reorder: str = "stable"  # "stable" | "swap"
+    reorder: str = "stable"  # "stable" | "swap" | "regions"
     num_spec_tokens: int = 0  # draft tokens a decode schedules on top of its one token
+    long_prefill_token_threshold: int = 0  # > 0: a prefill (chunk) schedules at most this many tokens
+    admit_whole_sequence: bool = False  # admit a waiting request only if blocks for all its tokens fit
 
     def __post_init__(self) -> None:
         if not self.groups or self.groups[0].window is not None:
             raise ValueError(f"groups must start with a full-attention group, got {self.groups!r}")
         if self.num_spec_tokens < 0:
             raise ValueError(f"num_spec_tokens must be >= 0, got {self.num_spec_tokens}")
-        if self.reorder not in ("stable", "swap"):
-            raise ValueError(f"reorder must be 'stable' or 'swap', got {self.reorder!r}")
+        if self.reorder not in REORDERS:
+            raise ValueError(f"reorder must be one of {REORDERS}, got {self.reorder!r}")
+        if self.long_prefill_token_threshold < 0:
+            raise ValueError(f"long_prefill_token_threshold must be >= 0, got {self.long_prefill_token_threshold}")
         for g in self.groups:
             if g.block_size < 1 or (g.window is not None and g.window < 1):
                 raise ValueError(f"block_size and window must be >= 1, got {g!r}")
@@ -219,7 +219,7 @@ class _Pool:
 
 
 @dataclass
-class _Scheduled:
+class Scheduled:
     """One scheduled step, before it runs."""
 
     entries: list[tuple[_Request, int]]  # (request, num scheduled tokens) in scheduling order
@@ -245,6 +245,7 @@ class SchedulerModel:
         self._streams: dict[tuple[int, int], int] = {}
         self._num_streams = 0
         self.any_preemption = False
+        self._eligible = 0  # requests running or waiting as this step began
         self._writers: dict[tuple[int, int], int] = {}  # (pool, block) -> rid registering it this step
 
     # -- tokens ---------------------------------------------------------------
@@ -256,6 +257,11 @@ class SchedulerModel:
     def new_stream(self) -> int:
         self._num_streams += 1
         return self._num_streams
+
+    def set_outputs(self, stream: int, tokens: Sequence[int]) -> None:
+        """Fix the first tokens ``stream`` samples (a workload given from outside)."""
+        for k, t in enumerate(tokens):
+            self._streams[(stream, k)] = int(t)
 
     def _output_token(self, stream: int, index: int) -> int:
         key = (stream, index)
@@ -322,15 +328,17 @@ class SchedulerModel:
             return 0
         return max(0, c - spec.window + 1) // spec.block_size
 
-    def _allocate(self, req: _Request, n: int, hit: list[list[int]] | None) -> bool:
+    def _allocate(self, req: _Request, n: int, hit: list[list[int]] | None, fit: int = 0) -> bool:
         """Give ``req`` blocks for positions up to ``c + n``; all or nothing.
 
         ``hit`` (new requests only) is the per-group cache hit; ``req.num_computed``
-        is already its length.
+        is already its length. ``fit`` > ``c + n``: succeed only if blocks for
+        positions up to ``fit`` would fit (allocating still only up to ``c + n``).
         """
         cfg = self.cfg
         c = req.num_computed
         end = c + n
+        need_end = max(end, fit)
         current = hit if hit is not None else req.blocks
         # Sliding-window blocks outside the window are dropped first (freeing them).
         to_drop: list[tuple[int, int]] = []
@@ -344,7 +352,7 @@ class SchedulerModel:
             kept.append(row)
         need = [0] * len(self.pools)
         for g, spec in enumerate(cfg.groups):
-            need[self._pool(g)] += max(0, ceil_div(end, spec.block_size) - len(kept[g]))
+            need[self._pool(g)] += max(0, ceil_div(need_end, spec.block_size) - len(kept[g]))
         if hit is not None:  # touching an evictable hit block takes it out of the free queue
             for g in range(len(cfg.groups)):
                 pool = self.pools[self._pool(g)]
@@ -401,7 +409,7 @@ class SchedulerModel:
         self.any_preemption = True
         return victim
 
-    def schedule(self, token_budget: int | None = None) -> _Scheduled:
+    def schedule(self, token_budget: int | None = None) -> Scheduled:
         """Schedule one step (allocating and registering blocks); does not run it.
 
         ``token_budget`` overrides the configured budget for this step only.
@@ -409,13 +417,14 @@ class SchedulerModel:
         cfg = self.cfg
         self._writers = {}
         budget = cfg.token_budget if token_budget is None else token_budget
+        self._eligible = len(self.running) + len(self.waiting)
         entries: list[tuple[_Request, int]] = []
         computed: dict[int, int] = {}
         preempted = False
         i = 0
         while i < len(self.running) and budget > 0:
             req = self.running[i]
-            n = min(len(req.tokens) - req.num_computed + self._num_drafts(req), budget)
+            n = min(self._chunk(len(req.tokens) - req.num_computed) + self._num_drafts(req), budget)
             scheduled = True
             while not self._allocate(req, n, None):
                 preempted = True
@@ -433,9 +442,9 @@ class SchedulerModel:
         while not preempted and self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
             req = self.waiting[0]
             h, hit = self._find_hit(req)
-            n = min(len(req.tokens) - h, budget)
+            n = min(self._chunk(len(req.tokens) - h), budget)
             req.num_computed = h
-            if not self._allocate(req, n, hit):
+            if not self._allocate(req, n, hit, len(req.tokens) if cfg.admit_whole_sequence else 0):
                 req.num_computed = 0
                 break
             for g in range(len(cfg.groups)):
@@ -449,7 +458,15 @@ class SchedulerModel:
             computed[req.rid] = h
             new.add(req.rid)
             budget -= n
-        return _Scheduled(entries, computed, new, hits, preempted)
+        return Scheduled(entries, computed, new, hits, preempted)
+
+    def _chunk(self, need: int) -> int:
+        """Tokens a request schedules of the ``need`` it has, before the budget:
+        at most ``long_prefill_token_threshold`` when it is set and more than
+        one request was running or waiting as the step began (one alone
+        starves nobody; vLLM 0.32's rule)."""
+        lpt = self.cfg.long_prefill_token_threshold
+        return min(need, lpt) if lpt > 0 and self._eligible > 1 else need
 
     def _num_drafts(self, req: _Request) -> int:
         """Draft tokens a decode schedules (speculative decoding), within max_model_len."""
@@ -457,7 +474,7 @@ class SchedulerModel:
             return 0
         return max(0, min(self.cfg.num_spec_tokens, self.cfg.max_model_len - len(req.tokens) - 1))
 
-    def run(self, sched: _Scheduled) -> None:
+    def run(self, sched: Scheduled) -> None:
         """Run a scheduled step: advance, sample one token per finished prompt
         (a decode with drafts keeps a deterministic pseudo-random number of
         them, plus one), retire finished requests."""
@@ -481,7 +498,33 @@ class SchedulerModel:
                     self._free(req)
         self.step_index += 1
 
-    def batch_order(self, sched: _Scheduled) -> tuple[list[_Request], bool]:
+    def _by_regions(self, slots: list[int], scheduled: dict[int, int], sched: Scheduled) -> list[int]:
+        """Four regions, in order: decodes (``q <= thr``, prompt done), short
+        extends (``q <= thr``, ``0 < c`` < prompt), long extends (``q > thr``,
+        ``c > 0``), prefills (``c == 0``); only rows not in their region's
+        span move: those rows, in batch order, take the moved requests sorted
+        stably by region (the permutation vLLM's
+        ``reorder_batch_to_split_decodes_and_prefills`` applies by swaps)."""
+        thr = self.cfg.reorder_batch_threshold
+        by_id = {req.rid: req for req, _ in sched.entries}
+
+        def region(rid: int) -> int:
+            c, q = sched.computed[rid], scheduled[rid]
+            if c == 0:
+                return 3
+            if q > thr:
+                return 2
+            return 1 if c < len(by_id[rid].prompt) else 0
+
+        regions = [region(rid) for rid in slots]
+        target = sorted(regions)
+        moved = [k for k in range(len(slots)) if regions[k] != target[k]]
+        out = list(slots)
+        for dst, src in zip(moved, sorted(moved, key=lambda k: regions[k]), strict=True):
+            out[dst] = slots[src]
+        return out
+
+    def batch_order(self, sched: Scheduled) -> tuple[list[_Request], bool]:
         """Update the persistent batch for this step; return its order and whether
         the decodes-first reorder moved anything."""
         scheduled = {req.rid: n for req, n in sched.entries}
@@ -507,6 +550,9 @@ class SchedulerModel:
         if self.cfg.reorder == "stable":
             order = [k for k in range(len(slots)) if is_dec[k]] + [k for k in range(len(slots)) if not is_dec[k]]
             new_slots = [slots[k] for k in order]
+        elif self.cfg.reorder == "regions":
+            by_regions: list[int | None] = list(self._by_regions([rid for rid in slots if rid is not None], scheduled, sched))
+            new_slots = by_regions
         else:
             new_slots = list(slots)
             num_dec = sum(is_dec)
@@ -525,7 +571,7 @@ class SchedulerModel:
 # ---------------------------------------------------------------------------
 
 
-def _emit(model: SchedulerModel, sched: _Scheduled, pad: str, dtype: Any, table_dtype: Any) -> tuple[Step, dict[str, Any]]:
+def emit_step(model: SchedulerModel, sched: Scheduled, pad: str, dtype: Any, table_dtype: Any) -> tuple[Step, dict[str, Any]]:
     """The scheduled step as contract E sees it. ``pad``: table widths are the
     widest row ("tight"), one more ("plus one") or ``cdiv(max_model_len, B)``."""
     cfg = model.cfg
@@ -601,332 +647,3 @@ def _emit(model: SchedulerModel, sched: _Scheduled, pad: str, dtype: Any, table_
         "max_model_len": cfg.max_model_len,
     }
     return step, info
-
-
-# ---------------------------------------------------------------------------
-# Drawing workloads: one description, two sources of randomness
-# ---------------------------------------------------------------------------
-
-
-class Source(Protocol):
-    """Where choices come from: Hypothesis (shrinkable) or a numpy Generator."""
-
-    def integers(self, lo: int, hi: int) -> int: ...
-
-    def sampled(self, options: Sequence[T]) -> T: ...
-
-
-class RngSource:
-    """Choices drawn from a numpy Generator."""
-
-    def __init__(self, rng: np.random.Generator) -> None:
-        self.rng = rng
-
-    def integers(self, lo: int, hi: int) -> int:
-        return int(self.rng.integers(lo, max(lo, hi) + 1))
-
-    def sampled(self, options: Sequence[T]) -> T:
-        return options[int(self.rng.integers(len(options)))]
-
-
-@dataclass(frozen=True)
-class Workload:
-    """How requests arrive. Option lists are weighted by repetition; the first
-    option is where Hypothesis shrinks to."""
-
-    max_prompt_len: int
-    max_output_len: int
-    prompt_kinds: tuple[str, ...] = ("fresh", "parallel", "copy", "prefix", "parallel", "followup", "copy", "prefix", "parallel")
-    length_shapes: tuple[str, ...] = ("any", "k*A+1", "k*A", "k*A+1")
-    max_parallel: int = 4
-    long_prompt_len: int = 0  # > 0: prompt lengths drawn up to this from a long tail
-    num_roots: int = 0  # > 0: shared system prompts drawn up front (benchmark workloads)
-    root_len: tuple[int, int] = (0, 0)
-
-
-def _draw_len(src: Source, w: Workload, align: int, lo: int = 1, hi: int | None = None) -> int:
-    hi = w.max_prompt_len if hi is None else hi
-    if hi <= lo:
-        return lo
-    shape = src.sampled(w.length_shapes)
-    if shape == "any" or align > hi:
-        return src.integers(lo, hi)
-    k = src.integers(max(0, (lo - 1) // align), max(0, (hi - 1) // align if shape == "k*A+1" else hi // align))
-    n = k * align + (1 if shape == "k*A+1" else 0)
-    return min(max(n, lo), hi)
-
-
-class _Arrivals:
-    """Draws arriving requests into a SchedulerModel."""
-
-    def __init__(self, src: Source, model: SchedulerModel, w: Workload) -> None:
-        self.src, self.model, self.w = src, model, w
-        self.prompts: list[list[int]] = []
-        self.roots = [model.fresh_tokens(src.integers(*w.root_len)) for _ in range(w.num_roots)]
-
-    def _fresh_prompt(self) -> list[int]:
-        align = self.model.cfg.hit_alignment
-        limit = self.model.cfg.max_model_len - 1
-        if self.roots and self.src.integers(0, 3) > 0:
-            root = self.src.sampled(self.roots)
-            n = _draw_len(self.src, self.w, align, 1, max(1, min(self.w.max_prompt_len, limit - len(root))))
-            return (root + self.model.fresh_tokens(n))[:limit]
-        return self.model.fresh_tokens(_draw_len(self.src, self.w, align, 1, min(self.w.max_prompt_len, limit)))
-
-    def draw_prompt(self) -> tuple[list[int], int]:
-        """A prompt and how many identical copies arrive together (parallel sampling)."""
-        src, w, model = self.src, self.w, self.model
-        kind = src.sampled(w.prompt_kinds)
-        limit = model.cfg.max_model_len - 1
-        copies = 1
-        if kind in ("copy", "prefix") and self.prompts:
-            parent = self.prompts[len(self.prompts) - 1 - src.integers(0, len(self.prompts) - 1)]  # recent first
-            if kind == "copy":
-                prompt = list(parent)
-            else:
-                align = model.cfg.hit_alignment
-                cut = src.sampled(("block", "any", "whole"))
-                if cut == "block":
-                    keep = min(len(parent), align * src.integers(0, len(parent) // align))
-                elif cut == "any":
-                    keep = src.integers(1, len(parent))
-                else:
-                    keep = len(parent)
-                room = min(w.max_prompt_len, limit) - keep
-                suffix = _draw_len(src, w, align, 1, room) if room >= 1 else 0
-                prompt = (parent[:keep] + model.fresh_tokens(suffix))[:limit]
-        elif kind == "followup" and model.requests:
-            parent_req = model.requests[len(model.requests) - 1 - src.integers(0, len(model.requests) - 1)]
-            base = parent_req.tokens[: min(limit - 1, 2 * w.max_prompt_len)]
-            room = min(w.max_prompt_len + len(base), limit) - len(base)
-            prompt = base + model.fresh_tokens(max(1, min(room, _draw_len(src, w, 1, 1, max(1, room)))))
-            prompt = prompt[:limit]
-        else:
-            prompt = self._fresh_prompt()
-            if kind == "parallel":
-                copies = src.integers(2, w.max_parallel)
-        return prompt, copies
-
-    def arrive(self, count: int, budget_reqs: list[int]) -> None:
-        """``count`` arrival events (a parallel-sampling event brings several requests);
-        ``budget_reqs[0]`` caps the number of requests added and is decremented."""
-        for _ in range(count):
-            if budget_reqs[0] <= 0:
-                return
-            prompt, copies = self.draw_prompt()
-            copies = min(copies, budget_reqs[0])
-            greedy = copies > 1 and self.src.integers(0, 1) == 1
-            stream = self.model.new_stream() if greedy else None
-            out_len = self.src.integers(1, self.w.max_output_len)
-            for _ in range(copies):
-                self.model.add_request(prompt, out_len, stream)
-            budget_reqs[0] -= copies
-            self.prompts.append(prompt)
-
-
-def _finish_step(src: Source, model: SchedulerModel, arrivals: _Arrivals, budget_reqs: list[int]) -> _Scheduled:
-    """Schedule the final step; if it would be empty, run it and add a request."""
-    sched = model.schedule()
-    while not sched.entries:
-        model.run(sched)
-        budget_reqs[0] = max(budget_reqs[0], 1)
-        arrivals.arrive(1, budget_reqs)
-        sched = model.schedule()
-    return sched
-
-
-_BLOCK_SIZES = (2, 4, 8, 16, 1, 3, 32, 5, 12)
-
-
-def _draw_config(src: Source, *, max_reqs: int, max_prompt_len: int, max_output_len: int, min_block_size: int,
-                 max_block_size: int, max_groups: int, sliding: bool, max_token_budget: int,
-                 reorder_batch_threshold: int | None, reorder: str | None, shared_pool: bool | None,
-                 max_spec_tokens: int) -> EngineConfig:
-    allowed = [b for b in _BLOCK_SIZES if min_block_size <= b <= max_block_size] or [min_block_size]
-    b0 = src.sampled(allowed)
-    groups = [GroupSpec(b0)]
-    for _ in range(src.integers(1, max(1, max_groups)) - 1):
-        # Related sizes (hybrid models) mostly, any allowed size sometimes.
-        related = [b for b in (b0 * 2, b0 // 2, b0, b0 * 4, b0 // 4) if min_block_size <= b <= max_block_size and b >= 1]
-        b = src.sampled(related + [src.sampled(allowed)]) if related else src.sampled(allowed)
-        window = None
-        if sliding and src.integers(0, 2) > 0:
-            window = src.sampled((8, 1, 2, 4, 16, 32, 64, 3, 17))
-            window = max(1, min(window, 4 * max_prompt_len))
-        groups.append(GroupSpec(b, window))
-    max_model_len = max_prompt_len + max_output_len + 1
-    spec = min(max_spec_tokens, src.sampled((0, 0, 0, 1, 2, 3, 4))) if max_spec_tokens > 0 else 0
-    # Backends that split decodes from prefills raise the threshold to 1 + drafts.
-    thr = reorder_batch_threshold if reorder_batch_threshold is not None else src.sampled((1, 2, 4, 16, 1 + spec))
-    order = reorder if reorder is not None else src.sampled(("stable", "swap"))
-    pool_shared = shared_pool if shared_pool is not None else src.sampled((True, False))
-    max_num_seqs = max_reqs if src.integers(0, 3) > 0 else src.integers(1, max_reqs)
-    budget = max_token_budget - src.integers(0, max_token_budget - 1)
-    if src.integers(0, 3) == 0:  # small budgets make chunked prefill common
-        budget = min(budget, src.integers(1, max(1, max_prompt_len // 2)))
-    min_b = min(g.block_size for g in groups)
-    one_request = sum(ceil_div(max_model_len, g.block_size) for g in groups) + 1
-    ample = one_request * (max_reqs + 2) + 2 * max_reqs * (max_prompt_len // min_b + 2)
-    # Tight pools force preemption and eviction; the smallest still fits one longest request.
-    if src.integers(0, 2) < 2:
-        num_blocks = ample
-    else:
-        num_blocks = one_request + src.integers(0, one_request // 2)
-    return EngineConfig(tuple(groups), num_blocks, pool_shared, budget, max_num_seqs, max_model_len, thr, order, spec)
-
-
-_SMALL_BOUNDS: dict[str, Any] = {
-    "max_reqs": 12, "max_prompt_len": 128, "max_output_len": 12, "min_block_size": 1, "max_block_size": 32,
-    "max_groups": 3, "max_steps": 5, "sliding": True, "max_token_budget": 512, "reorder_batch_threshold": 1,
-    "reorder": "stable", "shared_pool": None, "pad_tables": True, "max_spec_tokens": 3,
-}
-
-
-def check_bounds(bounds: dict[str, Any]) -> dict[str, Any]:
-    """The bounds of a small step (see ``_SMALL_BOUNDS`` for names and defaults)
-    merged with the defaults; TypeError for an unknown name, ValueError for a
-    bad value, naming it."""
-    unknown = set(bounds) - set(_SMALL_BOUNDS)
-    if unknown:
-        raise TypeError(f"unknown bounds {sorted(unknown)}; known: {sorted(_SMALL_BOUNDS)}")
-    b = {**_SMALL_BOUNDS, **bounds}
-    for name in ("max_reqs", "max_prompt_len", "max_output_len", "min_block_size", "max_groups", "max_steps",
-                 "max_token_budget"):
-        if not isinstance(b[name], int) or b[name] < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {b[name]!r}")
-    if b["max_block_size"] < b["min_block_size"]:
-        raise ValueError(f"max_block_size={b['max_block_size']} < min_block_size={b['min_block_size']}")
-    return b
-
-
-def draw_small_step(src: Source, bounds: dict[str, Any]) -> tuple[Step, dict[str, Any]]:
-    """One small realizable step, its choices from ``src`` (see ``check_bounds``)."""
-    b = check_bounds(bounds)
-    cfg = _draw_config(src, max_reqs=b["max_reqs"], max_prompt_len=b["max_prompt_len"], max_output_len=b["max_output_len"],
-                       min_block_size=b["min_block_size"], max_block_size=b["max_block_size"], max_groups=b["max_groups"],
-                       sliding=b["sliding"], max_token_budget=b["max_token_budget"],
-                       reorder_batch_threshold=b["reorder_batch_threshold"], reorder=b["reorder"], shared_pool=b["shared_pool"],
-                       max_spec_tokens=b["max_spec_tokens"])
-    model = SchedulerModel(cfg)
-    w = Workload(max_prompt_len=b["max_prompt_len"], max_output_len=b["max_output_len"])
-    arrivals = _Arrivals(src, model, w)
-    budget_reqs = [2 * b["max_reqs"]]
-    num_steps = src.integers(1, b["max_steps"])
-    for s in range(num_steps):
-        # Arrival events per step; the emitted step mostly has some (same-step hits need them).
-        count = src.integers(1 if s == 0 else 0, 3) if s < num_steps - 1 else src.sampled((2, 1, 3, 2, 0, 4))
-        arrivals.arrive(count, budget_reqs)
-        if s == num_steps - 1:
-            break
-        model.run(model.schedule())
-    sched = _finish_step(src, model, arrivals, budget_reqs)
-    pad = src.sampled(("tight", "plus one", "max_model_len")) if b["pad_tables"] else "tight"
-    dtype = src.sampled((np.int64, np.int32))
-    table_dtype = src.sampled((np.int32, np.int64))
-    return _emit(model, sched, pad, dtype, table_dtype)
-
-
-def sample_small_step(rng: np.random.Generator | int, **bounds: Any) -> tuple[Step, dict[str, Any]]:
-    """The same draw as ``batchfuzz.strategies.realizable_steps``, from a numpy Generator (seeded loops)."""
-    if not isinstance(rng, np.random.Generator):
-        rng = np.random.default_rng(rng)
-    return draw_small_step(RngSource(rng), bounds)
-
-
-# ---------------------------------------------------------------------------
-# Plain generator: realistic large steps for the benchmark
-# ---------------------------------------------------------------------------
-
-PROFILES = ("decode-heavy", "prefill-heavy", "mixed")
-
-# Per profile: token budget of the emitted step, share of max_num_seqs already
-# running (decoding) before it, typical new prompt length (tokens).
-_PROFILE_SHAPE = {
-    "decode-heavy": (8192, 0.97, 1024),
-    "mixed": (16384, 0.75, 1024),
-    "prefill-heavy": (65536, 0.125, 512),
-}
-
-
-def default_groups(num_groups: int, base_block_size: int = 16) -> tuple[GroupSpec, ...]:
-    """1: full attention B=16; 2: plus sliding window (B=32, window 1024);
-    3: plus full attention with B=8."""
-    if not 1 <= num_groups <= 3:
-        raise ValueError(f"num_groups must be in 1..3, got {num_groups}")
-    b = base_block_size
-    return (GroupSpec(b), GroupSpec(2 * b, 1024), GroupSpec(max(1, b // 2)))[:num_groups]
-
-
-def sample_realizable_step(
-    rng: np.random.Generator | int,
-    num_reqs: int = 256,
-    max_blocks_per_req: int = 2048,
-    profile: str = "mixed",
-    num_groups: int = 1,
-    groups: Sequence[GroupSpec] | None = None,
-    reorder_batch_threshold: int = 1,
-    num_waves: int = 8,
-    dtype: Any = np.int32,
-) -> tuple[Step, dict[str, Any]]:
-    """A realistic large step from the same scheduler model (no Hypothesis).
-
-    ``num_reqs`` is ``max_num_seqs``; ``max_model_len = max_blocks_per_req *
-    B_0`` and every block table is ``cdiv(max_model_len, B_g)`` columns wide
-    (the engine's persistent table width). History: ``num_waves`` waves of
-    long-running requests (prompts sharing a few system prompts, parallel
-    sampling, follow-up turns), each prefilled and then decoded for a drawn
-    number of steps, so that context lengths differ; the history runs with an
-    unlimited token budget (a budget is per step; this only shortens the
-    simulation). Then one step with long prompts under the profile's budget
-    (leaving chunked prefills), then new arrivals and the emitted step under
-    the profile's budget:
-
-    - ``decode-heavy``: ~97% of ``max_num_seqs`` already decoding, budget 8192;
-    - ``mixed``: ~75% decoding, budget 16384;
-    - ``prefill-heavy``: ~12% decoding, a burst of new prompts, budget 65536.
-
-    The step schedules up to ``num_reqs`` requests (fewer when the budget runs out).
-    """
-    if profile not in PROFILES:
-        raise ValueError(f"profile must be one of {PROFILES}, got {profile!r}")
-    if num_reqs < 1 or max_blocks_per_req < 2:
-        raise ValueError(f"num_reqs must be >= 1 and max_blocks_per_req >= 2, got {num_reqs}, {max_blocks_per_req}")
-    if not isinstance(rng, np.random.Generator):
-        rng = np.random.default_rng(rng)
-    src = RngSource(rng)
-    gs = tuple(groups) if groups is not None else default_groups(num_groups)
-    budget, running_share, prompt_len = _PROFILE_SHAPE[profile]
-    max_model_len = max_blocks_per_req * gs[0].block_size
-    prompt_len = max(1, min(prompt_len, max_model_len // 4))
-    pool_blocks = sum(ceil_div(max_model_len, g.block_size) + 1 for g in gs) * (num_reqs + 8) * 2
-    cfg = EngineConfig(gs, pool_blocks, True, budget, num_reqs, max_model_len, reorder_batch_threshold, "stable")
-    model = SchedulerModel(cfg)
-    w = Workload(max_prompt_len=prompt_len, max_output_len=max_model_len, prompt_kinds=(
-        "fresh", "fresh", "prefix", "parallel", "copy", "followup", "prefix"),
-        length_shapes=("any", "any", "any", "k*A+1"), max_parallel=4, num_roots=4,
-        root_len=(min(16, prompt_len), max(min(16, prompt_len), prompt_len)))
-    arrivals = _Arrivals(src, model, w)
-    unlimited = 1 << 40
-    old = max(0, min(num_reqs - 1, round(running_share * num_reqs)))
-    for wave in range(num_waves):
-        want = old * (wave + 1) // num_waves - len(model.running) - len(model.waiting)
-        while want > 0:
-            before = len(model.requests)
-            arrivals.arrive(1, [want])
-            want -= len(model.requests) - before
-        for _ in range(src.integers(1, 24)):
-            model.run(model.schedule(unlimited))
-    # Long prompts cut by the budget: chunked prefills still running in the emitted step.
-    long_len = min(max_model_len - 1, budget + src.integers(0, budget // 2))
-    model.add_request(model.fresh_tokens(long_len), max_model_len)
-    model.run(model.schedule())
-    w_new = Workload(max_prompt_len=prompt_len, max_output_len=max_model_len, prompt_kinds=(
-        "parallel", "prefix", "copy", "fresh", "followup", "prefix"), length_shapes=("any", "k*A+1", "k*A"),
-        max_parallel=4)
-    new_arrivals = _Arrivals(src, model, w_new)
-    new_arrivals.prompts = list(arrivals.prompts)
-    budget_reqs = [num_reqs - len(model.running) + num_reqs // 8]
-    while budget_reqs[0] > 0:
-        new_arrivals.arrive(1, budget_reqs)
-    sched = _finish_step(src, model, new_arrivals, [1])
-    return _emit(model, sched, "max_model_len", dtype, dtype)

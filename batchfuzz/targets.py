@@ -17,7 +17,7 @@ The first three name code that is the project's own. An ``engine:`` target
 is the project's binding of code read from a release (``TargetRef.release``:
 ``wheel:PATH``, ``dir:PATH`` or ``installed:``) and a ``MODULE:FUNCTION``
 imports code the user names; the corpus loads neither on its own
-(``batchfuzz.corpus``): the user names the function or the release.
+(``batchfuzz.fuzz.corpus``): the user names the function or the release.
 """
 
 from __future__ import annotations
@@ -87,12 +87,12 @@ class TargetRef:
             try:
                 return contract.implementation(self.name).for_device(self.device)
             except (KeyError, ValueError) as exc:
-                raise TargetError(str(exc).strip("'\"")) from None
+                raise TargetError(str(exc)) from None
         if self.kind == "variant":
             try:
                 return contract.variant(self.name).fn
             except KeyError as exc:
-                raise TargetError(str(exc).strip("'\"")) from None
+                raise TargetError(str(exc)) from None
         if self.kind == "oracle":
             return contract.oracle
         if self.kind == "engine":

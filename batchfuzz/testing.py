@@ -51,6 +51,10 @@ def check_contract(contract: str | Contract, target: Callable[..., Any], *, max_
     widest, or ``"engine"``; default: the one ``target`` declares with
     ``@batchfuzz.domain``, else ``spec``). ``properties``: only these.
     """
+    # The modules the properties may need (torch among them) before any example
+    # runs: a first example must not pay for an import under the test's deadline.
+    import batchfuzz._preload  # noqa: F401
+
     c = registry.get(contract) if isinstance(contract, str) else contract
     if not callable(target):
         raise TypeError(f"target must be callable, got {type(target).__name__} {target!r}")

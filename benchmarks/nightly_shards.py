@@ -48,7 +48,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from batchfuzz.cli import parse_duration  # noqa: E402
+from batchfuzz.usage import parse_duration  # noqa: E402
 from tests.redis_server import RedisServer  # noqa: E402
 from tests.test_corpus import BUGGY  # noqa: E402
 
@@ -188,7 +188,7 @@ def latency_trial(work: Path, url: str, trial: int) -> dict[str, Any]:
 
 _POLLER = """
 import sys, time
-from batchfuzz.database import open_database
+from batchfuzz.fuzz.database import open_database
 db = open_database(sys.argv[1], local_dir=sys.argv[2])
 print("ready", flush=True)
 for line in sys.stdin:
@@ -201,7 +201,7 @@ for line in sys.stdin:
 
 def redis_floor(url: str, work: Path, n: int = 30) -> dict[str, Any]:
     """A value saved by this process, seen by another process polling for it (each with its own local copy)."""
-    from batchfuzz.database import open_database
+    from batchfuzz.fuzz.database import open_database
 
     poller = subprocess.Popen([sys.executable, "-c", _POLLER, url, str(work / "poller-db")], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True, env=_env(work / "unused"))

@@ -34,12 +34,13 @@ def check_int(name: str, value: Any, *, minimum: int | None = None) -> int:
     return ivalue
 
 
-def check_count_array(name: str, value: Any, *, minimum: int = 0) -> np.ndarray:
+def check_count_array(name: str, value: Any, *, minimum: int | None = 0) -> np.ndarray:
     """Validate a 1-D integer count array (int32 or int64, list of ints accepted).
 
     Returns a read-only int64 view/copy for use in checks. Raises ``TypeError`` for
     float or object arrays and ``ValueError`` for the wrong rank or an entry below
-    ``minimum``, naming the first offending index.
+    ``minimum``, naming the first offending index; ``minimum=None`` checks no
+    bound (a buffer's stale contents).
     """
     if isinstance(value, np.ndarray):
         arr = value
@@ -55,7 +56,7 @@ def check_count_array(name: str, value: Any, *, minimum: int = 0) -> np.ndarray:
         raise TypeError(f"{name} must have dtype int32 or int64, got {arr.dtype}")
     if arr.ndim != 1:
         raise ValueError(f"{name} must be 1-D, got shape {arr.shape}")
-    if arr.size:
+    if arr.size and minimum is not None:
         low = int(arr.min())
         if low < minimum:
             where = int(np.argmax(arr < minimum))

@@ -57,6 +57,9 @@ class DummyBatch:
 
     ``seq_lens`` and ``query_start_loc`` are the whole persistent buffers;
     ``positions`` and ``input_ids`` are their first ``num_tokens`` entries.
+    ``max_query_len`` is the longest query the batch's attention metadata is
+    built for: an int, or None for "the longest count" (vLLM's convention,
+    ``vllm/v1/worker/gpu/input_batch.py:set_dummy_context``).
     """
 
     num_scheduled_tokens: Any
@@ -67,10 +70,11 @@ class DummyBatch:
     idx_mapping: Any
     logits_indices: Any
     cu_num_logits: Any
+    max_query_len: Any = None
 
 
-DUMMY_BATCH_FIELDS = tuple(f.name for f in fields(DummyBatch))
-
+DUMMY_BATCH_FIELDS = tuple(f.name for f in fields(DummyBatch) if f.name != "max_query_len")
+"""The array fields of a DummyBatch (``max_query_len`` is a bound, not an array)."""
 
 
 def check_dummy_args(num_reqs: object, num_tokens: object, buffers: object) -> tuple[int, int]:
@@ -124,6 +128,10 @@ def make_dummy(num_reqs: int, num_tokens: int, buffers: DummyBuffers) -> DummyBa
     idx_mapping = [i for i in range(r)]
     logits_indices = [int(buffers.query_start_loc[i + 1]) - 1 for i in range(r)]
     cu_num_logits = [i for i in range(r + 1)]
+    # max_query_len: the longest request's count.
+    max_query_len = 0
+    for i in range(r):
+        max_query_len = max(max_query_len, nst[i])
     return DummyBatch(
         num_scheduled_tokens=nst,
         seq_lens=buffers.seq_lens,
@@ -133,5 +141,6 @@ def make_dummy(num_reqs: int, num_tokens: int, buffers: DummyBuffers) -> DummyBa
         idx_mapping=idx_mapping,
         logits_indices=logits_indices,
         cu_num_logits=cu_num_logits,
+        max_query_len=max_query_len,
     )
 

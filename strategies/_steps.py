@@ -5,7 +5,7 @@ Steps are *general* (:func:`general_steps`: random tables, several groups
 with different block sizes, null entries, ids repeated across rows, small id
 pools so that conflicts are common) or *realizable*
 (:func:`realizable_steps`: what a prefix-caching scheduler produces, drawn
-through ``batchfuzz.scheduler_model``). General steps are well-formed (no
+through ``batchfuzz.workloads`` from ``batchfuzz.scheduler_model``). General steps are well-formed (no
 request reads a slot it writes itself, no slot written twice; see
 ``batchfuzz.reference._step``) unless ``well_formed=False``.
 
@@ -34,7 +34,7 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from batchfuzz import scheduler_model
+from batchfuzz import engine_steps, vllm_scheduler, workloads
 from batchfuzz.case import Case
 from batchfuzz.reference._args import INT_DTYPES, ceil_div
 from batchfuzz.reference._step import STEP_ARGUMENTS, Range, Step, check_step, cuts_to_split, is_well_formed
@@ -211,11 +211,31 @@ class HypothesisSource:
 
 @st.composite
 def _realizable_steps(draw: st.DrawFn, bounds: dict[str, Any]) -> tuple[Step, dict[str, Any]]:
-    return scheduler_model.draw_small_step(HypothesisSource(draw), bounds)
+    return workloads.draw_small_step(HypothesisSource(draw), bounds)
 
 
-def realizable_steps(**bounds: Any) -> st.SearchStrategy[tuple[Step, dict[str, Any]]]:
+@st.composite
+def _engine_steps(draw: st.DrawFn, bounds: dict[str, Any]) -> tuple[Step, dict[str, Any]]:
+    return engine_steps.engine_step(engine_steps.draw_workload(HypothesisSource(draw), bounds))
+
+
+STEP_SOURCES = ("model", "engine")
+# The domain of a contract over scheduled steps that each step source feeds (``check --steps SOURCE``).
+STEP_SOURCE_DOMAINS = {"model": "engine", "engine": "engine-steps"}
+
+
+def realizable_steps(source: str = "model", **bounds: Any) -> st.SearchStrategy[tuple[Step, dict[str, Any]]]:
     """A contract E step as a prefix-caching scheduler produces it, with its labels.
+
+    ``source="model"`` (default) runs batchfuzz's scheduler model (below);
+    ``source="engine"`` runs the installed vLLM's own scheduler
+    (``batchfuzz.engine_steps``; bounds ``max_reqs`` [6], ``max_events`` [4],
+    ``max_prompt_len`` [24], ``max_output_len`` [4], ``max_steps`` [4]; one
+    full-attention group): Hypothesis draws the workload, so a
+    counterexample shrinks to the smallest workload (one step, one short
+    fresh prompt, block size 2, ample budget, pool and ``max_num_seqs``),
+    and ``info["workload"]`` holds it. It raises ``InvalidArgument`` when
+    vLLM's scheduler cannot be imported, saying why.
 
     ``bounds`` (keyword arguments, defaults in brackets) scale the model:
     ``max_reqs`` [12] caps ``max_num_seqs``; ``max_prompt_len`` [128];
@@ -238,8 +258,18 @@ def realizable_steps(**bounds: Any) -> st.SearchStrategy[tuple[Step, dict[str, A
     Shrinks towards one step, one short fresh request, one group of block
     size 2, ample budget, pool and ``max_num_seqs``, tight tables.
     """
+    check_choice("source", source, STEP_SOURCES)
+    if source == "engine":
+        try:
+            engine_steps.check_bounds(bounds)
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgument(f"realizable_steps(source='engine'): {exc}") from None
+        why = vllm_scheduler.import_error()
+        if why is not None:
+            raise InvalidArgument(f"realizable_steps(source='engine'): {why}")
+        return _engine_steps(bounds)
     try:
-        scheduler_model.check_bounds(bounds)
+        workloads.check_bounds(bounds)
     except (TypeError, ValueError) as exc:
         raise InvalidArgument(f"realizable_steps: {exc}") from None
     return _realizable_steps(bounds)
@@ -304,7 +334,8 @@ def adversarial_split(draw: st.DrawFn, num_tokens: int) -> list[Range] | None:
 
 
 def step_case(draw: st.DrawFn, step: Step, info: dict[str, Any]) -> Case:
-    """A contract E case: the step's canonical arguments, its splits, source and labels."""
+    """A contract E case: the step's canonical arguments, its splits, source and
+    labels (and, for a step from the engine's scheduler, the workload that made it)."""
     q = [int(v) for v in np.asarray(step.num_scheduled_tokens).tolist()]
     engine = [s for s in (engine_split(draw, q),) if s is not None]
     adversarial = [s for s in (adversarial_split(draw, sum(q)),) if s is not None]
@@ -312,7 +343,7 @@ def step_case(draw: st.DrawFn, step: Step, info: dict[str, Any]) -> Case:
         {"num_computed_tokens": step.num_computed_tokens, "num_scheduled_tokens": step.num_scheduled_tokens,
          "block_tables": list(step.block_tables), "block_sizes": [int(b) for b in step.block_sizes]},
         {"engine_splits": engine, "adversarial_splits": adversarial, "source": info["source"],
-         "labels": info["labels"]},
+         "labels": info["labels"], **({"workload": info["workload"]} if "workload" in info else {})},
     )
 
 
@@ -488,14 +519,35 @@ def step_reductions(case: Case) -> Iterator[Case]:
 
 # ---------------------------------------------------------------- the two contracts' cases and domains
 
-DOMAINS = ("spec", "engine")
+ENGINE_STEPS = "engine-steps"
+ENGINE_STEPS_DESCRIPTION = (
+    "the steps the installed vLLM's own scheduler produces (prefix caching on, one full-attention group), laid out by "
+    "its runner's InputBatch; drawn as workloads, shrunk as workloads (docs/engine-steps.md); `check --steps engine`")
+DOMAINS = ("spec", "engine", ENGINE_STEPS)
+
+
+@functools.cache
+def _engine_step_cases() -> st.SearchStrategy[Case]:
+    steps = realizable_steps(source="engine").map(
+        lambda si: (si[0], {"source": "vllm scheduler", "labels": list(si[1]["labels"]), "workload": si[1]["workload"]}))
+
+    @st.composite
+    def cases(draw: st.DrawFn) -> Case:
+        step, info = draw(steps)
+        return step_case(draw, step, info)
+
+    return cases()
 
 
 def contract_cases(domain: str = "spec", *, ill_formed: bool) -> st.SearchStrategy[Case]:
     """Contract E cases of ``domain``: ``spec`` draws general steps (unrepaired
     ones too with ``ill_formed``) and realizable steps, ``engine`` realizable
-    steps only."""
+    steps only (the scheduler model's), ``engine-steps`` the steps the
+    installed vLLM's own scheduler produces (``realizable_steps(source="engine")``;
+    InvalidArgument, saying why, where vLLM cannot be imported)."""
     check_choice("domain", domain, DOMAINS)
+    if domain == ENGINE_STEPS:
+        return _engine_step_cases()
     return step_cases(raw=ill_formed, realizable_only=domain == "engine")
 
 

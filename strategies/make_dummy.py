@@ -8,7 +8,8 @@ Domains:
 
 - ``spec``: any stale values, negative ones included;
 - ``engine``: stale values an engine writes (lengths, offsets, positions and
-  token ids are never negative).
+  token ids are never negative; ``query_start_loc[0]`` is 0, the only value
+  any writer of the buffer puts there).
 
 Shrinks towards one request of one token, buffers of exactly that capacity,
 int32, and zeros (fresh buffers).
@@ -78,6 +79,8 @@ def _cases(draw: st.DrawFn, domain: str) -> Case:
     max_num_reqs = r + draw(st.one_of(st.just(0), st.integers(0, 64)))
     max_num_tokens = n + draw(st.one_of(st.just(0), st.integers(0, 256)))
     buffers = draw(dummy_buffers(max_num_reqs, max_num_tokens, non_negative=domain == "engine"))
+    if domain == "engine":
+        buffers.query_start_loc[0] = 0
     return Case(
         {"num_reqs": r, "num_tokens": n, "buffers": buffers},
         {"max_model_len": ceil_div(n, r) + draw(st.one_of(st.just(0), st.integers(0, 64)))},
@@ -92,13 +95,14 @@ def cases(domain: str = "spec") -> st.SearchStrategy[Case]:
 
 def in_domain(case: Case, domain: str) -> bool:
     """The precondition (``1 <= R <= N``, buffers large enough); in the engine
-    domain also no negative stale value."""
+    domain also no negative stale value and ``query_start_loc[0] == 0``."""
     a = case.args
     b = a["buffers"]
     r, n = a["num_reqs"], a["num_tokens"]
     ok = isinstance(b, DummyBuffers) and 1 <= r <= n and r <= b.max_num_reqs and n <= b.max_num_tokens
     if ok and domain == "engine":
         ok = all(int(getattr(b, name).min(initial=0)) >= 0 for name in ("seq_lens", "query_start_loc", "positions", "input_ids"))
+        ok = ok and int(b.query_start_loc[0]) == 0
     return ok
 
 

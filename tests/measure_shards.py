@@ -1,4 +1,4 @@
-"""Measure how evenly ``batchfuzz.shards`` spreads realistic work-item lists (not a test).
+"""Measure how evenly ``batchfuzz.fuzz.shards`` spreads realistic work-item lists (not a test).
 
     PYTHONPATH=$PWD python3 tests/measure_shards.py
 
@@ -22,7 +22,7 @@ import statistics
 from collections.abc import Callable
 
 from batchfuzz import registry
-from batchfuzz.shards import item_key, shard_of
+from batchfuzz.fuzz.shards import item_key, shard_of
 
 
 def mod_n(key: str, n: int) -> int:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from batchfuzz.cli import main
-from batchfuzz.commands.bench import shipped_allow_numpy
+from batchfuzz.contracts._microbatch import shipped_vectorised
 
 
 def test_bench_quick_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -41,8 +41,8 @@ def test_shipped_numpy_matches_spec_example() -> None:
     """A reader with q > 1 whose whole block another request writes: veto; the
     same reader with q == 1 is not a reader for the shipped check: allow."""
     tables = [np.array([[1, 2], [1, 3]])]
-    assert shipped_allow_numpy(np.array([0, 2]), np.array([3, 2]), tables, [2]) is False
-    assert shipped_allow_numpy(np.array([0, 2]), np.array([3, 1]), tables, [2]) is True
+    assert shipped_vectorised(2, np.array([0, 2]), np.array([3, 2]), tables, [2]) is False
+    assert shipped_vectorised(2, np.array([0, 2]), np.array([3, 1]), tables, [2]) is True
 
 
 # ---------------------------------------------------------------- the drop-in comparison with the engine's own function

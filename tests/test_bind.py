@@ -155,8 +155,8 @@ TREE = bind.TextTree({
 PATH = "toyengine/worker/runner.py"
 
 
-def scope(**stand_ins: object) -> bind.Scope:
-    return bind.Scope(TREE, "toyengine", stand_ins=stand_ins)
+def loader(**stand_ins: object) -> bind.Loader:
+    return bind.Loader(TREE, "toyengine", stand_ins=stand_ins)
 
 
 def lines_of(piece: bind.Piece) -> list[int]:
@@ -174,7 +174,7 @@ def line(text: str) -> int:
 
 
 def test_pieces_have_their_kind_params_and_unapplied_decorators() -> None:
-    f = scope().file(PATH)
+    f = loader().file(PATH)
     warmup = f.piece("ToyRunner.warmup")
     assert (warmup.kind, warmup.params, warmup.decorators) == ("method", ("self", "num_tokens", "uniform", "profile"),
                                                                  ("torch.inference_mode()",))
@@ -186,7 +186,7 @@ def test_pieces_have_their_kind_params_and_unapplied_decorators() -> None:
 
 
 def test_a_missing_function_method_or_file_is_absent() -> None:
-    f = scope().file(PATH)
+    f = loader().file(PATH)
     with pytest.raises(bind.Absent, match=r"toyengine/worker/runner.py has no class or function 'make_dummy'"):
         f.piece("make_dummy")
     with pytest.raises(bind.Absent, match=r"ToyRunner has no attribute '_allow_microbatching'"):
@@ -194,12 +194,12 @@ def test_a_missing_function_method_or_file_is_absent() -> None:
     with pytest.raises(bind.Absent, match=r"is a function, not a class"):
         f.piece("ToyRunner.warmup.inner")
     with pytest.raises(bind.Absent, match=r"toyengine/worker/model_runner_v2.py is not in this source tree"):
-        scope().file("toyengine/worker/model_runner_v2.py")
+        loader().file("toyengine/worker/model_runner_v2.py")
     assert not f.has("ToyRunner.missing") and f.has("ToyRunner.warmup")
 
 
 def test_staticmethod_and_classmethod_run_with_their_own_first_argument() -> None:
-    sc = scope()
+    sc = loader()
     f = sc.file(PATH)
     assert sc.load(f.piece("ToyRunner.capture_sizes"))(20) == [1, 2, 4, 8, 16]
     assert sc.load(f.piece("ToyRunner.describe"))(Record) == "Record"
@@ -209,7 +209,7 @@ def test_staticmethod_and_classmethod_run_with_their_own_first_argument() -> Non
 
 
 def test_fragment_takes_the_writes_and_the_statements_they_read() -> None:
-    f = scope().file(PATH)
+    f = loader().file(PATH)
     piece = f.fragment("ToyRunner.warmup", Writes("self.offsets"), given=("self", "num_reqs", "num_reqs_padded", "counts"))
     # the four statements writing self.offsets, and `cu = np.cumsum(counts)` they read; counts and the sizes are given
     assert lines_of(piece) == [line("cu = np.cumsum"), line("self.offsets.np[0] = 0"), line("self.offsets.np[1 :"),
@@ -224,16 +224,16 @@ def test_fragment_takes_the_writes_and_the_statements_they_read() -> None:
 
 
 def test_fragment_refuses_a_dependency_that_rebinds_a_given_name() -> None:
-    f = scope().file(PATH)
+    f = loader().file(PATH)
     with pytest.raises(bind.Unbindable, match=rf"depends on line {line('if uniform:')}, which rebinds given name\(s\) num_reqs"):
         f.fragment("ToyRunner.warmup", Writes("self.offsets"), given=("self", "num_tokens", "num_reqs", "num_reqs_padded"))
 
 
 def test_fragment_in_branches_takes_the_whole_compound_statement() -> None:
-    f = scope().file(PATH)
+    f = loader().file(PATH)
     piece = f.fragment("ToyRunner.warmup", Writes("counts"), given=("self", "num_tokens"))
     assert lines_of(piece) == [line("max_reqs = self.config"), line("if uniform:")]
-    sc = scope()
+    sc = loader()
     run = sc.load(piece)
     runner_ = Stub("ToyRunner", config=Stub("config", max_num_seqs=3), decode_len=1)
     assert run(runner_, 5)["counts"] == [1, 2, 2]
@@ -241,7 +241,7 @@ def test_fragment_in_branches_takes_the_whole_compound_statement() -> None:
 
 
 def test_fragment_runs_unchanged_on_a_stub_self_with_an_out_buffer() -> None:
-    sc = scope()
+    sc = loader()
     piece = sc.file(PATH).fragment("ToyRunner.warmup", Writes("self.offsets"), given=("self", "num_tokens"))
     run = sc.load(piece)
     out = np.full(6, 99, dtype=np.int32)  # a stale persistent buffer
@@ -255,7 +255,7 @@ def test_fragment_runs_unchanged_on_a_stub_self_with_an_out_buffer() -> None:
 
 
 def test_fragment_that_is_not_there_or_returns_is_unbindable() -> None:
-    f = scope().file(PATH)
+    f = loader().file(PATH)
     with pytest.raises(bind.Unbindable, match=r"ToyRunner.warmup has no statement that writes self.query_start_loc"):
         f.fragment("ToyRunner.warmup", Writes("self.query_start_loc"), given=("self",))
     with pytest.raises(bind.Unbindable, match=r"holds a return at line"):
@@ -287,7 +287,7 @@ def test_writes_recognises_assignments_method_calls_and_out_arguments() -> None:
 
 
 def test_imports_of_the_package_are_followed_and_constants_evaluated() -> None:
-    sc = scope()
+    sc = loader()
     piece = sc.file(PATH).fragment("ToyRunner.warmup", Writes("counts"), given=("self", "num_tokens"))
     run = sc.load(piece)  # ceil_div comes from toyengine/utils/math.py
     runner_ = Stub("ToyRunner", config=Stub("config", max_num_seqs=8), decode_len=2)
@@ -297,7 +297,7 @@ def test_imports_of_the_package_are_followed_and_constants_evaluated() -> None:
 
 
 def test_a_name_no_one_provides_makes_the_piece_unbindable_with_where_it_is_read() -> None:
-    sc = scope()
+    sc = loader()
     f = sc.file(PATH)
     where = line("return launch_attention(num_tokens)")
     with pytest.raises(bind.Unbindable, match=rf"needs 'launch_attention' \(line {where}\): imported from toyengine.kernels, not in "
@@ -312,14 +312,14 @@ def test_a_name_no_one_provides_makes_the_piece_unbindable_with_where_it_is_read
     # the fragment that computes the output does not read the logger: it loads (its `with` context is lifted away)
     sc.load(f.fragment("ToyRunner.warmup", Writes("out"), given=("self", "num_reqs_padded")))
     # ... and a stand-in provides it.
-    sc2 = scope(envs=Stub("envs", TOY_ATTENTION_MODE="triton"))
+    sc2 = loader(envs=Stub("envs", TOY_ATTENTION_MODE="triton"))
     assert sc2.load(sc2.file(PATH).piece("ToyRunner.attention_mode"))(None) == "triton"
 
 
 def test_super_and_private_names_make_a_method_unbindable() -> None:
     tree = bind.TextTree({"eng/m.py": "class A(B):\n    def f(self):\n        return super().f() + 1\n\n"
                                       "    def g(self):\n        return self.__cache\n"})
-    sc = bind.Scope(tree, "eng")
+    sc = bind.Loader(tree, "eng")
     with pytest.raises(bind.Unbindable, match=r"A.f \(method, lines 2-3\) uses super \(line 3\), which needs the class"):
         sc.load(sc.file("eng/m.py").piece("A.f"))
     with pytest.raises(bind.Unbindable, match=r"reads the private name __cache \(line 6\), mangled with its class's name"):
@@ -329,7 +329,7 @@ def test_super_and_private_names_make_a_method_unbindable() -> None:
 def test_only_allowed_real_modules_are_imported() -> None:
     tree = bind.TextTree({"eng/m.py": "import triton\nimport math\n\ndef f(x):\n    return triton.cdiv(x, 2)\n\n"
                                       "def g(x):\n    return math.ceil(x / 2)\n"})
-    sc = bind.Scope(tree, "eng")
+    sc = bind.Loader(tree, "eng")
     assert sc.load(sc.file("eng/m.py").piece("g"))(3) == 2
     with pytest.raises(bind.Unbindable, match=r"needs 'triton' \(line 5\): eng/m.py imports it from triton, which is not an "
                        r"allowed module"):
@@ -340,7 +340,7 @@ def test_only_allowed_real_modules_are_imported() -> None:
 
 
 def test_tuple_result_of_engine_slice_objects_converts_to_pairs() -> None:
-    sc = scope()
+    sc = loader()
     plan = sc.load(sc.file(PATH).piece("ToyRunner.plan_ubatches"))
 
     def split_ubatches(nst: Any, num_tokens_padded: int, num_reqs_padded: int, num_ubatches: int) -> Any:  # the canonical signature
@@ -357,7 +357,7 @@ def test_tuple_result_of_engine_slice_objects_converts_to_pairs() -> None:
 
 
 def test_classmethod_result_type_is_a_record_of_its_keywords() -> None:
-    sc = scope()
+    sc = loader()
     dummy = sc.load(sc.file(PATH).piece("ToyBatch.dummy"))
     buffers = Stub("buffers", seq_lens=torch.full((5,), 7, dtype=torch.int32))
     batch = dummy(Record, 3, 5, buffers)
@@ -400,16 +400,21 @@ def test_argument_checks_name_the_argument_and_value() -> None:
         bind.count("num_reqs", 2.0)
     with pytest.raises(ValueError, match=r"num_ubatches must be >= 2, got 1"):
         bind.count("num_ubatches", 1, 2)
-    with pytest.raises(ValueError, match=r"num_scheduled_tokens entries must be >= 0, got -3 at flat index 1"):
+    with pytest.raises(ValueError, match=r"num_scheduled_tokens\[1\] must be >= 0, got -3"):
         bind.int_array("num_scheduled_tokens", [1, -3])
-    with pytest.raises(TypeError, match=r"out must have an integer dtype, got float64"):
+    with pytest.raises(TypeError, match=r"out must have dtype int32 or int64, got float64"):
         bind.int_array("out", np.zeros(3))
+    assert bind.int_array("out", np.array([-7, 3], dtype=np.int32), minimum=None).tolist() == [-7, 3]
+    with pytest.raises(ValueError, match=r"block_tables\[0\] must have one row per request \(2\), got 1 rows"):
+        bind.table("block_tables[0]", np.array([[1, 2]]), 2)
+    with pytest.raises(ValueError, match=r"block_tables\[0\]\[0, 1\] must be a block id >= 0, got -1"):
+        bind.table("block_tables[0]", [[1, -1]], 1)
     with pytest.raises(ValueError, match=r"buffers.seq_lens holds 4294967296, which the engine's int32 buffer cannot hold"):
         bind.cast_exact("buffers.seq_lens", np.array([0, 2**32]), np.int32)
 
 
 def test_probe_turns_a_changed_signature_into_unbindable() -> None:
-    sc = scope()
+    sc = loader()
     capture_sizes = sc.load(sc.file(PATH).piece("ToyRunner.capture_sizes"))
     with pytest.raises(bind.Unbindable, match=r"dry run of capture_sizes failed: TypeError: .*positional argument"):
         bind.probe(lambda n: capture_sizes(n, 2), 8, what="capture_sizes")
@@ -419,7 +424,7 @@ def test_probe_turns_a_changed_signature_into_unbindable() -> None:
 def test_tracebacks_through_cut_out_code_show_the_engine_lines() -> None:
     import traceback
 
-    sc = scope()
+    sc = loader()
     run = sc.load(sc.file(PATH).fragment("ToyRunner.warmup", Writes("counts"), given=("self", "num_tokens")))
     with pytest.raises(AttributeError) as info:
         run(Stub("ToyRunner"), 5)
@@ -433,7 +438,7 @@ def test_tracebacks_through_cut_out_code_show_the_engine_lines() -> None:
 def _warmup_split(source: str) -> Callable[..., Any]:
     """contract A's canonical signature over the toy runner's warmup split, cut
     from ``source`` (the fixture or a mutated copy)."""
-    sc = bind.Scope(bind.TextTree({**TREE.files, PATH: source}), "toyengine")
+    sc = bind.Loader(bind.TextTree({**TREE.files, PATH: source}), "toyengine")
     run = sc.load(sc.file(PATH).fragment("ToyRunner.warmup", Writes("counts"), given=("self", "num_tokens")))
 
     def split_dummy_tokens(num_reqs: int, num_tokens: int) -> list[int]:
@@ -466,7 +471,7 @@ def test_the_bound_toy_split_meets_contract_a_and_a_mutant_does_not() -> None:
 
 def _warmup_offsets(source: str) -> Callable[..., Any]:
     """contract C's canonical signature over the toy runner's offsets fill."""
-    sc = bind.Scope(bind.TextTree({**TREE.files, PATH: source}), "toyengine")
+    sc = bind.Loader(bind.TextTree({**TREE.files, PATH: source}), "toyengine")
     run = sc.load(sc.file(PATH).fragment("ToyRunner.warmup", Writes("self.offsets"),
                                          given=("self", "num_reqs", "num_reqs_padded", "counts")))
 

@@ -18,9 +18,10 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
-from batchfuzz import cli, corpus, registry, runner
+from batchfuzz import cli, registry, runner
 from batchfuzz.case import Case
 from batchfuzz.execution import InProcess
+from batchfuzz.fuzz import corpus
 from batchfuzz.targets import load_function
 
 # --------------------------------------------------------------------------- the corpus itself

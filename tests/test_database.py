@@ -1,9 +1,9 @@
-"""The example database of a run (``batchfuzz.database``), against a real ``redis-server``.
+"""The example database of a run (``batchfuzz.fuzz.database``), against a real ``redis-server``.
 
 Each Redis test starts a server of its own (``tests/redis_server.py``) on a
 free loopback port without persistence; they skip when ``redis-server`` or
 the ``redis`` client is missing. Cross-process tests run short Python
-subprocesses that import only Hypothesis, redis and ``batchfuzz.database``.
+subprocesses that import only Hypothesis, redis and ``batchfuzz.fuzz.database``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from hypothesis.database import DirectoryBasedExampleDatabase, ReadOnlyDatabase
 
-from batchfuzz.database import (
+from batchfuzz.fuzz.database import (
     DatabaseError,
     DatabaseWarning,
     LocalAndSharedDatabase,
@@ -305,13 +305,13 @@ def _python(code: str, *args: str, env: dict[str, str] | None = None) -> subproc
 
 _SAVE = """
 import sys
-from batchfuzz.database import open_database
+from batchfuzz.fuzz.database import open_database
 open_database(sys.argv[1], local_dir=sys.argv[2]).save(b"shard-key", sys.argv[3].encode())
 """
 
 _FETCH = """
 import json, sys
-from batchfuzz.database import open_database
+from batchfuzz.fuzz.database import open_database
 print(json.dumps(sorted(v.decode() for v in open_database(sys.argv[1], local_dir=sys.argv[2]).fetch(b"shard-key"))))
 """
 
@@ -328,7 +328,7 @@ def test_a_value_saved_by_one_process_is_fetched_by_a_later_one(tmp_path: Path, 
 _PLANTED = """
 import json, sys
 from hypothesis import given, seed, settings, strategies as st
-from batchfuzz.database import open_database
+from batchfuzz.fuzz.database import open_database
 
 calls = []
 
@@ -368,12 +368,12 @@ def test_a_redis_url_in_the_environment_is_the_fuzz_jobs_database_with_a_local_d
     """``BATCHFUZZ_DATABASE=redis://...`` is what ``fuzz`` opens; the local copy (and the
     profiles' directory database) stays a directory, not a folder named ``redis:``."""
     from batchfuzz import cli, profiles
-    from batchfuzz.commands import fuzz
+    from batchfuzz.fuzz import controller
 
     monkeypatch.setenv(profiles.DATABASE_ENV_VAR, redis_url)
     monkeypatch.chdir(tmp_path)
     assert profiles.database_path() == profiles.DEFAULT_DATABASE
-    assert fuzz._database(cli.build_parser().parse_args(["fuzz", "--profile", "nightly"])) == redis_url
+    assert controller._database(cli.build_parser().parse_args(["fuzz", "--profile", "nightly"])) == redis_url
     monkeypatch.setenv(profiles.DATABASE_ENV_VAR, str(tmp_path / "dir"))
     assert profiles.database_path() == str(tmp_path / "dir")
 

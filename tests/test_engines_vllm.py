@@ -1,6 +1,6 @@
 """vLLM's own functions bound as batchfuzz targets, on one real release.
 
-The release (vllm 0.33.0, the reference of VLLM_NOTES.md) is downloaded at
+The release (vllm 0.33.0, the newest of docs/vllm-code.md) is downloaded at
 test time with pip into ``$BATCHFUZZ_CACHE/wheels`` (default
 ``~/.cache/batchfuzz/wheels``), once; the tests skip, saying why, when the
 package registry cannot be reached. Edited copies of its files stand in for
@@ -24,13 +24,20 @@ import pytest
 from hypothesis import Phase, settings
 
 from batchfuzz import engines, registry, runner
+from batchfuzz.case import Case
+from batchfuzz.checks import PropertyViolation
 from batchfuzz.engines import vllm
+from batchfuzz.impl._dp import ARGUMENTS as ARGS
 from batchfuzz.reference import _step as step_oracle
 from batchfuzz.reference import allow_microbatching as decision_oracle
+from batchfuzz.reference import batch_order as order_oracle
 from batchfuzz.reference import pad_query_start_loc as qsl_oracle
+from batchfuzz.reference import slice_ubatch_metadata as metadata_oracle
+from batchfuzz.reference import spec_decode_metadata as spec_oracle
 from batchfuzz.reference import split_dummy_tokens as dummy_oracle
 from batchfuzz.reference import split_ubatches as ubatch_oracle
 from batchfuzz.reference.make_dummy import DummyBuffers
+from batchfuzz.strategies.slice_ubatch_metadata import every_microbatch_has_a_real_token
 
 RELEASE = "0.33.0"
 V1 = "vllm/v1/worker/gpu_model_runner.py"
@@ -40,6 +47,17 @@ LORA_HOOK = "vllm/v1/worker/gpu/lora_utils.py:create_lora_capture_hook"
 V1_DUMMY_RUN = f"{V1}:GPUModelRunner._dummy_run"
 UBATCH = "vllm/v1/worker/ubatch_utils.py:maybe_create_ubatch_slices"
 ALLOW = f"{V1}:GPUModelRunner._allow_microbatching"
+SPLIT_ATTN = "vllm/v1/worker/ubatch_utils.py:split_attn_metadata"
+MRV2_PREPARE = "vllm/v1/worker/gpu/ubatch_utils.py:UBatchRunner.prepare"
+ATTN = "vllm/v1/attention/backends/utils.py"
+REORDER = f"{ATTN}:reorder_batch_to_split_decodes_and_prefills"
+SPLIT = f"{ATTN}:split_decodes_and_prefills"
+EXTENDS = f"{ATTN}:split_decodes_prefills_and_extends"
+THRESHOLD = f"{V1}:GPUModelRunner.calculate_reorder_batch_threshold"
+CUMSUM = f"{V1}:GPUModelRunner._get_cumsum_and_arange"
+SPEC = f"{V1}:GPUModelRunner._calc_spec_decode_metadata"
+COORDINATE = "vllm/v1/worker/dp_utils.py:coordinate_batch_across_dp"
+SYNC = "vllm/v1/worker/gpu/dp_utils.py:sync_cudagraph_and_dp_padding"
 # The release's source, its bindings by (function, contract), and the texts of the files they read.
 Release = tuple[vllm.ReleaseSource, dict[tuple[str, str], engines.Bound], dict[str, str]]
 
@@ -68,7 +86,7 @@ class _Recording(vllm.ReleaseSource):
 def release(wheel: Path) -> Release:
     source = _Recording.from_wheel(wheel)
     source.seen = set()
-    table = by_key(vllm.bindings(source))
+    table = by_key(vllm.bindings(source, search=False))
     files = {p: source.read(p) or "" for p in sorted(source.seen)}
     return source, table, files
 
@@ -121,8 +139,11 @@ def test_every_binding_is_bound_in_the_reference_release(release: Release) -> No
     assert source.version == RELEASE and source.ref.startswith("wheel:/")
     assert sorted(table) == sorted([
         (MAKE_DUMMY, "split_dummy_tokens"), (MAKE_DUMMY, "make_dummy"), (MRV2_DUMMY_RUN, "split_dummy_tokens"),
-        (LORA_HOOK, "split_dummy_tokens"), (V1_DUMMY_RUN, "split_dummy_tokens"), (V1_DUMMY_RUN, "pad_query_start_loc"),
-        (UBATCH, "split_ubatches"), (ALLOW, "allow_microbatching")])
+        (LORA_HOOK, "split_dummy_tokens"), (V1_DUMMY_RUN, "split_dummy_tokens"), (V1_DUMMY_RUN, "make_dummy"),
+        (V1_DUMMY_RUN, "pad_query_start_loc"), (UBATCH, "split_ubatches"), (ALLOW, "allow_microbatching"),
+        (SPLIT_ATTN, "slice_ubatch_metadata"), (MRV2_PREPARE, "slice_ubatch_metadata"), (REORDER, "batch_order"),
+        (SPLIT, "batch_order"), (EXTENDS, "batch_order"), (THRESHOLD, "batch_order"), (CUMSUM, "spec_decode_metadata"),
+        (SPEC, "spec_decode_metadata"), (COORDINATE, "coordinate_dp"), (SYNC, "coordinate_dp")])
     for bound in table.values():
         assert bound.status == "bound", (bound.function, bound.reason)
         assert bound.release == f"vllm {RELEASE}" and bound.ref.startswith(f"vllm::{source.ref}::") and bound.detail
@@ -159,6 +180,33 @@ def test_make_dummy_layout_meets_contract_b_on_stale_buffers(release: Release) -
                                   positions=np.zeros(1, np.int64), input_ids=np.zeros(1, np.int64)))
 
 
+def test_v1_dummy_run_as_a_whole_under_contract_b(release: Release, tmp_path: Path) -> None:
+    """The v1 dummy run's whole layout (0.33.0): every dummy request's seq_len
+    is the step's token count (#53658), past max_model_len when N > L; the
+    padded query_start_loc tail is N; max_query_len is N. The pre-#44603 copy
+    (the padding statement removed) leaves the tail stale."""
+    layout = target(release, V1_DUMMY_RUN, "make_dummy")
+    buffers = DummyBuffers(seq_lens=np.full(4, 9, np.int64), query_start_loc=np.array([0, 6, 6, 6, 6]),
+                           positions=np.full(6, 5, np.int64), input_ids=np.full(6, 7, np.int64))
+    batch = layout(2, 3, buffers)
+    assert batch.num_scheduled_tokens.tolist() == [1, 2] and batch.max_query_len == 3
+    assert batch.seq_lens.tolist() == [3, 3, 0, 0] == buffers.seq_lens.tolist()  # seq_len = N for every dummy request
+    assert batch.query_start_loc.tolist() == [0, 1, 3, 3, 3] == buffers.query_start_loc.tolist()
+    assert batch.positions.tolist() == [5, 5, 5] and batch.input_ids.tolist() == [7, 7, 7]  # not written by the dummy run
+    contract = registry.get("make_dummy")
+    failure = hunt(contract, layout, 40, ("seq_lens_within_max_model_len",), domain="engine")
+    assert failure is not None
+    r, n, limit = failure.case.args["num_reqs"], failure.case.args["num_tokens"], failure.case.context["max_model_len"]
+    assert n > limit and n <= r * limit
+    assert hunt(contract, layout, 20, ("query_start_loc_layout", "max_query_len_covers_batch"), domain="engine") is None
+    unpadded = edited(tmp_path, release[2], V1, "self.query_start_loc.np[num_reqs + 1 : num_reqs_padded + 1].fill(\n"
+                      "                    cum_num_tokens[-1]\n                )", "pass")
+    old = bound_target(by_key(vllm.bindings(unpadded, search=False))[(V1_DUMMY_RUN, "make_dummy")])
+    assert old(1, 1, DummyBuffers(seq_lens=np.zeros(2, np.int64), query_start_loc=np.array([0, 0, 4]),
+                                  positions=np.zeros(1, np.int64), input_ids=np.zeros(1, np.int64))).query_start_loc.tolist() == [0, 1, 4]
+    assert hunt(contract, old, 40, ("query_start_loc_layout",), domain="engine") is not None
+
+
 def test_v1_query_start_loc_fill_meets_contract_c_in_the_engine_domain(release: Release) -> None:
     fill = target(release, V1_DUMMY_RUN, "pad_query_start_loc")
     assert hunt(registry.get("pad_query_start_loc"), fill, 15, domain="engine") is None
@@ -189,7 +237,7 @@ def test_ubatch_split_with_the_refusal_matches_the_oracle(release: Release) -> N
     rng = np.random.default_rng(1)
     for _ in range(300):
         nst = rng.integers(1, 9, size=int(rng.integers(1, 6))).astype(np.int32)
-        n = int(rng.integers(2, 5))
+        n = int(rng.integers(2, 9))  # the release takes num_ubatches: dual-batch overlap and up to 8 microbatches
         np_ = max(int(nst.sum()) + int(rng.integers(0, 6)), n)
         rp = nst.size + int(rng.integers(0, 3))
         assert split(nst, np_, rp, n) == ubatch_oracle.split_ubatches(nst, np_, rp, n), (nst.tolist(), np_, rp, n)
@@ -217,20 +265,183 @@ def test_allow_microbatching_allows_the_realizable_decode_reader(release: Releas
             args["block_sizes"]) == ([2, 0], [1, 3], [[[1, 3], [1, 2]]], [2])
 
 
+def _metadata_equal(got: list[Any], expected: list[Any]) -> bool:
+    return len(got) == len(expected) and all(
+        (getattr(g, f) is None) == (getattr(e, f) is None) and np.array_equal(np.asarray(getattr(g, f)), np.asarray(getattr(e, f)))
+        for g, e in zip(got, expected, strict=True) for f in metadata_oracle.METADATA_FIELDS)
+
+
+def test_both_runners_slice_attention_metadata_as_contract_f_says_on_the_ci_scope(release: Release) -> None:
+    """Every case of contract F's ``ci`` scope (the engine's own splits of small
+    steps, n = 2 and 3): the new runner's path equals the oracle on all of
+    them, padding-only microbatches included; v1's split_attn_metadata on every
+    split its caller allows, and it asserts on a microbatch of padding only
+    (which its caller refuses: is_last_ubatch_empty)."""
+    contract = registry.get("slice_ubatch_metadata")
+    v1, mrv2 = target(release, SPLIT_ATTN, "slice_ubatch_metadata"), target(release, MRV2_PREPARE, "slice_ubatch_metadata")
+    refused = 0
+    for case in contract.scope("ci").cases():
+        args = [case.args[k] for k in contract.arguments]
+        expected = metadata_oracle.slice_ubatch_metadata(*args)
+        assert _metadata_equal(mrv2(*args), expected), case.args
+        if every_microbatch_has_a_real_token(*args):
+            assert _metadata_equal(v1(*args), expected), case.args
+        else:
+            refused += 1
+            with pytest.raises(AssertionError, match="Token slice start outside of first request"):
+                v1(*args)
+    assert refused > 0
+
+
+@pytest.fixture(scope="module")
+def release_0_28() -> dict[tuple[str, str], engines.Bound]:
+    try:
+        return by_key(vllm.bindings(vllm.ReleaseSource.from_wheel(engines.fetch_wheel("vllm", "0.28.0"))))
+    except engines.SourceError as exc:
+        pytest.skip(f"cannot download vllm==0.28.0 from the package registry: {exc}")
+
+
+def test_the_0_28_slice_keeps_the_computed_count_unshifted_and_drops_positions(
+        release_0_28: dict[tuple[str, str], engines.Bound]) -> None:
+    """vLLM 0.28.0's split_attn_metadata (the same code since 0.22.0): a
+    continuation keeps the step's cached computed-token count, and no
+    microbatch has positions; both shrink to one request of two tokens cut in
+    the middle. The new runner's path is absent there."""
+    assert release_0_28[(MRV2_PREPARE, "slice_ubatch_metadata")].status == "absent"
+    v1 = bound_target(release_0_28[(SPLIT_ATTN, "slice_ubatch_metadata")])
+    contract = registry.get("slice_ubatch_metadata")
+    for prop in ("continuation_computed", "positions_follow_tokens"):
+        failure = hunt(contract, v1, 60, (prop,), domain="engine")
+        assert failure is not None and failure.property == prop
+        a = failure.case.args
+        assert (a["num_scheduled_tokens"].tolist(), a["num_computed_tokens"].tolist(), a["num_tokens_padded"],
+                a["ubatch_slices"]) == ([2], [0], 2, [((0, 1), (0, 1)), ((0, 1), (1, 2))])
+# ---------------------------------------------------------------- data-parallel coordination, one process per rank
+
+
+def _dp_args(tokens: list[int], padded: list[int], modes: list[int], uniform: list[int], reqs: list[int],
+             ubatch_sizes: list[int] | None, allow: list[int] | None = None) -> list[Any]:
+    return [np.array(tokens, np.int32), np.array(padded, np.int32), np.array(allow or [1] * len(tokens), np.int32),
+            np.array(modes, np.int32), np.array(uniform, np.int32), np.array(reqs, np.int32), 2, (2, 2), [2, 4, 8],
+            ubatch_sizes]
+
+
+def test_v1_coordination_meets_contract_f_across_processes(release: Release) -> None:
+    from batchfuzz.reference.coordinate_dp import coordinate_dp
+
+    coordinate = target(release, COORDINATE, "coordinate_dp")
+    # A split (both ranks allow, no empty microbatch), a veto, a PIECEWISE step padded to the largest rank.
+    for args in (_dp_args([3, 4], [4, 4], [1, 1], [0, 0], [3, 4], None), _dp_args([3, 4], [4, 4], [1, 1], [0, 0], [3, 4], None, [1, 0]),
+                 _dp_args([1, 3, 5], [2, 4, 8], [1, 1, 1], [0, 0, 0], [1, 3, 5], None)):
+        assert coordinate(*args) == coordinate_dp(*args)
+    assert hunt(registry.get("coordinate_dp"), coordinate, 15, domain="engine") is None
+
+
+def test_the_new_runner_keeps_a_microbatched_graph_whose_second_microbatch_is_padding(release: Release) -> None:
+    from batchfuzz.reference.coordinate_dp import RankDecision, coordinate_dp
+
+    sync = target(release, SYNC, "coordinate_dp")
+    # Two ranks, each a uniform decode of two one-token requests (FULL graph of 2), a microbatched graph of 4 only.
+    args = _dp_args([2, 2], [2, 2], [2, 2], [1, 1], [2, 2], [4])
+    assert sync(*args) == [RankDecision(True, (4, 4), 2, 4)] * 2  # microbatches [0, 2) and [2, 4): the second is padding
+    assert coordinate_dp(*args) == [RankDecision(True, (2, 2), 0, 2)] * 2  # the contract: eager, at the real count
+    contract = registry.get("coordinate_dp")
+    with pytest.raises(AssertionError, match="rank 0's last one starts at token 2 >= its 2 real tokens"):
+        contract.property("no_empty_microbatch").check(sync, Case(dict(zip(ARGS, args, strict=True))))
+    # Ranks that asked to run eagerly get the FULL microbatched graph (the matrix's shrunk case: two eager mixed steps).
+    args = _dp_args([2, 2], [2, 2], [0, 0], [0, 0], [1, 1], [2])
+    assert sync(*args) == [RankDecision(True, (2, 2), 2, 2)] * 2
+    with pytest.raises(AssertionError, match="rank 0 runs graph mode 2, but rank 0 can run only mode 0"):
+        contract.property("graph_runnable").check(sync, Case(dict(zip(ARGS, args, strict=True))))
+
+
 # ---------------------------------------------------------------- absent, unbindable, resolve
+
+
+def _violations(contract: registry.Contract, fn: Callable[..., Any], cases: list[Any]) -> dict[str, list[Any]]:
+    """The cases each property of ``contract`` fails on, ``fn`` checked on every case."""
+    failed: dict[str, list[Any]] = {}
+    for case in cases:
+        for prop in contract.properties:
+            try:
+                prop.check(fn, case.copy())
+            except PropertyViolation:
+                failed.setdefault(prop.name, []).append(case)
+    return failed
+
+
+def test_the_reorder_and_both_splits_meet_contract_f_on_every_small_step(release: Release) -> None:
+    """Every step of the ci scope (R <= 2, two groups of different thresholds
+    included), every property, the engine's function inside batchfuzz's pipeline."""
+    contract = registry.get("batch_order")
+    cases = list(contract.scope("ci").cases())
+    for function in (REORDER, SPLIT, EXTENDS):
+        assert _violations(contract, target(release, function, "batch_order"), cases) == {}, function
+
+
+def test_the_runners_threshold_is_the_smallest_even_when_a_group_cannot_run_with_it(release: Release) -> None:
+    """calculate_reorder_batch_threshold fails exactly where no threshold
+    satisfies every group, and on a hybrid speculative step a group then
+    counts a speculative row as a prefill."""
+    contract = registry.get("batch_order")
+    fn = target(release, THRESHOLD, "batch_order")
+    cases = list(contract.scope("ci").cases())
+    refused = []
+    for case in cases:
+        try:
+            order_oracle.batch_order(**case.args)
+        except ValueError:
+            refused.append(case)
+    failed = _violations(contract, fn, cases)
+    assert refused and failed["threshold_matches_oracle"] == refused
+    got = fn([4, 1], [3, 2], [8, 1], [1, 2], 1)
+    assert got.threshold == 1 and got.order == [0, 1]
+    assert got.splits[1][0] == (0, 2, 0, 5)  # group 1 (threshold 2): the 2-token speculative row is a prefill
+    with pytest.raises(PropertyViolation, match="counts speculative row 1"):
+        contract.property("spec_rows_are_decodes").check(fn, Case(
+            {"num_computed_tokens": [4, 1], "num_scheduled_tokens": [3, 2], "num_prompt_tokens": [8, 1],
+             "thresholds": [1, 2], "num_speculative_tokens": 1}))
+
+
+def test_the_uniform_split_of_earlier_releases_is_caught(release: Release, tmp_path: Path) -> None:
+    """vLLM 0.22.0 and 0.23.0 returned "all decodes" for a uniform batch
+    under require_uniform even without treat_short_extends_as_decodes."""
+    old = ("        if treat_short_extends_as_decodes and torch.all(\n"
+           "            (query_lens == query_lens[0]) | (query_lens == 0)\n        ):")
+    new = "        if torch.all((query_lens == query_lens[0]) | (query_lens == 0)):"
+    source = edited(tmp_path, release[2], ATTN, old, new)
+    fn = bound_target(by_key(vllm.bindings(source))[(SPLIT, "batch_order")])
+    failure = hunt(registry.get("batch_order"), fn, 200, ("split_counts_match_order",), domain="engine")
+    assert failure is not None
+    assert failure.case.args == {"num_computed_tokens": [0], "num_scheduled_tokens": [1], "num_prompt_tokens": [1],
+                                 "thresholds": [1], "num_speculative_tokens": 0}
+
+
+def test_spec_decode_metadata_bindings_match_the_oracle(release: Release) -> None:
+    """Both methods on the runner's own documented example and on every step of the small scope."""
+    contract = registry.get("spec_decode_metadata")
+    cases = [Case({"num_draft_tokens": [3, 0, 2, 0, 1], "num_scheduled_tokens": [4, 100, 3, 100, 2]}),
+             *contract.scope("small").cases()]
+    for function in (CUMSUM, SPEC):
+        fn = target(release, function, "spec_decode_metadata")
+        for case in cases:
+            assert fn(**case.args) == spec_oracle.spec_decode_metadata(**case.args), (function, case.args)
 
 
 def test_a_removed_function_is_absent_and_a_changed_one_unbindable(release: Release, tmp_path: Path) -> None:
     files = release[2]
-    gone = by_key(vllm.bindings(edited(tmp_path / "a", files, V1, "def _allow_microbatching(", "def _allow_microbatching_v2(")))
+    gone = by_key(vllm.bindings(edited(tmp_path / "a", files, V1, "def _allow_microbatching(", "def _allow_microbatching_v2("),
+                                search=False))
     assert gone[(ALLOW, "allow_microbatching")].status == "absent"
     assert "has no attribute '_allow_microbatching'" in gone[(ALLOW, "allow_microbatching")].reason
-    renamed = by_key(vllm.bindings(edited(tmp_path / "b", files, V1, "def _get_cumsum_and_arange(", "def _cumsum_and_arange(")))
+    renamed = by_key(vllm.bindings(edited(tmp_path / "b", files, V1, "def _get_cumsum_and_arange(", "def _cumsum_and_arange("),
+                                   search=False))
     b = renamed[(V1_DUMMY_RUN, "pad_query_start_loc")]
     assert b.status == "unbindable" and "GPUModelRunner has no attribute '_get_cumsum_and_arange'" in b.reason
     sig = by_key(vllm.bindings(edited(tmp_path / "c", files, "vllm/v1/worker/gpu/input_batch.py",
                                       "def __init__(self, max_num_reqs: int, max_num_tokens: int, device: torch.device):",
-                                      "def __init__(self, max_num_reqs: int, max_num_tokens: int, device: torch.device, pin: bool):")))
+                                      "def __init__(self, max_num_reqs: int, max_num_tokens: int, device: torch.device, pin: bool):"),
+                                search=False))
     b = sig[(MAKE_DUMMY, "make_dummy")]
     assert b.status == "unbindable" and "missing 1 required positional argument: 'pin'" in b.reason and b.target is None
     assert all(x.status == "bound" for k, x in sig.items() if k[0] != MAKE_DUMMY)
@@ -251,8 +462,8 @@ def test_resolve_rebuilds_a_target_in_a_fresh_process(release: Release, tmp_path
         engines.resolve(ref)
     with pytest.raises(ValueError, match=r"ref must be 'vllm::SOURCE::FUNCTION::CONTRACT'"):
         vllm.resolve("vllm::wheel:/x.whl")
-    with pytest.raises(ValueError, match=r"ref names engine 'sglang', which batchfuzz.engines does not have"):
-        engines.resolve("sglang::dir:/x::f::c")
+    with pytest.raises(engines.UnknownEngine, match=r"no engine named 'tgi'; registered: sglang, vllm"):
+        engines.resolve("tgi::dir:/x::f::c")
 
 
 # ---------------------------------------------------------------- release sources (no download needed)

@@ -1,5 +1,5 @@
 """The block-level exact microbatching check (impl/allow_microbatching_numpy.py,
-impl/allow_microbatching_torch.py) and its benchmark (batchfuzz/microbench.py).
+impl/allow_microbatching_torch.py) and its benchmark (batchfuzz/bench/microbench.py).
 
 Properties, each with the buggy variant it is shown to catch (``_caught``
 searches for a counterexample and fails when there is none):
@@ -34,8 +34,8 @@ from hypothesis import strategies as st
 from hypothesis.errors import NoSuchExample
 from torch.overrides import TorchFunctionMode
 
-from batchfuzz import microbench
-from batchfuzz.contracts._microbatch import shipped_allow_microbatching
+from batchfuzz.bench import microbench
+from batchfuzz.contracts._microbatch import shipped_allow_microbatching, shipped_vectorised
 from batchfuzz.impl import allow_microbatching_numpy as exact
 from batchfuzz.impl import allow_microbatching_torch as exact_torch
 from batchfuzz.impl import find_conflicts_numpy, find_conflicts_torch
@@ -43,8 +43,8 @@ from batchfuzz.reference import _step as ref_step
 from batchfuzz.reference import allow_microbatching as ref_decision
 from batchfuzz.reference import find_conflicts as ref_conflicts
 from batchfuzz.reference._step import Step
-from batchfuzz.scheduler_model import sample_realizable_step
 from batchfuzz.strategies._steps import general_steps, realizable_steps_for_ci
+from batchfuzz.workloads import sample_realizable_step
 
 ANY_STEP = st.one_of(general_steps(), general_steps(well_formed=False), realizable_steps_for_ci().map(lambda si: si[0]))
 SEARCH = settings(max_examples=3000, deadline=None, database=None, derandomize=True)  # deterministic searches
@@ -855,12 +855,12 @@ SHIPPED_CASES = st.tuples(ANY_STEP, st.sampled_from((1, 1, 2, 4)))
 
 @given(drawn=SHIPPED_CASES)
 def test_benchmark_shipped_check_decides_as_the_registered_variant(drawn: Any) -> None:
-    shipped_copy_matches_variant(microbench.shipped_check_as_engine)(drawn)
+    shipped_copy_matches_variant(shipped_vectorised)(drawn)
 
 
 def test_shipped_copy_property_catches_decodes_counted_as_readers() -> None:
     def decodes_read(n: int, c: Any, q: Any, tables: Any, sizes: Any, thr: int) -> bool:
-        return microbench.shipped_check_as_engine(n, c, q, tables, sizes, 0)
+        return shipped_vectorised(n, c, q, tables, sizes, 0)
 
     _caught(shipped_copy_matches_variant(decodes_read), SHIPPED_CASES)
 
@@ -872,7 +872,7 @@ def test_microbench_runs_and_compares() -> None:
     def engine(step: Step, info: dict[str, Any]) -> Callable[[], bool]:
         args = (step.num_reqs, step.num_computed_tokens, step.num_scheduled_tokens, step.block_tables, step.block_sizes,
                 info["reorder_batch_threshold"])
-        return lambda: microbench.shipped_check_as_engine(*args)
+        return lambda: shipped_vectorised(*args)
 
     report = microbench.run(["mixed/G2", "prefill-heavy/G1"], num_reqs=12, width=48, steps=2, repeat=2, oracle_steps=1,
                             engine=engine)
@@ -894,7 +894,7 @@ def test_microbench_reports_a_wrong_engine_function() -> None:
     def contrary(step: Step, info: dict[str, Any]) -> Callable[[], bool]:
         args = (step.num_reqs, step.num_computed_tokens, step.num_scheduled_tokens, step.block_tables, step.block_sizes,
                 info["reorder_batch_threshold"])
-        return lambda: not microbench.shipped_check_as_engine(*args)
+        return lambda: not shipped_vectorised(*args)
 
     report = microbench.run(["prefill-heavy/G1"], num_reqs=12, width=48, steps=1, repeat=1, oracle_steps=0,
                             validated=False, engine=contrary)

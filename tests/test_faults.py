@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from batchfuzz import cli, corpus
+from batchfuzz import cli, usage
 from batchfuzz.case import Case
+from batchfuzz.fuzz import corpus
 
 CONTRACT = "split_dummy_tokens"
 LORA = "vllm/v1/worker/gpu/lora_utils.py:create_lora_capture_hook"
@@ -154,8 +155,8 @@ def test_a_budget_out_of_bounds_is_refused(text: str, match: str) -> None:
     import argparse
 
     with pytest.raises(argparse.ArgumentTypeError, match=match):
-        cli.parse_duration(text)
-    assert cli.parse_duration("720h") == 720 * 3600.0 and cli.parse_duration("0.01") == 0.01
+        usage.parse_duration(text)
+    assert usage.parse_duration("720h") == 720 * 3600.0 and usage.parse_duration("0.01") == 0.01
 
 
 def test_a_target_excluded_by_impl_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
@@ -310,12 +311,13 @@ def _env() -> dict[str, str]:
 
 def test_workers_are_capped_by_the_items_and_cores_and_a_short_budget_is_said_at_start(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from batchfuzz.commands import fuzz
+    from batchfuzz.fuzz import controller as fuzz
+    from batchfuzz.fuzz.settings import MIN_SLICE_S, STARTUP_S
 
     assert fuzz.cap_workers(1000, 1, 2) == (1, "--workers 1000 capped at 1 (the number of work items)")
     assert fuzz.cap_workers(1000, 132, 2) == (4, "--workers 1000 capped at 4 (the number of twice the 2 cores)")
     assert fuzz.cap_workers(2, 132, 2) == (2, None)
-    assert fuzz.minimum_budget(132, 1) == fuzz.STARTUP_S + fuzz.MIN_SLICE_S * 132
+    assert fuzz.minimum_budget(132, 1) == STARTUP_S + MIN_SLICE_S * 132
     # One item, --workers 1000, a derandomized profile (one fixed stream: the run is example-driven).
     code = cli.main(["fuzz", *ONE_ITEM, "--workers", "1000", "--profile", "ci", "--budget", "120", "--no-database",
                      "--report", str(tmp_path / "report"), "--corpus", str(tmp_path / "corpus"), "--progress", "none"])
@@ -330,7 +332,7 @@ def test_workers_are_capped_by_the_items_and_cores_and_a_short_budget_is_said_at
 
 def test_a_budget_too_short_for_every_first_slice_is_said_with_the_number(tmp_path: Path,
                                                                          capsys: pytest.CaptureFixture[str]) -> None:
-    from batchfuzz.commands import fuzz
+    from batchfuzz.fuzz import controller as fuzz
 
     items = 8  # every property of the contract on one implementation
     need = fuzz.minimum_budget(items, 1)
@@ -419,9 +421,10 @@ def test_a_report_that_cannot_be_written_is_an_error_with_the_reason_and_the_cor
 def test_losing_the_shared_database_mid_run_is_said_in_summary_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import time
 
-    from batchfuzz import database, fuzzjob
-    from batchfuzz.commands import fuzz
-    from batchfuzz.fuzzjob import Job, WorkItem, new_state, write_state
+    from batchfuzz.fuzz import controller as fuzz
+    from batchfuzz.fuzz import database
+    from batchfuzz.fuzz import job as fuzzjob
+    from batchfuzz.fuzz.job import Job, WorkItem, new_state, write_state
 
     item = WorkItem(0, CONTRACT, "impl:numpy@cpu", "cpu", "matches_oracle", None)
     job = Job(items=[item], report_dir=str(tmp_path / "report"), corpus_dir=str(tmp_path / "corpus"),

@@ -22,10 +22,11 @@ from typing import Any
 
 import pytest
 
-from batchfuzz import cli, corpus, registry, report
-from batchfuzz.commands import fuzz
-from batchfuzz.fuzzjob import Job, WorkItem, new_state
-from batchfuzz.progress import Progress
+from batchfuzz import cli, output, registry
+from batchfuzz.fuzz import controller, corpus, report
+from batchfuzz.fuzz import settings as fuzz_settings
+from batchfuzz.fuzz.job import Job, WorkItem, new_state
+from batchfuzz.fuzz.progress import Progress
 from tests.test_corpus import BUGGY, CONTRACT, FIXED
 
 REPO = Path(__file__).resolve().parent.parent
@@ -84,7 +85,7 @@ def test_planted_failure_on_two_workers_under_ci_reaches_the_corpus_and_the_test
     assert r.returncode == 1, out  # the planted target fails
     s = _summary(tmp_path)
     assert not s["partial"] and s["status"] == "failed" and s["workers"] == 2 and s["profile"] == "nightly"
-    assert s["wall_seconds"] < 20 + fuzz.GRACE_S
+    assert s["wall_seconds"] < 20 + fuzz_settings.GRACE_S
     impls = s["contracts"][CONTRACT]["implementations"]
     assert set(impls) == {"impl:numpy@cpu", f"{planted}:split"}
     for i in impls.values():
@@ -159,8 +160,8 @@ def test_a_fair_share_runs_every_item(tmp_path: Path) -> None:
     """With the stated share of the budget per item per worker (plus start-up),
     no item is left unrun: items are handed out round robin, each gets a slice
     before any gets a second."""
-    items = fuzz.plan(cli.build_parser().parse_args(["fuzz", "--contract", CONTRACT]))
-    budget = fuzz.STARTUP_S + len(items) * fuzz.MIN_SLICE_S
+    items = controller.plan(cli.build_parser().parse_args(["fuzz", "--contract", CONTRACT]))
+    budget = fuzz_settings.STARTUP_S + len(items) * fuzz_settings.MIN_SLICE_S
     r = _fuzz(tmp_path, "--budget", f"{budget}s", "--no-database", "--contract", CONTRACT)
     assert r.returncode == 0, r.stdout + r.stderr
     s = _summary(tmp_path)
@@ -211,7 +212,7 @@ def test_cuda_without_a_gpu_is_a_usage_error(tmp_path: Path) -> None:
 
 
 def _plan(*argv: str) -> list[WorkItem]:
-    return fuzz.plan(cli.build_parser().parse_args(["fuzz", *argv]))
+    return controller.plan(cli.build_parser().parse_args(["fuzz", *argv]))
 
 
 def test_plan_covers_every_contract_property_and_filters_by_glob(planted: Path) -> None:
@@ -259,8 +260,8 @@ _FAILURE = {"property": "p1", "during": "", "spec": "spec", "kind": "violation",
 
 def test_progress_table_on_a_terminal_and_lines_otherwise(tmp_path: Path) -> None:
     job = _fake_job(tmp_path)
-    corpus.write_json_atomic(job.items_dir / "0000.json", _state(job.items[0], "idle", 100))
-    corpus.write_json_atomic(job.items_dir / "0001.json", _state(job.items[1], "running", 10, [_FAILURE]))
+    output.write_json_atomic(job.items_dir / "0000.json", _state(job.items[0], "idle", 100))
+    output.write_json_atomic(job.items_dir / "0001.json", _state(job.items[1], "running", 10, [_FAILURE]))
     tty = io.StringIO()
     p = Progress(tty, job, time.time(), tty=True)
     p.update()

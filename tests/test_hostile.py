@@ -25,7 +25,8 @@ from typing import Any
 
 import pytest
 
-from batchfuzz.commands import check, fuzz
+from batchfuzz.commands import check
+from batchfuzz.fuzz import settings as fuzz_settings
 
 REPO = Path(__file__).resolve().parent.parent
 HOSTILE = Path(__file__).with_name("hostile.py")
@@ -138,7 +139,7 @@ def test_fuzz_with_a_segfaulting_and_a_hanging_target_finishes_and_keeps_both(tm
         "--report", str(tmp_path / "report"), "--corpus", str(tmp_path / "corpus"), "--progress", "lines", cwd=tmp_path)
     out = r.stdout + r.stderr
     assert r.returncode == 1, out
-    assert wall <= budget + fuzz.GRACE_S + STARTUP_S, out
+    assert wall <= budget + fuzz_settings.GRACE_S + STARTUP_S, out
     summary = json.loads((tmp_path / "report" / "summary.json").read_text())
     found = {(f["implementation"].rsplit(":", 1)[1], f["property"]) for f in summary["failures"]}
     assert {p for fn, p in found if fn == "segv"} == {"crash"} and {p for fn, p in found if fn == "hang"} == {"timeout"}, found

@@ -1,4 +1,4 @@
-"""``batchfuzz bench --loop`` (batchfuzz.loopbench): on one small contract, in
+"""``batchfuzz bench --loop`` (batchfuzz.bench.loopbench): on one small contract, in
 seconds, its output is consistent (every loop sampled, examples counted,
 ratios computed from the measured numbers); timings themselves are not
 judged. And the fast contract E labels name exactly the classes the oracles
@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from batchfuzz import loopbench, registry
+from batchfuzz import registry
+from batchfuzz.bench import loopbench
 from batchfuzz.case import Case
 from batchfuzz.cli import main
 from batchfuzz.contracts._microbatch import labels, shipped_allow_microbatching, splits_of, step_of

@@ -4,7 +4,12 @@ command on a real release."""
 
 from __future__ import annotations
 
-from batchfuzz.engines import Bound, matrix
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from batchfuzz.engines import Bound, ReleaseSource, SourceError, matrix
 
 
 def _cell(release: str, verdict: str, **kw: object) -> matrix.Cell:
@@ -40,3 +45,41 @@ def test_the_markdown_table_has_a_column_per_release_and_compact_counterexamples
     assert "matches_oracle: num_scheduled_tokens=[1]" in matrix.to_text(cells)
     long = {"buffers": "DummyBuffers(" + ", ".join(f"f{i}=np.array([0, 0], dtype=np.int32)" for i in range(9)) + ")"}
     assert matrix.compact_args({"args": long}) == "buffers=DummyBuffers(...)"
+
+
+class _ToySource(ReleaseSource):
+    distribution = "toyengine"
+    package = "toyengine"
+
+
+def _toy_engine(*specs: tuple[str, str]) -> SimpleNamespace:
+    return SimpleNamespace(ENGINE="toyengine", ReleaseSource=_ToySource, RELEASES=("1.0",),
+                           SPECS=tuple(SimpleNamespace(function=f, contract=c) for f, c in specs))
+
+
+def test_a_selection_is_checked_against_the_engines_specs() -> None:
+    engine = _toy_engine(("pkg/run.py:Runner.split", "split_dummy_tokens"), ("pkg/run.py:Runner.fill", "pad_query_start_loc"))
+    keep = matrix.selection(engine, ["*.fill"], None)
+    bound = [Bound("toyengine 1.0", s.function, s.contract, "absent", reason="-") for s in engine.SPECS]
+    assert [keep(b) for b in bound] == [False, True]
+    keep = matrix.selection(engine, None, ["split_dummy_tokens"])
+    assert [keep(b) for b in bound] == [True, False]
+    with pytest.raises(LookupError, match=r"--function 'Runner.plan' matches no bound function; known: "
+                                          r"pkg/run.py:Runner.split, pkg/run.py:Runner.fill"):
+        matrix.selection(engine, ["Runner.plan"], None)
+    with pytest.raises(LookupError, match=r"--contract 'nope': no such contract"):
+        matrix.selection(engine, None, ["nope"])
+    with pytest.raises(LookupError, match=r"engine 'toyengine' binds to contract\(s\) no_such_contract, which are not registered"):
+        matrix.selection(_toy_engine(("pkg/run.py:f", "no_such_contract")), None, None)
+
+
+def test_release_sources_are_the_engines_own(tmp_path: Path) -> None:
+    (tmp_path / "toyengine").mkdir()
+    (tmp_path / "toyengine" / "_version.py").write_text('__version__ = "2.1.0"\n')
+    engine = _toy_engine()
+    (source,) = matrix.release_sources(engine, dirs=[str(tmp_path)])
+    assert isinstance(source, _ToySource) and source.version == "2.1.0" and source.ref == f"dir:{tmp_path.resolve()}"
+    with pytest.raises(ValueError, match=r"give at least one release"):
+        matrix.release_sources(engine)
+    with pytest.raises(SourceError, match=r"has no toyengine/ package directory"):
+        matrix.release_sources(engine, dirs=[str(tmp_path / "toyengine")])

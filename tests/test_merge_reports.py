@@ -1,10 +1,10 @@
-"""Merging a sharded fuzz run's reports (``batchfuzz.merge``, ``batchfuzz merge-reports``)
+"""Merging a sharded fuzz run's reports (``batchfuzz.fuzz.merge``, ``batchfuzz merge-reports``)
 and its corpora across shards.
 
 Shard reports are written by the fuzz job's own code: the work items are
-planned by ``batchfuzz fuzz``'s planner (``commands.fuzz.plan``, with
+planned by ``batchfuzz fuzz``'s planner (``commands.controller.plan``, with
 ``--shard K/N`` exactly as the command runs it), their states are what a
-runner writes (``fuzzjob.new_state``, filled in), and the reports are built
+runner writes (``batchfuzz.fuzz.job.new_state``, filled in), and the reports are built
 and written by ``report.build_summary`` / ``write_reports``, with the
 ``"shard"`` field the fuzz command records. Work items are per property, so
 an implementation is spread over several shards. The oracle for a merge is
@@ -28,10 +28,12 @@ from typing import Any
 
 import pytest
 
-from batchfuzz import cli, corpus, merge, registry, report
-from batchfuzz.commands import fuzz
-from batchfuzz.fuzzjob import Job, WorkItem, new_state
-from batchfuzz.shards import plan_digest, shard_of
+from batchfuzz import cli, output, registry
+from batchfuzz.commands import fuzz as fuzz_command
+from batchfuzz.fuzz import controller, corpus, merge, report
+from batchfuzz.fuzz.job import Job, WorkItem, new_state
+from batchfuzz.fuzz.shards import plan_digest, shard_of
+from batchfuzz.usage import ExitCode
 from tests.redis_server import redis_server, redis_url
 
 __all__ = ["redis_server", "redis_url"]  # fixtures, imported for pytest
@@ -49,7 +51,7 @@ NOT_RUN = ("pad_query_start_loc", "impl:torch.graph@cpu")  # its last property n
 def _plan(*extra: str, planted: bool = True) -> list[WorkItem]:
     """The work items ``batchfuzz fuzz [--target CONTRACT=PLANTED] EXTRA...`` plans (cpu)."""
     argv = ["fuzz", *(["--target", f"{CONTRACT}={PLANTED}"] if planted else []), *extra]
-    return fuzz.plan(cli.build_parser().parse_args(argv))
+    return controller.plan(cli.build_parser().parse_args(argv))
 
 
 def _failure(item: WorkItem) -> dict[str, Any]:
@@ -154,7 +156,7 @@ def test_merging_every_shard_equals_the_unsharded_report(tmp_path: Path, n: int)
     assert set(got) == set(want) | {"merged", "shards"}  # the format of a single run's summary
     t = got["totals"]
     assert (t["items"], t["failures"], t["errors"], t["items_not_run"]) == (len(_plan()), 2, 1, 1)
-    assert merged.summary["status"] == "failed" and merged.exit_code == merge.EXIT_FAILURES
+    assert merged.summary["status"] == "failed" and merged.exit_code == ExitCode.COUNTEREXAMPLE
     assert merged.summary["shards"]["complete"] and merged.summary["shards"]["missing"] == []
     assert merged.summary["workers"] == n and merged.summary["shard"] is None
 
@@ -210,7 +212,7 @@ def test_items_that_did_not_run_make_the_merge_incomplete(tmp_path: Path, capsys
     assert _merge_cli(*dirs, "--report", tmp_path / "out") == 3
     assert f"incomplete: 1 work item(s) did not run: {NOT_RUN[0]}/{NOT_RUN[1]}/" in capsys.readouterr().out
     merged = merge.merge_dirs(dirs)
-    assert merged.summary["status"] == "incomplete" and merged.exit_code == merge.EXIT_INCOMPLETE
+    assert merged.summary["status"] == "incomplete" and merged.exit_code == ExitCode.INCOMPLETE
     assert merged.summary["shards"]["complete"] and merged.summary["totals"]["items_not_run"] == 1
     (name,) = merged.summary["not_run"]
     assert name.startswith(f"{NOT_RUN[0]}/{NOT_RUN[1]}/")
@@ -227,7 +229,7 @@ def test_an_empty_shard_is_merged_not_missing(tmp_path: Path) -> None:
     merged = merge.merge_dirs(dirs)
     assert merged.missing == [] and merged.summary["shards"]["complete"]
     assert merged.summary["totals"]["items"] == len(_plan(*extra, planted=False)) and merged.summary["device"] == "cpu"
-    assert merged.exit_code == merge.EXIT_OK
+    assert merged.exit_code == ExitCode.OK
 
 
 def test_an_unsharded_run_merges_as_shard_1_of_1(tmp_path: Path) -> None:
@@ -238,7 +240,7 @@ def test_an_unsharded_run_merges_as_shard_1_of_1(tmp_path: Path) -> None:
     assert merged.summary["shards"]["count"] == 1 and merged.missing == [] and not merged.summary["shards"]["given"][0]["sharded"]
     assert _canonical(merged.summary)["contracts"] == _canonical(whole)["contracts"]
     assert merged.summary["totals"] == whole["totals"]
-    assert merged.exit_code == merge.EXIT_FAILURES
+    assert merged.exit_code == ExitCode.COUNTEREXAMPLE
 
 
 # --------------------------------------------------------------------------- incomplete runs
@@ -266,7 +268,7 @@ def test_a_failure_keeps_exit_1_even_when_a_shard_is_missing(tmp_path: Path) -> 
     planted = next(i for i in _plan() if i.target == PLANTED and i.property == VIOLATED)
     k = shard_of(planted.shard_key, 3)  # the shard with the planted failure
     merged = merge.merge_dirs([_write_shard(tmp_path, k, 3)])
-    assert merged.exit_code == merge.EXIT_FAILURES
+    assert merged.exit_code == ExitCode.COUNTEREXAMPLE
     # The run's rule (report.run_status): a failure is the headline, the missing shards are named.
     assert merged.summary["status"] == "failed" and not merged.summary["shards"]["complete"]
     assert sorted(merged.missing) == sorted({1, 2, 3} - {k})
@@ -277,7 +279,7 @@ def test_an_interrupted_shard_makes_the_merge_incomplete(tmp_path: Path) -> None
     d1 = _write_shard(tmp_path, 1, 2, extra=extra, clean=True, planted=False, partial=True)
     d2 = _write_shard(tmp_path, 2, 2, extra=extra, clean=True, planted=False)
     merged = merge.merge_dirs([d1, d2])
-    assert merged.exit_code == merge.EXIT_INCOMPLETE and merged.summary["partial"] and merged.summary["status"] == "interrupted"
+    assert merged.exit_code == ExitCode.INCOMPLETE and merged.summary["partial"] and merged.summary["status"] == "interrupted"
     assert merged.summary["interrupted_by"] == "shard 1/2: SIGTERM received"
     impls = merged.summary["contracts"][CONTRACT]["implementations"]
     spread = [i for i in impls.values() if len(i["shards"]) == 2]
@@ -393,8 +395,9 @@ def test_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
 _HUNT = """
 import json, sys
 from hypothesis import settings
-from batchfuzz import corpus, registry, runner
-from batchfuzz.database import open_database
+from batchfuzz import registry, runner
+from batchfuzz.fuzz import corpus
+from batchfuzz.fuzz.database import open_database
 from batchfuzz.targets import load_function
 
 url, local, corpus_dir, seed, worker, spec = sys.argv[1:7]
@@ -491,7 +494,7 @@ def test_merging_corpora_is_a_plain_copy_that_names_real_conflicts(tmp_path: Pat
     corpus.save(tmp_path / "s2", dict(same, date="2026-02-02T00:00:00+00:00", found={"seed": 9, "worker": "gw5"}))
     corpus.save(tmp_path / "s3", dict(same, spec="another text"))  # same name, different content: a conflict
     misnamed = corpus.path_for(tmp_path / "s4", same).with_name("ffffffffffffffff.json")
-    corpus.write_json_atomic(misnamed, same)
+    output.write_json_atomic(misnamed, same)
     garbage = tmp_path / "s4" / "split_dummy_tokens" / "0000000000000000.json"
     garbage.write_text("{ truncated")
     dest = tmp_path / "dest"
@@ -535,7 +538,7 @@ def test_the_nightly_workflow_shards_merges_and_keeps_the_database() -> None:
     import re
     import shlex
 
-    from batchfuzz.database import parse_redis_url
+    from batchfuzz.fuzz.database import parse_redis_url
 
     wf = _workflow()
     on: Any = wf.get("on", wf.get(True))  # YAML 1.1 reads a bare `on` as true
@@ -557,9 +560,9 @@ def test_the_nightly_workflow_shards_merges_and_keeps_the_database() -> None:
                            .replace('"$BATCHFUZZ_REDIS"', default_url.group(1)))
         assert argv[:2] == ["batchfuzz", "fuzz"]
         args = parser.parse_args(argv[1:])  # the real parser: every flag exists and every value parses
-        assert args.func is fuzz.run and args.shard == (k, n) and args.seed == 123 and args.profile == "nightly"
+        assert args.func is fuzz_command.run and args.shard == (k, n) and args.seed == 123 and args.profile == "nightly"
         assert args.database == default_url.group(1) and args.report == "reports/nightly" and args.workers == 2
-        planned.append({i.shard_key for i in fuzz.plan(args)})
+        planned.append({i.shard_key for i in controller.plan(args)})
     everything = {i.shard_key for i in _plan(planted=False)}
     assert set().union(*planned) == everything and sum(map(len, planned)) == len(everything)  # the N shards partition the plan
 

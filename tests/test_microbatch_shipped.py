@@ -1,5 +1,5 @@
 """The engine's shipped microbatch check (docs/contracts.md, "What the engine ships"),
-re-expressed in ``batchfuzz.variants.microbatch.shipped_allow_microbatching``,
+re-expressed in ``batchfuzz.contracts._microbatch.shipped_allow_microbatching``,
 judged by the simulation.
 
 - On realizable steps (what a prefix-caching scheduler produces) the harness
@@ -182,7 +182,7 @@ def classify(step: Step, threshold: int = 1) -> str:
 
 def measure(examples: int, seed: int = 0) -> dict[str, Counter[str]]:
     """Shipped check vs exact rule on general and realizable steps."""
-    from batchfuzz.scheduler_model import sample_realizable_step, sample_small_step
+    from batchfuzz.workloads import sample_realizable_step, sample_small_step
 
     out: dict[str, Counter[str]] = {}
     general: Counter[str] = Counter()

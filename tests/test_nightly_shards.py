@@ -32,9 +32,9 @@ from typing import Any
 import pytest
 from hypothesis.database import DirectoryBasedExampleDatabase
 
-from batchfuzz import cli, corpus, merge, profiles, registry, runner
-from batchfuzz.commands import fuzz
-from batchfuzz.shards import plan_digest
+from batchfuzz import cli, profiles, registry, runner
+from batchfuzz.fuzz import controller, corpus, merge
+from batchfuzz.fuzz.shards import plan_digest
 from tests.redis_server import RedisServer
 from tests.test_corpus import BUGGY, FIXED
 
@@ -54,7 +54,7 @@ BUDGET, NEXT_NIGHT_BUDGET = "12s", "10s"
 # loaded 2-core machine) would eat the first slices. Isolation has its own end-to-end
 # tests (tests/test_fuzz_job.py, tests/test_isolation.py).
 ISOLATION = ["--no-isolation"]
-PREFIX = b"batchfuzz:example:"  # the default namespace of batchfuzz.database
+PREFIX = b"batchfuzz:example:"  # the default namespace of batchfuzz.fuzz.database
 
 
 @dataclass
@@ -139,7 +139,7 @@ def _snapshot(server: RedisServer) -> dict[bytes, set[bytes]]:
 
 
 def _plan(*extra: str) -> list[Any]:
-    return fuzz.plan(cli.build_parser().parse_args(["fuzz", *PLAN_ARGS, *extra]))
+    return controller.plan(cli.build_parser().parse_args(["fuzz", *PLAN_ARGS, *extra]))
 
 
 def _triples(items: list[Any]) -> set[tuple[str, str, str]]:

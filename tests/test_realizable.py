@@ -1,4 +1,4 @@
-"""The realizable-step model (strategies/realizable.py) obeys the scheduler's invariants.
+"""The realizable-step model (``batchfuzz.scheduler_model`` drawn through ``batchfuzz.workloads``) obeys the scheduler's invariants.
 
 Whatever a property concludes from a realizable step is only worth something
 if the step is one a prefix-caching scheduler can produce; these tests check
@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from batchfuzz import scheduler_model as rz
+from batchfuzz import workloads
 from batchfuzz.reference._args import ceil_div
 from batchfuzz.reference._step import Step, is_well_formed
 from batchfuzz.reference.find_conflicts import find_conflicts
@@ -35,10 +36,9 @@ from batchfuzz.scheduler_model import (
     EngineConfig,
     GroupSpec,
     SchedulerModel,
-    sample_realizable_step,
-    sample_small_step,
 )
 from batchfuzz.strategies import realizable_steps
+from batchfuzz.workloads import sample_realizable_step, sample_small_step
 
 
 def check_invariants(step: Step, info: dict[str, Any]) -> None:
@@ -131,13 +131,13 @@ def test_spec_decode_drafts() -> None:
     model = SchedulerModel(EngineConfig((GroupSpec(4),), 32, True, 64, 8, 32, reorder_batch_threshold=3, num_spec_tokens=2))
     model.add_request(model.fresh_tokens(5), 8)
     model.run(model.schedule())
-    step, info = rz._emit(model, model.schedule(), "tight", np.int64, np.int64)
+    step, info = rz.emit_step(model, model.schedule(), "tight", np.int64, np.int64)
     assert step.num_computed_tokens.tolist() == [5] and step.num_scheduled_tokens.tolist() == [3]
     assert info["token_ids"][0][-2:] == [-1, -1] and rz.SPEC_DECODE in info["labels"]
     check_invariants(step, info)
 
 
-@pytest.mark.parametrize("profile", rz.PROFILES)
+@pytest.mark.parametrize("profile", workloads.PROFILES)
 @pytest.mark.parametrize("num_groups", [1, 3])
 def test_large_generator_invariants(profile: str, num_groups: int) -> None:
     step, info = sample_realizable_step(np.random.default_rng(7), num_reqs=24, max_blocks_per_req=64, profile=profile,
@@ -187,7 +187,7 @@ def test_minimal_same_step_hit_reader_first() -> None:
     prompt = model.fresh_tokens(3)
     model.add_request(prompt, 4)
     model.add_request(prompt, 4)
-    step, info = rz._emit(model, model.schedule(), "tight", np.int64, np.int64)
+    step, info = rz.emit_step(model, model.schedule(), "tight", np.int64, np.int64)
     assert step.num_computed_tokens.tolist() == [2, 0]
     assert step.num_scheduled_tokens.tolist() == [1, 3]
     assert step.block_tables[0].tolist() == [[1, 3], [1, 2]]
@@ -203,7 +203,7 @@ def test_sliding_window_hit_has_null_prefix() -> None:
     model.add_request(prompt, 2)
     model.run(model.schedule())
     model.add_request(prompt, 2)
-    step, info = rz._emit(model, model.schedule(), "tight", np.int64, np.int64)
+    step, info = rz.emit_step(model, model.schedule(), "tight", np.int64, np.int64)
     c = step.num_computed_tokens.tolist()
     assert c == [21, 20]  # decode of the first; the copy hits 5 blocks and recomputes the last token
     sw = step.block_tables[1].tolist()
@@ -220,7 +220,7 @@ def test_preemption_resumes_with_cache_hits() -> None:
         model.run(model.schedule())
     sched = model.schedule()
     assert sched.preempted and model.waiting[0].was_preempted
-    check_invariants(*rz._emit(model, sched, "tight", np.int32, np.int32))
+    check_invariants(*rz.emit_step(model, sched, "tight", np.int32, np.int32))
 
 
 def test_bad_bounds_named() -> None:

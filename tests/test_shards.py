@@ -1,4 +1,4 @@
-"""Sharding work items (``batchfuzz.shards``): parsing K/N, and a partition that is
+"""Sharding work items (``batchfuzz.fuzz.shards``): parsing K/N, and a partition that is
 complete, disjoint, stable under other items coming and going, the same in every
 process, and moves little when N grows.
 
@@ -22,7 +22,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from batchfuzz.shards import item_key, parse_shard, plan_digest, select, shard_of
+from batchfuzz.fuzz.shards import item_key, parse_shard, plan_digest, select, shard_of
 
 REPO = Path(__file__).resolve().parent.parent
 Scheme = Callable[[list[str], int], list[int]]  # all keys of a list -> their shards (a scheme may look at the list)
@@ -153,7 +153,7 @@ def test_the_scheme_is_rendezvous_over_sha256() -> None:
 
 _ASSIGN = """
 import json, sys
-from batchfuzz.shards import shard_of
+from batchfuzz.fuzz.shards import shard_of
 keys = [f"key-{i}" for i in range(300)]
 print(json.dumps({"real": [shard_of(k, 7) for k in keys], "hash": [hash(k) % 7 + 1 for k in keys]}))
 """

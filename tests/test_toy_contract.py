@@ -161,7 +161,7 @@ PIECES = {
             name="request_offsets", title="Request offsets (toy)", section="T", signature="request_offsets(counts) -> R + 1 ints",
             arguments=("counts",), oracle=oracle.request_offsets,
             implementations=(registry.host_impl("numpy", request_offsets_numpy.request_offsets, "cumsum into a slice"),),
-            domains=registry.domains_from(strategies, {"spec": "any counts >= 0", "engine": "every count >= 1"}),
+            inputs=registry.input_space(strategies, {"spec": "any counts >= 0", "engine": "every count >= 1"}),
             properties=(
                 Property("matches_oracle", "offsets[i + 1] = offsets[i] + counts[i]", _matches_oracle),
                 Property("length", "R + 1 offsets", _length),
@@ -170,7 +170,7 @@ PIECES = {
                 Property("last_is_total", "offsets[R] == sum(counts)", _last),
             ),
             error_inputs=(ErrorInput({"counts": np.array([-1])}, ValueError, r"counts\\[0\\] must be >= 0, got -1"),),
-            variants=VARIANTS, size=strategies.size, reductions=strategies.reductions,
+            variants=VARIANTS,
         ))
         ''',
 }
@@ -234,7 +234,7 @@ def test_check_passes_a_correct_function_and_catches_a_bad_one(toy: tuple[Path, 
 
 def test_fuzz_runs_the_toy_contract(toy: tuple[Path, dict[str, str]]) -> None:
     root = toy[0]
-    # 5 items: the budget every item needs (fuzz.STARTUP_S plus fuzz.MIN_SLICE_S per item), with room for a loaded machine
+    # 5 items: the budget every item needs (batchfuzz.fuzz.settings.STARTUP_S plus MIN_SLICE_S per item), with room for a loaded machine
     r = _run(toy, "fuzz", "--contract", "request_offsets", "--budget", "16", "--no-database", "--report", str(root / "report"))
     assert r.returncode == 0, r.stdout + r.stderr
     summary = json.loads((root / "report" / "summary.json").read_text())

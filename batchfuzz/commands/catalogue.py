@@ -2,7 +2,7 @@
 
 Each variant is run against its primary property under the ``ci`` profile
 (derandomized, no database) with ``max_examples`` raised (default 300, see
-``batchfuzz.catalogue.MAX_EXAMPLES``); its shrunk counterexample is compared
+``batchfuzz.profiles.CATALOGUE_MAX_EXAMPLES``); its shrunk counterexample is compared
 with the documented canonical form, and every property it lists in
 ``caught_by`` is confirmed to fail on it. Prints a table; ``--markdown``
 writes it as Markdown (between markers, so it can live inside README.md) and
@@ -15,16 +15,14 @@ documented one, 1 otherwise, 2 usage error.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 from typing import Any
 
-import hypothesis
-
-from batchfuzz import catalogue
-from batchfuzz.cli import UsageError
+from batchfuzz import output, profiles
+from batchfuzz.commands import _options
+from batchfuzz.usage import ExitCode, UsageError
 
 
 def register(sub: Any) -> None:
@@ -32,14 +30,13 @@ def register(sub: Any) -> None:
                        description="Run every registered variant (shipped engine bugs and planted mutants) against its "
                                    "properties under the ci profile and report what catches it, its shrunk counterexample "
                                    "and how long the search took.")
-    p.add_argument("--contract", action="append", default=None, metavar="NAME",
-                   help="only this contract (name or section letter; repeatable)")
+    _options.contracts(p, help="only this contract (name or section letter; repeatable)")
     p.add_argument("--variant", action="append", default=None, metavar="NAME", help="only this variant name (repeatable)")
     p.add_argument("--markdown", metavar="PATH",
                    help="write the Markdown table here (between the catalogue markers when the file already has them)")
-    p.add_argument("--json", dest="json_path", metavar="PATH", help="write the full JSON report here")
-    p.add_argument("--max-examples", type=int, default=catalogue.MAX_EXAMPLES,
-                   help=f"examples per search before a variant counts as not found (default {catalogue.MAX_EXAMPLES})")
+    _options.json_output(p, help="write the full JSON report here")
+    p.add_argument("--max-examples", type=int, default=profiles.CATALOGUE_MAX_EXAMPLES,
+                   help=f"examples per search before a variant counts as not found (default {profiles.CATALOGUE_MAX_EXAMPLES})")
     p.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="run variants in N worker processes (default 1; seconds are then measured under shared load)")
     p.add_argument("--primary-only", action="store_true",
@@ -48,12 +45,16 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import hypothesis
+
+    from batchfuzz import catalogue
+
     if args.max_examples < 1:
         raise UsageError(f"--max-examples must be >= 1, got {args.max_examples}")
     try:
         items = catalogue.variants(args.contract)
     except KeyError as exc:
-        raise UsageError(str(exc).strip("'\"")) from None
+        raise UsageError(str(exc)) from None
     if args.variant:
         known = {v.name for _, v in items}
         unknown = sorted(set(args.variant) - known)
@@ -101,9 +102,7 @@ def run(args: argparse.Namespace) -> int:
             with open(args.markdown) as fh:
                 existing = fh.read()
         text = catalogue.splice_markdown(existing, table)  # before opening for writing: a refusal must not truncate
-        with open(args.markdown, "w") as fh:
-            fh.write(text)
-        print(f"wrote {args.markdown}")
+        output.write_outputs(None, None, args.markdown, text)
     if args.json_path:
         report = {
             "profile": "ci", "max_examples": args.max_examples, "hypothesis": hypothesis.__version__,
@@ -111,7 +110,5 @@ def run(args: argparse.Namespace) -> int:
             "entries": [e.to_json() for e in entries],
             "kills": {c.name: catalogue.kill_matrix(entries, c) for c in {c.name: c for c, _ in items}.values()},
         }
-        with open(args.json_path, "w") as fh:
-            json.dump(report, fh, indent=2)
-        print(f"wrote {args.json_path}")
-    return 1 if bad else 0
+        output.write_outputs(args.json_path, report)
+    return ExitCode.COUNTEREXAMPLE if bad else ExitCode.OK

@@ -34,22 +34,21 @@ for at most one more budget.
 from __future__ import annotations
 
 import argparse
-import json
+import signal
 import sys
 import time
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from hypothesis import settings
+from batchfuzz import output, profiles, registry
+from batchfuzz.commands import _options
+from batchfuzz.usage import ExitCode, UsageError
 
-from batchfuzz import exhaustive, profiles, registry, reproduce, runner
-from batchfuzz.cli import UsageError, parse_duration, writable_file
-from batchfuzz.codec import literal
-from batchfuzz.execution import PSEUDO_PROPERTIES, executor_for
-from batchfuzz.targets import TargetError, parse
+if TYPE_CHECKING:  # the rest is imported by run(): `batchfuzz --help` stays light
+    from batchfuzz import exhaustive, runner
 
 # How long after --budget check may still run: the example in flight
 # (runner.DEADLINE_GRACE_S), then the report.
-GRACE_S = runner.DEADLINE_GRACE_S + 3.0
+GRACE_S = profiles.DEADLINE_GRACE_S + 3.0
 
 # Default budgets: a random check, and an exhaustive one (a scope is covered
 # completely or reported incomplete, so it gets time to finish).
@@ -73,24 +72,25 @@ def register(sub: Any) -> None:
                     "1 counterexample, 2 usage error, 3 incomplete (the budget ended before every property ran).")
     p.add_argument("contract", help="contract name (see `batchfuzz list`)")
     p.add_argument("target", help="MODULE:FUNCTION or path/to/file.py:FUNCTION (also impl:NAME@DEVICE, variant:NAME, oracle)")
-    p.add_argument("--budget", type=parse_duration, default=None,
-                   help=f"wall-clock budget for the whole command, shrinking included, e.g. 30, 90s, 5m (default "
-                        f"{DEFAULT_BUDGET_S:g}s, {EXHAUSTIVE_BUDGET_S:g}s with --exhaustive); it ends within the budget plus "
-                        f"{GRACE_S:g}s")
-    p.add_argument("--timeout", type=parse_duration, default=None, metavar="SECONDS",
-                   help="per-example timeout: a call that runs longer is a `timeout` counterexample "
-                        "(default: a tenth of the budget, between 1s and 30s)")
+    _options.budget(p, default=None,
+                    help=f"wall-clock budget for the whole command, shrinking included, e.g. 30, 90s, 5m (default "
+                         f"{DEFAULT_BUDGET_S:g}s, {EXHAUSTIVE_BUDGET_S:g}s with --exhaustive); it ends within the budget plus "
+                         f"{GRACE_S:g}s")
+    _options.timeout(p, default=None, help="per-example timeout: a call that runs longer is a `timeout` counterexample "
+                                           "(default: a tenth of the budget, between 1s and 30s)")
     p.add_argument("--min-examples", type=_positive_int, default=DEFAULT_MIN_EXAMPLES, metavar="N",
                    help=f"examples every property gets however busy the machine is (default {DEFAULT_MIN_EXAMPLES}): a "
                         "property short of them when the budget ends runs on, for at most one more budget; exit 3 only "
                         "when even that does not reach them")
-    p.add_argument("--no-isolation", action="store_true",
-                   help="run the target in this process: faster, but a segfault or a hang in C code ends the command")
-    p.add_argument("--domain", default=None, metavar="NAME",
-                   help="input domain: spec (the widest) or engine (what an engine's callers produce); default: the one "
-                        "the target declares with @batchfuzz.domain, else spec")
-    p.add_argument("--json", dest="json_path", metavar="PATH", help="write a JSON report here")
-    p.add_argument("--seed", type=int, default=None, help="seed for a deterministic run")
+    _options.no_isolation(p, help="run the target in this process: faster, but a segfault or a hang in C code ends the command")
+    _options.domain(p, help="input domain: spec (the widest) or engine (what an engine's callers produce); default: the one "
+                            "the target declares with @batchfuzz.domain, else spec")
+    _options.json_output(p, help="write a JSON report here")
+    _options.seed(p, help="seed for a deterministic run")
+    p.add_argument("--steps", default=None, choices=("engine", "model"), metavar="SOURCE",
+                   help="for contracts over scheduled steps (D, E): where the steps come from: model (batchfuzz's scheduler "
+                        "model: the engine domain) or engine (the installed vLLM's own scheduler: the engine-steps domain, "
+                        "docs/engine-steps.md)")
     p.add_argument("--database", metavar="PATH|URL",
                    help="a directory: persist Hypothesis examples there (replayed by later runs); a redis:// URL: read the "
                         "nightly job's shared database without writing to it, new examples going to the local copy "
@@ -135,6 +135,25 @@ class _Progress:
         self.stream.flush()
 
 
+def _steps_domain(contract: registry.Contract, source: str, domain: str | None) -> str:
+    """The domain ``--steps SOURCE`` names; a usage error where the contract
+    has none, ``--domain`` says otherwise, or vLLM's scheduler cannot be imported."""
+    from batchfuzz.strategies._steps import STEP_SOURCE_DOMAINS
+
+    name = STEP_SOURCE_DOMAINS[source]
+    if name not in [d.name for d in contract.domains]:
+        raise UsageError(f"--steps {source}: contract {contract.name!r} has no domain of scheduled steps {name!r}")
+    if domain is not None and domain != name:
+        raise UsageError(f"--steps {source} is the domain {name!r}; --domain {domain!r} contradicts it")
+    if source == "engine":
+        from batchfuzz import vllm_scheduler
+
+        why = vllm_scheduler.import_error()
+        if why is not None:
+            raise UsageError(f"--steps engine: {why}")
+    return name
+
+
 def _database(spec: str | None) -> Any:
     """``--database``: a directory is read and written; a shared Redis database
     is only read (a ``check`` of one function must not seed every machine's
@@ -142,7 +161,7 @@ def _database(spec: str | None) -> Any:
     if not spec:
         return None
     from batchfuzz import profiles
-    from batchfuzz.database import DatabaseError, open_database
+    from batchfuzz.fuzz.database import DatabaseError, open_database
 
     try:
         return open_database(spec, local_dir=profiles.database_path(), read_only="://" in spec)
@@ -151,6 +170,10 @@ def _database(spec: str | None) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    from batchfuzz import runner
+    from batchfuzz.execution import executor_for
+    from batchfuzz.targets import TargetError, parse
+
     started = getattr(args, "started", None) or time.time()
     if args.budget is None:
         args.budget = EXHAUSTIVE_BUDGET_S if args.exhaustive else DEFAULT_BUDGET_S
@@ -158,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         contract = registry.get(args.contract)
     except KeyError as exc:
-        raise UsageError(str(exc).strip("'\"")) from None
+        raise UsageError(str(exc)) from None
     scope = None
     if args.scope is not None and not args.exhaustive:
         raise UsageError("--scope needs --exhaustive")
@@ -169,20 +192,21 @@ def run(args: argparse.Namespace) -> int:
         try:
             scope = contract.scope(args.scope or registry.DEFAULT_SCOPE)
         except KeyError as exc:
-            raise UsageError(str(exc).strip("'\"")) from None
+            raise UsageError(str(exc)) from None
+    if args.steps is not None:
+        args.domain = _steps_domain(contract, args.steps, args.domain)
     if args.domain is not None:
         try:
             contract.domain(args.domain)
         except KeyError as exc:
-            raise UsageError(str(exc).strip("'\"")) from None
+            raise UsageError(str(exc)) from None
     props = contract.properties
     if args.property:
         try:
             props = tuple(contract.property(n) for n in args.property)
         except KeyError as exc:
-            raise UsageError(str(exc).strip("'\"")) from None
-    if args.json_path:
-        writable_file(args.json_path, "--json")
+            raise UsageError(str(exc)) from None
+    _options.check_outputs((args.json_path, "--json"))
     database = _database(args.database)
     timeout = args.timeout if args.timeout is not None else default_timeout(args.budget)
     try:
@@ -195,7 +219,7 @@ def run(args: argparse.Namespace) -> int:
     if info.get("error"):
         executor.close()
         raise UsageError(f"target {args.target}: {info['error']}")
-    why = runner.probe_result(contract, executor, args.domain or info.get("domain") or "spec",
+    why = runner.probe_result(contract, executor, registry.choose_domain(args.domain, info.get("domain")),
                               timeout_s=args.timeout if args.timeout is not None else default_timeout(args.budget))
     if why:
         executor.close()
@@ -225,10 +249,14 @@ def _orphans(executor: Any, report: dict[str, Any]) -> None:
 
 def _check(args: argparse.Namespace, contract: registry.Contract, props: tuple[registry.Property, ...], ref: Any,
            executor: Any, info: dict[str, Any], database: Any, started: float, deadline: float) -> int:
+    from hypothesis import settings
+
+    from batchfuzz import runner
+
     profiles.register_profiles()
     base = settings(settings.get_profile("dev"), derandomize=False, database=database)
     seed = args.seed if args.seed is not None else int(time.time() * 1000) & 0xFFFFFFFF
-    domain = args.domain or info.get("domain") or "spec"
+    domain = registry.choose_domain(args.domain, info.get("domain"))
     timeout = args.timeout if args.timeout is not None else default_timeout(args.budget)
     mode = "in this process" if args.no_isolation else "in a worker process"
     print(f"batchfuzz check {contract.name} {args.target}: {len(props)} properties, domain {domain}, budget {args.budget:g}s, "
@@ -241,7 +269,7 @@ def _check(args: argparse.Namespace, contract: registry.Contract, props: tuple[r
                                   on_result=lambda r, acc: progress.update(acc))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return 128 + signal.SIGINT
     seconds = time.time() - started
     examples = sum(r.examples for r in results)
     failure = next((r.failure for r in results if r.failure is not None), None)
@@ -274,14 +302,14 @@ def _check(args: argparse.Namespace, contract: registry.Contract, props: tuple[r
                                     if r.examples >= args.min_examples else "not run" if not r.examples else "short"}
                        for r in results},
     }
-    code = 0
+    code = ExitCode.OK
     if failure is not None:
-        code = 1
+        code = ExitCode.COUNTEREXAMPLE
         replay = (f"replay the search: batchfuzz check {contract.name} {args.target} --property "
                   f"{failure.during or failure.property} --seed {seed}")
         report.update(_print_counterexample(contract, executor, ref, failure, timeout, deadline, replay))
     elif short:
-        code = 3
+        code = ExitCode.INCOMPLETE
         per = (seconds - args.startup_seconds) / examples if examples else None
         why = (f"an example took {per:.2f}s on average (the target's calls, generation and checking, on this machine "
                f"now)" if per is not None else "not one example finished")
@@ -297,9 +325,7 @@ def _check(args: argparse.Namespace, contract: registry.Contract, props: tuple[r
 
 def _write_json(args: argparse.Namespace, report: dict[str, Any], code: int) -> int:
     """``--json``, when given, at the end of a run; returns the run's exit code."""
-    if args.json_path:
-        with open(args.json_path, "w") as fh:
-            json.dump(report, fh, indent=2)
+    output.write_outputs(args.json_path, report, say=lambda line: None)
     return code
 
 
@@ -308,6 +334,10 @@ def _print_counterexample(contract: registry.Contract, executor: Any, ref: Any, 
     """Print ``failure`` as a reproduction, the other properties its case
     breaks (``what`` names the case) and ``replay`` (the command that finds it again); the report's
     fields for it. ``check`` and ``check --exhaustive`` share it."""
+    from batchfuzz import reproduce, runner
+    from batchfuzz.codec import literal
+    from batchfuzz.execution import PSEUDO_PROPERTIES
+
     repro = reproduce.reproduction(failure, ref, timeout_s=max(10.0, 3 * timeout))
     print(f"\nCOUNTEREXAMPLE: property {failure.property} ({failure.spec})"
           + (f", while checking {failure.during}" if failure.during else ""))
@@ -334,7 +364,9 @@ def _print_counterexample(contract: registry.Contract, executor: Any, ref: Any, 
 def _exhaustive(args: argparse.Namespace, contract: registry.Contract, props: tuple[registry.Property, ...],
                 scope: registry.Scope, ref: Any, executor: Any, info: dict[str, Any], started: float, deadline: float) -> int:
     """``check --exhaustive``: every property on every input of ``scope``, smallest first."""
-    domain = args.domain or info.get("domain") or scope.domain
+    from batchfuzz import exhaustive
+
+    domain = registry.choose_domain(args.domain, info.get("domain"), scope.domain)
     timeout = args.timeout if args.timeout is not None else default_timeout(args.budget)
     mode = "in this process" if args.no_isolation else "in a worker process"
     print(f"batchfuzz check {contract.name} {args.target} --exhaustive: scope {scope.name} ({scope.count} inputs: "
@@ -357,7 +389,7 @@ def _exhaustive(args: argparse.Namespace, contract: registry.Contract, props: tu
                                       deadline=deadline, example_timeout_s=timeout, on_progress=progress)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return 128 + signal.SIGINT
     if tty:
         print()
     for name in result.properties:
@@ -373,15 +405,15 @@ def _exhaustive(args: argparse.Namespace, contract: registry.Contract, props: tu
     report.pop("failure")
     report["seconds"] = round(time.time() - started, 3)
     report["startup_seconds"] = round(args.startup_seconds, 3)
-    code = 0
+    code = ExitCode.OK
     if result.failure is not None:
-        code = 1
+        code = ExitCode.COUNTEREXAMPLE
         print(f"\n{result.summary()}")
         extra = "".join(f" --property {p}" for p in args.property or ())
         replay = f"replay: batchfuzz check {contract.name} {args.target} --exhaustive --scope {scope.name}{extra}"
         report.update(_print_counterexample(contract, executor, ref, result.failure, timeout, deadline, replay, "the case"))
     elif not result.complete:
-        code = 3
+        code = ExitCode.INCOMPLETE
         print(f"\n{result.summary()}; give it a larger --budget")
     else:
         print(f"\n{result.summary()}\n  {result.evaluations} property evaluations in {result.seconds:.1f}s")

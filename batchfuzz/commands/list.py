@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from batchfuzz import registry
+from batchfuzz.usage import ExitCode
 
 
 def register(sub: Any) -> None:
@@ -15,6 +15,8 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from batchfuzz import registry
+
     for c in registry.contracts():
         print(f"{c.section:3} {c.name}: {c.title}\n    {c.signature}")
         if c.notes:
@@ -29,4 +31,4 @@ def run(args: argparse.Namespace) -> int:
         if args.variants:
             for v in c.variants:
                 print(f"    variant {v.name} ({v.origin}): {v.description}")
-    return 0
+    return ExitCode.OK

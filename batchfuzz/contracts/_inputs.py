@@ -17,10 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from batchfuzz.case import Case
+from batchfuzz.case import Case, copy_value
 from batchfuzz.checks import PropertyViolation
 from batchfuzz.codec import encode
-from batchfuzz.execution import _copy
 from batchfuzz.registry import Property, Target
 
 
@@ -50,7 +49,7 @@ def inputs_unchanged(arguments: tuple[str, ...], writes: tuple[str, ...] = ()) -
     may read but not write (but ``writes``)."""
 
     def check(target: Target, case: Case) -> None:
-        passed = {k: _copy(case.args[k]) for k in arguments}
+        passed = {k: copy_value(case.args[k]) for k in arguments}
         target(*(passed[k] for k in arguments))
         for k in arguments:
             if k in writes:

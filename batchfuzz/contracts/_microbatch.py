@@ -16,7 +16,7 @@ simulation (tests/test_microbatch_theory.py), never assumed:
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -51,13 +51,13 @@ def call(target: Any, case: Case) -> Any:
     return target(*(case.args[k] for k in STEP_ARGUMENTS))
 
 
-def a(c: list[int], q: list[int], tables: list[list[list[int]]], sizes: list[int]) -> dict[str, Any]:
+def step_args(c: list[int], q: list[int], tables: list[list[list[int]]], sizes: list[int]) -> dict[str, Any]:
     """Canonical arguments from plain lists (int64 arrays)."""
     return {"num_computed_tokens": np.array(c, dtype=np.int64), "num_scheduled_tokens": np.array(q, dtype=np.int64),
             "block_tables": [np.array(t, dtype=np.int64).reshape(len(c), -1) for t in tables], "block_sizes": sizes}
 
 
-def k(c: list[int], q: list[int], tables: list[list[list[int]]], sizes: list[int]) -> dict[str, Any]:
+def step_lists(c: list[int], q: list[int], tables: list[list[list[int]]], sizes: list[int]) -> dict[str, Any]:
     """A canonical counterexample as plain lists (the catalogue then leaves dtypes free)."""
     return {"num_computed_tokens": c, "num_scheduled_tokens": q, "block_tables": tables, "block_sizes": sizes}
 
@@ -113,6 +113,20 @@ def harmful_among(step: Any, split: Any, conflicts: Iterable[Conflict]) -> set[C
 
 
 
+# ---------------------------------------------------------------- the engine's shipped check
+#
+# Two forms of one check, side by side so that they cannot drift apart:
+# - shipped_allow_microbatching: plain loops over a validated step, each line
+#   a sentence of docs/contracts.md ("What the engine ships"). It is the
+#   registered variant ``shipped`` (the contract's properties judge it) and the
+#   reference the vectorised form is checked against.
+# - shipped_vectorised: numpy, written to cost what the engine's own code costs
+#   (one dense gather per group, np.unique, np.isin per reader), for the benches
+#   that compare the exact check's time with the shipped check's. Unvalidated,
+#   as the engine's is. tests/test_exact_microbatch.py checks that the two
+#   decide alike.
+
+
 def shipped_allow_microbatching(num_computed_tokens: Any, num_scheduled_tokens: Any, block_tables: Any,
                                 block_sizes: Any, reorder_batch_threshold: int = 1) -> bool:
     """The engine's shipped check (vLLM since 0.28), as docs/contracts.md describes it.
@@ -142,6 +156,44 @@ def _shipped_on(s: PlainStep, reorder_batch_threshold: int = 1) -> bool:
                     if table[r][col] in written:
                         return False
     return True
+
+
+def shipped_vectorised(num_reqs: int, num_computed_tokens: np.ndarray, num_scheduled_tokens: np.ndarray,
+                       block_tables: Sequence[np.ndarray], block_sizes: Sequence[int],
+                       reorder_batch_threshold: int = 1) -> bool:
+    """The check vLLM ships since 0.28 (``GPUModelRunner._allow_microbatching``
+    in ``vllm/v1/worker/gpu_model_runner.py``), written to cost what it costs there.
+
+    Readers: rows with ``q > reorder_batch_threshold`` and ``c > 0``. Per
+    group, the written ids are the unique values of every row's columns
+    ``[c // B, ceil((c + q) / B))``, gathered through one dense ``rows x
+    (largest span)`` grid, null ids included; then, reader by reader, its
+    whole blocks (columns ``[0, c // B)``) are looked up in them with
+    ``np.isin`` and the first hit vetoes. The engine also answers True
+    without looking when ``num_reqs < 2``; that guard is left out here so that
+    this function decides exactly as the registered variant
+    ``shipped_allow_microbatching`` on every step (they differ only on a
+    one-request step whose row repeats a block id).
+    """
+    c = num_computed_tokens[:num_reqs]
+    q = num_scheduled_tokens[:num_reqs]
+    readers = np.flatnonzero((q > reorder_batch_threshold) & (c > 0))
+    if readers.size == 0:
+        return True
+    for table, size in zip(block_tables, block_sizes, strict=True):
+        lo = c // size
+        hi = (c + q + size - 1) // size
+        grid = lo[:, None] + np.arange(int((hi - lo).max()))[None, :]
+        ids = np.take_along_axis(table[:num_reqs], np.minimum(grid, table.shape[1] - 1), axis=1)
+        written = np.unique(ids[grid < hi[:, None]])
+        for r in readers:
+            if np.isin(table[r, : c[r] // size], written).any():
+                return False
+    return True
+
+
+# ---------------------------------------------------------------- report
+
 
 
 def splits_of(case: Case, step: Step) -> list[tuple[str, list[Range]]]:
@@ -239,22 +291,23 @@ def _ubatch(ranges: list[Range], token: int) -> int:
 def error_inputs() -> tuple[ErrorInput, ...]:
     """Bad steps; shared by both contract E records."""
     return (
-        ErrorInput(a([1, 0], [1], [[[1], [2]]], [2]), ValueError,
+        ErrorInput(step_args([1, 0], [1], [[[1], [2]]], [2]), ValueError,
                    r"num_computed_tokens and num_scheduled_tokens must have one entry per request, got lengths 2 and 1"),
-        ErrorInput(a([-1], [1], [[[1]]], [2]), ValueError, r"num_computed_tokens\[0\] must be >= 0, got -1"),
-        ErrorInput(a([0], [1], [], []), ValueError, r"block_sizes must name at least one KV-cache group"),
-        ErrorInput(a([0], [1], [[[1]]], [0]), ValueError, r"block_sizes\[0\] must be >= 1, got 0"),
-        ErrorInput(a([0], [1], [[[1]]], [2, 2]), ValueError,
+        ErrorInput(step_args([-1], [1], [[[1]]], [2]), ValueError, r"num_computed_tokens\[0\] must be >= 0, got -1"),
+        ErrorInput(step_args([0], [1], [], []), ValueError, r"block_sizes must name at least one KV-cache group"),
+        ErrorInput(step_args([0], [1], [[[1]]], [0]), ValueError, r"block_sizes\[0\] must be >= 1, got 0"),
+        ErrorInput(step_args([0], [1], [[[1]]], [2, 2]), ValueError,
                    r"block_tables must have one table per group \(len\(block_sizes\) = 2\), got 1"),
-        ErrorInput({**a([0, 0], [1, 1], [[[1], [2]]], [2]), "block_tables": [np.array([[1]])]}, ValueError,
+        ErrorInput({**step_args([0, 0], [1, 1], [[[1], [2]]], [2]), "block_tables": [np.array([[1]])]}, ValueError,
                    r"block_tables\[0\] must have one row per request \(2\), got 1 rows"),
-        ErrorInput(a([2], [3], [[[1, 2]]], [2]), ValueError,
+        ErrorInput(step_args([2], [3], [[[1, 2]]], [2]), ValueError,
                    r"block_tables\[0\] has 2 columns of block size 2 \(4 positions\), but request 0 needs c \+ q = 2 \+ 3 = 5"),
-        ErrorInput(a([0], [1], [[[-3]]], [2]), ValueError, r"block_tables\[0\]\[0, 0\] must be a block id >= 0, got -3"),
-        ErrorInput({**a([0], [1], [[[1]]], [2]), "num_computed_tokens": np.array([0.0])}, TypeError,
+        ErrorInput(step_args([0], [1], [[[-3]]], [2]), ValueError, r"block_tables\[0\]\[0, 0\] must be a block id >= 0, got -3"),
+        ErrorInput({**step_args([0], [1], [[[1]]], [2]), "num_computed_tokens": np.array([0.0])}, TypeError,
                    r"num_computed_tokens must have dtype int32 or int64, got float64"),
-        ErrorInput({**a([0], [1], [[[1]]], [2]), "block_tables": np.array([[[1]]])}, TypeError,
+        ErrorInput({**step_args([0], [1], [[[1]]], [2]), "block_tables": np.array([[[1]]])}, TypeError,
                    r"block_tables must be a list of 2-D arrays \(one per group\), got ndarray"),
-        ErrorInput({**a([0], [1], [[[1]]], [2]), "block_sizes": [2.0]}, TypeError, r"block_sizes\[0\] must be an int, got float 2.0"),
+        ErrorInput({**step_args([0], [1], [[[1]]], [2]), "block_sizes": [2.0]}, TypeError,
+                   r"block_sizes\[0\] must be an int, got float 2.0"),
     )
 

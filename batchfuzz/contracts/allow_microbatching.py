@@ -27,13 +27,14 @@ from batchfuzz._host import to_host
 from batchfuzz.case import Case
 from batchfuzz.checks import PropertyViolation, ResultTypeError, require
 from batchfuzz.contracts._inputs import inputs_unchanged
-from batchfuzz.contracts._microbatch import a, call, describe, error_inputs, labels, splits_of, step_of
+from batchfuzz.contracts._microbatch import call, describe, error_inputs, labels, splits_of, step_args, step_of
 from batchfuzz.contracts.allow_microbatching_variants import VARIANTS
-from batchfuzz.impl import allow_microbatching_numpy, allow_microbatching_torch
+from batchfuzz.impl import allow_microbatching_numpy
 from batchfuzz.reference import allow_microbatching as oracle
 from batchfuzz.reference._step import STEP_ARGUMENTS
 from batchfuzz.registry import Contract, Property, Target
 from batchfuzz.strategies import allow_microbatching as strategies
+from batchfuzz.strategies._steps import ENGINE_STEPS, ENGINE_STEPS_DESCRIPTION
 
 
 def decision(value: Any) -> bool:
@@ -89,22 +90,23 @@ def _scores(target: Target, case: Case) -> dict[str, int]:
 IMPLEMENTATIONS = (
     registry.host_impl("numpy", allow_microbatching_numpy.allow_microbatching,
                        "ExactMicrobatchCheck: block level, a fast path under one write record per block, a general path otherwise"),
-    registry.torch_impl("torch", allow_microbatching_torch.bind,
+    registry.torch_impl("torch", "batchfuzz.impl.allow_microbatching_torch:bind",
                        "ExactMicrobatchCheckTorch: scatter_reduce over all groups at once; no host sync until the result"),
 )
 
-DOMAINS = registry.domains_from(strategies, {
+INPUTS = registry.input_space(strategies, {
     "spec": "well-formed steps: general random tables (repaired) and realizable steps (ill-formed steps are outside the "
             "domain where the definitions mean what they say)",
     "engine": "the steps a prefix-caching scheduler produces (realizable steps, drawn through the scheduler model); "
               "membership checks well-formedness, the part of realizability a predicate can check",
-}, irreducible=("engine",))
+    ENGINE_STEPS: ENGINE_STEPS_DESCRIPTION,
+}, irreducible=("engine", ENGINE_STEPS))
 
 EXAMPLES = (
     # Decodes first: request 0 (q == 1, c == 1) hits block 1, which request 1 writes in this step.
-    Case(a([1, 0], [1, 1], [[[1, 2], [1, 0]]], [1]), {"source": "example", "adversarial_splits": [[(0, 1), (1, 2)]]}),
+    Case(step_args([1, 0], [1, 1], [[[1, 2], [1, 0]]], [1]), {"source": "example", "adversarial_splits": [[(0, 1), (1, 2)]]}),
     # A null in reader 1's prefix and a null written column of request 0: safe, but the shipped check vetoes it.
-    Case(a([0, 2], [2, 2], [[[0, 0], [0, 3]]], [2]), {"source": "example"}),
+    Case(step_args([0, 2], [2, 2], [[[0, 0], [0, 3]]], [2]), {"source": "example"}),
 )
 
 CONTRACT = registry.register(Contract(
@@ -116,15 +118,12 @@ CONTRACT = registry.register(Contract(
     arguments=STEP_ARGUMENTS,
     oracle=oracle.allow_microbatching,
     implementations=IMPLEMENTATIONS,
-    domains=DOMAINS,
+    inputs=INPUTS,
     properties=PROPERTIES,
     error_inputs=error_inputs(),
     variants=VARIANTS,
     examples=EXAMPLES,
     labels=labels,
-    size=strategies.size,
-    reductions=strategies.reductions,
-    scopes=registry.scopes_from(strategies),
     scores=_scores,
     notes="Failure = allowing a step that some consecutive split breaks (the simulation judges). Vetoing a safe step "
           "is sound; scores count it (vetoed_safe_steps / safe_steps = lost overlap).",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from batchfuzz.contracts._microbatch import k, shipped_allow_microbatching, unsafe_conflicts
+from batchfuzz.contracts._microbatch import shipped_allow_microbatching, step_lists, unsafe_conflicts
 from batchfuzz.reference._step import check_step, plain
 from batchfuzz.registry import Variant
 
@@ -105,28 +105,28 @@ def allow_zeroing_tables(c: Any, q: Any, tables: Any, sizes: Any) -> bool:
 VARIANTS = (
     Variant("no_check", "no check at all: every step is split (the engine before the fix)",
             no_check_allow_microbatching, "shipped", _SOUND + ("sound_under_engine_splits",),
-            k([1, 0], [1, 1], [[[1, 0], [1, 0]]], [1])),
+            step_lists([1, 0], [1, 1], [[[1, 0], [1, 0]]], [1])),
     Variant("shipped_check", "vLLM's check since 0.28 as docs/contracts.md describes it: readers need q > 1 and c > 0, whole blocks "
             "only, written columns include nulls", shipped_allow_microbatching, "shipped", _SOUND,
             # Realizable (docs/microbatch.md): two identical 3-token prompts; request 1 fills block 1 in this
             # step, request 0 hits it (c == 2), recomputes its last token (q == 1) and is moved to the front as
             # a decode. Shrinking over all steps reaches a smaller, unrealizable one (two requests writing one block).
-            k([2, 0], [1, 3], [[[1, 3], [1, 2]]], [2])),
+            step_lists([2, 0], [1, 3], [[[1, 3], [1, 2]]], [2])),
     Variant("first_group_only", "exact rule over KV-cache group 0 only", allow_first_group_only, "mutant", _SOUND,
-            k([1, 1], [1, 4], [[[0], [0]], [[1, 0], [0, 1]]], [8, 4])),
+            step_lists([1, 1], [1, 4], [[[0], [0]], [[1, 0], [0, 1]]], [8, 4])),
     Variant("whole_blocks_only", "exact rule, but a reader's partly computed block is ignored",
-            allow_whole_blocks_only, "mutant", _SOUND, k([1, 0], [1, 1], [[[1], [1]]], [2])),
+            allow_whole_blocks_only, "mutant", _SOUND, step_lists([1, 0], [1, 1], [[[1], [1]]], [2])),
     Variant("order_reversed", "vetoes when the writer comes before the reader: reads and writes of the shared slot confused",
-            allow_order_reversed, "mutant", _SOUND, k([1, 0], [1, 1], [[[1, 0], [1, 0]]], [1])),
+            allow_order_reversed, "mutant", _SOUND, step_lists([1, 0], [1, 1], [[[1, 0], [1, 0]]], [1])),
     Variant("last_computed_missed", "exact rule over computed positions [0, c - 1)", allow_last_computed_missed,
-            "mutant", _SOUND, k([1, 0], [1, 1], [[[1, 0], [1, 0]]], [1])),
+            "mutant", _SOUND, step_lists([1, 0], [1, 1], [[[1, 0], [1, 0]]], [1])),
     Variant("skip_decode_readers", "exact rule, but q == 1 requests are not readers (the shipped reader filter alone)",
-            allow_skip_decode_readers, "mutant", _SOUND, k([1, 0], [1, 1], [[[1], [1]]], [2])),
+            allow_skip_decode_readers, "mutant", _SOUND, step_lists([1, 0], [1, 1], [[[1], [1]]], [2])),
     Variant("floor_written_columns", "written columns [c // B, (c + q) // B): floor for ceil, a partly written last block "
-            "missed", allow_floor_written_columns, "mutant", _SOUND, k([1, 0], [1, 1], [[[1], [1]]], [2])),
+            "missed", allow_floor_written_columns, "mutant", _SOUND, step_lists([1, 0], [1, 1], [[[1], [1]]], [2])),
     Variant("returns_conflicts", "returns the list of unsafe conflicts instead of a bool",
-            allow_returns_conflicts, "mutant", ("returns_bool",), k([0, 0], [0, 0], [[[], []]], [1])),
+            allow_returns_conflicts, "mutant", ("returns_bool",), step_lists([0, 0], [0, 0], [[[], []]], [1])),
     Variant("zeroes_tables", "clears the caller's block tables in place, then allows every split", allow_zeroing_tables,
-            "mutant", ("inputs_unchanged", "sound_under_adversarial_splits"), k([0], [0], [[[1]]], [1])),
+            "mutant", ("inputs_unchanged", "sound_under_adversarial_splits"), step_lists([0], [0], [[[1]]], [1])),
 )
 

@@ -12,14 +12,15 @@ from batchfuzz.case import Case
 from batchfuzz.checks import PropertyViolation, ResultTypeError, require
 from batchfuzz.codec import register_dataclass
 from batchfuzz.contracts._inputs import inputs_unchanged
-from batchfuzz.contracts._microbatch import a, call, describe, error_inputs, harmful_among, labels, splits_of, step_of
+from batchfuzz.contracts._microbatch import call, describe, error_inputs, harmful_among, labels, splits_of, step_args, step_of
 from batchfuzz.contracts.find_conflicts_variants import VARIANTS
-from batchfuzz.impl import find_conflicts_numpy, find_conflicts_torch
+from batchfuzz.impl import find_conflicts_numpy
 from batchfuzz.reference import find_conflicts as oracle
 from batchfuzz.reference._step import STEP_ARGUMENTS, Conflict, Step, is_well_formed
 from batchfuzz.reference.allow_microbatching import simulate
 from batchfuzz.registry import Contract, Property, Target
 from batchfuzz.strategies import find_conflicts as strategies
+from batchfuzz.strategies._steps import ENGINE_STEPS, ENGINE_STEPS_DESCRIPTION
 
 register_dataclass(Step)
 
@@ -147,23 +148,24 @@ PROPERTIES = (
 IMPLEMENTATIONS = (
     registry.host_impl("numpy", find_conflicts_numpy.find_conflicts,
                        "block level: write records and whole-block reads, slot level only for partly written blocks"),
-    registry.torch_impl("torch", find_conflicts_torch.bind,
+    registry.torch_impl("torch", "batchfuzz.impl.find_conflicts_torch:bind",
                        "records sorted by block, read cells matched by searchsorted, pairs at fixed positions: no host sync "
                        "(fixed capacity, overflow reported; bind retries with room for all)"),
 )
 
-DOMAINS = registry.domains_from(strategies, {
+INPUTS = registry.input_space(strategies, {
     "spec": "any valid step: general random tables (ill-formed ones too: the conflict set is defined on any step) and "
             "realizable steps",
     "engine": "the steps a prefix-caching scheduler produces (realizable steps, drawn through the scheduler model); "
               "membership checks well-formedness, the part of realizability a predicate can check",
-}, irreducible=("engine",))
+    ENGINE_STEPS: ENGINE_STEPS_DESCRIPTION,
+}, irreducible=("engine", ENGINE_STEPS))
 
 EXAMPLES = (
     # A decode-first batch: request 0 (q == 1, c == 1) reads block 1, which request 1 writes in this step.
-    Case(a([1, 0], [1, 1], [[[1, 2], [1, 0]]], [1]), {"source": "example"}),
+    Case(step_args([1, 0], [1, 1], [[[1, 2], [1, 0]]], [1]), {"source": "example"}),
     # Two groups of different block sizes; the conflict is in group 1 only, on a partly shared block.
-    Case(a([4, 0], [2, 4], [[[1, 2, 3], [4, 5, 0]], [[6, 7], [6, 0]]], [2, 4]), {"source": "example"}),
+    Case(step_args([4, 0], [2, 4], [[[1, 2, 3], [4, 5, 0]], [[6, 7], [6, 0]]], [2, 4]), {"source": "example"}),
 )
 
 CONTRACT = registry.register(Contract(
@@ -175,15 +177,12 @@ CONTRACT = registry.register(Contract(
     arguments=STEP_ARGUMENTS,
     oracle=oracle.find_conflicts,
     implementations=IMPLEMENTATIONS,
-    domains=DOMAINS,
+    inputs=INPUTS,
     properties=PROPERTIES,
     error_inputs=error_inputs(),
     variants=VARIANTS,
     examples=EXAMPLES,
     labels=labels,
-    size=strategies.size,
-    reductions=strategies.reductions,
-    scopes=registry.scopes_from(strategies),
     notes="Compared as sets of Python-int 4-tuples; a (K, 4) array or tensor is accepted. A reader is a request with "
           "q > 0 (a request without a token in the step reads nothing).",
 ))

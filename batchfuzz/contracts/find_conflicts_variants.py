@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from batchfuzz.contracts._microbatch import k
+from batchfuzz.contracts._microbatch import step_lists
 from batchfuzz.reference._step import Conflict, check_step, plain
 from batchfuzz.registry import Variant
 
@@ -95,25 +95,27 @@ def conflicts_zeroing_tables(c: Any, q: Any, tables: Any, sizes: Any) -> set[Con
 
 VARIANTS = (
     Variant("first_group_only", "looks at KV-cache group 0 only", conflicts_first_group_only, "mutant",
-            ("no_missing_conflicts", "matches_oracle", "harmful_match_simulation"), k([0, 1], [1, 1], [[[0], [0]], [[1], [1]]], [2, 2])),
+            ("no_missing_conflicts", "matches_oracle", "harmful_match_simulation"),
+            step_lists([0, 1], [1, 1], [[[0], [0]], [[1], [1]]], [2, 2])),
     Variant("block_level", "a shared block counts, whatever the offsets (block-level instead of slot-level)",
-            conflicts_block_level, "mutant", ("no_spurious_conflicts", "matches_oracle"), k([1, 2], [1, 1], [[[1], [1]]], [4])),
+            conflicts_block_level, "mutant", ("no_spurious_conflicts", "matches_oracle"),
+            step_lists([1, 2], [1, 1], [[[1], [1]]], [4])),
     Variant("with_self", "keeps w == r (a request reading a slot it writes itself)", conflicts_with_self, "mutant",
-            ("tuples_in_range", "no_spurious_conflicts", "matches_oracle"), k([0, 1], [0, 1], [[[0, 0], [1, 1]]], [1])),
+            ("tuples_in_range", "no_spurious_conflicts", "matches_oracle"), step_lists([0, 1], [0, 1], [[[0, 0], [1, 1]]], [1])),
     Variant("roles_swapped", "reports (g, writer, reader, b): reads and writes of the shared slot confused",
             conflicts_roles_swapped, "mutant", ("no_spurious_conflicts", "matches_oracle", "harmful_match_simulation"),
-            k([0, 1], [1, 1], [[[1], [1]]], [2])),
+            step_lists([0, 1], [1, 1], [[[1], [1]]], [2])),
     Variant("null_block_counted", "treats the null block 0 as a real block", conflicts_with_null, "mutant",
-            ("tuples_in_range", "no_spurious_conflicts", "matches_oracle"), k([0, 1], [1, 1], [[[0], [0]]], [2])),
+            ("tuples_in_range", "no_spurious_conflicts", "matches_oracle"), step_lists([0, 1], [1, 1], [[[0], [0]]], [2])),
     Variant("idle_readers", "counts requests with no scheduled token (q == 0) as readers", conflicts_idle_readers,
-            "mutant", ("no_spurious_conflicts", "matches_oracle"), k([0, 1], [1, 0], [[[1], [1]]], [1])),
+            "mutant", ("no_spurious_conflicts", "matches_oracle"), step_lists([0, 1], [1, 0], [[[1], [1]]], [1])),
     Variant("last_computed_missed", "reads computed positions [0, c - 1): the last one is missed",
             conflicts_last_computed_missed, "mutant", ("no_missing_conflicts", "matches_oracle"),
-            k([0, 1], [1, 1], [[[1, 0], [1, 0]]], [1])),
+            step_lists([0, 1], [1, 1], [[[1, 0], [1, 0]]], [1])),
     Variant("last_written_missed", "writes positions [c, c + q - 1): the last scheduled token's write is missed",
             conflicts_last_written_missed, "mutant", ("no_missing_conflicts", "matches_oracle"),
-            k([0, 1], [1, 1], [[[1, 0], [1, 0]]], [1])),
+            step_lists([0, 1], [1, 1], [[[1, 0], [1, 0]]], [1])),
     Variant("zeroes_tables", "clears the caller's block tables in place, then finds no conflict", conflicts_zeroing_tables,
-            "mutant", ("inputs_unchanged", "matches_oracle", "no_missing_conflicts"), k([0], [0], [[[1]]], [1])),
+            "mutant", ("inputs_unchanged", "matches_oracle", "no_missing_conflicts"), step_lists([0], [0], [[[1]]], [1])),
 )
 

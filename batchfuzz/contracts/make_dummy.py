@@ -10,7 +10,7 @@ from batchfuzz.case import Case
 from batchfuzz.checks import ResultTypeError, as_int_array, assert_array_equal, assert_non_decreasing, require
 from batchfuzz.codec import register_dataclass
 from batchfuzz.contracts.make_dummy_variants import VARIANTS
-from batchfuzz.impl import make_dummy_numpy, make_dummy_torch
+from batchfuzz.impl import make_dummy_numpy
 from batchfuzz.reference import make_dummy as oracle
 from batchfuzz.reference.make_dummy import DUMMY_BATCH_FIELDS, DummyBatch, DummyBuffers
 from batchfuzz.registry import Contract, ErrorInput, Property, Target
@@ -21,13 +21,26 @@ register_dataclass(DummyBuffers)
 
 def _run(target: Target, case: Case) -> tuple[dict[str, np.ndarray], DummyBuffers]:
     """Call the target on a copy of the case's (stale) buffers; return its
-    outputs as int64 arrays and the buffers as they are after the call."""
+    outputs as int64 arrays (``max_query_len`` as a 0-d array, None made the
+    longest count) and the buffers as they are after the call."""
     buffers = case.args["buffers"].copy()
     batch = target(case.args["num_reqs"], case.args["num_tokens"], buffers)
     if not isinstance(batch, DummyBatch):
         raise ResultTypeError(f"make_dummy must return a DummyBatch, got {type(batch).__name__}")
     out = {name: as_int_array(to_host(getattr(batch, name)), name) for name in DUMMY_BATCH_FIELDS}
+    out["max_query_len"] = _max_query_len_of(to_host(batch.max_query_len), out["num_scheduled_tokens"])
     return out, buffers
+
+
+def _max_query_len_of(value: object, nst: np.ndarray) -> np.ndarray:
+    """A DummyBatch's ``max_query_len`` as a 0-d int64 array; None is the longest count."""
+    if value is None:
+        return np.array(int(nst.max()) if nst.size else 0, dtype=np.int64)
+    if isinstance(value, np.ndarray) and value.shape == () and value.dtype.kind in "iu":
+        return value.astype(np.int64)
+    if isinstance(value, int | np.integer) and not isinstance(value, bool):
+        return np.array(int(value), dtype=np.int64)
+    raise ResultTypeError(f"max_query_len must be an int or None, got {type(value).__name__}: {value!r:.60}")
 
 
 def _expected(case: Case) -> dict[str, np.ndarray]:
@@ -105,6 +118,15 @@ def _indices(target: Target, case: Case) -> None:
     assert_array_equal(out["cu_num_logits"], np.arange(r + 1), "cu_num_logits")
 
 
+def _max_query_len(target: Target, case: Case) -> None:
+    out, _ = _run(target, case)
+    n, mql, nst = case.args["num_tokens"], int(out["max_query_len"]), out["num_scheduled_tokens"]
+    if nst.size:
+        i = int(np.argmax(nst))
+        require(int(nst[i]) <= mql, f"dummy request {i} schedules {int(nst[i])} tokens > max_query_len = {mql}")
+    require(mql <= n, f"max_query_len = {mql} > num_tokens = {n}")
+
+
 def _stale_independent(target: Target, case: Case) -> None:
     stale, _ = _run(target, case)
     b = case.args["buffers"]
@@ -112,7 +134,7 @@ def _stale_independent(target: Target, case: Case) -> None:
         seq_lens=np.zeros_like(b.seq_lens), query_start_loc=np.zeros_like(b.query_start_loc),
         positions=np.zeros_like(b.positions), input_ids=np.zeros_like(b.input_ids))), case.context)
     fresh, _ = _run(target, fresh_case)
-    for name in DUMMY_BATCH_FIELDS:
+    for name in (*DUMMY_BATCH_FIELDS, "max_query_len"):
         assert_array_equal(stale[name], fresh[name], f"{name} on stale buffers vs fresh buffers")
 
 
@@ -126,20 +148,23 @@ PROPERTIES = (
     Property("query_start_loc_diff", "diff(query_start_loc[:R+1]) == num_scheduled_tokens", _qsl_diff),
     Property("positions_and_input_ids_zero", "positions[:N] and input_ids[:N] zero", _zero_tokens),
     Property("index_arrays", "idx_mapping = arange(R); logits_indices = qsl[1:R+1] - 1; cu_num_logits = arange(R + 1)", _indices),
+    Property("max_query_len_covers_batch", "max(num_scheduled_tokens) <= max_query_len <= N (None: the longest count)",
+             _max_query_len),
     Property("independent_of_stale_buffers", "the result is identical whatever the buffers held before", _stale_independent),
 )
 
 
 IMPLEMENTATIONS = (
     registry.host_impl("numpy", make_dummy_numpy.make_dummy, "numpy over numpy buffers"),
-    registry.torch_impl("torch", make_dummy_torch.bind, "torch over device buffers"),
-    registry.torch_impl("torch.graph", make_dummy_torch.bind_graph, "CUDA-graph form: sizes in device scalars, masks, no host sync"),
+    registry.torch_impl("torch", "batchfuzz.impl.make_dummy_torch:bind", "torch over device buffers"),
+    registry.torch_impl("torch.graph", "batchfuzz.impl.make_dummy_torch:bind_graph",
+                        "CUDA-graph form: sizes in device scalars, masks, no host sync"),
 )
 
-DOMAINS = registry.domains_from(strategies, {
+INPUTS = registry.input_space(strategies, {
     "spec": "any 1 <= R <= N with buffers of capacity max_num_reqs >= R, max_num_tokens >= N holding any stale values",
     "engine": "the same sizes; the stale values are what an engine writes there (lengths, offsets, positions and token ids "
-              "are never negative)",
+              "are never negative; query_start_loc[0] is 0)",
 })
 
 
@@ -180,7 +205,7 @@ CONTRACT = registry.register(Contract(
     arguments=("num_reqs", "num_tokens", "buffers"),
     oracle=oracle.make_dummy,
     implementations=IMPLEMENTATIONS,
-    domains=DOMAINS,
+    inputs=INPUTS,
     properties=PROPERTIES,
     error_inputs=ERROR_INPUTS,
     variants=VARIANTS,
@@ -188,8 +213,5 @@ CONTRACT = registry.register(Contract(
         Case({"num_reqs": 256, "num_tokens": 496, "buffers": DummyBuffers.zeros(256, 512, np.int32)}, {"max_model_len": 16}),
     ),
     labels=_labels,
-    size=strategies.size,
-    reductions=strategies.reductions,
-    scopes=registry.scopes_from(strategies),
     notes="Buffers keep their own dtypes; compared as int64 values.",
 ))

@@ -87,6 +87,20 @@ def int16_query_start_loc(num_reqs: int, num_tokens: int, buffers: DummyBuffers)
     return batch
 
 
+def max_query_len_floor(num_reqs: int, num_tokens: int, buffers: DummyBuffers) -> DummyBatch:
+    """Promises max_query_len = N // R: short by one wherever a request got an extra token."""
+    batch = make_dummy_numpy.make_dummy(num_reqs, num_tokens, buffers)
+    batch.max_query_len = int(num_tokens) // int(num_reqs)
+    return batch
+
+
+def max_query_len_capacity(num_reqs: int, num_tokens: int, buffers: DummyBuffers) -> DummyBatch:
+    """Promises max_query_len = the buffers' token capacity, more than the step has."""
+    batch = make_dummy_numpy.make_dummy(num_reqs, num_tokens, buffers)
+    batch.max_query_len = buffers.max_num_tokens
+    return batch
+
+
 def canonical_buffers(max_num_reqs: int, max_num_tokens: int, *, seq_lens: int = 0, positions: int = 0) -> DummyBuffers:
     """A documented minimal counterexample's buffers (``Variant.canonical``):
     int32 (the strategy's first dtype), zeros except where a stale value is
@@ -146,5 +160,11 @@ VARIANTS = (
             ("index_arrays", "matches_oracle"), _ONE),
     Variant("int16_query_start_loc", "running sum accumulated in int16: wraps past 32767 tokens", int16_query_start_loc,
             "mutant", ("query_start_loc_layout", "matches_oracle"), {"num_reqs": 1, "num_tokens": 32768, "buffers": _B(1, 32768)}),
+    Variant("max_query_len_floor", "promises max_query_len = N // R, below the request that got an extra token",
+            max_query_len_floor, "mutant", ("max_query_len_covers_batch",),
+            {"num_reqs": 2, "num_tokens": 3, "buffers": _B(2, 3)}),
+    Variant("max_query_len_capacity", "promises max_query_len = the token capacity, more than the step's N tokens",
+            max_query_len_capacity, "mutant", ("max_query_len_covers_batch",),
+            {"num_reqs": 1, "num_tokens": 1, "buffers": _B(1, 2)}),
 )
 

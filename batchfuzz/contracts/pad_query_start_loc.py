@@ -23,7 +23,7 @@ from batchfuzz.codec import literal
 from batchfuzz.consumers import token_map_numpy, token_map_torch
 from batchfuzz.contracts._inputs import inputs_unchanged
 from batchfuzz.contracts.pad_query_start_loc_variants import VARIANTS
-from batchfuzz.impl import pad_query_start_loc_numpy, pad_query_start_loc_torch
+from batchfuzz.impl import pad_query_start_loc_numpy
 from batchfuzz.reference import pad_query_start_loc as oracle
 from batchfuzz.registry import Contract, ErrorInput, Property, Target
 from batchfuzz.strategies import pad_query_start_loc as strategies
@@ -219,12 +219,13 @@ PROPERTIES = (
 
 IMPLEMENTATIONS = (
     registry.host_impl("numpy", pad_query_start_loc_numpy.pad_query_start_loc, "vectorised numpy; nst's dtype, or out's"),
-    registry.torch_impl("torch", pad_query_start_loc_torch.bind, "torch, CUDA-graph capturable (no host sync), CPU and CUDA"),
-    registry.torch_impl("torch.graph", pad_query_start_loc_torch.bind_graph,
+    registry.torch_impl("torch", "batchfuzz.impl.pad_query_start_loc_torch:bind",
+                        "torch, CUDA-graph capturable (no host sync), CPU and CUDA"),
+    registry.torch_impl("torch.graph", "batchfuzz.impl.pad_query_start_loc_torch:bind_graph",
                         "per-capture-size graph form: R in a device scalar, stale staging buffer masked"),
 )
 
-DOMAINS = registry.domains_from(strategies, {
+INPUTS = registry.input_space(strategies, {
     "spec": "R >= 0 requests with >= 0 tokens each, any P >= R, into a buffer holding anything (negative values, a "
             "non-zero [0], a tail past P + 1)",
     "engine": "what an engine's callers produce: R >= 1 requests with >= 1 token each, P from the real padding rules (mixed "
@@ -335,15 +336,12 @@ CONTRACT = registry.register(Contract(
     arguments=("num_scheduled_tokens", "num_reqs_padded"),
     oracle=oracle.pad_query_start_loc,
     implementations=IMPLEMENTATIONS,
-    domains=DOMAINS,
+    inputs=INPUTS,
     properties=PROPERTIES,
     error_inputs=ERROR_INPUTS,
     variants=VARIANTS,
     examples=EXAMPLES,
     labels=_labels,
-    size=strategies.size,
-    reductions=strategies.reductions,
-    scopes=registry.scopes_from(strategies),
     reproduce=_reproduce,
     notes="Dtype rule: without out the result has num_scheduled_tokens's dtype (int32 or int64; a list counts as int64); "
           "with out it is out's dtype, which must be int32 or int64 (TypeError naming out otherwise). sum(nst) must fit "

@@ -8,10 +8,12 @@ shipped bug over torch tensors for the torch state machine.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 from batchfuzz.impl import pad_query_start_loc_numpy
 from batchfuzz.reference.pad_query_start_loc import check_pad_args
@@ -48,6 +50,8 @@ def padding_unwritten_torch(
     num_scheduled_tokens: torch.Tensor, num_reqs_padded: int, out: torch.Tensor | None = None
 ) -> torch.Tensor:
     """The shipped bug over device tensors (for the torch state machine)."""
+    import torch
+
     nst = num_scheduled_tokens
     r, p = int(nst.shape[0]), int(num_reqs_padded)
     if out is None:

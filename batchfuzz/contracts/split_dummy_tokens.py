@@ -13,7 +13,7 @@ from batchfuzz.case import Case
 from batchfuzz.checks import PropertyViolation, as_int_array, assert_array_equal, assert_non_decreasing, require
 from batchfuzz.consumers import dummy_block_table, gather_block_ids
 from batchfuzz.contracts.split_dummy_tokens_variants import VARIANTS
-from batchfuzz.impl import split_dummy_tokens_numpy, split_dummy_tokens_torch
+from batchfuzz.impl import split_dummy_tokens_numpy
 from batchfuzz.reference import split_dummy_tokens as oracle
 from batchfuzz.reference._args import ceil_div
 from batchfuzz.registry import Contract, ErrorInput, Property, Target
@@ -131,13 +131,14 @@ PROPERTIES = (
 
 IMPLEMENTATIONS = (
     registry.host_impl("numpy", split_dummy_tokens_numpy.split_dummy_tokens, "vectorised numpy, int64"),
-    registry.torch_impl("torch", split_dummy_tokens_torch.bind, "torch, int64, CPU and CUDA"),
+    registry.torch_impl("torch", "batchfuzz.impl.split_dummy_tokens_torch:bind", "torch, int64, CPU and CUDA"),
     registry.host_impl("engine.input_batch", split_dummy_tokens_numpy.input_batch_builder, "dummy input-batch builder (int32)"),
     registry.host_impl("engine.dummy_run", split_dummy_tokens_numpy.dummy_run, "model runner dummy run (list)"),
-    registry.host_impl("engine.lora_hook", split_dummy_tokens_torch.lora_capture_hook, "LoRA capture hook (CPU tensor)"),
+    registry.host_impl("engine.lora_hook", "batchfuzz.impl.split_dummy_tokens_torch:lora_capture_hook",
+                       "LoRA capture hook (CPU tensor)"),
 )
 
-DOMAINS = registry.domains_from(strategies, {
+INPUTS = registry.input_space(strategies, {
     "spec": "every 1 <= R <= N of the realistic sizes (R up to 1024, N up to 131072), with the remainder edges",
     "engine": "the dummy runs an engine makes: N a CUDA-graph capture size or a token budget, R = min(N, max_num_seqs), "
               "or a uniform-decode run R = N // q; the precondition is the same (the input-batch builder asserts 0 < R <= N)",
@@ -184,15 +185,12 @@ CONTRACT = registry.register(Contract(
     arguments=("num_reqs", "num_tokens"),
     oracle=oracle.split_dummy_tokens,
     implementations=IMPLEMENTATIONS,
-    domains=DOMAINS,
+    inputs=INPUTS,
     properties=PROPERTIES,
     error_inputs=ERROR_INPUTS,
     variants=VARIANTS,
     examples=EXAMPLES,
     labels=_labels,
-    size=strategies.size,
-    reductions=strategies.reductions,
-    scopes=registry.scopes_from(strategies),
     notes="Integer results compare exactly; any integer dtype is accepted from a target. "
           "In-project numpy/torch implementations return int64, engine.input_batch int32.",
 ))

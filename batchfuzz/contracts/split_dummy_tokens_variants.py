@@ -3,8 +3,12 @@ once per engine code path that had it, and planted mutants."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 from batchfuzz.reference.split_dummy_tokens import check_split_args
 from batchfuzz.registry import Variant
@@ -30,6 +34,8 @@ def remainder_to_last_dummy_run(num_reqs: int, num_tokens: int) -> list[int]:
 
 def remainder_to_last_lora_hook(num_reqs: int, num_tokens: int) -> torch.Tensor:
     """LoRA capture hook before the fix."""
+    import torch
+
     r, n = check_split_args(num_reqs, num_tokens)
     out = torch.full((r,), n // r, dtype=torch.int64)
     out[r - 1] = n - (n // r) * (r - 1)

@@ -176,7 +176,7 @@ IMPLEMENTATIONS = (
     registry.host_impl("numpy", split_ubatches_numpy.split_ubatches, "searchsorted over the token prefix sum"),
 )
 
-DOMAINS = registry.domains_from(strategies, {
+INPUTS = registry.input_space(strategies, {
     "spec": "R >= 1 requests with >= 1 token each, Np >= max(sum(nst), n), Rp >= R, n >= 2: Np exact, a capture size, "
             "padded, or at the refusal boundary",
     "engine": "the same: the engine's callers guarantee exactly this precondition (padded counts land anywhere, the "
@@ -236,15 +236,12 @@ CONTRACT = registry.register(Contract(
     arguments=("num_scheduled_tokens", "num_tokens_padded", "num_reqs_padded", "num_ubatches"),
     oracle=oracle.split_ubatches,
     implementations=IMPLEMENTATIONS,
-    domains=DOMAINS,
+    inputs=INPUTS,
     properties=PROPERTIES,
     error_inputs=ERROR_INPUTS,
     variants=VARIANTS,
     examples=EXAMPLES,
     labels=_labels,
-    size=strategies.size,
-    reductions=strategies.reductions,
-    scopes=registry.scopes_from(strategies),
     notes="Slices compare exactly after conversion to Python ints; tuples and lists, numpy arrays and tensors of "
           "shape (n, 2, 2) are accepted from a target.",
 ))

@@ -39,6 +39,21 @@ def split_no_refusal(nst: Any, padded: int, padded_reqs: int, n: int) -> list[Ub
     return _split(counts, p, rp, k, p // k, refuse=False)
 
 
+def split_refusal_for_two(nst: Any, padded: int, padded_reqs: int, n: int) -> list[UbatchSlice] | None:
+    """Refuses as if there were two ubatches whatever ``n`` (``(Np // 2) >= sum(nst)``): right for
+    dual-batch overlap only."""
+    counts, p, rp, k = check_ubatch_args(nst, padded, padded_reqs, n)
+    if p // 2 >= sum(counts):
+        return None
+    return _split(counts, p, rp, k, p // k, refuse=False)
+
+
+def split_in_halves(nst: Any, padded: int, padded_reqs: int, n: int) -> list[UbatchSlice] | None:
+    """Two ubatches whatever ``n``: cut once, at ``Np // 2``."""
+    counts, p, rp, _ = check_ubatch_args(nst, padded, padded_reqs, n)
+    return _split(counts, p, rp, 2, p // 2)
+
+
 def split_refusal_strict(nst: Any, padded: int, padded_reqs: int, n: int) -> list[UbatchSlice] | None:
     """Refuses only when ``(Np // n) * (n - 1) > sum(nst)``: ``>`` for ``>=``."""
     counts, p, rp, k = check_ubatch_args(nst, padded, padded_reqs, n)
@@ -107,6 +122,10 @@ VARIANTS = (
     Variant("straddler_once", "a straddling request is listed in the earlier ubatch only",
             split_straddler_once, "mutant",
             ("straddlers_in_both", "request_ranges_exact", "per_request_token_counts", "matches_oracle"), _canon([2], 2, 1, 2)),
+    Variant("refusal_for_two", "refuses as if n were 2 ((Np // 2) >= sum(nst)), whatever num_ubatches",
+            split_refusal_for_two, "mutant", ("refusal_rule", "last_ubatch_has_real_token", "matches_oracle"), _canon([2], 3, 1, 3)),
+    Variant("in_halves", "two ubatches whatever num_ubatches (one cut at Np // 2)", split_in_halves, "mutant",
+            ("equal_sizes", "matches_oracle"), _canon([3], 3, 1, 3)),
     Variant("zeroes_counts", "right split, but zeroes the caller's num_scheduled_tokens in place", split_zeroes_counts, "mutant",
             ("inputs_unchanged",), _canon([1], 2, 1, 2)),
 )

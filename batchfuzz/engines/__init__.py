@@ -1,8 +1,10 @@
 """Engines' own functions as batchfuzz targets, read from a release's source.
 
-A module per engine (``batchfuzz.engines.vllm``) binds the contracts to that
-engine's functions with ``batchfuzz.bind``. This package holds what they
-share:
+A module per engine (``batchfuzz.engines.vllm``; others through the
+``batchfuzz.engines`` entry-point group or ``$BATCHFUZZ_ENGINES``, in the
+shape ``batchfuzz.plugins.EngineModule`` declares) binds the contracts to
+that engine's functions with ``batchfuzz.bind``. This package holds what
+they share:
 
 - ``ReleaseSource``: where a release's files come from (a wheel, read as a
   zip without installing it; a source checkout; the installed distribution's
@@ -10,7 +12,9 @@ share:
   ``ref`` string from which a fresh process rebuilds it;
 - ``Bound``: one engine function x one contract, with its status ("bound",
   "absent", "unbindable"), the canonical-signature target and a ``ref``;
-- ``resolve(ref)``: the target a ``Bound.ref`` names, for worker processes;
+- ``engines()``, ``engine(name)``: the registered engine modules;
+- ``resolve(ref)``: the target a ``Bound.ref`` names, for worker processes,
+  through the engine its first field names;
 - ``fetch_wheel``: a release wheel downloaded with pip into a cache outside
   the repository (``$BATCHFUZZ_CACHE/wheels``, default
   ``~/.cache/batchfuzz/wheels``).
@@ -26,7 +30,7 @@ import re
 import subprocess
 import sys
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -52,10 +56,12 @@ class ReleaseSource:
     distribution: ClassVar[str] = ""
     package: ClassVar[str] = ""
 
-    def __init__(self, ref: str, version: str, reader: Callable[[str], str | None]) -> None:
+    def __init__(self, ref: str, version: str, reader: Callable[[str], str | None],
+                 lister: Callable[[], Iterable[str]] | None = None) -> None:
         self.ref = ref
         self.version = version
         self._reader = reader
+        self._lister = lister
         self._texts: dict[str, str | None] = {}
 
     def __repr__(self) -> str:
@@ -68,6 +74,16 @@ class ReleaseSource:
         if relpath not in self._texts:
             self._texts[relpath] = self._reader(relpath)
         return self._texts[relpath]
+
+    def paths(self, under: str = "", suffix: str = ".py") -> list[str]:
+        """The release's files under the folder ``under`` (default: the
+        package) whose names end with ``suffix``, sorted; [] for a source
+        built without a listing."""
+        if not isinstance(under, str) or under.startswith("/") or ".." in under.split("/"):
+            raise ValueError(f"under must be a relative folder inside the release, got {under!r}")
+        prefix = (under or self.package).rstrip("/") + "/"
+        listed = self._lister() if self._lister is not None else ()
+        return sorted(p for p in listed if p.startswith(prefix) and p.endswith(suffix))
 
     # -- constructors
 
@@ -91,7 +107,7 @@ class ReleaseSource:
             raise SourceError(f"{p.name!r} is not named like a wheel (NAME-VERSION-...whl)")
         if match.group(1).replace(".", "_").lower() != cls.distribution.replace("-", "_").lower():
             raise SourceError(f"{p.name!r} is a wheel of {match.group(1)!r}, not of {cls.distribution!r}")
-        return cls(f"wheel:{p}", match.group(2), reader)
+        return cls(f"wheel:{p}", match.group(2), reader, lambda: names)
 
     @classmethod
     def from_dir(cls: type[_Source], path: str | os.PathLike[str]) -> _Source:
@@ -104,7 +120,10 @@ class ReleaseSource:
             f = root / relpath
             return f.read_text(encoding="utf-8") if f.is_file() else None
 
-        return cls(f"dir:{root}", _recorded_version(reader(f"{cls.package}/_version.py")), reader)
+        def lister() -> list[str]:
+            return [f.relative_to(root).as_posix() for f in (root / cls.package).rglob("*") if f.is_file()]
+
+        return cls(f"dir:{root}", _recorded_version(reader(f"{cls.package}/_version.py")), reader, lister)
 
     @classmethod
     def installed(cls: type[_Source]) -> _Source:
@@ -123,7 +142,7 @@ class ReleaseSource:
             located = Path(str(dist.locate_file(f)))
             return located.read_text(encoding="utf-8") if located.is_file() else None
 
-        return cls("installed:", dist.version, reader)
+        return cls("installed:", dist.version, reader, lambda: files)
 
     @classmethod
     def from_ref(cls: type[_Source], ref: str) -> _Source:
@@ -186,19 +205,69 @@ class Bound:
             raise ValueError(f"a {self.status!r} binding {'needs' if self.status == 'bound' else 'has no'} target")
 
 
+# ---------------------------------------------------------------- the engine registry
+
+ENGINES_ENV_VAR = "BATCHFUZZ_ENGINES"
+ENTRY_POINT_GROUP = "batchfuzz.engines"
+# Modules of this package that are the harness, not an engine.
+_HARNESS_MODULES = frozenset({"matrix", "split_search"})
+
+
+class UnknownEngine(LookupError):
+    """No registered engine has that name."""
+
+
+def engine_modules() -> list[str]:
+    """The modules that hold engines, in order: every module of this package
+    but the harness (``matrix``) and private ones, then those the
+    ``batchfuzz.engines`` entry-point group names, then
+    ``$BATCHFUZZ_ENGINES`` (comma-separated)."""
+    import pkgutil
+    from importlib.metadata import entry_points
+
+    names = [f"{__name__}.{m.name}" for m in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name)
+             if not m.name.startswith("_") and m.name not in _HARNESS_MODULES]
+    names += [ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)]
+    names += [n.strip() for n in os.environ.get(ENGINES_ENV_VAR, "").split(",") if n.strip()]
+    return list(dict.fromkeys(names))
+
+
+def engines() -> dict[str, Any]:
+    """Every registered engine module by its ``ENGINE`` name, each checked
+    against ``batchfuzz.plugins.EngineModule`` (a PluginError names what a
+    module lacks; two modules claiming one name are an error too)."""
+    from batchfuzz import plugins
+
+    found: dict[str, Any] = {}
+    for name in engine_modules():
+        module = importlib.import_module(name)
+        plugins.check_engine(module, ReleaseSource)
+        if module.ENGINE in found and found[module.ENGINE] is not module:
+            raise plugins.PluginError(f"engine {module.ENGINE!r} is registered twice: by {found[module.ENGINE].__name__} and {name}")
+        found[module.ENGINE] = module
+    return found
+
+
+def engine(name: str) -> Any:
+    """The engine module named ``name``; UnknownEngine, listing the known
+    names, when none is registered under it."""
+    known = engines()
+    if name not in known:
+        raise UnknownEngine(f"no engine named {name!r}; registered: {', '.join(sorted(known)) or 'none'} "
+                            f"(add one through the {ENTRY_POINT_GROUP} entry points or ${ENGINES_ENV_VAR})")
+    return known[name]
+
+
 def resolve(ref: str) -> Callable[..., Any]:
-    """The target named by a ``Bound.ref`` (``"ENGINE::SOURCE-REF::FUNCTION::CONTRACT"``).
-    Raises LookupError when that binding is not bound in that release."""
+    """The target named by a ``Bound.ref`` (``"ENGINE::SOURCE-REF::FUNCTION::CONTRACT"``),
+    through the registered engine its first field names. Raises LookupError
+    when that binding is not bound in that release."""
     if not isinstance(ref, str) or "::" not in ref:
         raise ValueError(f"ref must be 'ENGINE::SOURCE::FUNCTION::CONTRACT', got {ref!r}")
-    engine = ref.split("::", 1)[0]
-    if not engine.isidentifier():
-        raise ValueError(f"ref names no engine module: {ref!r}")
-    try:
-        module = importlib.import_module(f"{__name__}.{engine}")
-    except ModuleNotFoundError:
-        raise ValueError(f"ref names engine {engine!r}, which batchfuzz.engines does not have") from None
-    found: Callable[..., Any] = module.resolve(ref)
+    name = ref.split("::", 1)[0]
+    if not name.isidentifier():
+        raise ValueError(f"ref names no engine: {ref!r}")
+    found: Callable[..., Any] = engine(name).resolve(ref)
     return found
 
 

@@ -1,6 +1,11 @@
 """The release matrix: every release given x every bound engine function x
-its contract, each cell a verdict (the engine-agnostic part of ``batchfuzz
-vllm``).
+its contract, each cell a verdict, for any registered engine
+(``batchfuzz engine NAME``; ``batchfuzz vllm`` is its short form for vLLM).
+Nothing here knows a particular engine: an engine module
+(``batchfuzz.plugins.EngineModule``) gives its ``ReleaseSource``, its
+``SPECS`` and ``bindings``; :func:`release_sources` opens the releases asked
+for, :func:`selection` checks a ``--function``/``--contract`` selection
+against the engine's SPECS, :func:`run_matrix` runs the cells.
 
 A cell is ``pass`` (every property of the contract ran on the binding's
 domain, ``engine``, and none failed), ``fail`` (a property failed: the
@@ -14,9 +19,13 @@ reference, so a release whose code crashes or hangs costs only its cell.
 
 from __future__ import annotations
 
+import fnmatch
+import functools
+import inspect
+import os
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -24,7 +33,7 @@ from hypothesis import settings
 
 from batchfuzz import profiles, registry, runner
 from batchfuzz.codec import encode_case, literal
-from batchfuzz.engines import Bound
+from batchfuzz.engines import Bound, ReleaseSource, fetch_wheel, split_search
 from batchfuzz.execution import LoadTimeout, executor_for
 from batchfuzz.targets import parse
 
@@ -54,9 +63,12 @@ class Cell:
 
 
 def run_cell(bound: Bound, *, budget_s: float, timeout_s: float, seed: int, isolate: bool = True,
-             domain: str = "engine") -> Cell:
+             domain: str = "engine", max_examples: int | None = None) -> Cell:
     """The verdict of one binding: all the contract's properties, round robin
-    (``runner.hunt_for``) within ``budget_s``, stopping at the first failure."""
+    (``runner.hunt_for``) within ``budget_s``, stopping at the first failure.
+    With ``max_examples``, one round of that many examples per property
+    (``budget_s`` then only a ceiling): a verdict that depends on counts,
+    not on the machine's speed."""
     release = bound.release.split(" ", 1)[-1]
     cell = Cell(release=release, function=bound.function, contract=bound.contract, domain=domain,
                 verdict=bound.status if bound.status != "bound" else "pass", reason=bound.reason, target=bound.ref)
@@ -73,7 +85,8 @@ def run_cell(bound: Bound, *, budget_s: float, timeout_s: float, seed: int, isol
                 return cell
             results = runner.hunt_for(contract, executor, contract.properties, target_name=f"engine:{bound.ref}",
                                       budget_s=budget_s, base_settings=base, seed=seed, domain=domain,
-                                      example_timeout_s=timeout_s)
+                                      example_timeout_s=timeout_s, round_examples=max_examples,
+                                      max_rounds=None if max_examples is None else 1)
     except LoadTimeout as exc:  # a slow cell (its release's bindings took too long to load): not run, not broken
         cell.verdict, cell.reason = "incomplete", f"the cell did not start: {exc}"
         cell.seconds = round(time.time() - started, 2)
@@ -101,25 +114,113 @@ def run_cell(bound: Bound, *, budget_s: float, timeout_s: float, seed: int, isol
 
 def run_matrix(releases: Iterable[tuple[str, Callable[[], list[Bound]]]], *, budget_s: float, timeout_s: float,
                seed: int, isolate: bool = True, keep: Callable[[Bound], bool] = lambda b: True,
-               on_cell: Callable[[Cell], None] | None = None) -> list[Cell]:
+               on_cell: Callable[[Cell], None] | None = None, max_examples: int | None = None) -> list[Cell]:
     """Every cell of every release: ``releases`` is ``(name, bindings)`` pairs,
-    ``bindings()`` giving the release's :class:`Bound` list."""
+    ``bindings()`` giving the release's :class:`Bound` list (:func:`engine_releases`)."""
     profiles.register_profiles()
     cells: list[Cell] = []
     for _name, bindings in releases:
         for b in bindings():
             if not keep(b):
                 continue
-            cell = run_cell(b, budget_s=budget_s, timeout_s=timeout_s, seed=seed, isolate=isolate)
+            cell = run_cell(b, budget_s=budget_s, timeout_s=timeout_s, seed=seed, isolate=isolate, max_examples=max_examples)
             cells.append(cell)
             if on_cell is not None:
                 on_cell(cell)
     return cells
 
 
-def _short_function(function: str) -> str:
+# ---------------------------------------------------------------- an engine's releases and selection
+
+
+def release_sources(engine: Any, *, releases: Sequence[str] = (), wheels: Sequence[str] = (), dirs: Sequence[str] = (),
+                    installed: bool = False) -> list[ReleaseSource]:
+    """The releases of ``engine`` (an engine module) asked for, in this order:
+    each version of ``releases`` (its wheel fetched into the cache,
+    ``batchfuzz.engines.fetch_wheel``), each wheel file, each source checkout,
+    and the installed distribution. Raises SourceError (or ValueError for a
+    malformed version) naming the release that cannot be opened, ValueError
+    when none is asked for."""
+    kind: type[ReleaseSource] = engine.ReleaseSource
+    sources = [kind.from_wheel(fetch_wheel(kind.distribution, version)) for version in releases]
+    sources += [kind.from_wheel(w) for w in wheels]
+    sources += [kind.from_dir(d) for d in dirs]
+    if installed:
+        sources.append(kind.installed())
+    if not sources:
+        raise ValueError("give at least one release: --wheel FILE, --source DIR, --installed, --release VERSION or --all-releases")
+    return sources
+
+
+def engine_releases(engine: Any, sources: Sequence[ReleaseSource], search: bool = True
+                    ) -> list[tuple[str, Callable[[], list[Bound]]]]:
+    """``run_matrix``'s ``releases`` for ``engine``: each source's version and
+    its bindings. ``search`` False leaves out the rows of the split search
+    (``split_search``) for an engine whose ``bindings`` takes ``search``."""
+    takes_search = "search" in inspect.signature(engine.bindings).parameters
+    extra = {"search": search} if takes_search else {}
+    return [(s.version, functools.partial(engine.bindings, s, **extra)) for s in sources]
+
+
+def searched(functions: Sequence[str] | None = None, contracts: Sequence[str] | None = None) -> bool:
+    """Whether a selection can keep a copy of the split found by the search
+    (``PATH:QUALNAME#COUNTS=TOKENS/REQUESTS``, contract A): the search is
+    then worth running."""
+    return ((not contracts or split_search.CONTRACT in contracts)
+            and (not functions or any("#" in p for p in functions)))
+
+
+def _matches(function: str, pattern: str) -> bool:
+    return fnmatch.fnmatchcase(function, pattern) or fnmatch.fnmatchcase(function, f"*{pattern}")
+
+
+def selection(engine: Any, functions: Sequence[str] | None = None, contracts: Sequence[str] | None = None
+              ) -> Callable[[Bound], bool]:
+    """Which bindings of ``engine`` to run: those whose function matches one
+    of the ``functions`` globs (a glob may leave out the path:
+    ``'*_allow_microbatching'``) and whose contract is one of ``contracts``
+    (None: all). Raises LookupError naming a contract that is not registered
+    (the engine's SPECS included) or a glob that matches no bound function."""
+    known = {c.name for c in registry.contracts()}
+    unknown_specs = sorted({s.contract for s in engine.SPECS} - known)
+    if unknown_specs:
+        raise LookupError(f"engine {engine.ENGINE!r} binds to contract(s) {', '.join(unknown_specs)}, which are not registered; "
+                          f"known: {', '.join(sorted(known))}")
+    for name in contracts or ():
+        if name not in known:
+            raise LookupError(f"--contract {name!r}: no such contract; known: {', '.join(sorted(known))}")
+    bound = [s.function for s in engine.SPECS]
+    for pat in functions or ():
+        # A glob holding "#" names copies of the split the search finds (their rows are known only once it has run).
+        if "#" not in pat and not any(_matches(f, pat) for f in bound):
+            raise LookupError(f"--function {pat!r} matches no bound function; known: {', '.join(dict.fromkeys(bound))}; "
+                              "copies of the split found by the search are named PATH:QUALNAME#COUNTS=TOKENS/REQUESTS")
+
+    def keep(b: Bound) -> bool:
+        return ((not functions or any(_matches(b.function, p) for p in functions))
+                and (not contracts or b.contract in contracts))
+
+    return keep
+
+
+def new_seed() -> int:
+    """A random seed for a run that was given none (printed, so it can be repeated)."""
+    return int.from_bytes(os.urandom(4), "little")
+
+
+def short_function(function: str, among: Iterable[str] = ()) -> str:
+    """``function`` (``path:qualname``) with the shortest tail of its path
+    (its file name, or more folders) that no other function of ``among``
+    with the same qualname shares: two releases' layouts of one module
+    (``a/mod.py`` and ``a/b/mod.py``) stay apart in a table."""
     path, _, qual = function.partition(":")
-    return f"{path.rsplit('/', 1)[-1]}:{qual}"
+    parts = path.split("/")
+    others = {p for p, _, q in (f.partition(":") for f in among) if q == qual and p != path}
+    for k in range(1, len(parts) + 1):
+        tail = "/".join(parts[-k:])
+        if not any(o == tail or o.endswith("/" + tail) for o in others):
+            return f"{tail}:{qual}"
+    return function
 
 
 _ARRAY = re.compile(r"np\.array\((\[[^()]*?\]), dtype=np\.\w+\)")
@@ -145,11 +246,13 @@ def _detail(cell: Cell) -> str:
     return f"{cell.examples} examples"
 
 
-def to_text(cells: list[Cell]) -> str:
-    """A plain table: one line per cell."""
+def to_text(cells: list[Cell], among: Iterable[str] = ()) -> str:
+    """A plain table: one line per cell (functions named as ``short_function``
+    names them among the cells' functions and ``among``)."""
     lines = [f"{'release':9} {'function':52} {'contract':22} {'verdict':10} {'seconds':>7}  detail"]
+    names = [*among, *(c.function for c in cells)]
     for c in cells:
-        lines.append(f"{c.release:9} {_short_function(c.function):52} {c.contract:22} {c.verdict:10} {c.seconds:7.1f}  "
+        lines.append(f"{c.release:9} {short_function(c.function, names):52} {c.contract:22} {c.verdict:10} {c.seconds:7.1f}  "
                      f"{_detail(c)}")
     return "\n".join(lines)
 
@@ -170,7 +273,7 @@ def to_markdown(cells: list[Cell]) -> str:
                 cols.append(f"**fail** `{c.property}` `{compact_args(c.counterexample)}`".replace("|", "\\|"))
             else:
                 cols.append(c.verdict)
-        out.append(f"| `{_short_function(function)}` | {contract} | " + " | ".join(cols) + " |")
+        out.append(f"| `{short_function(function, (f for f, _ in rows))}` | {contract} | " + " | ".join(cols) + " |")
     return "\n".join(out) + "\n"
 
 

@@ -31,8 +31,6 @@ targets are correct) are reported and make the exit status 1.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import sys
 import time
@@ -40,24 +38,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from batchfuzz.machine import machine_info
+from batchfuzz.output import write_outputs
+
 CEILING, IN_PROCESS, LABELS, ISOLATED = "ceiling", "in-process", "labels", "isolated"
 MODES = (CEILING, IN_PROCESS, LABELS, ISOLATED)
 # The ratio of the labelled in-process loop to the ceiling that issue 13 asks every property to reach.
 GOAL = 0.5
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The ``--loop`` options of ``batchfuzz bench`` (``--quick``, ``--repeat``,
-    ``--seed``, ``--json`` and ``--markdown`` are bench's own)."""
-    p.add_argument("--loop", action="store_true",
-                   help="instead: examples per second of every property's fuzz loop (in-process, with labels, isolated) "
-                        "against Hypothesis's ceiling for the same strategy (batchfuzz.loopbench)")
-    p.add_argument("--loop-contracts", default="", metavar="NAMES",
-                   help="with --loop: comma-separated contracts (default: all)")
-    p.add_argument("--loop-examples", type=int, default=None, metavar="N",
-                   help="with --loop: examples per loop (default 100; quick 20)")
-    p.add_argument("--loop-target", choices=("impl", "oracle"), default="impl",
-                   help="with --loop: the contract's first CPU implementation (default) or its oracle")
 
 
 @dataclass
@@ -256,7 +243,6 @@ def measure(contracts: list[str] | None = None, *, examples: int = 100, repeat: 
             seed: int = 0, log: Callable[[str], None] | None = None) -> LoopReport:
     """Run the four loops of every property of ``contracts`` (default: all)
     ``repeat`` times each, interleaved (see the module docstring)."""
-    import hypothesis
 
     from batchfuzz import registry, runner
     from batchfuzz.execution import InProcess, Isolated, start_fork_server
@@ -317,11 +303,8 @@ def measure(contracts: list[str] | None = None, *, examples: int = 100, repeat: 
                 log(f"  {name}: {len(mine)} properties x {repeat} repetitions in {time.perf_counter() - t0:.1f}s")
         finally:
             isolated.close()
-    import numpy as np
 
-    machine = {"python": platform.python_version(), "platform": platform.platform(), "processor": platform.processor(),
-               "cpu_count": os.cpu_count(), "hypothesis": hypothesis.__version__, "numpy": np.__version__,
-               "date": time.strftime("%Y-%m-%d")}
+    machine = {**machine_info(), "date": time.strftime("%Y-%m-%d")}
     settings_out = {"examples": examples, "repeat": repeat, "seed": seed, "target": target, "contracts": names,
                     "profile": "dev", "database": None, "phases": [p.name for p in rs.phases]}
     return LoopReport(settings_out, machine, refs, rows)
@@ -336,9 +319,9 @@ def _load(contract: Any, ref: str) -> Any:
 # ---------------------------------------------------------------- the command
 
 
-def run_command(args: argparse.Namespace) -> int:
-    """``batchfuzz bench --loop``: measure, print the table, write ``--json`` / ``--markdown``."""
-    from batchfuzz.cli import UsageError
+def run_command(args: argparse.Namespace) -> bool:
+    """``batchfuzz bench --loop``: measure, print the table, write ``--json`` / ``--markdown``; True when a target failed."""
+    from batchfuzz.usage import UsageError
 
     quick = bool(args.quick)
     examples = args.loop_examples if args.loop_examples is not None else (20 if quick else 100)
@@ -352,7 +335,5 @@ def run_command(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     print(report.to_text())
-    from batchfuzz.commands.bench import write_outputs
-
-    write_outputs(args, report.to_dict(), report.to_markdown())
-    return 1 if report.failures else 0
+    write_outputs(args.json_path, report.to_dict(), args.markdown_path, report.to_markdown())
+    return bool(report.failures)

@@ -5,7 +5,7 @@ machine K; ``batchfuzz merge-reports`` puts the N reports back together.
 
 The partition is a function of each item's key alone (contract, target
 reference, device, property: :func:`item_key`, what
-``batchfuzz.fuzzjob.WorkItem.shard_key`` gives), never of its position in
+``batchfuzz.fuzz.job.WorkItem.shard_key`` gives), never of its position in
 the list, so:
 
 - every item is in exactly one shard;

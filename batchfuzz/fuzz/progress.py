@@ -1,6 +1,6 @@
 """Progress of a fuzz run: a live per-contract table on a terminal, plain lines otherwise.
 
-It reads the item state files the runners write (:mod:`batchfuzz.fuzzjob`)
+It reads the item state files the runners write (:mod:`batchfuzz.fuzz.job`)
 from a background thread, so it costs the runners nothing.
 
 - On a terminal: a table (contract, items run/total, examples, failures,
@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Any, TextIO
 
-from batchfuzz.fuzzjob import Job, read_states
+from batchfuzz.fuzz.job import Job, read_states
 
 _RAN = ("passed", "failed", "error", "interrupted", "idle", "running")
 

@@ -1,7 +1,7 @@
 """Reports of a fuzz run: ``summary.json``, ``summary.md`` and ``junit.xml``.
 
 All three are built from the per-item state files the workers write
-(:mod:`batchfuzz.fuzzjob`), so an interrupted run gets the same reports,
+(:mod:`batchfuzz.fuzz.job`), so an interrupted run gets the same reports,
 marked ``"partial": true``.
 
 Rates: an item's ``cases_per_second`` is examples over the seconds that item
@@ -12,15 +12,15 @@ the figure that scales with ``--workers``.
 
 from __future__ import annotations
 
-import os
-import platform
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from batchfuzz.corpus import versions, write_json_atomic
-from batchfuzz.fuzzjob import Job
+from batchfuzz.fuzz.corpus import versions
+from batchfuzz.fuzz.job import Job
+from batchfuzz.machine import machine_info
+from batchfuzz.output import junit_text, write_json_atomic, write_text_atomic
 
 NOT_RUN = "not run"
 
@@ -80,6 +80,7 @@ def build_summary(
 ) -> dict[str, Any]:
     """The whole run as one JSON-able dict (the content of ``summary.json``):
     per contract, per implementation (target), per property (a work item)."""
+    machine = machine_info()
     contracts: dict[str, dict[str, Any]] = {}
     failures: list[dict[str, Any]] = []
     errors: list[dict[str, Any]] = []
@@ -158,7 +159,7 @@ def build_summary(
         "shard": job.extra.get("shard"),
         "replay_command": job.extra.get("replay_command"),
         "versions": versions(),
-        "host": {"platform": platform.platform(), "cpus": os.cpu_count()},
+        "host": {"platform": machine["platform"], "cpus": machine["cpu_count"]},
         "totals": {
             "examples": examples,
             "failures": len(failures),
@@ -266,8 +267,7 @@ def render_junit(summary: dict[str, Any]) -> str:
                     ET.SubElement(case, "system-out").text = f"partial: interrupted after {p.get('examples', 0)} examples"
         for k, v in counts.items():
             suite.set(k, str(v))
-    ET.indent(root)
-    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+    return junit_text(root)
 
 
 def write_reports(report_dir: Path | str, summary: dict[str, Any]) -> list[Path]:
@@ -276,8 +276,6 @@ def write_reports(report_dir: Path | str, summary: dict[str, Any]) -> list[Path]
     d.mkdir(parents=True, exist_ok=True)
     out = [d / "summary.json", d / "summary.md", d / "junit.xml"]
     write_json_atomic(out[0], summary)
-    for path, text in ((out[1], render_markdown(summary)), (out[2], render_junit(summary))):
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
+    write_text_atomic(out[1], render_markdown(summary))
+    write_text_atomic(out[2], render_junit(summary))
     return out

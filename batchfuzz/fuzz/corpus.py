@@ -4,7 +4,7 @@ Layout: ``<corpus>/<contract>/<id>.json``, where ``id`` is a short hash of
 (contract, target, device, domain, property, encoded case): the file's name
 is its content address, so the same failure found again (the next night, by
 another shard) maps to the same file, and merging corpora is a plain copy.
-Files are written atomically (temporary file, then ``os.replace``) the
+Files are written atomically (:func:`batchfuzz.output.write_json_atomic`) the
 moment a failure is found, so a killed run loses nothing.
 
 A corpus file is untrusted data:
@@ -48,7 +48,6 @@ import json
 import os
 import platform
 import stat
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,6 +57,8 @@ import numpy as np
 from batchfuzz import __version__
 from batchfuzz.case import Case
 from batchfuzz.codec import CodecError, decode_case, encode_case, literal
+from batchfuzz.fuzz.settings import CORPUS_ENV_VAR
+from batchfuzz.output import write_json_atomic
 from batchfuzz.targets import TargetError, TargetRef, parse, same_release
 
 
@@ -71,7 +72,7 @@ def checked_property(prop: str, during: str) -> str:
 
 FORMAT = "batchfuzz-corpus/2"
 OLD_FORMAT = "batchfuzz-corpus/1"  # still read: implementation/target fields instead of one target reference
-ENV_VAR = "BATCHFUZZ_CORPUS"
+ENV_VAR = CORPUS_ENV_VAR
 MAX_FILE_BYTES = 1 << 20
 MAX_DEPTH = 64
 MAX_NUMBERS = 1 << 22
@@ -199,30 +200,6 @@ def save(root: Path | str, data: dict[str, Any]) -> tuple[Path, bool]:
         return path, False
     write_json_atomic(path, data)
     return path, True
-
-
-def write_json_atomic(path: Path | str, data: Any, *, fsync: bool = True) -> None:
-    """Write JSON so that readers (and a killed writer) never see half a file;
-    ``fsync`` also makes it survive a machine crash (skipped for state that is
-    rewritten many times a second)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o644)  # mkstemp makes 0600; reports and corpus files are for everyone to read
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=2, sort_keys=False)
-            fh.write("\n")
-            fh.flush()
-            if fsync:
-                os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def files(root: Path | str | None = None) -> list[Path]:
@@ -421,7 +398,7 @@ def _typename(typ: type | tuple[type, ...]) -> str:
 
 
 @dataclass
-class Outcome:
+class Replayed:
     """The result of replaying one entry."""
 
     entry: CorpusEntry
@@ -462,7 +439,7 @@ def check_entry(entry: CorpusEntry) -> None:
     try:
         domain = contract.domain(entry.domain)
     except KeyError as exc:
-        raise CorpusError(f"{where}: {str(exc).strip(chr(34) + chr(39))}") from None
+        raise CorpusError(f"{where}: {exc}") from None
     try:
         fits = domain.contains(entry.case)
     except Exception as exc:
@@ -476,7 +453,7 @@ def check_entry(entry: CorpusEntry) -> None:
 
 
 def replay(entry: CorpusEntry, *, targets: dict[str, str] | None = None, engines: list[str] | tuple[str, ...] = (),
-           isolate: bool = True, timeout_s: float = 60.0) -> Outcome:
+           isolate: bool = True, timeout_s: float = 60.0) -> Replayed:
     """Re-check the entry's property on its stored case.
 
     ``targets`` maps a contract to the user's function (``MODULE:FUNCTION``)
@@ -495,19 +472,19 @@ def replay(entry: CorpusEntry, *, targets: dict[str, str] | None = None, engines
     contract = _contract(entry)
     ref = entry.ref
     if ref.kind == "engine" and not any(same_release(ref.release, named) for named in engines):
-        return Outcome(entry, "skipped", message=f"names an engine release ({ref.release}) the corpus file chose; pass "
+        return Replayed(entry, "skipped", message=f"names an engine release ({ref.release}) the corpus file chose; pass "
                        f"--engine {ref.release} to replay it against that release's code")
     if not ref.is_project_code:
         chosen = (targets or {}).get(entry.contract)
         if chosen is None:
-            return Outcome(entry, "skipped", message=f"names a user's function ({entry.target}); pass --target "
+            return Replayed(entry, "skipped", message=f"names a user's function ({entry.target}); pass --target "
                            f"{entry.contract}=MODULE:FUNCTION to replay it against yours")
         ref = parse(chosen)
     if entry.device == "cuda":
         import torch
 
         if not torch.cuda.is_available():
-            return Outcome(entry, "skipped", message="recorded on cuda; no CUDA device here")
+            return Replayed(entry, "skipped", message="recorded on cuda; no CUDA device here")
     prop = checked_property(entry.property, entry.during)
     try:
         with executor_for(contract, ref, isolate=isolate, device=entry.device) as ex:
@@ -518,11 +495,11 @@ def replay(entry: CorpusEntry, *, targets: dict[str, str] | None = None, engines
     except TargetError as exc:
         raise CorpusError(f"{entry.path or '<corpus entry>'}: cannot load target {ref.spec}: {exc}") from None
     if outcome.status == "rejected":
-        return Outcome(entry, "skipped", message="the target's @assumes rejects this case")
+        return Replayed(entry, "skipped", message="the target's @assumes rejects this case")
     if failure_signature(outcome) is not None:
-        return Outcome(entry, "fails", outcome.error_type if outcome.status == "failed" else outcome.status,
-                       outcome.message + (f" ({outcome.exit})" if outcome.exit else ""))
-    return Outcome(entry, "passes")
+        return Replayed(entry, "fails", outcome.error_type if outcome.status == "failed" else outcome.status,
+                        outcome.message + (f" ({outcome.exit})" if outcome.exit else ""))
+    return Replayed(entry, "passes")
 
 
 def open_duplicate(root: Path | str, data: dict[str, Any], executor: Any, timeout_s: float = 30.0) -> Path | None:
@@ -552,12 +529,12 @@ def open_duplicate(root: Path | str, data: dict[str, Any], executor: Any, timeou
     return None
 
 
-def describe(outcome: Outcome) -> str:
+def describe(replayed: Replayed) -> str:
     """A readable account of a still-failing entry, with its reproduction."""
-    e = outcome.entry
+    e = replayed.entry
     lines = [
         f"{e.path}: {e.contract}/{e.target} still violates {e.property}" + (f" ({e.spec})" if e.spec else ""),
-        f"  {outcome.error_type}: {outcome.message.splitlines()[0] if outcome.message else ''}",
+        f"  {replayed.error_type}: {replayed.message.splitlines()[0] if replayed.message else ''}",
     ]
     repro = e.data.get("reproduction")
     if isinstance(repro, str) and repro:
@@ -565,3 +542,47 @@ def describe(outcome: Outcome) -> str:
         lines.extend("    " + line for line in repro.splitlines())
     lines.append(f"  replay: batchfuzz replay {e.path}")
     return "\n".join(lines)
+
+
+def replay_paths(paths: list[Path], targets: dict[str, str], isolate: bool = True, quiet: bool = False,
+                 out: Any = None, engines: list[str] | tuple[str, ...] = ()) -> dict[str, int]:
+    """``batchfuzz replay``: replay every corpus file under ``paths`` (default:
+    :func:`default_dir`), printing each entry's verdict and a total; returns the
+    counts of entries that pass, still fail, were skipped, or are malformed.
+    ``engines`` are the engine releases the user named (see :func:`replay`).
+    Raises UsageError for a given path that does not exist."""
+    import sys
+
+    from batchfuzz.usage import UsageError
+
+    def say(text: str) -> None:
+        print(text, file=out or sys.stdout)
+
+    roots = list(paths) or [default_dir()]
+    found: list[Path] = []
+    for root in roots:
+        if paths and not root.exists():
+            raise UsageError(f"{root}: no such corpus file or directory")
+        found.extend(files(root))
+    counts = {"passes": 0, "fails": 0, "skipped": 0, "malformed": 0}
+    if not found:
+        say(f"no corpus entries under {', '.join(str(r) for r in roots)}")
+        return counts
+    for path in found:
+        try:
+            replayed = replay(load(path), targets=targets, engines=engines, isolate=isolate)
+        except CorpusError as exc:
+            counts["malformed"] += 1
+            say(f"ERROR {exc}")
+            continue
+        counts[replayed.status] += 1
+        if replayed.fails:
+            say("FAIL  " + describe(replayed))
+        elif not quiet:
+            e = replayed.entry
+            word = "pass " if replayed.status == "passes" else "skip "
+            extra = f" ({replayed.message})" if replayed.message else ""
+            say(f"{word} {path}: {e.contract}/{e.target} {e.property}{extra}")
+    say(f"{len(found)} corpus entries: {counts['passes']} pass, {counts['fails']} still fail, "
+        f"{counts['skipped']} skipped, {counts['malformed']} malformed")
+    return counts

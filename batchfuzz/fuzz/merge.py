@@ -3,7 +3,7 @@
 Each shard of ``batchfuzz fuzz --shard K/N`` writes ``summary.json``,
 ``summary.md`` and ``junit.xml`` in its report directory; its summary says
 which shard it is (``"shard": {"index": K, "count": N, "plan": DIGEST}``,
-``plan`` being :func:`batchfuzz.shards.plan_digest` of the whole item list).
+``plan`` being :func:`batchfuzz.fuzz.shards.plan_digest` of the whole item list).
 A summary whose ``"shard"`` is absent or null is a single unsharded run
 (shard 1 of 1).
 
@@ -14,16 +14,16 @@ of their ``properties`` (a property in two shards is the same work item in
 two shards: refused), examples, seconds, scores and failures summed or
 concatenated, ``coverage`` recomputed from the raw per-label example counts
 the shards carry, and the status recomputed by the rule of a single run
-(:func:`batchfuzz.report.implementation_status`). Contracts and totals are
+(:func:`batchfuzz.fuzz.report.implementation_status`). Contracts and totals are
 recomputed the same way and the run's status by
-:func:`batchfuzz.report.run_status`, a missing shard counting as work not
+:func:`batchfuzz.fuzz.report.run_status`, a missing shard counting as work not
 run. The result has the format of a single run's ``summary.json``, so the
 single-run renderers write ``summary.md`` and ``junit.xml``
-(:func:`batchfuzz.report.render_markdown`, :func:`~batchfuzz.report.render_junit`),
+(:func:`batchfuzz.fuzz.report.render_markdown`, :func:`~batchfuzz.fuzz.report.render_junit`),
 plus: ``"merged": true``, a ``"shards"`` section (given, missing), each
 property tagged with its ``"shard"``, each implementation with its
 ``"shards"``, each failure and error with its ``"shard"``. JUnit gets one
-more suite, ``batchfuzz.shards``, with an error per missing shard.
+more suite, ``batchfuzz.fuzz.shards``, with an error per missing shard.
 
 Checked, with every problem named at once (:class:`MergeError`): a
 directory without a readable report, garbage or truncated files (named, with
@@ -40,7 +40,7 @@ interrupted, or work items that did not run) without failures. The command
 adds 2 for bad input.
 
 Corpora: a corpus file's name is the hash of its identity (contract, target,
-device, property, shrunk case: :func:`batchfuzz.corpus.entry_id`), so merging
+device, property, shrunk case: :func:`batchfuzz.fuzz.corpus.entry_id`), so merging
 the shards' corpora is a plain copy (:func:`merge_corpora`). Two files of the
 same name are the same failure; they may differ only in
 :data:`VOLATILE_FIELDS` (when, where and under which seed it was found), and
@@ -53,20 +53,19 @@ import copy
 import datetime as _dt
 import json
 import os
-import shutil
-import tempfile
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from batchfuzz import corpus, report
+from batchfuzz.fuzz import corpus, report
+from batchfuzz.output import copy_atomic, junit_text, markdown_table, write_json_atomic, write_text_atomic
+from batchfuzz.usage import ExitCode, UsageError
 
-EXIT_OK, EXIT_FAILURES, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
 VOLATILE_FIELDS = ("date", "found")  # found = {seed, profile, worker}: differ between processes finding the same failure
 REPORT_FILES = ("summary.json", "summary.md", "junit.xml")
-SHARDS_SUITE = "batchfuzz.shards"
+SHARDS_SUITE = "batchfuzz.fuzz.shards"  # the JUnit suite name readers already filter on
 
 Number = (int, float)
 # Fields a shard's summary must have, with their types: what merging and rendering read.
@@ -122,7 +121,7 @@ class Merged:
     markdown: str
     junit: str
     missing: list[int] = field(default_factory=list)
-    exit_code: int = EXIT_OK
+    exit_code: ExitCode = ExitCode.OK
 
 
 # --------------------------------------------------------------------------- loading
@@ -396,18 +395,18 @@ def merge(reports: Sequence[ShardReport]) -> Merged:
         },
     }
     if failures or errors:
-        code = EXIT_FAILURES
+        code = ExitCode.COUNTEREXAMPLE
     elif status in ("incomplete", "interrupted"):
-        code = EXIT_INCOMPLETE
+        code = ExitCode.INCOMPLETE
     else:
-        code = EXIT_OK
+        code = ExitCode.OK
     return Merged(summary=summary, markdown=render_markdown(summary), junit=render_junit(summary),
                   missing=missing, exit_code=code)
 
 
 def render_junit(summary: dict[str, Any]) -> str:
     """The single-run JUnit report of the merged summary (a testsuite per contract, a
-    testcase per implementation and property), plus a ``batchfuzz.shards`` suite
+    testcase per implementation and property), plus a ``batchfuzz.fuzz.shards`` suite
     with an error per missing shard."""
     root = ET.fromstring(report.render_junit(summary))
     s = summary["shards"]
@@ -417,20 +416,18 @@ def render_junit(summary: dict[str, Any]) -> str:
         for k in s["missing"]:
             case = ET.SubElement(suite, "testcase", classname=SHARDS_SUITE, name=f"shard {k}/{s['count']}", time="0.000")
             ET.SubElement(case, "error", message=f"shard {k}/{s['count']} missing: no report was given to merge-reports")
-    ET.indent(root)
-    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+    return junit_text(root)
 
 
 def render_markdown(summary: dict[str, Any]) -> str:
     """The single-run renderer on the merged summary, plus a table of the shards."""
     s = summary["shards"]
+    rows = [[f"{g['index']}/{s['count']}", g["status"], g["items"], g["examples"], g["failures"], g["errors"],
+             f"{float(g['wall_seconds']):.0f}", f"`{g['dir']}`"] for g in s["given"]]
+    rows += [[f"{k}/{s['count']}", "**missing**", "", "", "", "", "", ""] for k in s["missing"]]
+    table = markdown_table(["shard", "status", "items", "examples", "failures", "errors", "wall s", "report"], rows, "llrrrrrl")
     lines = [report.render_markdown(summary).rstrip("\n"), "", f"### Shards ({len(s['given'])} of {s['count']} merged)", "",
-             "| shard | status | items | examples | failures | errors | wall s | report |",
-             "|---|---|---:|---:|---:|---:|---:|---|"]
-    for g in s["given"]:
-        lines.append(f"| {g['index']}/{s['count']} | {g['status']} | {g['items']} | {g['examples']} | {g['failures']} | "
-                     f"{g['errors']} | {float(g['wall_seconds']):.0f} | `{g['dir']}` |")
-    lines += [f"| {k}/{s['count']} | **missing** | | | | | | |" for k in s["missing"]]
+             *table]
     return "\n".join(lines) + "\n"
 
 
@@ -454,22 +451,10 @@ def write(out_dir: str | os.PathLike[str], merged: Merged) -> list[Path]:
         raise MergeError(f"{d}: the output report directory exists and is not a directory")
     d.mkdir(parents=True, exist_ok=True)
     paths = [d / name for name in REPORT_FILES]
-    corpus.write_json_atomic(paths[0], merged.summary)
-    for path, text in ((paths[1], merged.markdown), (paths[2], merged.junit)):
-        _write_text_atomic(path, text)
+    write_json_atomic(paths[0], merged.summary)
+    write_text_atomic(paths[1], merged.markdown)
+    write_text_atomic(paths[2], merged.junit)
     return paths
-
-
-def _write_text_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o644)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 # --------------------------------------------------------------------------- corpora
@@ -515,12 +500,7 @@ def merge_corpora(sources: Sequence[str | os.PathLike[str]], dest: str | os.Path
                 continue
             target = root / rel
             if not target.exists():
-                target.parent.mkdir(parents=True, exist_ok=True)
-                fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-                os.close(fd)
-                shutil.copyfile(path, tmp)
-                os.chmod(tmp, 0o644)
-                os.replace(tmp, target)
+                copy_atomic(path, target)
                 out.copied.append(rel)
                 continue
             try:
@@ -538,3 +518,51 @@ def merge_corpora(sources: Sequence[str | os.PathLike[str]], dest: str | os.Path
                 differ = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
                 out.conflicts.append(f"{rel}: kept {target}; {path} differs in {', '.join(differ)}")
     return out
+
+
+def merge_run(dirs: Sequence[str], report_dir: str, corpus_dest: str | None = None, corpus_from: Sequence[str] = (),
+              out: Any = None) -> ExitCode:
+    """``batchfuzz merge-reports``: merge the shards' reports in ``dirs`` into
+    ``report_dir`` (and their corpora into ``corpus_dest``), print what was
+    merged, and return the whole run's exit code. Raises UsageError for bad input."""
+    import sys
+
+    def say(text: str) -> None:
+        print(text, file=out or sys.stdout)
+
+    if bool(corpus_dest) != bool(corpus_from):
+        raise UsageError("--corpus DEST and --corpus-from SRC ... go together")
+    dest = Path(report_dir)
+    for d in dirs:
+        if Path(d).exists() and dest.exists() and Path(d).resolve() == dest.resolve():
+            raise UsageError(f"--report {dest} is one of the shard directories: the merged report would overwrite it")
+    try:
+        merged = merge_dirs(dirs)
+        paths = write(dest, merged)
+    except MergeError as exc:
+        raise UsageError(str(exc)) from None
+    s = merged.summary
+    for g in s["shards"]["given"]:
+        say(f"shard {g['index']}/{s['shards']['count']}: {g['status']}, {g['examples']} examples, {g['failures']} failures, "
+            f"{g['errors']} errors ({g['dir']})")
+    for k in merged.missing:
+        say(f"shard {k}/{s['shards']['count']}: MISSING")
+    t = s["totals"]
+    say(f"merged: {s['status']}, {t['examples']} examples, {t['failures']} failures ({t['new_corpus_entries']} new), "
+        f"{t['errors']} errors, {t['items']} items")
+    for f in s["failures"]:
+        say(f"FAILED {f.get('contract')} {f.get('implementation')} {f.get('property')} (shard {f['shard']}): "
+            f"{f.get('error_type')}; corpus {f.get('corpus_file')}")
+    say(f"reports: {', '.join(str(p) for p in paths)}")
+    if corpus_dest:
+        c = merge_corpora(corpus_from, corpus_dest)
+        say(f"corpus {corpus_dest}: {len(c.copied)} copied, {len(c.same)} already there, {len(c.conflicts)} conflicts")
+        for line in c.conflicts:
+            say(f"  conflict: {line}")
+    if merged.exit_code == ExitCode.INCOMPLETE:
+        say("incomplete: " + "; ".join(
+            [f"shard {k}/{s['shards']['count']} missing" for k in merged.missing]
+            + [f"shard {g['index']}/{s['shards']['count']} interrupted" for g in s["shards"]["given"] if g["partial"]]
+            + ([f"{t['items_not_run']} work item(s) did not run: {', '.join(s['not_run'][:10])}"
+                + (" ..." if len(s["not_run"]) > 10 else "")] if s["not_run"] else [])))
+    return merged.exit_code

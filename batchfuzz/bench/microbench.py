@@ -1,8 +1,8 @@
 """Microbenchmark of the drop-in exact microbatching check against the check
-the engine ships, on realistic steps (``batchfuzz bench``).
+the engine ships, on realistic steps (``batchfuzz bench``, the default; :func:`run_command`).
 
 Per scenario (profile x number of KV groups, steps from
-``strategies.realizable.sample_realizable_step``), in one process, with the
+``batchfuzz.workloads.sample_realizable_step``), in one process, with the
 columns interleaved in a rotating order inside every repetition, it times
 one call of each of:
 
@@ -11,8 +11,8 @@ one call of each of:
   per scenario, like an engine builds it once, and is called with the
   engine's arrays (int32 counts, int32 tables of persistent width). It checks
   shapes and dtypes, not values, as the engine's check validates nothing;
-- ``shipped``: :func:`shipped_check_as_engine`, our re-expression of the
-  check vLLM ships (VLLM_NOTES.md section 4) at its cost: a dense
+- ``shipped``: :func:`batchfuzz.contracts._microbatch.shipped_vectorised`, our
+  re-expression of the check vLLM ships (``GPUModelRunner._allow_microbatching``) at its cost: a dense
   rows x span gather and ``np.unique`` per group, ``np.isin`` reader by
   reader, the first hit returning;
 - ``find``: ``ExactMicrobatchCheck.find_conflicts`` (the whole conflict set);
@@ -34,7 +34,7 @@ one call of each of:
   the graph's static buffers, then one replay), so without the launches.
 
 Untimed, on every step: ``shipped`` must decide as the registered variant
-``batchfuzz.variants.microbatch.shipped_allow_microbatching``, ``engine`` as
+``batchfuzz.contracts._microbatch.shipped_allow_microbatching``, ``engine`` as
 ``shipped``, ``exact+validation`` and the torch decisions as ``exact``,
 the torch conflict sets must give ``find``'s rows (and not overflow); on the first
 ``oracle_steps`` steps of each scenario, ``exact`` must equal the oracle
@@ -48,8 +48,8 @@ from __future__ import annotations
 
 import gc
 import os
-import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -58,7 +58,11 @@ from typing import Any
 
 import numpy as np
 
+from batchfuzz.contracts._microbatch import shipped_vectorised
+from batchfuzz.machine import machine_info
+from batchfuzz.output import write_outputs
 from batchfuzz.reference._step import Step
+from batchfuzz.usage import UsageError
 
 PROFILES = ("decode-heavy", "mixed", "prefill-heavy")
 GROUP_COUNTS = (1, 2, 3)
@@ -78,43 +82,6 @@ def torch_columns(device: str) -> tuple[str, ...]:
     ``device``; on CUDA also both replayed from a CUDA graph."""
     eager = (f"torch {device}", f"find torch {device}")
     return eager + ((f"torch {device} graph", f"find torch {device} graph") if device.startswith("cuda") else ())
-
-
-# ---------------------------------------------------------------- the shipped check, at its cost
-
-
-def shipped_check_as_engine(num_reqs: int, num_computed_tokens: np.ndarray, num_scheduled_tokens: np.ndarray,
-                            block_tables: Sequence[np.ndarray], block_sizes: Sequence[int],
-                            reorder_batch_threshold: int = 1) -> bool:
-    """The check vLLM ships since 0.28 (VLLM_NOTES.md section 4), written to
-    cost what it costs there.
-
-    Readers: rows with ``q > reorder_batch_threshold`` and ``c > 0``. Per
-    group, the written ids are the unique values of every row's columns
-    ``[c // B, ceil((c + q) / B))``, gathered through one dense ``rows x
-    (largest span)`` grid, null ids included; then, reader by reader, its
-    whole blocks (columns ``[0, c // B)``) are looked up in them with
-    ``np.isin`` and the first hit vetoes. The engine also answers True
-    without looking when ``num_reqs < 2``; that guard is left out here so that
-    this function decides exactly as the registered variant
-    ``shipped_allow_microbatching`` on every step (they differ only on a
-    one-request step whose row repeats a block id).
-    """
-    c = num_computed_tokens[:num_reqs]
-    q = num_scheduled_tokens[:num_reqs]
-    readers = np.flatnonzero((q > reorder_batch_threshold) & (c > 0))
-    if readers.size == 0:
-        return True
-    for table, size in zip(block_tables, block_sizes, strict=True):
-        lo = c // size
-        hi = (c + q + size - 1) // size
-        grid = lo[:, None] + np.arange(int((hi - lo).max()))[None, :]
-        ids = np.take_along_axis(table[:num_reqs], np.minimum(grid, table.shape[1] - 1), axis=1)
-        written = np.unique(ids[grid < hi[:, None]])
-        for r in readers:
-            if np.isin(table[r, : c[r] // size], written).any():
-                return False
-    return True
 
 
 # ---------------------------------------------------------------- report
@@ -249,11 +216,6 @@ def _summary(step: Step, info: dict[str, Any]) -> dict[str, Any]:
             "block_sizes": [int(b) for b in step.block_sizes], "same_step_hits": len(info.get("same_step_hits", ()))}
 
 
-def _machine() -> dict[str, Any]:
-    return {"python": platform.python_version(), "platform": platform.platform(), "processor": platform.processor(),
-            "cpu_count": os.cpu_count(), "numpy": np.__version__}
-
-
 def _select(names: Sequence[str] | None) -> list[str]:
     if names is None:
         return list(SCENARIOS)
@@ -281,7 +243,7 @@ def run(scenarios: Sequence[str] | None = None, *, num_reqs: int = 256, width: i
     from batchfuzz.impl.allow_microbatching_numpy import ExactMicrobatchCheck, allow_microbatching
     from batchfuzz.reference import allow_microbatching as ref
     from batchfuzz.reference import find_conflicts as ref_conflicts
-    from batchfuzz.scheduler_model import sample_realizable_step
+    from batchfuzz.workloads import sample_realizable_step
 
     names = _select(scenarios)
     for label, value, low in (("num_reqs", num_reqs, 1), ("width", width, 2), ("steps", steps, 1), ("repeat", repeat, 1),
@@ -295,7 +257,7 @@ def run(scenarios: Sequence[str] | None = None, *, num_reqs: int = 256, width: i
         settings={"scenarios": names, "num_reqs": num_reqs, "width": width, "steps": steps, "repeat": repeat,
                   "oracle_steps": oracle_steps, "validated": validated, "seed": seed, "engine": engine is not None,
                   "engine_label": engine_label, "devices": devices},
-        machine=_machine(), columns=columns)
+        machine=machine_info(), columns=columns)
     if devices:
         import torch
 
@@ -325,7 +287,7 @@ def run(scenarios: Sequence[str] | None = None, *, num_reqs: int = 256, width: i
             thr = int(info["reorder_batch_threshold"])
             per: dict[str, Callable[[], Any]] = {
                 EXACT: partial(check, n, c, q, tables),
-                SHIPPED: partial(shipped_check_as_engine, n, c, q, tables, sizes, thr),
+                SHIPPED: partial(shipped_vectorised, n, c, q, tables, sizes, thr),
                 FIND: partial(check.find_conflicts, n, c, q, tables),
             }
             if validated:
@@ -438,3 +400,64 @@ class _TorchColumns:
                 out.append(f"{find} ({int(found.num_conflicts)} conflicts) != find ({rows.shape[0]})")
             decisions[find] = int(found.num_conflicts)
         return out
+
+
+# ---------------------------------------------------------------- the command
+
+
+def _engine_factory(wheel: str) -> tuple[Any, str]:
+    """The ``engine`` column's factory for :func:`run`: the release's
+    ``_allow_microbatching`` on a stand-in runner built per step (untimed),
+    with the step's ``reorder_batch_threshold``."""
+    from batchfuzz import bind
+    from batchfuzz.engines import SourceError, vllm
+
+    try:
+        source = vllm.ReleaseSource.from_wheel(wheel)
+        prepare = vllm.allow_microbatching_on_steps(source)
+    except SourceError as exc:
+        raise UsageError(f"--vllm-wheel: {exc}") from None
+    except (bind.Absent, bind.Unbindable) as exc:
+        raise UsageError(f"--vllm-wheel: vllm {source.version} has no usable GPUModelRunner._allow_microbatching "
+                         f"(it ships from 0.28.0): {exc}") from None
+
+    def factory(step: Any, info: dict[str, Any]) -> Any:
+        return prepare(step.num_reqs, step.num_computed_tokens, step.num_scheduled_tokens, list(step.block_tables),
+                       list(step.block_sizes), int(info["reorder_batch_threshold"]))
+
+    return factory, f"vllm {source.version} GPUModelRunner._allow_microbatching (cut out of {os.path.basename(wheel)})"
+
+
+def run_command(args: Any) -> bool:
+    """``batchfuzz bench`` (the default): parse the options' values, :func:`run`,
+    print the table, write ``--json`` / ``--markdown``; True when a check disagreed."""
+    from batchfuzz.bench.variants import select_scenarios
+
+    quick = bool(args.quick)
+    names = [n for n, _, _ in select_scenarios(args.scenarios)]
+    engine, label = _engine_factory(args.vllm_wheel) if args.vllm_wheel else (None, None)
+    spec = args.devices.strip()
+    if spec == "auto":
+        import torch
+
+        devices = ["cuda"] if torch.cuda.is_available() else []
+    else:
+        devices = [] if spec in ("", "none") else [d.strip() for d in spec.split(",") if d.strip()]
+    for dev in devices:
+        if dev not in ("cpu", "cuda"):
+            raise UsageError(f"--devices: unknown device {dev!r} (cpu, cuda, none or auto)")
+    if devices and args.torch_threads:
+        import torch
+
+        torch.set_num_threads(args.torch_threads)
+    try:
+        report = run(
+            names, num_reqs=args.num_reqs or (16 if quick else 256), width=args.width or (64 if quick else 2048),
+            steps=args.steps or (1 if quick else 2), repeat=args.repeat or (3 if quick else 7),
+            oracle_steps=0 if args.no_oracle else args.oracle_steps, seed=args.seed, engine=engine, engine_label=label,
+            devices=devices, log=lambda line: print(line, file=sys.stderr, flush=True))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    print(report.to_text())
+    write_outputs(args.json_path, report.to_dict(), args.markdown_path, report.to_markdown())
+    return bool(report.mismatches)

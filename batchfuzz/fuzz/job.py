@@ -1,6 +1,6 @@
 """The fuzz job's model and its runner processes.
 
-``batchfuzz fuzz`` (the controller, :mod:`batchfuzz.commands.fuzz`) plans
+``batchfuzz fuzz`` (the controller, :mod:`batchfuzz.fuzz.controller`) plans
 work items, one per contract x target x property x device, and hands them
 out in *slices* of time to ``--workers`` runner processes. A runner
 (:func:`runner_main`) runs each slice as one Hypothesis hunt of the item's
@@ -20,7 +20,7 @@ alive:
   after every slice;
 - ``<corpus>/<contract>/<id>.json``: a failure, the moment it is found;
 - the Hypothesis example database (a directory, or a shared Redis server
-  with a local copy: ``batchfuzz.database``).
+  with a local copy: ``batchfuzz.fuzz.database``).
 
 Stopping: the controller creates ``<report>/.run/STOP`` on SIGINT/SIGTERM;
 every runner polls it between examples and stops, recording what it has.
@@ -73,7 +73,7 @@ class WorkItem:
 
     @builtins.property
     def shard_key(self) -> str:
-        from batchfuzz.shards import item_key
+        from batchfuzz.fuzz.shards import item_key
 
         return item_key(self.contract, self.target, self.device, self.property)
 
@@ -109,7 +109,7 @@ class Job:
         return self.run_dir / "STOP"
 
     def save(self, path: Path) -> None:
-        from batchfuzz.corpus import write_json_atomic
+        from batchfuzz.output import write_json_atomic
 
         write_json_atomic(path, asdict(self))
 
@@ -156,7 +156,7 @@ def read_state(job: Job, item: WorkItem) -> dict[str, Any]:
 
 
 def write_state(job: Job, item: WorkItem, state: dict[str, Any], *, final: bool = False) -> None:
-    from batchfuzz.corpus import write_json_atomic
+    from batchfuzz.output import write_json_atomic
 
     write_json_atomic(state_path(job, item), state, fsync=final)
 
@@ -224,7 +224,7 @@ class _Runner:
             # Starting the target's worker (and importing it) is not the item's fuzzing time: the slice starts now.
             slice_end = min(job.deadline, time.time() + slice_s)
             shrink_until = min(job.deadline, slice_end + shrink_s)
-            domain = item.domain or info.get("domain") or "spec"
+            domain = registry.choose_domain(item.domain, info.get("domain"))
             rs = self.settings()
             state["settings"] = {"profile": job.profile, "derandomize": bool(rs.derandomize), "isolated": job.isolate,
                                  "database": repr(rs.database) if rs.database is not None else None, "domain": domain,
@@ -277,7 +277,7 @@ def _open_database(job: Job) -> Any:
         return None
     if job.database == "profile":
         return settings.get_profile(job.profile).database
-    from batchfuzz.database import open_database
+    from batchfuzz.fuzz.database import open_database
 
     def lost(message: str) -> None:
         """A shared database lost mid-run: said on stderr, and kept for summary.json."""
@@ -301,8 +301,8 @@ def database_losses(job: Job) -> list[str]:
 
 
 def _save_failure(job: Job, item: WorkItem, contract: Any, executor: Any, failure: Any, domain: str) -> dict[str, Any]:
-    from batchfuzz import corpus
     from batchfuzz.codec import literal
+    from batchfuzz.fuzz import corpus
     from batchfuzz.reproduce import reproduction
 
     found = {"seed": job.seed, "profile": job.profile, "worker": os.getpid()}

@@ -1,0 +1,235 @@
+"""The binding author's kit: stand-ins for the engine objects a cut-out
+reads, converters from the engine's results, checks of a contract's
+arguments (in the vocabulary of ``batchfuzz.reference._args``) and the
+bind-time dry run ``probe``."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MethodType, SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+from batchfuzz.binding.errors import StandInReached, Unbindable
+from batchfuzz.reference._args import check_count_array, check_int
+from batchfuzz.reference._step import check_table
+
+# ---------------------------------------------------------------- stand-ins for engine objects
+
+
+class Stub(SimpleNamespace):
+    """An engine object made of exactly the attributes a binding gives it.
+
+    Functions passed in ``methods`` become its methods (bound to it, as a
+    class would bind them), so a cut-out method can call a sibling cut-out
+    method or a ``Recorder``. Reading an attribute it was not given raises an
+    AttributeError naming the object and the attribute.
+    """
+
+    def __init__(self, _name: str = "stub", methods: Mapping[str, Callable[..., Any]] | None = None, **attrs: Any) -> None:
+        super().__init__(**attrs)
+        object.__setattr__(self, "_name", _name)
+        for key, fn in (methods or {}).items():
+            object.__setattr__(self, key, MethodType(fn, self))
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        raise AttributeError(f"{object.__getattribute__(self, '_name')} has no attribute {attr!r}: the binding does not provide it")
+
+    def __repr__(self) -> str:
+        keys = ", ".join(k for k in vars(self) if not k.startswith("_"))
+        return f"Stub({object.__getattribute__(self, '_name')}: {keys})"
+
+
+@dataclass
+class Call:
+    """One recorded call: positional and keyword arguments."""
+
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+    def arg(self, position: int, name: str) -> Any:
+        """The argument passed at ``position`` or as ``name``."""
+        if name in self.kwargs:
+            return self.kwargs[name]
+        if position < len(self.args):
+            return self.args[position]
+        raise KeyError(f"the call passed neither argument {position} nor {name}= (args {len(self.args)}, kwargs {sorted(self.kwargs)})")
+
+
+@dataclass
+class Recorder:
+    """A stand-in callable that records every call and returns ``returns``
+    (a context manager that does nothing, by default, so it also serves
+    ``with recorder(...):``)."""
+
+    name: str = "recorder"
+    returns: Any = field(default_factory=contextlib.nullcontext)
+    calls: list[Call] = field(default_factory=list)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls.append(Call(args, kwargs))
+        return self.returns
+
+    @property
+    def last(self) -> Call:
+        if not self.calls:
+            raise LookupError(f"{self.name} was never called")
+        return self.calls[-1]
+
+
+class Record(SimpleNamespace):
+    """A stand-in for an engine result type built with keyword arguments
+    (``cls(field=..., ...)``, a dataclass constructor): keeps them as
+    attributes. As a class it can stand for ``cls`` in a classmethod."""
+
+
+def unreachable(name: str) -> Callable[..., Any]:
+    """A stand-in for a name the binding claims the bound code never uses on
+    its inputs: calling it raises StandInReached naming it."""
+
+    def reached(*args: Any, **kwargs: Any) -> Any:
+        raise StandInReached(f"{name} was reached, but the binding declared it unreachable")
+
+    reached.__name__ = name
+    return reached
+
+
+def cpu_gpu_buffer(array: np.ndarray) -> Stub:
+    """A host/device buffer pair over ``array``, as engines keep them:
+    ``.np`` is ``array`` itself (writes land in the caller's array), ``.cpu``
+    a torch view of it, ``.gpu`` a separate torch CPU tensor standing in for
+    the device copy, refreshed by ``copy_to_gpu(n=None)``."""
+    import torch
+
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"array must be a numpy array, got {type(array).__name__}")
+    cpu = torch.from_numpy(array)
+    gpu = cpu.clone()
+
+    def copy_to_gpu(self: Stub, n: int | None = None) -> Any:
+        if n is None:
+            self.gpu.copy_(self.cpu)
+            return self.gpu
+        self.gpu[:n].copy_(self.cpu[:n])
+        return self.gpu[:n]
+
+    def copy_to_cpu(self: Stub, n: int | None = None) -> Any:
+        if n is None:
+            self.cpu.copy_(self.gpu)
+            return self.cpu
+        self.cpu[:n].copy_(self.gpu[:n])
+        return self.cpu[:n]
+
+    return Stub("cpu_gpu_buffer", np=array, cpu=cpu, gpu=gpu, methods={"copy_to_gpu": copy_to_gpu, "copy_to_cpu": copy_to_cpu})
+
+
+def block_table(block_size: int, table: np.ndarray) -> Stub:
+    """One KV-cache group's block table: ``block_size``, the table as a
+    host/device buffer (``.block_table``), and the accessors engines read it
+    through (``get_numpy_array()``, ``get_cpu_tensor()``,
+    ``get_device_tensor(num_reqs)``)."""
+    if not isinstance(block_size, int | np.integer) or isinstance(block_size, bool) or block_size < 1:
+        raise ValueError(f"block_size must be an int >= 1, got {block_size!r}")
+    if not isinstance(table, np.ndarray) or table.ndim != 2:
+        raise ValueError(f"table must be a 2-D numpy array, got {type(table).__name__} {getattr(table, 'shape', '')}")
+    buf = cpu_gpu_buffer(table)
+    return Stub("block_table", block_size=int(block_size), block_table=buf, methods={
+        "get_numpy_array": lambda self: self.block_table.np,
+        "get_cpu_tensor": lambda self: self.block_table.cpu,
+        "get_device_tensor": lambda self, num_reqs=None: self.block_table.gpu if num_reqs is None else self.block_table.gpu[:num_reqs],
+    })
+
+
+# ---------------------------------------------------------------- converters for engine results
+
+
+def to_numpy(value: Any) -> np.ndarray:
+    """A tensor on any device, a numpy array or a sequence, as a numpy array."""
+    if hasattr(value, "detach") and hasattr(value, "cpu"):
+        return np.asarray(value.detach().cpu().numpy())
+    return np.asarray(value)
+
+
+def slice_pairs(slices: Sequence[Any] | None, request: str = "request_slice", token: str = "token_slice"
+                ) -> list[tuple[tuple[int, int], tuple[int, int]]] | None:
+    """Engine slice objects (attributes holding Python slices) as
+    ``[((rs, re), (ts, te)), ...]``; None stays None."""
+    if slices is None:
+        return None
+    out = []
+    for k, s in enumerate(slices):
+        r, t = getattr(s, request, None), getattr(s, token, None)
+        if not isinstance(r, slice) or not isinstance(t, slice):
+            raise TypeError(f"slice object {k} ({type(s).__name__}) has no Python slices .{request} and .{token}")
+        out.append(((int(r.start), int(r.stop)), (int(t.start), int(t.stop))))
+    return out
+
+
+def tuple_part(result: Any, index: int, size: int | None = None) -> Any:
+    """Part ``index`` of a tuple result (checking its length when ``size`` is given)."""
+    if not isinstance(result, tuple):
+        raise TypeError(f"expected a tuple result, got {type(result).__name__}")
+    if size is not None and len(result) != size:
+        raise TypeError(f"expected a tuple of {size}, got one of {len(result)}")
+    return result[index]
+
+
+# ---------------------------------------------------------------- contract arguments
+
+
+def count(name: str, value: Any, minimum: int = 0) -> int:
+    """A contract's count argument as an int, or a TypeError/ValueError naming
+    it and the value (``reference._args.check_int``)."""
+    return check_int(name, value, minimum=minimum)
+
+
+def int_array(name: str, value: Any, minimum: int | None = 0) -> np.ndarray:
+    """A contract's 1-D integer array argument (a numpy int32/int64 array or a
+    list of ints), or a TypeError/ValueError naming it and the bad value
+    (``reference._args.check_count_array``); ``minimum=None`` for a buffer
+    whose entries may be anything (stale contents)."""
+    return check_count_array(name, value, minimum=minimum)
+
+
+def table(name: str, value: Any, num_rows: int) -> np.ndarray:
+    """A contract's 2-D table argument (a block table: one row per request,
+    block ids >= 0) as int64, or a TypeError/ValueError naming it and the bad
+    value (``reference._step.check_table``)."""
+    return check_table(name, value, num_rows)
+
+
+def cast_exact(name: str, value: np.ndarray, dtype: Any) -> np.ndarray:
+    """``value`` as ``dtype`` (an engine buffer's dtype), or a ValueError
+    naming it when a value does not fit (a cast must never change a value)."""
+    dt = np.dtype(dtype)
+    if value.size and dt.kind in "iu":
+        info = np.iinfo(dt)
+        lo, hi = int(value.min()), int(value.max())
+        if lo < info.min or hi > info.max:
+            raise ValueError(f"{name} holds {lo if lo < info.min else hi}, which the engine's {dt} buffer cannot hold")
+    return value.astype(dt)
+
+
+# ---------------------------------------------------------------- bind-time dry run
+
+
+_BINDING_ERRORS = (NameError, AttributeError, TypeError, ImportError, StandInReached, KeyError, LookupError)
+
+
+def probe(target: Callable[..., Any], *args: Any, what: str = "the target") -> None:
+    """Call ``target(*args)`` once on a small valid input. A changed
+    signature, a name or attribute the stand-ins lack, or a stand-in declared
+    unreachable shows here and raises Unbindable; any other outcome (an
+    answer, an engine assertion) is the engine's behaviour and is left to the
+    properties to judge."""
+    try:
+        target(*args)
+    except _BINDING_ERRORS as exc:
+        raise Unbindable(f"dry run of {what} failed: {type(exc).__name__}: {exc}") from exc
+    except Exception:
+        return

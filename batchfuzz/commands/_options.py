@@ -1,0 +1,77 @@
+"""The options several commands share, each declared once here: its flag,
+destination, type and metavar. A command passes the help text that says what
+the option means for it (``--seed`` seeds a check, a fuzz job's slices, or a
+bench's steps); the spelling and parsing cannot drift between commands.
+
+Not a command (the underscore keeps ``cli.build_parser`` from loading it as one).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+from batchfuzz.usage import parse_duration, writable_file
+
+TARGET_METAVAR = "CONTRACT=MODULE:FUNCTION"
+
+
+def contract_target(text: str) -> tuple[str, str]:
+    """``CONTRACT=MODULE:FUNCTION`` (or ``CONTRACT=FILE.py:FUNCTION``) -> (contract, spec)."""
+    contract, sep, spec = text.partition("=")
+    if not sep or not contract or not spec:
+        raise argparse.ArgumentTypeError(f"--target must be CONTRACT=MODULE:FUNCTION or CONTRACT=FILE.py:FUNCTION, got {text!r}")
+    return contract, spec
+
+
+def json_output(p: argparse.ArgumentParser, help: str | None) -> None:
+    """``--json PATH`` (``args.json_path``): where a command writes its report as JSON."""
+    p.add_argument("--json", dest="json_path", metavar="PATH", help=help)
+
+
+def no_isolation(p: argparse.ArgumentParser, help: str) -> None:
+    """``--no-isolation``: run the code under test in this process, not in worker processes."""
+    p.add_argument("--no-isolation", action="store_true", help=help)
+
+
+def seed(p: argparse.ArgumentParser, help: str, default: int | None = None) -> None:
+    """``--seed N``."""
+    p.add_argument("--seed", type=int, default=default, help=help)
+
+
+def budget(p: argparse.ArgumentParser, help: str, default: float | None) -> None:
+    """``--budget DURATION`` (90, 90s, 15m, 2h) in seconds."""
+    p.add_argument("--budget", type=parse_duration, default=default, help=help)
+
+
+def timeout(p: argparse.ArgumentParser, help: str, default: float | None) -> None:
+    """``--timeout SECONDS``: the per-example timeout."""
+    p.add_argument("--timeout", type=parse_duration, default=default, metavar="SECONDS", help=help)
+
+
+def device(p: argparse.ArgumentParser, help: str | None = None) -> None:
+    """``--device cpu|cuda`` (default cpu)."""
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help=help)
+
+
+def contracts(p: argparse.ArgumentParser, help: str) -> None:
+    """``--contract NAME`` (repeatable; ``args.contract`` is None when not given)."""
+    p.add_argument("--contract", action="append", default=None, metavar="NAME", help=help)
+
+
+def domain(p: argparse.ArgumentParser, help: str) -> None:
+    """``--domain NAME``: the input domain (default: the target's declared one, else spec)."""
+    p.add_argument("--domain", default=None, metavar="NAME", help=help)
+
+
+def targets(p: argparse.ArgumentParser, help: str, type: Callable[[str], Any] = contract_target) -> None:
+    """``--target CONTRACT=MODULE:FUNCTION`` (repeatable; ``args.target`` a list of (contract, spec))."""
+    p.add_argument("--target", action="append", default=[], type=type, metavar=TARGET_METAVAR, help=help)
+
+
+def check_outputs(*pairs: tuple[str | None, str]) -> None:
+    """A usage error before any work for each given output path (path, flag) that cannot be written."""
+    for path, flag in pairs:
+        if path:
+            writable_file(path, flag)

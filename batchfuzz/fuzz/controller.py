@@ -1,0 +1,680 @@
+"""The fuzz job's controller (``batchfuzz fuzz`` parses its options and calls :func:`run`).
+
+Every contract's properties against every implementation on the chosen
+device (and any ``--target`` a user adds), one work item per contract x
+target x property, within a wall-clock budget, spread over ``--workers``
+runner processes (:mod:`batchfuzz.fuzz.job`). The controller hands out items
+in time slices, round robin over every live item: every item gets its first
+slice before any gets a second, so a budget of at least ``STARTUP_S`` plus
+``MIN_SLICE_S`` seconds per item per worker runs every item. Progress on the terminal; reports (``summary.json``, ``summary.md``,
+``junit.xml``) in ``--report``; every failure shrunk and saved to the corpus
+as it is found. ``--shard K/N`` runs only the items of shard K of N.
+
+:func:`run` returns the job's :class:`End`; :func:`exit_code` maps it to the
+command's exit code: 0 every item ran and passed; 1 a counterexample (a wrong
+result, a crash or a timeout) or a harness error, listed; 2 a usage error
+(:class:`~batchfuzz.usage.UsageError`, raised before any example runs); 3
+incomplete: the budget ended before every item ran (the reports name them);
+128+N interrupted by signal N (130 SIGINT, 143 SIGTERM), at any moment,
+start-up included, after writing a partial report. The reports cannot be
+written (a full disk, a file-size limit): exit 1 with the reason (the corpus
+and the example database are written apart, atomically, and stay intact). A
+``--report`` directory in use by another run is a usage error
+(``.run/lock``). ``--workers`` is capped by the work items and the cores,
+saying so; a budget too short to give every item its first slice is said at
+start, with the budget it would need.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fnmatch
+import math
+import os
+import shlex
+import signal
+import statistics
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from batchfuzz import profiles, registry, runner
+from batchfuzz.fuzz import corpus
+from batchfuzz.fuzz.job import FINAL, IDLE, RUNNING, WAITING, Job, WorkItem, new_state, read_state, read_states, runner_main, write_state
+from batchfuzz.fuzz.settings import (
+    GRACE_S,
+    MAX_SLICE_S,
+    MIN_SLICE_S,
+    SHRINK_MIN_S,
+    SHRINK_SHARE,
+    STARTUP_S,
+    TARGET_ROUNDS,
+)
+from batchfuzz.targets import TargetError, parse
+from batchfuzz.usage import PENDING_SIGNALS, ExitCode, UsageError, writable_dir
+
+_RANDOM_PROFILES = ("dev", "nightly")
+
+
+# --------------------------------------------------------------------------- work items
+
+
+def _match(name: str, patterns: list[str]) -> bool:
+    return any(name == p or fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+def plan(args: argparse.Namespace) -> list[WorkItem]:
+    """The run's work items, in section order; raises UsageError on a bad filter or target."""
+    contracts = registry.contracts()
+    names = [c.name for c in contracts]
+    if args.contract:
+        for pat in args.contract:
+            if not any(_match(n, [pat]) for n in names):
+                raise UsageError(f"--contract {pat!r} matches no contract; known: {', '.join(names)}")
+        contracts = [c for c in contracts if _match(c.name, args.contract)]
+    by_name = {c.name: c for c in contracts}
+    pairs: list[tuple[Any, str, str | None]] = []
+    # The user's own functions first (what they run the job for), then every
+    # implementation in section order.
+    for cname, spec in args.target:
+        if cname not in names:
+            raise UsageError(f"--target {cname}={spec}: unknown contract {cname!r}; known: {', '.join(names)}")
+        if cname not in by_name:
+            raise UsageError(f"--target {cname}={spec}: contract {cname!r} is not selected by --contract")
+        if args.domain is not None:
+            try:
+                by_name[cname].domain(args.domain)
+            except KeyError as exc:
+                raise UsageError(f"--domain: {exc}") from None
+        try:
+            ref = parse(spec)
+        except TargetError as exc:
+            raise UsageError(f"--target {cname}={spec}: {exc}") from None
+        pairs.append((by_name[cname], ref.spec, args.domain))
+    for c in contracts:
+        for impl in c.implementations:
+            if args.device in impl.devices:
+                pairs.append((c, f"impl:{impl.name}@{args.device}", None))
+    if args.impl:
+        for pat in args.impl:
+            if not any(_match(t, [pat]) for _, t, _ in pairs):
+                known = sorted({t for _, t, _ in pairs})
+                raise UsageError(f"--impl {pat!r} matches no target on {args.device}; known: {', '.join(known)}")
+        dropped = [f"{c.name}={t}" for c, t, _ in pairs[:len(args.target)] if not _match(t, args.impl)]
+        if dropped:
+            raise UsageError(f"--target {', '.join(dropped)}: excluded by --impl {' '.join(args.impl)} (a target named with "
+                             f"--target must match an --impl pattern when --impl is given)")
+        pairs = [x for x in pairs if _match(x[1], args.impl)]
+    items = [WorkItem(0, c.name, target, args.device, p.name, domain) for c, target, domain in pairs for p in c.properties]
+    if getattr(args, "property", None):
+        for pat in args.property:
+            if not any(_match(i.property, [pat]) for i in items):
+                known = sorted({i.property for i in items})
+                raise UsageError(f"--property {pat!r} matches no property of the selected contracts; known: {', '.join(known)}")
+        items = [i for i in items if _match(i.property, args.property)]
+    if args.shard is not None:
+        from batchfuzz.fuzz.shards import select
+
+        k, n = args.shard
+        items = select(items, lambda i: i.shard_key, k, n)
+    if not items and args.shard is None:
+        raise UsageError(f"nothing to fuzz on device {args.device!r} with these filters")
+    return [WorkItem(k, i.contract, i.target, i.device, i.property, i.domain) for k, i in enumerate(items)]
+
+
+def _check_targets(items: list[WorkItem], isolate: bool, timeout_s: float, load_timeout_s: float | None = None) -> None:
+    """Every user target must load (within ``load_timeout_s``: a module that
+    hangs at import is a usage error, not a hung start-up), take the
+    contract's arguments and give a result of a type the contract reads,
+    before any example runs."""
+    from batchfuzz.execution import START_TIMEOUT_S, executor_for
+
+    seen: set[tuple[str, str]] = set()
+    for item in items:
+        key = (item.contract, item.target)
+        if key in seen or parse(item.target).is_project_code:
+            continue
+        seen.add(key)
+        contract = registry.get(item.contract)
+        try:
+            with executor_for(contract, item.target, isolate=isolate,
+                              load_timeout_s=load_timeout_s or START_TIMEOUT_S) as ex:
+                info = ex.describe()
+                why = info.get("error") or runner.probe_result(contract, ex, registry.choose_domain(item.domain, info.get("domain")),
+                                                               timeout_s=timeout_s)
+        except TargetError as exc:
+            raise UsageError(f"--target {item.contract}={item.target}: {exc}") from None
+        if why:
+            raise UsageError(f"--target {item.contract}={item.target}: {why}")
+
+
+def _database(args: argparse.Namespace) -> str | None:
+    """What the runners open (checked here first: a usage error before any example)."""
+    if args.no_database:
+        if args.database:
+            raise UsageError("--database and --no-database contradict each other")
+        return None
+    spec = args.database or (os.environ.get(profiles.DATABASE_ENV_VAR) if args.profile in _RANDOM_PROFILES else None)
+    if spec is None:
+        return "profile" if args.profile in _RANDOM_PROFILES else None
+    from batchfuzz.fuzz.database import DatabaseError, open_database
+
+    if "://" not in spec:
+        spec = str(Path(spec).absolute())
+    try:
+        open_database(spec, local_dir=profiles.database_path())
+    except DatabaseError as exc:
+        raise UsageError(f"--database: {exc}") from None
+    return spec
+
+
+def _replay_command(args: argparse.Namespace, seed: int) -> str:
+    q = shlex.quote
+    parts = ["batchfuzz fuzz", f"--profile {args.profile}", f"--seed {seed}", f"--budget {args.budget:g}s",
+             f"--workers {args.workers}", f"--device {args.device}"]
+    parts += [f"--contract {q(c)}" for c in args.contract or []]
+    parts += [f"--impl {q(i)}" for i in args.impl or []]
+    parts += [f"--target {q(f'{c}={s}')}" for c, s in args.target]
+    if args.shard:
+        parts.append(f"--shard {args.shard[0]}/{args.shard[1]}")
+    if args.no_isolation:
+        parts.append("--no-isolation")
+    if args.timeout != 30.0:
+        parts.append(f"--timeout {args.timeout:g}")
+    return " ".join(parts)
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def _progress_stream() -> TextIO:
+    return sys.stdout
+
+
+def _prepare_report_dir(report_dir: Path) -> None:
+    """Create the report directory; remove what an earlier run of ours left
+    there (our file names only: the directory may be shared with other things)."""
+    import re
+
+    writable_dir(str(report_dir), "--report")
+    for name in ("summary.json", "summary.md", "junit.xml"):
+        (report_dir / name).unlink(missing_ok=True)
+    items = report_dir / "items"
+    if items.is_dir():
+        for p in items.iterdir():
+            if re.fullmatch(r"\d{3,}\.json", p.name):
+                p.unlink()
+    run_dir = report_dir / ".run"
+    if run_dir.is_dir():
+        for name in ("job.json", "STOP"):
+            (run_dir / name).unlink(missing_ok=True)
+    items.mkdir(exist_ok=True)
+    run_dir.mkdir(exist_ok=True)
+
+
+class _Scheduler:
+    """Hands out slices to the runners, round robin over the live items."""
+
+    def __init__(self, job: Job, job_path: Path, stream: TextIO, progress: Any) -> None:
+        from batchfuzz.execution import process_context, without_main_module
+
+        self.job, self.job_path, self.stream, self.progress = job, job_path, stream, progress
+        self.ctx, self._no_main = process_context(), without_main_module
+        self.live = deque(item.index for item in job.items)
+        self.slices = {item.index: 0 for item in job.items}
+        self.runners: dict[int, tuple[Any, Any]] = {}  # runner id -> (process, connection)
+        self.busy: dict[int, int] = {}  # runner id -> item index
+        self.sent: dict[int, tuple[float, float]] = {}  # runner id -> (when its slice was sent, the slice's length)
+        self.overheads: list[float] = []  # seconds each finished slice took beyond its length (target start-up, reports)
+        self.next_id = 0
+        self.signum: int | None = None
+        self.stop_reason: str | None = None
+
+    def say(self, text: str) -> None:
+        if self.progress is not None:
+            self.progress.message(text)
+        else:
+            self.stream.write(text + "\n")
+            self.stream.flush()
+
+    def spawn(self) -> int:
+        rid = self.next_id
+        self.next_id += 1
+        parent, child = self.ctx.Pipe()
+        proc = self.ctx.Process(target=runner_main, args=(child, str(self.job_path), f"runner-{rid}", os.getpid()), daemon=False)
+        with self._no_main():
+            proc.start()
+        child.close()
+        self.runners[rid] = (proc, parent)
+        return rid
+
+    def request_stop(self, reason: str) -> None:
+        if self.stop_reason is None:
+            self.stop_reason = reason
+            self.job.stop_file.touch()
+            self.say(f"batchfuzz: {reason}: stopping the runners and writing a partial report")
+
+    def on_signal(self, signum: int, frame: Any) -> None:
+        if self.signum is not None:
+            raise KeyboardInterrupt  # a second signal: stop waiting for the runners
+        self.signum = signum
+        self.request_stop(f"{signal.Signals(signum).name} received")
+
+    def slice_length(self, now: float) -> float:
+        """Seconds of fuzzing the next slice gets, counted by the runner from
+        when the item's target is ready: a share of what is left, so that the
+        budget holds about ``TARGET_ROUNDS`` rounds over the live items. While
+        some item has not had its first slice, what is left is first reduced by
+        the overhead those first slices will cost (the mean measured so far of
+        a slice's time beyond its length), so that on a loaded machine the
+        earlier items do not use up the later ones' share."""
+        if settings_derandomized(self.job):
+            return math.inf  # a fixed stream runs once, whole (to the deadline)
+        left = max(0.0, self.job.deadline - now)
+        waiting = sum(1 for n in self.slices.values() if n == 0)
+        if waiting and self.overheads:
+            left = max(0.0, left - waiting * statistics.fmean(self.overheads) / self.job.workers)
+        n = max(1, len(self.live) + len(self.busy))
+        return max(MIN_SLICE_S, min(MAX_SLICE_S, left * self.job.workers / n / TARGET_ROUNDS))
+
+    def shrink_length(self, slice_s: float) -> float:
+        """Seconds a failure found in a slice may be shrunk past its end:
+        while some item has not had its first slice, one more slice's length
+        (a failing item must not take the others' share; its case is then
+        reported as shrunk so far); after that, ``SHRINK_SHARE`` of the
+        budget, at least ``SHRINK_MIN_S``."""
+        if any(n == 0 for n in self.slices.values()):
+            return max(MIN_SLICE_S, slice_s)
+        return max(SHRINK_MIN_S, SHRINK_SHARE * self.job.budget_s)
+
+    def dispatch(self) -> None:
+        now = time.time()
+        for rid, (_, conn) in self.runners.items():
+            if rid in self.busy or self.stop_reason or now >= self.job.deadline:
+                continue
+            index = self._next_item()
+            if index is None:
+                return
+            self.slices[index] += 1
+            self.busy[rid] = index
+            length = self.slice_length(now)
+            self.sent[rid] = (now, length)
+            conn.send((index, self.slices[index], length, self.shrink_length(length)))
+
+    def _next_item(self) -> int | None:
+        running = set(self.busy.values())
+        for _ in range(len(self.live)):
+            index = self.live.popleft()
+            self.live.append(index)
+            if index not in running:
+                return index
+        return None
+
+    def finish_slice(self, rid: int, index: int, status: str) -> None:
+        self.busy.pop(rid, None)
+        sent, length = self.sent.pop(rid, (math.nan, math.inf))
+        if status not in FINAL and math.isfinite(length):
+            self.overheads.append(max(0.0, time.time() - sent - length))
+        if status in FINAL and index in self.live:
+            self.live.remove(index)
+
+    def runner_died(self, rid: int) -> None:
+        proc, conn = self.runners.pop(rid)
+        index = self.busy.pop(rid, None)
+        self.sent.pop(rid, None)
+        conn.close()
+        if index is not None:
+            item = self.job.items[index]
+            state = read_item(self.job, item)
+            state.update(status="error", error={"type": "RunnerDied", "traceback": "",
+                                                "message": f"the runner process died (exit {proc.exitcode}) while fuzzing "
+                                                           f"this item; the target may have crashed it (--no-isolation?)"})
+            write_state(self.job, item, state, final=True)
+            if index in self.live:
+                self.live.remove(index)
+
+    def loop(self) -> None:
+        from multiprocessing.connection import wait
+
+        for _ in range(self.job.workers):
+            self.spawn()
+        hard_deadline = self.job.deadline + GRACE_S
+        while True:
+            self.dispatch()
+            if not self.busy and (not self.live or self.stop_reason or time.time() >= self.job.deadline):
+                break
+            if time.time() > hard_deadline:
+                self.say(f"batchfuzz: runners still busy {GRACE_S:g}s after the deadline: stopping them")
+                break
+            waitables = {conn: rid for rid, (_, conn) in self.runners.items()}
+            sentinels = {proc.sentinel: rid for rid, (proc, _) in self.runners.items()}
+            try:
+                ready = wait(list(waitables) + list(sentinels), timeout=0.5)
+            except KeyboardInterrupt:
+                break
+            for obj in ready:
+                if obj in waitables:
+                    rid = waitables[obj]
+                    try:
+                        index, status = self.runners[rid][1].recv()
+                    except (EOFError, OSError):
+                        continue  # its sentinel reports the death
+                    self.finish_slice(rid, index, status)
+                elif obj in sentinels:
+                    rid = sentinels[obj]
+                    if rid in self.runners and not self.runners[rid][0].is_alive():
+                        self.runner_died(rid)
+                        if self.live and not self.stop_reason and time.time() < self.job.deadline:
+                            self.spawn()
+        self.shutdown()
+
+    def shutdown(self) -> None:
+        for _proc, conn in self.runners.values():
+            try:
+                conn.send(None)
+            except (OSError, BrokenPipeError):
+                pass
+        end = time.time() + 10
+        for proc, _ in self.runners.values():
+            proc.join(max(0.1, end - time.time()))
+        for rid, (proc, conn) in list(self.runners.items()):
+            if proc.is_alive():
+                proc.kill()
+                proc.join(5)
+            if rid in self.busy:
+                item = self.job.items[self.busy[rid]]
+                state = read_item(self.job, item)
+                state.update(status="interrupted", reason="stopped after the deadline while still busy")
+                write_state(self.job, item, state, final=True)
+            conn.close()
+
+
+def settings_derandomized(job: Job) -> bool:
+    from hypothesis import settings
+
+    profiles.register_profiles()
+    return bool(settings.get_profile(job.profile).derandomize)
+
+
+def read_item(job: Job, item: WorkItem) -> dict[str, Any]:
+    return read_state(job, item)
+
+
+@dataclass(frozen=True)
+class End:
+    """How a fuzz job ended: the run's status (``report.run_status``), whether
+    it found failures or harness errors, and the signal that stopped it, if any."""
+
+    status: str
+    failed: bool
+    signum: int | None = None
+
+
+def exit_code(end: End) -> int:
+    """The command's exit code for a job that ended so (the module docstring lists them)."""
+    if end.signum:
+        return 128 + end.signum
+    if end.failed:
+        return ExitCode.COUNTEREXAMPLE
+    if end.status in ("incomplete", "interrupted"):
+        return ExitCode.INCOMPLETE
+    return ExitCode.OK
+
+
+class _StartInterrupted(Exception):
+    """A SIGINT or SIGTERM during start-up (before the runners take over)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+class _StartStop:
+    """What ``finish`` needs of a scheduler when the run stopped during start-up."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        self.stop_reason = f"{signal.Signals(signum).name} received during start-up"
+
+
+def _lock_report_dir(report_dir: Path) -> Any:
+    """Hold ``.run/lock`` in the report directory for the whole run: a second
+    run given the same ``--report`` is refused, instead of both overwriting
+    each other's reports."""
+    import fcntl
+
+    writable_dir(str(report_dir), "--report")
+    run_dir = report_dir / ".run"
+    run_dir.mkdir(exist_ok=True)
+    fh = open(run_dir / "lock", "a+")  # held for the run; closed (and unlocked) by run()
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fh.seek(0)
+        holder = fh.read().strip() or "another process"
+        fh.close()
+        raise UsageError(f"--report {report_dir}: in use by another batchfuzz fuzz ({holder}); give this run its own "
+                         "--report directory") from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(f"pid {os.getpid()}")
+    fh.flush()
+    return fh
+
+
+def cap_workers(requested: int, items: int, cores: int | None) -> tuple[int, str | None]:
+    """Runner processes worth starting: no more than the work items, nor than
+    twice the cores (each runner's worker is a second busy process); and
+    what to say when that is fewer than asked."""
+    limit = max(1, min(items, 2 * (cores or 1)))
+    if requested <= limit:
+        return requested, None
+    why = "work items" if items <= 2 * (cores or 1) else f"twice the {cores} cores"
+    return limit, f"--workers {requested} capped at {limit} (the number of {why})"
+
+
+def minimum_budget(items: int, workers: int) -> float:
+    """The budget that gives every item its first slice (the module docstring's rule)."""
+    return STARTUP_S + MIN_SLICE_S * math.ceil(items / max(1, workers))
+
+
+def run(args: argparse.Namespace, stream: TextIO | None = None) -> End:
+    """Run the job the parsed options of ``batchfuzz fuzz`` describe: plan it,
+    check the user's targets, start the runners, hand out slices until the
+    budget ends, write the reports. Raises UsageError before any example runs.
+    A SIGINT or SIGTERM at any moment, start-up included, ends it with a
+    partial report (its End carries the signal)."""
+    import threading
+
+    handlers: dict[signal.Signals, Any] = {}
+
+    def early(signum: int, frame: Any) -> None:
+        raise _StartInterrupted(signum)
+
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            handlers[sig] = signal.signal(sig, early)
+    held: list[Any] = []
+    if PENDING_SIGNALS:  # it came while the commands were imported
+        signum = PENDING_SIGNALS.pop()
+        PENDING_SIGNALS.clear()
+        try:
+            return _interrupted_at_start(args, signum, None, Path(args.report).absolute(), stream or _progress_stream(),
+                                         getattr(args, "started", None) or time.time())
+        finally:
+            for sig, h in handlers.items():
+                signal.signal(sig, h)
+    try:
+        return _run(args, stream, held)
+    finally:
+        for sig, h in handlers.items():
+            signal.signal(sig, h)
+        for fh in held:
+            fh.close()
+
+
+def _run(args: argparse.Namespace, stream: TextIO | None, held: list[Any]) -> End:
+    started = getattr(args, "started", None) or time.time()
+    out = stream or _progress_stream()
+    report_dir = Path(args.report).absolute()
+    job: Job | None = None
+    try:
+        if args.device == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                raise UsageError("--device cuda: no CUDA device is available (torch.cuda.is_available() is False)")
+        items = plan(args)
+        _check_targets(items, isolate=not args.no_isolation, timeout_s=float(args.timeout),
+                       load_timeout_s=max(float(args.budget), float(args.timeout)))
+        database = _database(args)
+        held.append(_lock_report_dir(report_dir))
+        seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
+        corpus_dir = Path(args.corpus).absolute() if args.corpus else corpus.default_dir()
+        _prepare_report_dir(report_dir)
+        writable_dir(str(corpus_dir), "--corpus")
+        workers, capped = cap_workers(args.workers, len(items), os.cpu_count())
+        notes = [capped] if capped else []
+        need = minimum_budget(len(items), workers)
+        if args.budget < need:
+            notes.append(f"the budget of {args.budget:g}s cannot give each of the {len(items)} items its first slice with "
+                         f"{workers} worker(s): that needs at least {need:g}s ({STARTUP_S:g}s of start-up plus "
+                         f"{MIN_SLICE_S:g}s per item per worker); items past the first few may be reported not run")
+        shard = None
+        if args.shard is not None:
+            from batchfuzz.fuzz.shards import plan_digest
+
+            everything = plan(argparse.Namespace(**{**vars(args), "shard": None}))
+            shard = {"index": args.shard[0], "count": args.shard[1], "plan": plan_digest([i.shard_key for i in everything])}
+        job = Job(items=items, report_dir=str(report_dir), corpus_dir=str(corpus_dir), database=database,
+                  profile=args.profile, seed=seed, workers=workers, budget_s=float(args.budget),
+                  deadline=started + float(args.budget), isolate=not args.no_isolation, example_timeout_s=float(args.timeout),
+                  extra={"replay_command": _replay_command(args, seed), "shard": shard, "notes": notes})
+        for item in items:
+            write_state(job, item, new_state(item))
+        job_path = job.run_dir / "job.json"
+        job.save(job_path)
+        for n in notes:
+            out.write(f"warning: {n}\n")
+        scheduler = _Scheduler(job, job_path, out, None)
+        for sig in (signal.SIGINT, signal.SIGTERM):  # from here on, a signal stops the runners and the run
+            with contextlib.suppress(ValueError):
+                signal.signal(sig, scheduler.on_signal)
+    except _StartInterrupted as exc:
+        return _interrupted_at_start(args, exc.signum, job, report_dir, out, started)
+    return _fuzz(args, job, scheduler, out, started)
+
+
+def _interrupted_at_start(args: argparse.Namespace, signum: int, job: Job | None, report_dir: Path, out: TextIO,
+                          started: float) -> End:
+    """A partial report for a run stopped before its runners started: every item not run."""
+    for sig in (signal.SIGINT, signal.SIGTERM):  # the report is being written: further signals wait for it
+        with contextlib.suppress(ValueError):
+            signal.signal(sig, signal.SIG_IGN)
+    try:
+        if job is None:
+            items = plan(args)
+            _prepare_report_dir(report_dir)
+            corpus_dir = Path(args.corpus).absolute() if args.corpus else corpus.default_dir()
+            job = Job(items=items, report_dir=str(report_dir), corpus_dir=str(corpus_dir), database=None,
+                      profile=args.profile, seed=args.seed if args.seed is not None else 0, workers=args.workers,
+                      budget_s=float(args.budget), deadline=started + float(args.budget), isolate=not args.no_isolation,
+                      example_timeout_s=float(args.timeout), extra={"replay_command": "", "shard": None, "notes": []})
+            for item in items:
+                write_state(job, item, new_state(item))
+        return finish(job, _StartStop(signum), out, started)
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(ValueError):
+                signal.signal(sig, signal.SIG_DFL)
+
+
+def _fuzz(args: argparse.Namespace, job: Job, scheduler: Any, out: TextIO, started: float) -> End:
+    items = job.items
+    mode = args.progress
+    if mode == "auto":
+        mode = "table" if out.isatty() else "lines"
+    from batchfuzz.fuzz.progress import Progress
+
+    progress = Progress(out, job, started, tty=(mode == "table")) if mode != "none" else None
+    scheduler.progress = progress
+    targets = sorted({(i.contract, i.target) for i in items})
+    out.write(f"batchfuzz fuzz: {len(items)} work items ({len({i.contract for i in items})} contracts, {len(targets)} targets) "
+              f"on {args.device}, budget {args.budget:g}s, {job.workers} worker(s), profile {args.profile}, seed {job.seed}"
+              + (f", shard {args.shard[0]}/{args.shard[1]}" if args.shard else "") + "\n"
+              f"  database {job.database or 'off'}; corpus {job.corpus_dir}; report {job.report_dir}; "
+              f"{'targets isolated in worker processes' if job.isolate else 'targets in the runner processes'}\n")
+    out.flush()
+    if progress is not None:
+        progress.start()
+    try:
+        scheduler.loop()
+    finally:
+        if progress is not None:
+            progress.stop()
+    return finish(job, scheduler, out, started)
+
+
+def finish(job: Job, scheduler: Any, out: TextIO, started: float) -> End:
+    """Write the reports, print the summary, say how the job ended."""
+    from batchfuzz.fuzz import report
+
+    partial = scheduler.stop_reason is not None
+    states = read_states(job.items_dir)
+    for item in job.items:  # what never ran, or was left between slices, gets its final word
+        s = states.get(item.index) or new_state(item)
+        if s.get("status") == WAITING:
+            s.update(status="not run", reason="interrupted before it started" if partial else
+                     "the budget ended before it started")
+        elif s.get("status") in (IDLE, RUNNING):
+            if partial:
+                s["status"] = "interrupted"
+            elif int(s.get("examples", 0)) == 0:  # its slices went to start-up: nothing was checked
+                s.update(status="not run", reason="its slices ended before its first example")
+            else:
+                s["status"] = "passed"
+        states[item.index] = s
+        write_state(job, item, s, final=True)
+    finished = time.time()
+    from batchfuzz.fuzz.job import database_losses
+
+    lost = database_losses(job)
+    notes = list(job.extra.get("notes") or []) + [f"the shared example database was lost mid-run: {m}" for m in lost]
+    summary = report.build_summary(job, states, started=started, finished=finished, partial=partial,
+                                   interrupted_by=scheduler.stop_reason if partial else None, notes=notes)
+    summary["database_lost"] = lost
+    try:
+        paths = report.write_reports(job.report_dir, summary)
+    except OSError as exc:  # a full disk, a file-size limit: the corpus and the database are written apart, atomically
+        out.write(f"batchfuzz: error: cannot write the reports to {job.report_dir}: {exc.strerror or exc} "
+                  f"({type(exc).__name__}, errno {exc.errno}); the corpus ({job.corpus_dir}) and the example database "
+                  f"are intact\n")
+        out.flush()
+        sys.stderr.write(f"batchfuzz: error: cannot write the reports to {job.report_dir}: {exc.strerror or exc}\n")
+        return End(status="error", failed=True, signum=scheduler.signum if partial and scheduler.signum else None)
+    t = summary["totals"]
+    out.write(f"\n{'contract':26} {'items':>9} {'examples':>9} {'failures':>8} {'cases/s':>8}\n")
+    for name, c in summary["contracts"].items():
+        out.write(f"{name:26} {c['items_run']:>4}/{c['items']:<4} {c['examples']:9d} {c['failures']:8d} "
+                  f"{c['cases_per_second']:8.0f}\n")
+    out.write(f"{'total':26} {'':9} {t['examples']:9d} {t['failures']:8d} {t['throughput']:8.0f} per wall second "
+              f"({summary['wall_seconds']:.1f}s, {job.workers} worker(s))\n")
+    for f in summary["failures"]:
+        first = f["message"].splitlines()[0] if f.get("message") else ""
+        out.write(f"\nFAILED {f['contract']} {f['implementation']} {f['property']}: {f['error_type']}: {first}\n"
+                  f"  corpus: {f.get('corpus_file')} ({'new' if f.get('new') else 'already known'})\n")
+        out.write("".join(f"  | {line}\n" for line in f.get("reproduction", "").splitlines()))
+    for e in summary["errors"]:
+        out.write(f"\nERROR {e['contract']} {e['implementation']}: {e['type']}: {e['message']}\n")
+    for n in summary["notes"]:
+        out.write(f"note: {n}\n")
+    out.write(f"reports: {', '.join(str(p) for p in paths)}" + (" (PARTIAL)" if partial else "") + "\n")
+    out.write(f"rerun with the same seed: {job.extra.get('replay_command')}\n")
+    out.flush()
+    return End(status=summary["status"], failed=bool(summary["failures"] or summary["errors"]),
+               signum=scheduler.signum if partial and scheduler.signum else None)
+

@@ -1,0 +1,28 @@
+"""The fuzz job's constants: its budget shares, default paths and
+environment variables. A leaf module (stdlib only), so that ``batchfuzz fuzz
+--help`` states them without importing the job."""
+
+from __future__ import annotations
+
+import os
+
+CORPUS_ENV_VAR = "BATCHFUZZ_CORPUS"  # the corpus directory (batchfuzz.fuzz.corpus.default_dir)
+DEFAULT_REPORT = "reports/fuzz"
+# A slice is at least this long (seconds): every item runs once when the
+# budget gives each item this much per worker.
+MIN_SLICE_S = 0.25
+# What start-up (imports, the fork server, the runners) may take of the budget,
+# which counts from the start of the command.
+STARTUP_S = 10.0
+MAX_SLICE_S = 300.0
+# A failure found in a slice is shrunk (and reduced) past the slice's end for
+# at most this share of the budget, or SHRINK_MIN_S seconds if that is more;
+# for one more slice's length only while some item has not run yet.
+SHRINK_SHARE = 0.05
+SHRINK_MIN_S = 2.0
+# Slices are sized so that the budget holds about this many rounds.
+TARGET_ROUNDS = 2
+# After the deadline: the slices in flight finish (each stops generating at
+# once and shrinking by the deadline plus runner.DEADLINE_GRACE_S), then the
+# runners are stopped; a runner still busy this long after the deadline is killed.
+GRACE_S = float(os.environ.get("BATCHFUZZ_STOP_GRACE", "15"))

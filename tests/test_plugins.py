@@ -1,0 +1,152 @@
+"""The plug-in points declared in ``batchfuzz.plugins``: every shipped module
+has its declared shape, and a module that lacks a part is refused at
+registration with a message naming the module and the part."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+import types
+import warnings
+from typing import Any
+
+import pytest
+
+from batchfuzz import bind, engines, plugins, registry
+from batchfuzz.contracts import split_ubatches as split_ubatches_record
+from batchfuzz.strategies import split_ubatches as split_ubatches_strategies
+
+
+def _module(name: str, **attrs: Any) -> types.ModuleType:
+    mod = types.ModuleType(name)
+    mod.__dict__.update(attrs)
+    return mod
+
+
+def _strategies(**drop_or_add: Any) -> types.ModuleType:
+    parts: dict[str, Any] = {"DOMAINS": ("spec", "engine"), "cases": lambda domain: None, "in_domain": lambda case, domain: True,
+                             "size": lambda case: (), "reductions": lambda case: iter(())}
+    parts.update(drop_or_add)
+    return _module("toy_strategies", **{k: v for k, v in parts.items() if v is not None})
+
+
+def test_the_declarations_list_their_members() -> None:
+    assert [n for n, _ in plugins.members(plugins.StrategiesModule)] == ["DOMAINS", "cases", "in_domain", "size", "reductions"]
+    assert [n for n, _ in plugins.members(plugins.ScopedStrategiesModule)][-2:] == ["SCOPES", "scope_cases"]
+    assert dict(plugins.members(plugins.EngineModule)) == {"ENGINE": False, "ReleaseSource": False, "RELEASES": False,
+                                                           "SPECS": False, "bindings": True, "resolve": True}
+    assert dict(plugins.members(plugins.CommandModule)) == {"register": True}
+
+
+def test_every_record_takes_its_strategies_module_once() -> None:
+    for contract in registry.contracts():
+        assert contract.inputs is not None, contract.name
+        strategies = importlib.import_module(contract.inputs.module)
+        assert plugins.check_strategies(strategies) == bool(contract.scopes)
+        assert contract.size is strategies.size and contract.reductions is strategies.reductions
+        assert [d.name for d in contract.domains] == [d.name for d in contract.inputs.domains]
+
+
+def test_a_strategies_module_missing_a_part_is_named() -> None:
+    with pytest.raises(plugins.PluginError, match=r"strategies module toy_strategies: no in_domain; no reductions "
+                                                  r"\(the shape is batchfuzz.plugins.StrategiesModule\)"):
+        registry.input_space(_strategies(in_domain=None, reductions=None), {"spec": "all"})
+    with pytest.raises(plugins.PluginError, match=r"toy_strategies: size does not take 1 positional argument"):
+        registry.input_space(_strategies(size=lambda: ()), {"spec": "all"})
+    with pytest.raises(plugins.PluginError, match=r"toy_strategies: cases is a int, not callable"):
+        registry.input_space(_strategies(cases=3), {"spec": "all"})
+    with pytest.raises(plugins.PluginError, match=r"toy_strategies: has SCOPES without scope_cases"):
+        registry.input_space(_strategies(SCOPES={}), {"spec": "all"})
+    with pytest.raises(plugins.PluginError, match=r"DOMAINS \['spec', 'engine'\] has no 'nightly'"):
+        registry.input_space(_strategies(), {"spec": "all", "nightly": "more"})
+    space = registry.input_space(_strategies(), {"spec": "all", "engine": "what the engine makes"}, irreducible=("engine",))
+    assert [(d.name, d.reducible) for d in space.domains] == [("spec", True), ("engine", False)] and space.scopes == ()
+
+
+def test_a_record_gives_its_inputs_one_way() -> None:
+    record = split_ubatches_record.CONTRACT
+    fields = {f: getattr(record, f) for f in ("name", "title", "section", "signature", "arguments", "oracle", "implementations",
+                                             "properties", "error_inputs", "variants")}
+    with pytest.raises(registry.RecordError, match=r"gives inputs= and size: give them through inputs="):
+        registry.Contract(**fields, inputs=registry.input_space(split_ubatches_strategies, {"spec": "s"}),
+                          size=split_ubatches_strategies.size)
+    with pytest.raises(registry.RecordError, match=r"domains must start with 'spec'"):
+        registry.Contract(**fields)  # neither inputs= nor domains=
+
+
+def test_every_command_module_registers_a_parser_with_func() -> None:
+    import batchfuzz.commands as pkg
+
+    sub = argparse.ArgumentParser(prog="batchfuzz").add_subparsers()
+    names = []
+    for info in pkgutil.iter_modules(pkg.__path__):
+        if not info.name.startswith("_"):
+            names.append(plugins.register_command(importlib.import_module(f"{pkg.__name__}.{info.name}"), sub).prog)
+    assert "batchfuzz engine" in names and "batchfuzz vllm" in names
+
+
+def test_a_command_module_without_func_is_refused() -> None:
+    sub = argparse.ArgumentParser(prog="batchfuzz").add_subparsers()
+    with pytest.raises(plugins.PluginError, match=r"command module toy_command: no register"):
+        plugins.register_command(_module("toy_command"), sub)
+    quiet = _module("toy_command", register=lambda s: s.add_parser("quiet"))
+    with pytest.raises(plugins.PluginError, match=r"its parser 'batchfuzz quiet' sets no func"):
+        plugins.register_command(quiet, sub)
+
+
+def test_the_built_in_engines_are_registered_in_their_shape() -> None:
+    found = engines.engines()
+    assert found["vllm"].__name__ == "batchfuzz.engines.vllm"
+    assert "batchfuzz.engines.matrix" not in engines.engine_modules()
+    assert found["sglang"].__name__ == "batchfuzz.engines.sglang"
+    with pytest.raises(engines.UnknownEngine, match=r"no engine named 'tgi'; registered: sglang, vllm"):
+        engines.engine("tgi")
+
+
+def test_an_engine_module_missing_a_part_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Source(engines.ReleaseSource):
+        distribution = "toyengine"
+        package = "toyengine"
+
+    half = _module("toy_half_engine", ENGINE="toyengine", ReleaseSource=Source, RELEASES=("1.0",), SPECS=(),
+                   bindings=lambda source: [])
+    monkeypatch.setitem(sys.modules, "toy_half_engine", half)
+    monkeypatch.setenv(engines.ENGINES_ENV_VAR, "toy_half_engine")
+    with pytest.raises(plugins.PluginError, match=r"engine module toy_half_engine: no resolve \(the shape is "
+                                                  r"batchfuzz.plugins.EngineModule\)"):
+        engines.engines()
+    half.resolve = lambda ref: None
+    half.ReleaseSource = engines.ReleaseSource
+    with pytest.raises(plugins.PluginError, match=r"toy_half_engine: ReleaseSource must set distribution and package"):
+        engines.engines()
+    half.ReleaseSource = Source
+    half.ENGINE = "vllm"
+    with pytest.raises(plugins.PluginError, match=r"engine 'vllm' is registered twice: by batchfuzz.engines.vllm and toy_half_engine"):
+        engines.engines()
+    half.ENGINE = "toyengine"
+    assert engines.engine("toyengine") is half
+    with pytest.raises(ValueError, match=r"ref names no engine"):
+        engines.resolve("not an engine::x::y::z")
+
+
+def test_bind_scope_is_a_deprecated_name_of_loader() -> None:
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert bind.Scope is bind.Loader
+    assert any(issubclass(w.category, DeprecationWarning) and "bind.Loader" in str(w.message) for w in seen)
+    with pytest.raises(AttributeError, match=r"has no attribute 'Nope'"):
+        _ = bind.Nope  # type: ignore[attr-defined]
+
+
+def test_batchfuzz_vllm_is_the_short_form_of_batchfuzz_engine_vllm() -> None:
+    from batchfuzz.cli import build_parser
+    from batchfuzz.commands import engine as engine_command
+
+    words = ["--release", "0.33.0", "--wheel", "x.whl", "--function", "*_dummy_run", "--contract", "pad_query_start_loc",
+             "--budget", "5", "--max-examples", "7", "--seed", "3", "--no-isolation", "--json", "m.json"]
+    short, full = (vars(build_parser().parse_args(w)) for w in (["vllm", *words], ["engine", "vllm", *words]))
+    assert full.pop("func") is engine_command.run and short.pop("func") is not None
+    assert (short.pop("command"), full.pop("command")) == ("vllm", "engine")
+    assert short == full  # the same options and the same engine: engine_command.run runs both
