@@ -9,7 +9,7 @@ checks, ``reference/_args.py`` (argument, rule, value: ``max_reqs must be >= 1,
 got 0``), so a rule reads the same whether an oracle, an implementation, a
 binding or a strategy states it. What returns no strategy keeps the
 vocabulary's own TypeError/ValueError (``scope_cases``, an iterator:
-``strategies/_exhaustive.check_scope``; the numpy samplers of
+``check_scope`` of ``strategies/_exhaustive.py``; the numpy samplers of
 ``batchfuzz.workloads``).
 """
 
