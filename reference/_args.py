@@ -126,10 +126,11 @@ def check_buffer(name: str, value: Any, cls: type, *, ndim: int, rows: int | Non
     if not isinstance(value, cls):
         kind = "torch tensor" if cls.__module__.startswith("torch") else "numpy array"
         raise TypeError(f"{name} must be a {ndim}-D int32/int64 {kind}, got {describe(value)}")
-    shape = tuple(value.shape)
-    check_int_meta(name, value.dtype, shape, ndim)
-    if device is not None and value.device != device:
-        raise ValueError(f"{name} must be on {device}, got {value.device}")
+    buf: Any = value
+    shape = tuple(buf.shape)
+    check_int_meta(name, buf.dtype, shape, ndim)
+    if device is not None and buf.device != device:
+        raise ValueError(f"{name} must be on {device}, got {buf.device}")
     if ndim == 1 and rows is not None and shape[0] < rows:
         raise ValueError(f"{name} must have at least {rows_name} ({rows}) entries, got {shape[0]}")
     if ndim == 2 and ((rows is not None and shape[0] < rows) or (cols is not None and shape[1] != cols)):
