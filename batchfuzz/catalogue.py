@@ -440,16 +440,9 @@ def run_variant(contract: Contract, variant: Variant, *, run_settings: settings 
 
 def variants(contract_names: Iterable[str] | None = None) -> list[tuple[Contract, Variant]]:
     """Every registered (contract, variant), in section order; ``contract_names``
-    (contract names or section letters) selects contracts."""
-    cs = registry.contracts()
-    if contract_names is not None:
-        wanted = set(contract_names)
-        known = {c.name for c in cs} | {c.section for c in cs}
-        unknown = sorted(wanted - known)
-        if unknown:
-            raise registry.UnknownName(f"unknown contract(s) {unknown}; known: {', '.join(sorted(c.name for c in cs))}")
-        cs = [c for c in cs if c.name in wanted or c.section in wanted]
-    return [(c, v) for c in cs for v in c.variants]
+    (contract names or section letters, ``registry.select``) selects
+    contracts; an unknown one raises ``registry.UnknownName``."""
+    return [(c, v) for c in registry.select(contract_names) for v in c.variants]
 
 
 def _run_named(contract_name: str, variant_name: str, max_examples: int, check_all: bool) -> Row:

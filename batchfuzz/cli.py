@@ -1,5 +1,6 @@
 """The ``batchfuzz`` command. Subcommands are modules in ``batchfuzz/commands``:
-each defines ``register(subparsers)`` that adds its parser with ``func=run``."""
+each defines ``register(subparsers)`` that adds its parser with ``func=run``
+(the shape ``batchfuzz.plugins.CommandModule``, checked as each registers)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pkgutil
 import sys
 import time
 
-from batchfuzz import __version__
+from batchfuzz import __version__, plugins
 
 # Re-exported for command modules written against the old home (batchfuzz.usage is the home).
 from batchfuzz.usage import PENDING_SIGNALS, ExitCode, UsageError, parse_duration, writable_dir, writable_file  # noqa: F401
@@ -23,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     for mod in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
         if not mod.name.startswith("_"):
-            importlib.import_module(f"{pkg.__name__}.{mod.name}").register(sub)
+            plugins.register_command(importlib.import_module(f"{pkg.__name__}.{mod.name}"), sub)
     return parser
 
 

@@ -49,12 +49,13 @@ def json_default(o: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
-def write_json_atomic(path: Path | str, data: Any, *, fsync: bool = True) -> None:
+def write_json_atomic(path: Path | str, data: Any, *, fsync: bool = True, default: Callable[[Any], Any] = json_default) -> None:
     """JSON (indent 2, a final newline) written atomically; ``fsync`` also makes
-    it survive a machine crash (skipped for state rewritten many times a second)."""
+    it survive a machine crash (skipped for state rewritten many times a second);
+    ``default`` is ``json.dump``'s (numpy scalars as Python ones)."""
 
     def write(fh: Any) -> None:
-        json.dump(data, fh, indent=2, sort_keys=False, default=json_default)
+        json.dump(data, fh, indent=2, sort_keys=False, default=default)
         fh.write("\n")
 
     _atomic(path, write, fsync=fsync)

@@ -154,7 +154,7 @@ def _label(module: Any) -> str:
     return getattr(module, "__name__", None) or repr(module)
 
 
-def check(module: Any, protocol: type, what: str) -> None:
+def check_shape(module: Any, protocol: type, what: str) -> None:
     """Raise PluginError naming ``module`` and every member of ``protocol``
     it lacks or has in the wrong form; ``what`` names the plug-in point."""
     problems = list(_problems(module, protocol))
@@ -166,7 +166,7 @@ def check_strategies(module: Any, domains: Iterable[str] = ()) -> bool:
     """Check a strategies module (and that it has each of ``domains``);
     returns whether it has scopes. ``SCOPES`` and ``scope_cases`` come
     together or not at all."""
-    check(module, StrategiesModule, "strategies module")
+    check_shape(module, StrategiesModule, "strategies module")
     missing = [d for d in domains if d not in module.DOMAINS]
     if missing:
         raise PluginError(f"strategies module {_label(module)}: DOMAINS {list(module.DOMAINS)} has no {', '.join(map(repr, missing))}")
@@ -175,7 +175,7 @@ def check_strategies(module: Any, domains: Iterable[str] = ()) -> bool:
         raise PluginError(f"strategies module {_label(module)}: has {'SCOPES' if has[0] else 'scope_cases'} without "
                           f"{'scope_cases' if has[0] else 'SCOPES'} (the shape is batchfuzz.plugins.ScopedStrategiesModule)")
     if all(has):
-        check(module, ScopedStrategiesModule, "strategies module")
+        check_shape(module, ScopedStrategiesModule, "strategies module")
     return all(has)
 
 
@@ -185,7 +185,7 @@ def check_engine(module: Any, base: Any) -> None:
     ``batchfuzz.engines.ReleaseSource``: this module sits below every layer
     and imports none) naming a distribution and a package, and its SPECS
     name functions and contracts."""
-    check(module, EngineModule, "engine module")
+    check_shape(module, EngineModule, "engine module")
     name = module.ENGINE
     if not isinstance(name, str) or not name.isidentifier():
         raise PluginError(f"engine module {_label(module)}: ENGINE must be an identifier (the engine's name), got {name!r}")
@@ -208,7 +208,7 @@ def check_engine(module: Any, base: Any) -> None:
 def register_command(module: ModuleType, subparsers: Any) -> argparse.ArgumentParser:
     """Register one command module: check its shape, call its ``register``,
     and check that it added one parser with a ``func``. Returns that parser."""
-    check(module, CommandModule, "command module")
+    check_shape(module, CommandModule, "command module")
     before = dict(subparsers.choices)
     module.register(subparsers)
     added = list({id(p): p for name, p in subparsers.choices.items() if name not in before}.values())  # aliases: one parser

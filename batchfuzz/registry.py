@@ -17,6 +17,7 @@ point group, then the modules named in ``$BATCHFUZZ_CONTRACTS``
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import importlib
 import inspect
@@ -488,8 +489,36 @@ def contracts() -> list[Contract]:
     return sorted(_CONTRACTS.values(), key=lambda c: (c.section, c.name))
 
 
+def _unknown_contracts(names: Sequence[str]) -> UnknownName:
+    """The one message for contract names that name nothing registered."""
+    shown = ", ".join(repr(n) for n in names)
+    return UnknownName(f"unknown contract{'s' if len(names) > 1 else ''} {shown}; known: {', '.join(sorted(_CONTRACTS))}")
+
+
 def get(name: str) -> Contract:
+    """The registered contract ``name``; raises UnknownName (naming the known ones) otherwise."""
     _load()
     if name not in _CONTRACTS:
-        raise UnknownName(f"unknown contract {name!r}; known: {', '.join(sorted(_CONTRACTS))}")
+        raise _unknown_contracts([name])
     return _CONTRACTS[name]
+
+
+def select(patterns: Iterable[str] | None, *, globs: bool = False) -> list[Contract]:
+    """The contracts a selection names, in section order: each pattern is a
+    contract's name or its section letter, or with ``globs`` also an
+    ``fnmatch`` glob of names (``split_*``); ``None`` selects every contract.
+    The one check of contract names given by users (``get`` for one name):
+    raises UnknownName naming every pattern that selects nothing, and the
+    known contracts."""
+    cs = contracts()
+    if patterns is None:
+        return cs
+    wanted = list(patterns)
+
+    def hit(c: Contract, p: str) -> bool:
+        return c.name == p or c.section == p or (globs and fnmatch.fnmatchcase(c.name, p))
+
+    unknown = [p for p in wanted if not any(hit(c, p) for c in cs)]
+    if unknown:
+        raise _unknown_contracts(unknown)
+    return [c for c in cs if any(hit(c, p) for p in wanted)]

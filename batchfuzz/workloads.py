@@ -21,7 +21,7 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from batchfuzz.reference._args import ceil_div
+from batchfuzz.reference._args import ceil_div, check_choice, check_int, interval_message
 from batchfuzz.reference._step import Step
 from batchfuzz.scheduler_model import EngineConfig, GroupSpec, Scheduled, SchedulerModel, emit_step
 
@@ -212,10 +212,9 @@ def check_bounds(bounds: dict[str, Any]) -> dict[str, Any]:
     b = {**_SMALL_BOUNDS, **bounds}
     for name in ("max_reqs", "max_prompt_len", "max_output_len", "min_block_size", "max_groups", "max_steps",
                  "max_token_budget"):
-        if not isinstance(b[name], int) or b[name] < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {b[name]!r}")
-    if b["max_block_size"] < b["min_block_size"]:
-        raise ValueError(f"max_block_size={b['max_block_size']} < min_block_size={b['min_block_size']}")
+        check_int(name, b[name], minimum=1)
+    if interval_message("min_block_size", b["min_block_size"], "max_block_size", b["max_block_size"]):
+        raise ValueError(interval_message("min_block_size", b["min_block_size"], "max_block_size", b["max_block_size"]))
     return b
 
 
@@ -307,8 +306,7 @@ def sample_realizable_step(
 
     The step schedules up to ``num_reqs`` requests (fewer when the budget runs out).
     """
-    if profile not in PROFILES:
-        raise ValueError(f"profile must be one of {PROFILES}, got {profile!r}")
+    check_choice("profile", profile, PROFILES)
     if num_reqs < 1 or max_blocks_per_req < 2:
         raise ValueError(f"num_reqs must be >= 1 and max_blocks_per_req >= 2, got {num_reqs}, {max_blocks_per_req}")
     if not isinstance(rng, np.random.Generator):

@@ -67,11 +67,10 @@ from typing import Any
 
 import numpy as np
 
-from batchfuzz.reference._args import check_int
+from batchfuzz.reference._args import check_buffer, check_groups, check_int, describe
 from batchfuzz.reference._step import check_step
 
 FAST, GENERAL, SKIPPED = "fast", "general", "skipped"
-_TABLE_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 
 
 class _Buffers:
@@ -203,14 +202,7 @@ class ExactMicrobatchCheck:
 
     def __init__(self, max_num_reqs: int, widths: Sequence[int], block_sizes: Sequence[int], num_blocks: int) -> None:
         self.max_num_reqs = check_int("max_num_reqs", max_num_reqs, minimum=0)
-        if not isinstance(widths, (list, tuple)) or not isinstance(block_sizes, (list, tuple)):
-            raise TypeError(f"widths and block_sizes must be lists of ints, got {type(widths).__name__} and "
-                            f"{type(block_sizes).__name__}")
-        if len(widths) != len(block_sizes) or not widths:
-            raise ValueError(f"widths and block_sizes must name the same groups (at least one), got {list(widths)} "
-                             f"and {list(block_sizes)}")
-        self.widths = [check_int(f"widths[{g}]", w, minimum=0) for g, w in enumerate(widths)]
-        self.block_sizes = [check_int(f"block_sizes[{g}]", b, minimum=1) for g, b in enumerate(block_sizes)]
+        self.widths, self.block_sizes = check_groups(widths, block_sizes)
         self.num_blocks = check_int("num_blocks", num_blocks, minimum=1)
         self._layout = _KeyLayout(self.max_num_reqs, self.num_blocks, len(self.widths))
         # block -> a positive value while one group is checked, else 0: for the decision a record's last
@@ -223,21 +215,13 @@ class ExactMicrobatchCheck:
     # ---------------------------------------------------------------- input
 
     def _inputs(self, num_reqs: Any, c: Any, q: Any, tables: Any) -> tuple[_Requests, list[np.ndarray]]:
-        n = check_int("num_reqs", num_reqs, minimum=0)
-        if n > self.max_num_reqs:
-            raise ValueError(f"num_reqs must be <= max_num_reqs ({self.max_num_reqs}), got {n}")
+        n = check_int("num_reqs", num_reqs, minimum=0, maximum=self.max_num_reqs, maximum_name="max_num_reqs")
         for name, arr in (("num_computed_tokens", c), ("num_scheduled_tokens", q)):
-            if not isinstance(arr, np.ndarray) or arr.dtype.kind not in "iu" or arr.ndim != 1:
-                raise TypeError(f"{name} must be a 1-D numpy int array, got {_describe(arr)}")
-            if arr.shape[0] < n:
-                raise ValueError(f"{name} must have at least num_reqs ({n}) entries, got {arr.shape[0]}")
+            check_buffer(name, arr, np.ndarray, ndim=1, rows=n)
         if not isinstance(tables, (list, tuple)) or len(tables) != len(self.widths):
-            raise TypeError(f"block_tables must be a list of {len(self.widths)} tables, got {_describe(tables)}")
+            raise TypeError(f"block_tables must be a list of {len(self.widths)} tables, got {describe(tables)}")
         for g, t in enumerate(tables):
-            if not isinstance(t, np.ndarray) or t.dtype not in _TABLE_DTYPES or t.ndim != 2:
-                raise TypeError(f"block_tables[{g}] must be a 2-D int32/int64 numpy array, got {_describe(t)}")
-            if t.shape[1] != self.widths[g] or t.shape[0] < n:
-                raise ValueError(f"block_tables[{g}] must have shape (>= {n}, {self.widths[g]}), got {t.shape}")
+            check_buffer(f"block_tables[{g}]", t, np.ndarray, ndim=2, rows=n, cols=self.widths[g])
             if not t.flags.c_contiguous:
                 raise ValueError(f"block_tables[{g}] must be C-contiguous (the engine's tables are)")
         return _Requests(self._buf, n, c, q), list(tables)
@@ -468,12 +452,6 @@ def _general_pairs(req: _Requests, grp: _Group) -> tuple[np.ndarray, np.ndarray,
     pair_rec = np.arange(pair_read.shape[0]) - (np.cumsum(hi - lo) - (hi - lo))[pair_read] + lo[pair_read]
     meets = rlo[pair_rec] < limit[pair_read]
     return reader[pair_read][meets], rw[pair_rec][meets], block[pair_read][meets]
-
-
-def _describe(value: Any) -> str:
-    if isinstance(value, np.ndarray):
-        return f"array of dtype {value.dtype} and shape {value.shape}"
-    return type(value).__name__
 
 
 def checker_for(step: Any) -> ExactMicrobatchCheck:

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from batchfuzz.reference._args import check_int
+from batchfuzz.reference._args import check_buffer, check_groups, check_int, describe
 from batchfuzz.reference._step import check_step
 
 _BIG = torch.iinfo(torch.int64).max  # "never written" in the slot buffer
@@ -60,13 +60,7 @@ class ExactMicrobatchCheckTorch:
     def __init__(self, max_num_reqs: int, widths: Sequence[int], block_sizes: Sequence[int], num_blocks: int,
                  max_num_tokens: int, device: str | torch.device = "cpu") -> None:
         self.max_num_reqs = check_int("max_num_reqs", max_num_reqs, minimum=0)
-        if not isinstance(widths, (list, tuple)) or not isinstance(block_sizes, (list, tuple)):
-            raise TypeError("widths and block_sizes must be lists of ints")
-        if len(widths) != len(block_sizes) or not widths:
-            raise ValueError(f"widths and block_sizes must name the same groups (at least one), got {list(widths)} "
-                             f"and {list(block_sizes)}")
-        self.widths = [check_int(f"widths[{g}]", w, minimum=0) for g, w in enumerate(widths)]
-        self.block_sizes = [check_int(f"block_sizes[{g}]", b, minimum=1) for g, b in enumerate(block_sizes)]
+        self.widths, self.block_sizes = check_groups(widths, block_sizes)
         self.num_blocks = check_int("num_blocks", num_blocks, minimum=1)
         self.max_num_tokens = check_int("max_num_tokens", max_num_tokens, minimum=0)
         self.device = torch.empty(0, device=device).device  # with its index ("cuda" -> "cuda:0"), as tensors report it
@@ -103,25 +97,15 @@ class ExactMicrobatchCheckTorch:
 
     def _inputs(self, num_reqs: Any, c: Any, q: Any, tables: Any, num_tokens: Any) -> tuple[int, int]:
         """Constant-cost checks (shapes, dtypes, devices); returns (n, tokens)."""
-        n = check_int("num_reqs", num_reqs, minimum=0)
-        if n > self.max_num_reqs:
-            raise ValueError(f"num_reqs must be <= max_num_reqs ({self.max_num_reqs}), got {n}")
-        tokens = self.max_num_tokens if num_tokens is None else check_int("num_tokens", num_tokens, minimum=0)
-        if tokens > self.max_num_tokens:
-            raise ValueError(f"num_tokens must be <= max_num_tokens ({self.max_num_tokens}), got {tokens}")
+        n = check_int("num_reqs", num_reqs, minimum=0, maximum=self.max_num_reqs, maximum_name="max_num_reqs")
+        tokens = self.max_num_tokens if num_tokens is None else check_int(
+            "num_tokens", num_tokens, minimum=0, maximum=self.max_num_tokens, maximum_name="max_num_tokens")
         for name, t in (("num_computed_tokens", c), ("num_scheduled_tokens", q)):
-            if not isinstance(t, torch.Tensor) or t.dim() != 1 or t.shape[0] < n or t.dtype not in (torch.int32, torch.int64):
-                raise TypeError(f"{name} must be a 1-D int32/int64 tensor with >= {n} entries, got {_describe(t)}")
-            if t.device != self.device:
-                raise ValueError(f"{name} must be on {self.device}, got {t.device}")
+            check_buffer(name, t, torch.Tensor, ndim=1, rows=n, device=self.device)
         if not isinstance(tables, (list, tuple)) or len(tables) != len(self.widths):
-            raise TypeError(f"block_tables must be a list of {len(self.widths)} tensors, got {_describe(tables)}")
+            raise TypeError(f"block_tables must be a list of {len(self.widths)} tables, got {describe(tables)}")
         for g, t in enumerate(tables):
-            if not isinstance(t, torch.Tensor) or t.dim() != 2 or t.dtype not in (torch.int32, torch.int64):
-                raise TypeError(f"block_tables[{g}] must be a 2-D int32/int64 tensor, got {_describe(t)}")
-            if t.shape[0] < n or t.shape[1] != self.widths[g] or t.device != self.device:
-                raise ValueError(f"block_tables[{g}] must have shape (>= {n}, {self.widths[g]}) on {self.device}, "
-                                 f"got {tuple(t.shape)} on {t.device}")
+            check_buffer(f"block_tables[{g}]", t, torch.Tensor, ndim=2, rows=n, cols=self.widths[g], device=self.device)
         return n, tokens
 
     def __call__(self, num_reqs: int, num_computed_tokens: torch.Tensor, num_scheduled_tokens: torch.Tensor,
@@ -174,12 +158,6 @@ class ExactMicrobatchCheckTorch:
                                earliest[slot].reshape(-1), reduce="amax")
         latest[-1:].fill_(-1)  # the discard entry (a slice fill: an indexed scalar store synchronises on CUDA)
         return earliest, latest
-
-
-def _describe(value: Any) -> str:
-    if isinstance(value, torch.Tensor):
-        return f"tensor of dtype {value.dtype} and shape {tuple(value.shape)}"
-    return type(value).__name__
 
 
 def checker_for(step: Any, device: str | torch.device) -> tuple[ExactMicrobatchCheckTorch, tuple[Any, ...]]:

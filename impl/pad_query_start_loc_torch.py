@@ -32,10 +32,8 @@ import torch
 
 from batchfuzz._host import to_host
 from batchfuzz.impl._adapter import TORCH_DTYPES, copy_back, numpy_call, to_device
-from batchfuzz.reference._args import check_int
-from batchfuzz.reference.pad_query_start_loc import check_out_meta, check_pad_args
-
-_INT_DTYPES = tuple(TORCH_DTYPES.values())
+from batchfuzz.reference._args import check_int_meta
+from batchfuzz.reference.pad_query_start_loc import check_out_meta, check_pad_args, check_padded_size
 
 
 def pad_query_start_loc(
@@ -46,17 +44,9 @@ def pad_query_start_loc(
     if not isinstance(num_scheduled_tokens, torch.Tensor):
         raise TypeError(f"num_scheduled_tokens must be a torch.Tensor, got {type(num_scheduled_tokens).__name__}")
     nst = num_scheduled_tokens
-    if nst.dtype not in _INT_DTYPES:
-        raise TypeError(f"num_scheduled_tokens must have dtype int32 or int64, got {nst.dtype}")
-    if nst.dim() != 1:
-        raise ValueError(f"num_scheduled_tokens must be 1-D, got shape {tuple(nst.shape)}")
+    check_int_meta("num_scheduled_tokens", nst.dtype, tuple(nst.shape))
     r = int(nst.shape[0])
-    p = check_int("num_reqs_padded", num_reqs_padded, minimum=0)
-    if p < r:
-        raise ValueError(
-            f"num_reqs_padded must be >= the number of requests R = len(num_scheduled_tokens) = {r}, "
-            f"got num_reqs_padded={p}"
-        )
+    p = check_padded_size(num_reqs_padded, r)
     if out is None:
         out = torch.empty(p + 1, dtype=nst.dtype, device=nst.device)
     else:

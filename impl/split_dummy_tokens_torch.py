@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from batchfuzz._host import to_host
+from batchfuzz.reference._args import check_int, check_int_meta
 from batchfuzz.reference.split_dummy_tokens import check_split_args
 
 
@@ -32,9 +33,12 @@ def split_dummy_tokens_batched(num_reqs: int, num_tokens: torch.Tensor) -> torch
     the split of ``num_tokens[k]``. Used by the exhaustive sweep; validation of
     the values is the caller's (no host synchronisation here).
     """
-    r = check_split_args(num_reqs, num_reqs)[0]
-    dtype = num_tokens.dtype if num_tokens.dtype in (torch.int32, torch.int64) else torch.int64
-    n = num_tokens.to(dtype).unsqueeze(1)
+    r = check_int("num_reqs", num_reqs, minimum=1)
+    if not isinstance(num_tokens, torch.Tensor):
+        raise TypeError(f"num_tokens must be a torch.Tensor, got {type(num_tokens).__name__}")
+    check_int_meta("num_tokens", num_tokens.dtype, tuple(num_tokens.shape))  # metadata only: no host synchronisation
+    dtype = num_tokens.dtype
+    n = num_tokens.unsqueeze(1)
     req = torch.arange(r, device=num_tokens.device, dtype=dtype).unsqueeze(0)
     # int + bool adds in the int dtype: one pass over the (len, r) result, no bool-to-int copy
     return torch.div(n, r, rounding_mode="floor") + (req >= r - torch.remainder(n, r))

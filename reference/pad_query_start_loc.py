@@ -19,7 +19,19 @@ from typing import Any
 
 import numpy as np
 
-from batchfuzz.reference._args import check_count_array, check_int
+from batchfuzz.reference._args import check_count_array, check_int, check_int_meta
+
+
+def check_padded_size(num_reqs_padded: Any, num_reqs: int) -> int:
+    """``P`` an int with ``P >= R`` (R = len(num_scheduled_tokens)); shared by
+    the oracle's checks and the torch form, which knows R from a shape."""
+    p = check_int("num_reqs_padded", num_reqs_padded, minimum=0)
+    if p < num_reqs:
+        raise ValueError(
+            f"num_reqs_padded must be >= the number of requests R = len(num_scheduled_tokens) = {num_reqs}, "
+            f"got num_reqs_padded={p}"
+        )
+    return p
 
 
 def check_pad_counts(num_scheduled_tokens: Any, num_reqs_padded: Any) -> tuple[np.ndarray, int, int, int]:
@@ -27,13 +39,8 @@ def check_pad_counts(num_scheduled_tokens: Any, num_reqs_padded: Any) -> tuple[n
     ``P`` an int with ``P >= R``. Returns ``(nst, R, P, sum(nst))``, the sum as
     an exact Python int."""
     nst = check_count_array("num_scheduled_tokens", num_scheduled_tokens, minimum=0)
-    p = check_int("num_reqs_padded", num_reqs_padded, minimum=0)
     r = int(nst.shape[0])
-    if p < r:
-        raise ValueError(
-            f"num_reqs_padded must be >= the number of requests R = len(num_scheduled_tokens) = {r}, "
-            f"got num_reqs_padded={p}"
-        )
+    p = check_padded_size(num_reqs_padded, r)
     total = 0
     for v in nst.tolist():
         total += v
@@ -43,10 +50,7 @@ def check_pad_counts(num_scheduled_tokens: Any, num_reqs_padded: Any) -> tuple[n
 def check_out_meta(name: str, dtype: Any, shape: tuple[int, ...], num_reqs_padded: int) -> None:
     """Checks on ``out`` that read only its metadata (dtype, shape): shared by
     the numpy path and the capturable torch path, which must not read values."""
-    if str(dtype).replace("torch.", "") not in ("int32", "int64"):
-        raise TypeError(f"{name} must have dtype int32 or int64, got {dtype}")
-    if len(shape) != 1:
-        raise ValueError(f"{name} must be 1-D, got shape {tuple(shape)}")
+    check_int_meta(name, dtype, shape)
     if shape[0] < num_reqs_padded + 1:
         raise ValueError(
             f"{name} has {shape[0]} entries, needs at least num_reqs_padded + 1 = {num_reqs_padded + 1}"

@@ -2,7 +2,9 @@
 
 The public building blocks, for your own ``@given`` tests, are importable from
 here; each validates its arguments (raising Hypothesis's ``InvalidArgument``
-naming the argument and value) and states in its docstring where it shrinks:
+naming the argument and value, in the words of ``reference/_args.py``; why
+InvalidArgument: ``strategies/_validate.py``) and states in its docstring
+where it shrinks:
 
 - engine configuration: :func:`capture_sizes`, :func:`max_num_seqs`;
 - persistent buffers: :func:`stale_arrays`, :func:`dummy_buffers`;

@@ -48,6 +48,6 @@ def stale_arrays(size: int, dtype: Any = np.int32, *, non_negative: bool = False
     try:
         dt = np.dtype(dtype)
     except TypeError:
-        raise InvalidArgument(f"dtype={dtype!r} is not a numpy dtype") from None
+        raise InvalidArgument(f"dtype must be a numpy dtype, got {dtype!r}") from None
     check_choice("dtype", dt, INT_DTYPES)
     return _stale(size, dt, bool(non_negative))

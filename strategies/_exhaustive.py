@@ -25,6 +25,8 @@ import itertools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
+from batchfuzz.reference._args import check_choice
+
 
 @dataclass(frozen=True)
 class ScopeSpec:
@@ -39,9 +41,7 @@ class ScopeSpec:
 
 def check_scope(scope: object, scopes: Mapping[str, ScopeSpec]) -> str:
     """``scope`` if it names one of ``scopes``; a ValueError naming it otherwise."""
-    if not isinstance(scope, str) or scope not in scopes:
-        raise ValueError(f"scope={scope!r} must be one of {', '.join(repr(s) for s in scopes)}")
-    return scope
+    return str(check_choice("scope", scope, tuple(scopes)))
 
 
 def compositions(total: int, parts: int, low: int, high: int) -> Iterator[tuple[int, ...]]:

@@ -381,20 +381,20 @@ def test_checker_rejects_bad_shapes_and_ids() -> None:
         _raises(ValueError, "num_reqs must be <= max_num_reqs (2), got 3", method, 3, c, q, t)
         _raises(ValueError, "num_reqs must be >= 0, got -1", method, -1, c, q, t)
         _raises(TypeError, "num_reqs must be an int, got float 2.0", method, 2.0, c, q, t)
-        _raises(TypeError, "num_computed_tokens must be a 1-D numpy int array, got list", method, 2, [0, 0], q, t)
-        _raises(TypeError, "num_scheduled_tokens must be a 1-D numpy int array, got array of dtype float64 and shape (2,)",
+        _raises(TypeError, "num_computed_tokens must be a 1-D int32/int64 numpy array, got list", method, 2, [0, 0], q, t)
+        _raises(TypeError, "num_scheduled_tokens must have dtype int32 or int64, got float64",
                 method, 2, c, q.astype(float), t)
-        _raises(TypeError, "num_scheduled_tokens must be a 1-D numpy int array, got array of dtype int32 and shape (2, 1)",
+        _raises(ValueError, "num_scheduled_tokens must be 1-D, got shape (2, 1)",
                 method, 2, c, q[:, None], t)
         _raises(ValueError, "num_computed_tokens must have at least num_reqs (2) entries, got 1", method, 2, c[:1], q, t)
         _raises(ValueError, "num_scheduled_tokens must have at least num_reqs (2) entries, got 1", method, 2, c, q[:1], t)
         _raises(TypeError, "block_tables must be a list of 1 tables, got array of dtype int32 and shape (2, 3)",
                 method, 2, c, q, t[0])
         _raises(TypeError, "block_tables must be a list of 1 tables, got list", method, 2, c, q, t + t)
-        _raises(TypeError, "block_tables[0] must be a 2-D int32/int64 numpy array, got array of dtype float64 and shape (2, 3)",
+        _raises(TypeError, "block_tables[0] must have dtype int32 or int64, got float64",
                 method, 2, c, q, [t[0].astype(float)])
         _raises(TypeError, "block_tables[0] must be a 2-D int32/int64 numpy array, got list", method, 2, c, q, [[[0] * 3] * 2])
-        _raises(TypeError, "block_tables[0] must be a 2-D int32/int64 numpy array, got array of dtype int32 and shape (3,)",
+        _raises(ValueError, "block_tables[0] must be 2-D, got shape (3,)",
                 method, 2, c, q, [np.zeros(3, np.int32)])
         _raises(ValueError, "block_tables[0] must have shape (>= 2, 3), got (2, 4)", method, 2, c, q, [np.zeros((2, 4), np.int32)])
         _raises(ValueError, "block_tables[0] must have shape (>= 2, 3), got (1, 3)", method, 2, c, q, [np.zeros((1, 3), np.int32)])
@@ -430,34 +430,31 @@ def test_torch_checkers_reject_bad_arguments() -> None:
         _raises(ValueError, "num_tokens must be <= max_num_tokens (5), got 6", method, 2, c, q, t, 6)
         _raises(ValueError, "num_tokens must be >= 0, got -1", method, 2, c, q, t, -1)
         _raises(TypeError, "num_tokens must be an int, got float 5.0", method, 2, c, q, t, 5.0)
-        _raises(TypeError, "num_computed_tokens must be a 1-D int32/int64 tensor with >= 2 entries, got list",
+        _raises(TypeError, "num_computed_tokens must be a 1-D int32/int64 torch tensor, got list",
                 method, 2, [0, 0], q, t)
-        _raises(TypeError, "num_scheduled_tokens must be a 1-D int32/int64 tensor with >= 2 entries, got tensor of dtype "
-                "torch.float32 and shape (2,)", method, 2, c, q.float(), t)
-        _raises(TypeError, "num_computed_tokens must be a 1-D int32/int64 tensor with >= 2 entries, got tensor of dtype "
-                "torch.int32 and shape (1,)", method, 2, c[:1], q, t)
-        _raises(TypeError, "num_scheduled_tokens must be a 1-D int32/int64 tensor with >= 2 entries, got tensor of dtype "
-                "torch.int64 and shape (2, 1)", method, 2, c, q[:, None], t)
+        _raises(TypeError, "num_scheduled_tokens must have dtype int32 or int64, got torch.float32", method, 2, c, q.float(), t)
+        _raises(ValueError, "num_computed_tokens must have at least num_reqs (2) entries, got 1", method, 2, c[:1], q, t)
+        _raises(ValueError, "num_scheduled_tokens must be 1-D, got shape (2, 1)", method, 2, c, q[:, None], t)
         _raises(ValueError, "num_computed_tokens must be on cpu, got meta", method, 2, c.to("meta"), q, t)
         _raises(ValueError, "num_scheduled_tokens must be on cpu, got meta", method, 2, c, q.to("meta"), t)
-        _raises(TypeError, "block_tables must be a list of 1 tensors, got tensor of dtype torch.int32 and shape (2, 3)",
+        _raises(TypeError, "block_tables must be a list of 1 tables, got tensor of dtype torch.int32 and shape (2, 3)",
                 method, 2, c, q, t[0])
-        _raises(TypeError, "block_tables must be a list of 1 tensors, got list", method, 2, c, q, t + t)
-        _raises(TypeError, "block_tables[0] must be a 2-D int32/int64 tensor, got tensor of dtype torch.float32 and shape (2, 3)",
+        _raises(TypeError, "block_tables must be a list of 1 tables, got list", method, 2, c, q, t + t)
+        _raises(TypeError, "block_tables[0] must have dtype int32 or int64, got torch.float32",
                 method, 2, c, q, [t[0].float()])
-        _raises(TypeError, "block_tables[0] must be a 2-D int32/int64 tensor, got list", method, 2, c, q, [[[0] * 3] * 2])
-        _raises(TypeError, "block_tables[0] must be a 2-D int32/int64 tensor, got tensor of dtype torch.int32 and shape (3,)",
+        _raises(TypeError, "block_tables[0] must be a 2-D int32/int64 torch tensor, got list", method, 2, c, q, [[[0] * 3] * 2])
+        _raises(ValueError, "block_tables[0] must be 2-D, got shape (3,)",
                 method, 2, c, q, [t[0][0]])
-        _raises(ValueError, "block_tables[0] must have shape (>= 2, 3) on cpu, got (1, 3) on cpu",
+        _raises(ValueError, "block_tables[0] must have shape (>= 2, 3), got (1, 3)",
                 method, 2, c, q, [torch.zeros((1, 3), dtype=torch.int32)])
-        _raises(ValueError, "block_tables[0] must have shape (>= 2, 3) on cpu, got (2, 4) on cpu",
+        _raises(ValueError, "block_tables[0] must have shape (>= 2, 3), got (2, 4)",
                 method, 2, c, q, [torch.zeros((2, 4), dtype=torch.int32)])
-        _raises(ValueError, "block_tables[0] must have shape (>= 2, 3) on cpu, got (2, 3) on meta",
+        _raises(ValueError, "block_tables[0] must be on cpu, got meta",
                 method, 2, c, q, [t[0].to("meta")])
     for cls in (T, find_conflicts_torch.ExactConflictsTorch):
         _raises(ValueError, "max_num_reqs must be >= 0, got -1", cls, -1, [3], [4], 10, 5)
-        _raises(TypeError, "widths and block_sizes must be lists of ints", cls, 2, 3, [4], 10, 5)
-        _raises(TypeError, "widths and block_sizes must be lists of ints", cls, 2, [3], 4, 10, 5)
+        _raises(TypeError, "widths and block_sizes must be lists of ints, got int and list", cls, 2, 3, [4], 10, 5)
+        _raises(TypeError, "widths and block_sizes must be lists of ints, got list and int", cls, 2, [3], 4, 10, 5)
         _raises(ValueError, "widths and block_sizes must name the same groups (at least one), got [3, 3] and [4]",
                 cls, 2, [3, 3], [4], 10, 5)
         _raises(ValueError, "widths and block_sizes must name the same groups (at least one), got [] and []",

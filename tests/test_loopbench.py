@@ -90,7 +90,7 @@ def test_cli_writes_json_and_markdown(tmp_path: Path, capsys: pytest.CaptureFixt
 
 def test_unknown_contract_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "--loop", "--loop-contracts", "nope"]) == 2
-    assert "unknown 'nope'" in capsys.readouterr().err
+    assert "--loop-contracts: unknown contract 'nope'; known: " in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------- contract E labels

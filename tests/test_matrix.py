@@ -67,7 +67,7 @@ def test_a_selection_is_checked_against_the_engines_specs() -> None:
     with pytest.raises(LookupError, match=r"--function 'Runner.plan' matches no bound function; known: "
                                           r"pkg/run.py:Runner.split, pkg/run.py:Runner.fill"):
         matrix.selection(engine, ["Runner.plan"], None)
-    with pytest.raises(LookupError, match=r"--contract 'nope': no such contract"):
+    with pytest.raises(LookupError, match=r"--contract: unknown contract 'nope'; known: "):
         matrix.selection(engine, None, ["nope"])
     with pytest.raises(LookupError, match=r"engine 'toyengine' binds to contract\(s\) no_such_contract, which are not registered"):
         matrix.selection(_toy_engine(("pkg/run.py:f", "no_such_contract")), None, None)

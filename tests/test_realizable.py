@@ -226,7 +226,7 @@ def test_preemption_resumes_with_cache_hits() -> None:
 def test_bad_bounds_named() -> None:
     with pytest.raises(TypeError, match="unknown bounds"):
         sample_small_step(0, max_request=3)
-    with pytest.raises(ValueError, match="max_reqs must be an int >= 1, got 0"):
+    with pytest.raises(ValueError, match="max_reqs must be >= 1, got 0"):
         sample_small_step(0, max_reqs=0)
     with pytest.raises(ValueError, match="profile must be one of"):
         sample_realizable_step(0, profile="decode")

@@ -253,11 +253,7 @@ def measure(contracts: list[str] | None = None, *, examples: int = 100, repeat: 
         raise ValueError(f"repeat must be >= 1, got {repeat}")
     if target not in ("impl", "oracle"):
         raise ValueError(f"target must be 'impl' or 'oracle', got {target!r}")
-    known = [c.name for c in registry.contracts()]
-    names = contracts or known
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        raise ValueError(f"contracts: unknown {', '.join(map(repr, unknown))} (known: {', '.join(known)})")
+    names = [c.name for c in registry.select(contracts or None)]
     start_fork_server()
     rs = _settings(examples)
     rows: list[PropertyRow] = []
@@ -332,8 +328,8 @@ def run_command(args: argparse.Namespace) -> bool:
     try:
         report = measure(names, examples=examples, repeat=repeat, target=args.loop_target, seed=args.seed,
                          log=lambda line: print(line, file=sys.stderr, flush=True))
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    except (ValueError, LookupError) as exc:  # LookupError: registry.UnknownName, an unknown contract
+        raise UsageError(f"--loop-contracts: {exc}" if isinstance(exc, LookupError) else str(exc)) from None
     print(report.to_text())
     write_outputs(args.json_path, report.to_dict(), args.markdown_path, report.to_markdown())
     return bool(report.failures)

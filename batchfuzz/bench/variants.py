@@ -7,7 +7,7 @@ Steps come from the prefix-caching scheduler model (``batchfuzz.scheduler_model.
 sample_realizable_step``): by default 256 requests (``max_num_seqs``), block
 tables ``cdiv(max_model_len, B)`` wide with 2048 columns in group 0, 1 to 3
 KV groups, decode-heavy, prefill-heavy and mixed. On each step, in one
-process, interleaved (every repetition times every variant once, in a
+process, interleaved (every repetition times every call once, in a
 rotating order), it times:
 
 - ``exact numpy``: ``batchfuzz.impl.allow_microbatching_numpy.allow_microbatching``
@@ -30,8 +30,8 @@ rotating order), it times:
 - ``oracle``: ``batchfuzz.reference.allow_microbatching`` (plain loops), on
   ``--oracle-repeat`` repetitions only (default 1): it is the slow spec.
 
-Every variant is timed with ``time.perf_counter`` around one call; a cell is
-the median over repetitions and steps. A variant whose first call takes more
+Every call is timed with ``time.perf_counter`` around one call; a cell is
+the median over repetitions and steps. A call whose first run takes more
 than ``--slow`` seconds (the torch CPU grid at full size) is timed on
 ``--slow-repeat`` repetitions; the table shows ``(n=...)`` where a cell has
 fewer samples than the others. The decisions are compared too:
@@ -68,8 +68,9 @@ GROUP_COUNTS = (1, 2, 3)
 
 @dataclass
 class TimedCall:
-    """One column of the table: a check timed on every step (not a buggy
-    variant of a contract, :class:`batchfuzz.registry.Variant`)."""
+    """One column of the table: a check timed on every step (``bench
+    --variants`` names these; not a buggy variant of a contract,
+    :class:`batchfuzz.registry.Variant`)."""
 
     name: str
     call: Callable[[Any, dict[str, Any]], Any]  # (step, info) -> result
@@ -219,12 +220,12 @@ def run(args: argparse.Namespace) -> bool:
         import torch
 
         torch.set_num_threads(args.torch_threads)
-    variants, notes = timed_calls(devices, not args.no_oracle)
+    calls, notes = timed_calls(devices, not args.no_oracle)
     scenarios = [Scenario(n, p, g) for n, p, g in select_scenarios(args.scenarios)]
     for note in notes:
         print(f"note: {note}")
     print(f"batchfuzz bench: {len(scenarios)} scenarios x {nsteps} steps, max_num_seqs {num_reqs}, width {width}, "
-          f"repeat {repeat} (oracle {min(args.oracle_repeat, repeat)}); variants: {', '.join(v.name for v in variants)}")
+          f"repeat {repeat} (oracle {min(args.oracle_repeat, repeat)}); timed calls: {', '.join(v.name for v in calls)}")
 
     for sc in scenarios:
         t0 = time.perf_counter()
@@ -239,23 +240,23 @@ def run(args: argparse.Namespace) -> bool:
                      "num_reqs": num_reqs, "width": width, "devices": devices, "seed": args.seed,
                      "slow": args.slow, "slow_repeat": args.slow_repeat},
         "machine": machine_info(torch=bool(devices)),
-        "timing": "time.perf_counter around one call; median over repetitions x steps; variants interleaved in a "
-                  "rotating order within each repetition; the oracle runs on oracle_repeat repetitions only, variants "
+        "timing": "time.perf_counter around one call; median over repetitions x steps; calls interleaved in a "
+                  "rotating order within each repetition; the oracle runs on oracle_repeat repetitions only, calls "
                   "slower than `slow` seconds on their first call on slow_repeat",
         "notes": notes, "scenarios": [],
     }
     mismatch = False
     rows: list[tuple[Scenario, dict[str, float | None], list[dict[str, Any]], dict[str, int]]] = []
     for sc in scenarios:
-        samples: dict[str, list[float]] = {v.name: [] for v in variants}
+        samples: dict[str, list[float]] = {v.name: [] for v in calls}
         decisions: list[dict[str, Any]] = []
-        prepared = [{v.name: v.prepare(step) for v in variants if v.prepare} for step, _ in sc.steps]
+        prepared = [{v.name: v.prepare(step) for v in calls if v.prepare} for step, _ in sc.steps]
         t_scenario = time.perf_counter()
-        cap = {v.name: (args.oracle_repeat if v.oracle else repeat) for v in variants}
+        cap = {v.name: (args.oracle_repeat if v.oracle else repeat) for v in calls}
         for rep in range(repeat):
             gc.collect()
             for si, (step, info) in enumerate(sc.steps):
-                order = variants[rep % len(variants):] + variants[: rep % len(variants)]
+                order = calls[rep % len(calls):] + calls[: rep % len(calls)]
                 results: dict[str, Any] = {}
                 for v in order:
                     if rep >= cap[v.name]:
@@ -267,8 +268,8 @@ def run(args: argparse.Namespace) -> bool:
                     results[v.name] = res
                 if rep == 0:
                     decisions.append(results)
-            if rep == 0:  # slow variants (a first call over --slow seconds) get fewer repetitions
-                for v in variants:
+            if rep == 0:  # slow calls (a first run over --slow seconds) get fewer repetitions
+                for v in calls:
                     if not v.oracle and samples[v.name] and max(samples[v.name]) > args.slow:
                         cap[v.name] = min(cap[v.name], args.slow_repeat)
         print(f"  {sc.name}: {len(sc.steps)} steps generated in {sc.gen_seconds:.1f}s, timed in "
@@ -302,7 +303,7 @@ def run(args: argparse.Namespace) -> bool:
             "steps": steps_out,
         })
 
-    _print_table(rows, variants)
+    _print_table(rows, calls)
     write_outputs(args.json_path, report)
     return mismatch
 
@@ -317,8 +318,8 @@ def _decision(d: dict[str, Any], name: str) -> str:
 
 
 def _print_table(rows: list[tuple[Scenario, dict[str, float | None], list[dict[str, Any]], dict[str, int]]],
-                 variants: list[TimedCall]) -> None:
-    names = [v.name for v in variants]
+                 calls: list[TimedCall]) -> None:
+    names = [v.name for v in calls]
     head = ["scenario", "R", "tokens", "dec"] + [f"{n} ms" for n in names] + ["exact/shipped", "oracle/exact"]
     table = [head]
     for sc, med, steps, counts in rows:

@@ -12,7 +12,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from batchfuzz.usage import parse_duration, writable_file
+from batchfuzz.usage import parse_duration, positive_int, writable_file
 
 TARGET_METAVAR = "CONTRACT=MODULE:FUNCTION"
 
@@ -50,9 +50,27 @@ def timeout(p: argparse.ArgumentParser, help: str, default: float | None) -> Non
     p.add_argument("--timeout", type=parse_duration, default=default, metavar="SECONDS", help=help)
 
 
-def device(p: argparse.ArgumentParser, help: str | None = None) -> None:
+def device(p: argparse.ArgumentParser, help: str | None = None, default: str = "cpu") -> None:
     """``--device cpu|cuda`` (default cpu)."""
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help=help)
+    p.add_argument("--device", choices=("cpu", "cuda"), default=default, help=help)
+
+
+def markdown_output(p: argparse.ArgumentParser, help: str) -> None:
+    """``--markdown PATH`` (``args.markdown``): where a command writes its table as Markdown."""
+    p.add_argument("--markdown", metavar="PATH", help=help)
+
+
+def max_examples(p: argparse.ArgumentParser, help: str, default: int | None) -> None:
+    """``--max-examples N``, a positive integer (argparse's usage error names the value)."""
+    p.add_argument("--max-examples", type=positive_int, default=default, metavar="N", help=help)
+
+
+def release(p: argparse.ArgumentParser, help: str, repeatable: bool = False) -> None:
+    """``--release VERSION``: an engine release by version (its wheel downloaded into the cache); a list when ``repeatable``."""
+    if repeatable:
+        p.add_argument("--release", action="append", default=[], metavar="VERSION", help=help)
+    else:
+        p.add_argument("--release", metavar="VERSION", help=help)
 
 
 def contracts(p: argparse.ArgumentParser, help: str) -> None:

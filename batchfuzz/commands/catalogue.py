@@ -32,11 +32,10 @@ def register(sub: Any) -> None:
                                    "and how long the search took.")
     _options.contracts(p, help="only this contract (name or section letter; repeatable)")
     p.add_argument("--variant", action="append", default=None, metavar="NAME", help="only this variant name (repeatable)")
-    p.add_argument("--markdown", metavar="PATH",
-                   help="write the Markdown table here (between the catalogue markers when the file already has them)")
+    _options.markdown_output(p, help="write the Markdown table here (between the catalogue markers when the file already has them)")
     _options.json_output(p, help="write the full JSON report here")
-    p.add_argument("--max-examples", type=int, default=profiles.CATALOGUE_MAX_EXAMPLES,
-                   help=f"examples per search before a variant counts as not found (default {profiles.CATALOGUE_MAX_EXAMPLES})")
+    _options.max_examples(p, default=profiles.CATALOGUE_MAX_EXAMPLES,
+                          help=f"examples per search before a variant counts as not found (default {profiles.CATALOGUE_MAX_EXAMPLES})")
     p.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="run variants in N worker processes (default 1; seconds are then measured under shared load)")
     p.add_argument("--primary-only", action="store_true",
@@ -49,12 +48,10 @@ def run(args: argparse.Namespace) -> int:
 
     from batchfuzz import catalogue
 
-    if args.max_examples < 1:
-        raise UsageError(f"--max-examples must be >= 1, got {args.max_examples}")
     try:
         items = catalogue.variants(args.contract)
-    except KeyError as exc:
-        raise UsageError(str(exc)) from None
+    except LookupError as exc:  # registry.UnknownName
+        raise UsageError(f"--contract: {exc}") from None
     if args.variant:
         known = {v.name for _, v in items}
         unknown = sorted(set(args.variant) - known)

@@ -21,12 +21,13 @@ folder, a kernel the release lacks, no CUDA device).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from pathlib import Path
 from typing import Any
 
-from batchfuzz.usage import UsageError
+from batchfuzz.commands import _options
+from batchfuzz.output import write_json_atomic
+from batchfuzz.usage import ExitCode, UsageError
 
 
 def register(sub: Any) -> None:
@@ -35,16 +36,15 @@ def register(sub: Any) -> None:
                                    "built into the data, beside the oracle's layout as the control.")
     p.add_argument("--extract", action="store_true",
                    help="extract the kernel files of a release (--release, --vllm-wheel or --vllm-dir) into --kernels, then stop")
-    p.add_argument("--release", metavar="VERSION", help="with --extract: a vLLM release, its wheel downloaded into the cache")
+    _options.release(p, help="with --extract: a vLLM release, its wheel downloaded into the cache")
     p.add_argument("--vllm-wheel", metavar="FILE", help="with --extract: a vLLM release wheel")
     p.add_argument("--vllm-dir", metavar="DIR", help="with --extract: a vLLM source checkout")
     p.add_argument("--kernels", metavar="DIR",
                    help="the kernel folder (default for --extract: the cache's kernels/vllm-VERSION; "
                         "required otherwise unless --kernel model, or $BATCHFUZZ_KERNELS)")
     p.add_argument("--kernel", default="unified", help="unified (default), decode, or model (a torch model of the kernel)")
-    p.add_argument("--device", default="cuda", help="cuda (default) or cpu (only with --kernel model)")
-    p.add_argument("--contract", action="append", default=None, metavar="NAME",
-                   help="confirm only this contract's variants (repeatable; default every contract that reaches attention)")
+    _options.device(p, default="cuda", help="cuda (default) or cpu (only with --kernel model)")
+    _options.contracts(p, help="confirm only this contract's variants (repeatable; default every contract that reaches attention)")
     p.add_argument("--all-variants", action="store_true", help="every catalogue variant, not only the shipped ones")
     p.add_argument("--variant", action="append", default=None, metavar="NAME",
                    help="only this catalogue variant (repeatable; e.g. remainder_to_last.input_batch)")
@@ -52,7 +52,7 @@ def register(sub: Any) -> None:
                    help="confirm these corpus entries (files or folders) instead of the catalogue's variants")
     p.add_argument("--block-size", type=int, default=None, metavar="B",
                    help="KV block size of contracts A-C (default: the largest power of two <= 16 dividing max_model_len)")
-    p.add_argument("--json", metavar="FILE", help="write every verdict as JSON")
+    _options.json_output(p, help="write every verdict as JSON")
     p.set_defaults(func=run)
 
 
@@ -79,7 +79,7 @@ def _extract(args: argparse.Namespace) -> int:
     print(f"vllm {manifest['version']}: kernel files in {folder} ({size / 1024:.0f} kB)")
     for name, status in manifest["kernels"].items():
         print(f"  {name:<8} {status}")
-    return 0
+    return ExitCode.OK
 
 
 def _corpus_cases(paths: list[str]) -> list[tuple[str, str, Any, Any]]:
@@ -144,10 +144,7 @@ def run(args: argparse.Namespace) -> int:
 
         if not torch.cuda.is_available():
             raise UsageError(f"--device {args.device}: no CUDA device here")
-    if args.json:
-        from batchfuzz.usage import writable_file
-
-        writable_file(args.json, "--json")
+    _options.check_outputs((args.json_path, "--json"))
     print(f"batchfuzz confirm: kernel {label}, device {args.device}")
     verdicts: list[Any] = []
 
@@ -168,10 +165,7 @@ def run(args: argparse.Namespace) -> int:
     consequences = [v for v in verdicts if not v.target_replay.clean]
     print(f"{len(verdicts)} cases: {len(consequences)} with a consequence, {len(verdicts) - len(consequences)} clean; "
           f"controls: {len(verdicts) - len(bad)} clean, {len(bad)} not clean")
-    if args.json:
+    if args.json_path:
         doc = {"kernel": label, "device": args.device, "verdicts": [v.to_json() for v in verdicts]}
-        tmp = args.json + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(doc, f, indent=1, default=str)
-        os.replace(tmp, args.json)
-    return 1 if bad else 0
+        write_json_atomic(args.json_path, doc, fsync=False, default=str)
+    return ExitCode.COUNTEREXAMPLE if bad else ExitCode.OK

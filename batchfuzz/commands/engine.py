@@ -23,12 +23,14 @@ incomplete.
 from __future__ import annotations
 
 import argparse
-import json
+import signal
 import sys
 import time
 from typing import Any
 
-from batchfuzz.usage import UsageError, parse_duration, writable_file
+from batchfuzz.commands import _options
+from batchfuzz.output import write_outputs
+from batchfuzz.usage import UsageError
 
 EXIT_CODES = "Exit codes: 0 all pass, 1 a fail or an unbindable function, 2 usage error, 3 a cell incomplete."
 
@@ -50,23 +52,20 @@ def add_matrix_options(p: argparse.ArgumentParser, whose: str) -> None:
     p.add_argument("--source", action="append", default=[], metavar="DIR",
                    help="a source checkout: the directory holding the engine's package (repeatable)")
     p.add_argument("--installed", action="store_true", help="the installed distribution's files (not imported)")
-    p.add_argument("--release", action="append", default=[], metavar="VERSION",
-                   help="a release by version, e.g. 0.33.0: its wheel is downloaded into the cache (repeatable)")
+    _options.release(p, repeatable=True, help="a release by version, e.g. 0.33.0: its wheel is downloaded into the cache (repeatable)")
     p.add_argument("--all-releases", action="store_true", help="every release of the engine's published matrix (its RELEASES)")
     p.add_argument("--function", action="append", default=None, metavar="GLOB",
                    help="only functions matching GLOB, e.g. '*_allow_microbatching' (repeatable)")
-    p.add_argument("--contract", action="append", default=None, metavar="NAME", help="only these contracts (repeatable)")
-    p.add_argument("--budget", type=parse_duration, default=20.0,
-                   help="seconds per cell (all of a contract's properties, shrinking included; default 20)")
-    p.add_argument("--max-examples", type=int, default=None, metavar="N",
-                   help="one round of N examples per property instead of rounds until the budget ends (the budget stays a "
-                        "ceiling): verdicts that depend on counts, not on the machine's speed")
-    p.add_argument("--timeout", type=parse_duration, default=10.0, metavar="SECONDS",
-                   help="per-example timeout: a call that runs longer is a `timeout` failure (default 10)")
-    p.add_argument("--seed", type=int, default=None, help="seed for a repeatable run (default: random, printed)")
-    p.add_argument("--no-isolation", action="store_true", help="run the release's code in this process")
-    p.add_argument("--json", dest="json_path", metavar="PATH", help="write the matrix here as JSON ({'rows': [...]})")
-    p.add_argument("--markdown", metavar="PATH", help="write the matrix here as a Markdown table")
+    _options.contracts(p, help="only these contracts (repeatable)")
+    _options.budget(p, default=20.0, help="seconds per cell (all of a contract's properties, shrinking included; default 20)")
+    _options.max_examples(p, default=None,
+                          help="one round of N examples per property instead of rounds until the budget ends (the budget stays "
+                               "a ceiling): verdicts that depend on counts, not on the machine's speed")
+    _options.timeout(p, default=10.0, help="per-example timeout: a call that runs longer is a `timeout` failure (default 10)")
+    _options.seed(p, help="seed for a repeatable run (default: random, printed)")
+    _options.no_isolation(p, help="run the release's code in this process")
+    _options.json_output(p, help="write the matrix here as JSON ({'rows': [...]})")
+    _options.markdown_output(p, help="write the matrix here as a Markdown table")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -83,11 +82,7 @@ def run_matrix(engine: Any, args: argparse.Namespace) -> int:
     """Parse-level checks, then ``batchfuzz.engines.matrix`` over ``engine``'s releases."""
     from batchfuzz.engines import matrix
 
-    for path, what in ((args.json_path, "--json"), (args.markdown, "--markdown")):
-        if path:
-            writable_file(path, what)
-    if args.max_examples is not None and args.max_examples < 1:
-        raise UsageError(f"--max-examples must be >= 1, got {args.max_examples}")
+    _options.check_outputs((args.json_path, "--json"), (args.markdown, "--markdown"))
     try:
         keep = matrix.selection(engine, args.function, args.contract)
         sources = matrix.release_sources(engine, releases=[*args.release, *(engine.RELEASES if args.all_releases else ())],
@@ -110,15 +105,9 @@ def run_matrix(engine: Any, args: argparse.Namespace) -> int:
                                   max_examples=args.max_examples)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return 128 + signal.SIGINT
     counts = {v: sum(c.verdict == v for c in cells) for v in matrix.VERDICTS}
     print(f"\n{len(cells)} cells in {time.time() - started:.0f}s: " + ", ".join(f"{n} {v}" for v, n in counts.items() if n))
-    if args.json_path:
-        with open(args.json_path, "w") as fh:
-            json.dump({"seed": seed, "budget": args.budget, "rows": [c.to_json() for c in cells]}, fh, indent=2)
-        print(f"wrote {args.json_path}")
-    if args.markdown:
-        with open(args.markdown, "w") as fh:
-            fh.write(matrix.to_markdown(cells))
-        print(f"wrote {args.markdown}")
+    write_outputs(args.json_path, {"seed": seed, "budget": args.budget, "rows": [c.to_json() for c in cells]},
+                  args.markdown, matrix.to_markdown(cells) if args.markdown else None)
     return matrix.exit_code(cells)

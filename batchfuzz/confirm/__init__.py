@@ -40,7 +40,7 @@ MODEL = "model"
 
 
 @dataclass
-class Outcome:
+class LayoutReplay:
     """One layout's replay: ``consequences`` (strings; empty = clean), or
     ``fault`` (the kernel faulted: the worker said how, or died)."""
 
@@ -71,10 +71,10 @@ class CaseVerdict:
     target: str
     case: Case
     kernel: str
-    target_replay: Outcome
-    control: Outcome
-    poison: Outcome | None = None
-    control_poison: Outcome | None = None
+    target_replay: LayoutReplay
+    control: LayoutReplay
+    poison: LayoutReplay | None = None
+    control_poison: LayoutReplay | None = None
 
     @property
     def control_clean(self) -> bool:
@@ -135,12 +135,12 @@ def _serve(conn: Any, folder: str | None, kernel_name: str, device: str) -> None
             conn.send(("fault", str(exc)))
             return
         except attention.NotApplicable as exc:
-            conn.send(("ok", Outcome(job.what, [], "", None, str(exc))))
+            conn.send(("ok", LayoutReplay(job.what, [], "", None, str(exc))))
             continue
         except Exception as exc:
             conn.send(("error", f"{type(exc).__name__}: {exc}"))
             continue
-        conn.send(("ok", Outcome(r.what, [str(c) for c in r.consequences], "", r.max_abs_diff)))
+        conn.send(("ok", LayoutReplay(r.what, [str(c) for c in r.consequences], "", r.max_abs_diff)))
 
 
 class Worker:
@@ -180,7 +180,7 @@ class Worker:
             self._proc.join(5)
             return "died", f"the worker died (exit {self._proc.exitcode})"
 
-    def run(self, job: Layout) -> Outcome:
+    def run(self, job: Layout) -> LayoutReplay:
         if self._proc is None:
             self._start()
         self._conn.send(job)
@@ -192,8 +192,8 @@ class Worker:
         self.close()  # a fault, a death or a hang: this worker is done
         self.restarts += 1
         if status == "timeout":
-            return Outcome(job.what, [f"hang ({value})"])
-        return Outcome(job.what, [], str(value))
+            return LayoutReplay(job.what, [f"hang ({value})"])
+        return LayoutReplay(job.what, [], str(value))
 
     def close(self) -> None:
         if self._conn is not None:
@@ -258,8 +258,8 @@ def confirm_or_explain(contract: str, case: Case, target: Callable[..., Any], ta
         return confirm_case(contract, case, target, target_name, worker, block_size)
     except Exception as exc:
         why = f"not replayable: {type(exc).__name__}: {exc}"
-        return CaseVerdict(contract, target_name, case, worker.kernel, Outcome(target_name, [], "", None, why),
-                           Outcome("oracle", [], "", None, why))
+        return CaseVerdict(contract, target_name, case, worker.kernel, LayoutReplay(target_name, [], "", None, why),
+                           LayoutReplay("oracle", [], "", None, why))
 
 
 def shipped_cases(contracts: Iterable[str] | None = None, everything: bool = False,

@@ -179,16 +179,18 @@ def selection(engine: Any, functions: Sequence[str] | None = None, contracts: Se
     """Which bindings of ``engine`` to run: those whose function matches one
     of the ``functions`` globs (a glob may leave out the path:
     ``'*_allow_microbatching'``) and whose contract is one of ``contracts``
-    (None: all). Raises LookupError naming a contract that is not registered
+    (names or section letters, ``registry.select``; None: all). Raises
+    LookupError naming a contract that is not registered
     (the engine's SPECS included) or a glob that matches no bound function."""
     known = {c.name for c in registry.contracts()}
     unknown_specs = sorted({s.contract for s in engine.SPECS} - known)
     if unknown_specs:
         raise LookupError(f"engine {engine.ENGINE!r} binds to contract(s) {', '.join(unknown_specs)}, which are not registered; "
                           f"known: {', '.join(sorted(known))}")
-    for name in contracts or ():
-        if name not in known:
-            raise LookupError(f"--contract {name!r}: no such contract; known: {', '.join(sorted(known))}")
+    try:
+        chosen = {c.name for c in registry.select(contracts)} if contracts else known
+    except registry.UnknownName as exc:
+        raise registry.UnknownName(f"--contract: {exc}") from None
     bound = [s.function for s in engine.SPECS]
     for pat in functions or ():
         # A glob holding "#" names copies of the split the search finds (their rows are known only once it has run).
@@ -198,7 +200,7 @@ def selection(engine: Any, functions: Sequence[str] | None = None, contracts: Se
 
     def keep(b: Bound) -> bool:
         return ((not functions or any(_matches(b.function, p) for p in functions))
-                and (not contracts or b.contract in contracts))
+                and b.contract in chosen)
 
     return keep
 
@@ -280,9 +282,11 @@ def to_markdown(cells: list[Cell]) -> str:
 def exit_code(cells: list[Cell]) -> int:
     """0 every bound cell passed; 1 a fail, an unbindable function or a harness
     error (each is news about the engine or the bindings); 3 a cell incomplete."""
+    from batchfuzz.usage import ExitCode
+
     verdicts = {c.verdict for c in cells}
     if verdicts & {"fail", "unbindable", "error"}:
-        return 1
+        return ExitCode.COUNTEREXAMPLE
     if "incomplete" in verdicts:
-        return 3
-    return 0
+        return ExitCode.INCOMPLETE
+    return ExitCode.OK
