@@ -85,7 +85,7 @@ def test_planted_failure_on_two_workers_under_ci_reaches_the_corpus_and_the_test
     assert r.returncode == 1, out  # the planted target fails
     s = _summary(tmp_path)
     assert not s["partial"] and s["status"] == "failed" and s["workers"] == 2 and s["profile"] == "nightly"
-    assert s["wall_seconds"] < 20 + fuzz_settings.GRACE_S
+    assert s["wall_seconds"] - s["startup_seconds"] < 20 + fuzz_settings.GRACE_S  # start-up is not the budget's
     impls = s["contracts"][CONTRACT]["implementations"]
     assert set(impls) == {"impl:numpy@cpu", f"{planted}:split"}
     for i in impls.values():

@@ -3,7 +3,13 @@
 Every contract's properties against every implementation on the chosen
 device (and any ``--target`` a user adds), one work item per contract x
 target x property, within a wall-clock budget, spread over ``--workers``
-runner processes (:mod:`batchfuzz.fuzz.job`). The controller hands out items
+runner processes (:mod:`batchfuzz.fuzz.job`). The budget is the examples':
+it counts from when the runners have started (batchfuzz's imports, the
+user's targets checked, the runners' imports and fork servers are start-up,
+reported as ``startup_seconds`` in ``summary.json``, waited for at most one
+budget), and the seconds a slice spends getting its target ready (a worker
+started, the target imported) move the deadline on by their share per
+runner, up to one more budget in all. The controller hands out items
 in time slices, round robin over every live item: every item gets its first
 slice before any gets a second, so a budget of at least ``STARTUP_S`` plus
 ``MIN_SLICE_S`` seconds per item per worker runs every item. Progress on the terminal; reports (``summary.json``, ``summary.md``,
@@ -44,7 +50,20 @@ from typing import Any, TextIO
 
 from batchfuzz import profiles, registry, runner
 from batchfuzz.fuzz import corpus
-from batchfuzz.fuzz.job import FINAL, IDLE, RUNNING, WAITING, Job, WorkItem, new_state, read_state, read_states, runner_main, write_state
+from batchfuzz.fuzz.job import (
+    FINAL,
+    IDLE,
+    READY,
+    RUNNING,
+    WAITING,
+    Job,
+    WorkItem,
+    new_state,
+    read_state,
+    read_states,
+    runner_main,
+    write_state,
+)
 from batchfuzz.fuzz.settings import (
     GRACE_S,
     MAX_SLICE_S,
@@ -230,6 +249,11 @@ class _Scheduler:
         self.busy: dict[int, int] = {}  # runner id -> item index
         self.sent: dict[int, tuple[float, float]] = {}  # runner id -> (when its slice was sent, the slice's length)
         self.overheads: list[float] = []  # seconds each finished slice took beyond its length (target start-up, reports)
+        self.ready: set[int] = set()  # runners done with their start-up
+        self.started = time.time()  # the command's start (set by _fuzz)
+        self.clock_from: float | None = None  # when the budget's clock started (the runners ready)
+        self.startup_s = 0.0  # start-up before the clock: imports, target checks, the runners' start
+        self.uncharged_s = 0.0  # the targets' start-up within slices, per runner, added to the deadline
         self.next_id = 0
         self.signum: int | None = None
         self.stop_reason: str | None = None
@@ -294,7 +318,7 @@ class _Scheduler:
     def dispatch(self) -> None:
         now = time.time()
         for rid, (_, conn) in self.runners.items():
-            if rid in self.busy or self.stop_reason or now >= self.job.deadline:
+            if rid in self.busy or rid not in self.ready or self.stop_reason or now >= self.job.deadline:
                 continue
             index = self._next_item()
             if index is None:
@@ -303,7 +327,7 @@ class _Scheduler:
             self.busy[rid] = index
             length = self.slice_length(now)
             self.sent[rid] = (now, length)
-            conn.send((index, self.slices[index], length, self.shrink_length(length)))
+            conn.send((index, self.slices[index], length, self.shrink_length(length), self.job.deadline))
 
     def _next_item(self) -> int | None:
         running = set(self.busy.values())
@@ -314,16 +338,37 @@ class _Scheduler:
                 return index
         return None
 
-    def finish_slice(self, rid: int, index: int, status: str) -> None:
+    def start_clock(self, now: float, wait_until: float) -> None:
+        """Before the budget's clock starts the deadline slides with the time
+        (start-up is not the examples'); it starts when every runner is ready,
+        or at ``wait_until``, whichever is first."""
+        if self.clock_from is not None:
+            return
+        self.job.deadline = now + self.job.budget_s
+        if (self.runners and self.ready >= set(self.runners)) or now >= wait_until:
+            self.clock_from = now
+            self.startup_s = now - self.started
+
+    def uncharge(self, seconds: float) -> None:
+        """A slice's target start-up: the deadline moves on by its share per
+        runner, up to one budget in all (a run stays bounded)."""
+        extra = min(max(0.0, seconds) / max(1, self.job.workers), self.job.budget_s - self.uncharged_s)
+        if extra > 0:
+            self.uncharged_s += extra
+            self.job.deadline += extra
+
+    def finish_slice(self, rid: int, index: int, status: str, startup_s: float = 0.0) -> None:
         self.busy.pop(rid, None)
         sent, length = self.sent.pop(rid, (math.nan, math.inf))
+        self.uncharge(startup_s)
         if status not in FINAL and math.isfinite(length):
-            self.overheads.append(max(0.0, time.time() - sent - length))
+            self.overheads.append(max(0.0, time.time() - sent - length - startup_s))
         if status in FINAL and index in self.live:
             self.live.remove(index)
 
     def runner_died(self, rid: int) -> None:
         proc, conn = self.runners.pop(rid)
+        self.ready.discard(rid)
         index = self.busy.pop(rid, None)
         self.sent.pop(rid, None)
         conn.close()
@@ -342,12 +387,13 @@ class _Scheduler:
 
         for _ in range(self.job.workers):
             self.spawn()
-        hard_deadline = self.job.deadline + GRACE_S
+        wait_until = time.time() + self.job.budget_s  # the runners' start-up is waited for at most one budget
         while True:
+            self.start_clock(time.time(), wait_until)
             self.dispatch()
             if not self.busy and (not self.live or self.stop_reason or time.time() >= self.job.deadline):
                 break
-            if time.time() > hard_deadline:
+            if time.time() > self.job.deadline + GRACE_S:
                 self.say(f"batchfuzz: runners still busy {GRACE_S:g}s after the deadline: stopping them")
                 break
             waitables = {conn: rid for rid, (_, conn) in self.runners.items()}
@@ -360,10 +406,13 @@ class _Scheduler:
                 if obj in waitables:
                     rid = waitables[obj]
                     try:
-                        index, status = self.runners[rid][1].recv()
+                        index, status, startup_s = self.runners[rid][1].recv()
                     except (EOFError, OSError):
                         continue  # its sentinel reports the death
-                    self.finish_slice(rid, index, status)
+                    if index is None and status == READY:
+                        self.ready.add(rid)
+                        continue
+                    self.finish_slice(rid, index, status, startup_s)
                 elif obj in sentinels:
                     rid = sentinels[obj]
                     if rid in self.runners and not self.runners[rid][0].is_alive():
@@ -602,6 +651,7 @@ def _fuzz(args: argparse.Namespace, job: Job, scheduler: Any, out: TextIO, start
 
     progress = Progress(out, job, started, tty=(mode == "table")) if mode != "none" else None
     scheduler.progress = progress
+    scheduler.started = started
     targets = sorted({(i.contract, i.target) for i in items})
     out.write(f"batchfuzz fuzz: {len(items)} work items ({len({i.contract for i in items})} contracts, {len(targets)} targets) "
               f"on {args.device}, budget {args.budget:g}s, {job.workers} worker(s), profile {args.profile}, seed {job.seed}"
@@ -647,6 +697,8 @@ def finish(job: Job, scheduler: Any, out: TextIO, started: float) -> End:
     summary = report.build_summary(job, states, started=started, finished=finished, partial=partial,
                                    interrupted_by=scheduler.stop_reason if partial else None, notes=notes)
     summary["database_lost"] = lost
+    # Start-up not charged to the budget: before the clock, and the targets' start-up in slices (per runner).
+    summary["startup_seconds"] = round(getattr(scheduler, "startup_s", 0.0) + getattr(scheduler, "uncharged_s", 0.0), 3)
     try:
         paths = report.write_reports(job.report_dir, summary)
     except OSError as exc:  # a full disk, a file-size limit: the corpus and the database are written apart, atomically

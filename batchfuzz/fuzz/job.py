@@ -45,6 +45,7 @@ from typing import Any
 # the end "passed", "failed", "error", "interrupted" or "not run".
 RUNNING, IDLE, WAITING = "running", "idle", "waiting"
 FINAL = ("passed", "failed", "error", "interrupted", "not run")
+READY = "ready"  # a runner's first word: its start-up is done
 # Executors a runner keeps alive for the items it may get again (each an
 # isolated worker process).
 EXECUTOR_CACHE = 4
@@ -178,6 +179,7 @@ class _Runner:
         profiles.register_profiles()
         self.database = _open_database(job)
         self.executors: OrderedDict[tuple[str, str, str], Any] = OrderedDict()
+        self.last_startup_s = 0.0
 
     def executor(self, contract: Any, item: WorkItem) -> Any:
         from batchfuzz.execution import executor_for
@@ -206,7 +208,9 @@ class _Runner:
     def run_slice(self, item: WorkItem, slice_no: int, slice_s: float, shrink_s: float) -> dict[str, Any]:
         """Fuzz ``item`` for ``slice_s`` seconds from when its target is ready
         (a failure found by then is shrunk for ``shrink_s`` more), within the
-        job's deadline; return (and write) its state."""
+        job's deadline; return (and write) its state. The seconds its target
+        took to get ready (a worker started, the target imported) are
+        ``self.last_startup_s``: the controller does not charge them to the budget."""
         from batchfuzz import registry, runner
 
         job = self.job
@@ -215,10 +219,12 @@ class _Runner:
         state["started"] = state["started"] or time.time()
         write_state(job, item, state)
         began = time.time()
+        self.last_startup_s = 0.0
         try:
             contract = registry.get(item.contract)
             executor = self.executor(contract, item)
             info = executor.describe()
+            self.last_startup_s = time.time() - began
             if info.get("error"):
                 raise RuntimeError(info["error"])
             # Starting the target's worker (and importing it) is not the item's fuzzing time: the slice starts now.
@@ -328,8 +334,13 @@ def _save_failure(job: Job, item: WorkItem, contract: Any, executor: Any, failur
 
 
 def runner_main(conn: Any, job_path: str, worker: str, owner: int) -> None:
-    """A runner process: take ``(item index, slice number, slice seconds, shrink seconds)`` tasks
-    from the controller until it sends None; answer each with the item's state."""
+    """A runner process: say ``(None, READY, seconds)`` once started (its
+    imports, its fork server: start-up, not charged to the budget), then take
+    ``(item index, slice number, slice seconds, shrink seconds, deadline)``
+    tasks from the controller until it sends None; answer each with
+    ``(item index, status, seconds its target took to get ready)``. The
+    deadline of a task is the job's as the controller has it then (it moves
+    by the start-up it does not charge)."""
     from batchfuzz.execution import start_fork_server, watch_owner
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the controller decides when to stop (the STOP file)
@@ -345,6 +356,7 @@ def runner_main(conn: Any, job_path: str, worker: str, owner: int) -> None:
         pass
     r = _Runner(job, worker)
     try:
+        conn.send((None, READY, 0.0))
         while True:
             try:
                 task = conn.recv()
@@ -352,8 +364,8 @@ def runner_main(conn: Any, job_path: str, worker: str, owner: int) -> None:
                 return
             if task is None:
                 return
-            index, slice_no, slice_s, shrink_s = task
+            index, slice_no, slice_s, shrink_s, job.deadline = task
             state = r.run_slice(job.items[index], slice_no, slice_s, shrink_s)
-            conn.send((index, state["status"]))
+            conn.send((index, state["status"], r.last_startup_s))
     finally:
         r.close()

@@ -84,7 +84,7 @@ _IMPL: dict[str, type | tuple[type, ...]] = {
 }
 _PROPERTY: dict[str, type | tuple[type, ...]] = {"status": str, "examples": int, "seconds": Number}
 _CONTRACT_SUMS = ("examples", "seconds", "failures", "errors", "items", "items_run")
-_TOTAL_SUMS = ("items", "items_not_run")
+_TOTAL_SUMS = ("items", "items_run", "items_not_run")
 
 
 class MergeError(ValueError):
@@ -369,6 +369,8 @@ def merge(reports: Sequence[ShardReport]) -> Merged:
         "started": _iso(started) if started is not None else None,
         "finished": _iso(finished) if finished is not None else None,
         "wall_seconds": round(wall, 3),
+        "startup_seconds": max(float(r.summary.get("startup_seconds") or 0.0) for r in shards),
+        "database_lost": [m for r in shards for m in r.summary.get("database_lost") or []],
         "workers": sum(r.summary["workers"] for r in shards),
         "device": next((r.summary.get("device") for r in shards if r.summary.get("device")), None),  # an empty shard has none
         "shard": None,  # the merged run is the whole run
