@@ -591,8 +591,9 @@ def _run(args: argparse.Namespace, stream: TextIO | None, held: list[Any]) -> En
         need = minimum_budget(len(items), workers)
         if args.budget < need:
             notes.append(f"the budget of {args.budget:g}s cannot give each of the {len(items)} items its first slice with "
-                         f"{workers} worker(s): that needs at least {need:g}s ({STARTUP_S:g}s of start-up plus "
-                         f"{MIN_SLICE_S:g}s per item per worker); items past the first few may be reported not run")
+                         f"{workers} worker(s): that needs at least {need:g}s ({STARTUP_S:g}s for the slices' "
+                         f"own overheads plus {MIN_SLICE_S:g}s per item per worker; start-up is not charged); "
+                         "items past the first few may be reported not run")
         shard = None
         if args.shard is not None:
             from batchfuzz.fuzz.shards import plan_digest

@@ -11,8 +11,10 @@ DEFAULT_REPORT = "reports/fuzz"
 # A slice is at least this long (seconds): every item runs once when the
 # budget gives each item this much per worker.
 MIN_SLICE_S = 0.25
-# What start-up (imports, the fork server, the runners) may take of the budget,
-# which counts from the start of the command.
+# The part of a minimum budget kept for what the slices cost beyond their
+# length (results, state files, a runner restarted); start-up itself (imports,
+# the fork servers, the runners, the targets' workers) is not charged to the
+# budget (batchfuzz.fuzz.controller).
 STARTUP_S = 10.0
 MAX_SLICE_S = 300.0
 # A failure found in a slice is shrunk (and reduced) past the slice's end for
