@@ -257,7 +257,8 @@ def test_a_chatty_target_costs_a_bounded_tail_of_memory_and_no_file() -> None:
     with Isolated(registry.get(CONTRACT), f"{HOSTILE}:chatty") as ex:
         for n in range(3, 9):  # 24 MB printed
             assert ex.check("sum_is_num_tokens", _case(2, n), 60).status == PASSED
-        assert ex._tail is not None and ex._tail.total >= 6 * (4 << 20)
+        # every call's output was read (the last call's may still be in the pipe: at least five calls' worth)
+        assert ex._tail is not None and ex._tail.total >= 5 * (4 << 20)
         assert len(ex._tail.buf) <= OUTPUT_TAIL_BYTES
     assert set(glob.glob(os.path.join(tempfile.gettempdir(), "batchfuzz-worker-*"))) <= logs
 

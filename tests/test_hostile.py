@@ -128,14 +128,16 @@ def test_a_target_that_scribbles_on_its_inputs_is_caught(tmp_path: Path, contrac
     assert code == 1 and data["property"] == judged, out
 
 
-@pytest.mark.timing
 def test_fuzz_with_a_segfaulting_and_a_hanging_target_finishes_and_keeps_both(tmp_path: Path) -> None:
-    budget = 20.0
+    """Driven by example counts: the ci profile runs each item's fixed stream
+    once, whole (the run ends when every item is done); the budget is only
+    the bound the run must keep."""
+    budget = 120.0
     r, wall = _batchfuzz(
         "fuzz", "--contract", "split_dummy_tokens", "--impl", f"{HOSTILE}:*",
         "--target", f"split_dummy_tokens={HOSTILE}:segv", "--target", f"split_dummy_tokens={HOSTILE}:hang",
         "--property", "matches_oracle", "--property", "sum_is_num_tokens",
-        "--budget", f"{budget:g}s", "--timeout", "0.5", "--profile", "dev", "--no-database",
+        "--budget", f"{budget:g}s", "--timeout", "0.5", "--profile", "ci", "--no-database",
         "--report", str(tmp_path / "report"), "--corpus", str(tmp_path / "corpus"), "--progress", "lines", cwd=tmp_path)
     out = r.stdout + r.stderr
     assert r.returncode == 1, out

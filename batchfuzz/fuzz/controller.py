@@ -696,10 +696,10 @@ def finish(job: Job, scheduler: Any, out: TextIO, started: float) -> End:
     lost = database_losses(job)
     notes = list(job.extra.get("notes") or []) + [f"the shared example database was lost mid-run: {m}" for m in lost]
     summary = report.build_summary(job, states, started=started, finished=finished, partial=partial,
-                                   interrupted_by=scheduler.stop_reason if partial else None, notes=notes)
-    summary["database_lost"] = lost
-    # Start-up not charged to the budget: before the clock, and the targets' start-up in slices (per runner).
-    summary["startup_seconds"] = round(getattr(scheduler, "startup_s", 0.0) + getattr(scheduler, "uncharged_s", 0.0), 3)
+                                   interrupted_by=scheduler.stop_reason if partial else None, notes=notes,
+                                   # not charged to the budget: before the clock, and the targets' start-up in slices
+                                   startup_seconds=getattr(scheduler, "startup_s", 0.0) + getattr(scheduler, "uncharged_s", 0.0),
+                                   database_lost=lost)
     try:
         paths = report.write_reports(job.report_dir, summary)
     except OSError as exc:  # a full disk, a file-size limit: the corpus and the database are written apart, atomically

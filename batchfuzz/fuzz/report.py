@@ -77,9 +77,13 @@ def build_summary(
     partial: bool,
     interrupted_by: str | None = None,
     notes: list[str] | None = None,
+    startup_seconds: float = 0.0,
+    database_lost: list[str] | None = None,
 ) -> dict[str, Any]:
     """The whole run as one JSON-able dict (the content of ``summary.json``):
-    per contract, per implementation (target), per property (a work item)."""
+    per contract, per implementation (target), per property (a work item).
+    ``startup_seconds``: the start-up not charged to the budget;
+    ``database_lost``: what was said when the shared example database was lost."""
     machine = machine_info()
     contracts: dict[str, dict[str, Any]] = {}
     failures: list[dict[str, Any]] = []
@@ -148,7 +152,9 @@ def build_summary(
         "started": _iso(started),
         "finished": _iso(finished),
         "wall_seconds": round(wall, 3),
+        "startup_seconds": round(startup_seconds, 3),
         "budget_seconds": job.budget_s,
+        "database_lost": list(database_lost or []),
         "profile": job.profile,
         "seed": job.seed,
         "workers": job.workers,
