@@ -313,3 +313,36 @@ def test_two_workers_run_about_twice_the_examples_of_one(tmp_path: Path) -> None
             print(f"workers={w} {name}: {c['examples']} examples, {c['cases_per_second']} cases/s per worker")
         print(f"workers={w}: {totals[w]} examples in {s['wall_seconds']}s ({s['totals']['throughput']}/s)")
     assert totals[2] >= 1.6 * totals[1], totals
+
+
+def test_start_up_is_not_charged_to_the_budget(tmp_path: Path) -> None:
+    """The budget's clock starts when every runner is ready (the deadline
+    slides until then), or at the wait's bound; a slice's target start-up
+    moves the deadline on by its share per runner, at most one budget in all."""
+    item = WorkItem(0, CONTRACT, "impl:numpy@cpu", "cpu", "matches_oracle", None)
+
+    def scheduler() -> Any:
+        job = Job(items=[item], report_dir=str(tmp_path), corpus_dir=str(tmp_path), database=None, profile="dev", seed=1,
+                  workers=2, budget_s=10.0, deadline=0.0)
+        s = controller._Scheduler(job, tmp_path / "job.json", io.StringIO(), None)
+        s.started, s.runners = 100.0, {0: (None, None), 1: (None, None)}
+        return s
+
+    s = scheduler()
+    s.start_clock(130.0, wait_until=1000.0)  # the runners are still starting
+    assert s.job.deadline == 140.0 and s.clock_from is None
+    s.ready = {0}
+    s.start_clock(140.0, wait_until=1000.0)  # one of two
+    assert s.job.deadline == 150.0 and s.clock_from is None
+    s.ready = {0, 1}
+    s.start_clock(150.0, wait_until=1000.0)
+    assert (s.job.deadline, s.clock_from, s.startup_s) == (160.0, 150.0, 50.0)
+    s.start_clock(155.0, wait_until=1000.0)  # the clock starts once
+    assert s.job.deadline == 160.0
+    s.uncharge(4.0)  # two runners: 2 s of the deadline
+    assert s.job.deadline == 162.0
+    s.uncharge(100.0)  # one budget in all
+    assert s.uncharged_s == 10.0 and s.job.deadline == 170.0
+    s = scheduler()
+    s.start_clock(200.0, wait_until=200.0)  # no runner ready, but the wait is over
+    assert (s.job.deadline, s.clock_from) == (210.0, 200.0)
