@@ -60,10 +60,13 @@ def _vllm() -> Any:
         from vllm.v1.request import Request
         from vllm.v1.structured_output import StructuredOutputManager
         from vllm.v1.worker.gpu_input_batch import CachedRequestState, InputBatch
+        import importlib
+
         try:
-            from vllm.utils.hashing import sha256
-        except ImportError:  # older releases
-            from vllm.utils import sha256
+            hashing: Any = importlib.import_module("vllm.utils.hashing")
+        except ImportError:  # older releases keep it in vllm.utils
+            hashing = importlib.import_module("vllm.utils")
+        sha256 = hashing.sha256
         import vllm
     except Exception as exc:  # ImportError, or a binary that does not load (OSError, RuntimeError)
         raise EngineUnavailable(f"vLLM's scheduler cannot be imported here ({type(exc).__name__}: {exc}); install "
