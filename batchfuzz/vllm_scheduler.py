@@ -49,6 +49,8 @@ def _vllm() -> Any:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     try:
+        import importlib
+
         import torch
         from vllm import SamplingParams
         from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
@@ -60,7 +62,6 @@ def _vllm() -> Any:
         from vllm.v1.request import Request
         from vllm.v1.structured_output import StructuredOutputManager
         from vllm.v1.worker.gpu_input_batch import CachedRequestState, InputBatch
-        import importlib
 
         try:
             hashing: Any = importlib.import_module("vllm.utils.hashing")
