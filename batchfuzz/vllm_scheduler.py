@@ -49,6 +49,8 @@ def _vllm() -> Any:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     try:
+        import importlib
+
         import torch
         from vllm import SamplingParams
         from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
@@ -60,10 +62,12 @@ def _vllm() -> Any:
         from vllm.v1.request import Request
         from vllm.v1.structured_output import StructuredOutputManager
         from vllm.v1.worker.gpu_input_batch import CachedRequestState, InputBatch
+
         try:
-            from vllm.utils.hashing import sha256
-        except ImportError:  # older releases
-            from vllm.utils import sha256
+            hashing: Any = importlib.import_module("vllm.utils.hashing")
+        except ImportError:  # older releases keep it in vllm.utils
+            hashing = importlib.import_module("vllm.utils")
+        sha256 = hashing.sha256
         import vllm
     except Exception as exc:  # ImportError, or a binary that does not load (OSError, RuntimeError)
         raise EngineUnavailable(f"vLLM's scheduler cannot be imported here ({type(exc).__name__}: {exc}); install "
