@@ -219,15 +219,13 @@ def run(args: argparse.Namespace) -> int:
     if info.get("error"):
         executor.close()
         raise UsageError(f"target {args.target}: {info['error']}")
-    probing = time.time()
     why = runner.probe_result(contract, executor, registry.choose_domain(args.domain, info.get("domain")),
                               timeout_s=args.timeout if args.timeout is not None else default_timeout(args.budget))
-    probe_s = time.time() - probing  # the check of the target's result type: start-up too
     if why:
         executor.close()
         raise UsageError(f"target {args.target}: {why}; bind it to the contract's result (docs/bindings.md)")
     # The budget is the examples': batchfuzz's own start (imports, the fork server, the worker) is not charged to it.
-    args.startup_seconds = getattr(executor, "startup_s", 0.0) + max(0.0, _imported_at(args) - started) + probe_s
+    args.startup_seconds = getattr(executor, "startup_s", 0.0) + max(0.0, _imported_at(args) - started)
     deadline = deadline + args.startup_seconds
     with executor:
         if scope is not None:
