@@ -159,13 +159,16 @@ class _TargetRaised(BaseException):
         self.exc = exc
 
 
-def _reporting(target: Callable[..., Any]) -> Callable[..., Any]:
-    """``target``, with an exception it raises marked as the target's own."""
+def _reporting(target: Callable[..., Any], refusals: tuple[type[Exception], ...] = ()) -> Callable[..., Any]:
+    """``target``, with an exception it raises marked as the target's own,
+    except the contract's ``refusals`` (an answer its properties judge)."""
 
     def call(*args: Any, **kwargs: Any) -> Any:
         try:
             return target(*args, **kwargs)
         except _Timeout:
+            raise
+        except refusals:
             raise
         except Exception as exc:
             raise _TargetRaised(exc) from None
@@ -188,7 +191,7 @@ def evaluate(contract: registry.Contract, target: Callable[..., Any], prop_name:
             value = contract.scores(guarded(contract, target), case) if contract.scores is not None else {}
             return Outcome(PASSED, value=value, seconds=time.perf_counter() - start)
         prop = contract.property(prop_name)
-        reporting = _reporting(target)
+        reporting = _reporting(target, contract.refusals)
         prop.check(reporting if prop.raw else guarded(contract, reporting), case)
     except _TargetRaised as raised:
         exc = raised.exc

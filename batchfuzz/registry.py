@@ -308,6 +308,11 @@ class Contract:
     reproduce: Callable[[str, Case, str, set[str]], list[str]] | None = None
     notes: str = ""
     scopes: tuple[Scope, ...] = ()
+    # Exceptions a target raises as the contract's own answer (a refusal its
+    # properties compare with the oracle's, like contract G's refused
+    # thresholds): passed to the properties, not the target's ``raises``
+    # verdict (batchfuzz.execution.evaluate; tests/test_faults.py).
+    refusals: tuple[type[Exception], ...] = ()
     module: str = field(default="", compare=False)
     domains: tuple[Domain, ...] = field(default=(), kw_only=True)
     inputs: InputSpace | None = field(default=None, kw_only=True, compare=False)

@@ -461,3 +461,24 @@ def test_a_slow_engine_matrix_cell_is_incomplete_with_the_reason(monkeypatch: py
     b = Bound("vllm 9.9", LORA, CONTRACT, "bound", target=lambda r, n: [n // r] * r, ref="vllm::dir:/x::f::c")
     cell = matrix.run_cell(b, budget_s=5, timeout_s=1, seed=0)
     assert cell.verdict == "incomplete" and "did not start within 120s" in cell.reason, cell
+
+
+def test_a_contracts_own_refusal_is_judged_by_its_properties_not_a_raises_verdict() -> None:
+    """Contract G refuses thresholds no reorder threshold satisfies (a
+    ValueError is its answer, ``Contract.refusals``): the implementation's
+    refusal passes every property, while a target raising something else is
+    still ``raises``."""
+    from batchfuzz import execution, registry
+    from batchfuzz.case import Case
+
+    contract = registry.get("batch_order")
+    case = Case({"num_computed_tokens": [0], "num_scheduled_tokens": [1], "num_prompt_tokens": [1],
+                 "thresholds": [2, 1], "num_speculative_tokens": 1}, {})
+    impl = contract.implementation("numpy").for_device("cpu")
+    for prop in contract.properties:
+        assert execution.evaluate(contract, impl, prop.name, case).status == execution.PASSED, prop.name
+
+    def broken(*args: object) -> object:
+        raise KeyError("not a refusal")
+
+    assert execution.evaluate(contract, broken, contract.properties[0].name, case).status == execution.RAISES

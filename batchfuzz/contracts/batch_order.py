@@ -229,6 +229,7 @@ CONTRACT = registry.register(Contract(
     name="batch_order",
     title="Batch order and decode/prefill classification",
     section="G",
+    refusals=(ValueError,),  # refused thresholds: the contract's answer, judged against the oracle's refusal
     signature="batch_order(num_computed_tokens, num_scheduled_tokens, num_prompt_tokens, thresholds, "
               "num_speculative_tokens) -> BatchOrder",
     arguments=("num_computed_tokens", "num_scheduled_tokens", "num_prompt_tokens", "thresholds", "num_speculative_tokens"),
