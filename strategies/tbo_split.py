@@ -20,6 +20,7 @@ target_verify, idle, and the thresholds in the order of THRESHOLDS.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,6 +29,7 @@ from hypothesis import strategies as st
 
 from batchfuzz.case import Case
 from batchfuzz.reference.tbo_split import FORWARD_MODES
+from batchfuzz.strategies._exhaustive import ScopeSpec, check_scope
 
 DOMAINS = ("spec", "engine")
 # Server-argument values first (0.48 the default, 0 two-chunk off), then the edge 0.5.
@@ -104,3 +106,34 @@ def reductions(case: Case) -> Iterator[Case]:
         yield case_of(mode, [lens[0] - 1] * len(lens), thr)
     for t in THRESHOLDS[: THRESHOLDS.index(thr) if thr in THRESHOLDS else len(THRESHOLDS)]:
         yield case_of(mode, lens, t)
+
+
+# ------------------------------------------------------------------ exhaustive scopes
+
+# (most requests, longest extend or verify length) of each scope.
+_SCOPE_BOUNDS = {"small": (4, 4), "ci": (3, 3)}
+
+
+def _scope_all(scope: str) -> list[Case]:
+    max_reqs, max_len = _SCOPE_BOUNDS[scope]
+    out = []
+    for thr in THRESHOLDS:
+        out.append(case_of("idle", [], thr))
+        for r in range(0, max_reqs + 1):
+            out.extend(case_of("extend", list(lens), thr) for lens in itertools.product(range(0, max_len + 1), repeat=r))
+            out.append(case_of("decode", [1] * r, thr))
+            out.extend(case_of("target_verify", [n] * r, thr) for n in (range(1, max_len + 1) if r else (1,)))
+    return sorted(out, key=size)
+
+
+SCOPES = {
+    "small": ScopeSpec("every step of R <= 4 requests: extend lengths 0..4 each, decodes, target-verify steps of 1..4 tokens "
+                       "per request, the idle step; every threshold of THRESHOLDS; in size's order", "spec",
+                       len(_scope_all("small"))),
+    "ci": ScopeSpec("as small with R <= 3 and lengths up to 3", "spec", len(_scope_all("ci"))),
+}
+
+
+def scope_cases(scope: str = "small") -> Iterator[Case]:
+    """Every contract J case of ``scope`` (``SCOPES``), smallest first in :func:`size`'s order."""
+    yield from _scope_all(check_scope(scope, SCOPES))

@@ -164,7 +164,7 @@ def test_steps_engine_is_a_usage_error_for_a_contract_without_scheduled_steps(ca
 def test_the_engine_source_says_why_it_is_unavailable() -> None:
     from hypothesis.errors import InvalidArgument
 
-    with pytest.raises(InvalidArgument, match="source='vllm' must be one of"):
+    with pytest.raises(InvalidArgument, match="source must be one of 'model', 'engine', got 'vllm'"):
         realizable_steps(source="vllm")
     if WHY is not None:
         with pytest.raises(InvalidArgument, match="vLLM's scheduler cannot be imported"):

@@ -23,7 +23,7 @@ single-run renderers write ``summary.md`` and ``junit.xml``
 plus: ``"merged": true``, a ``"shards"`` section (given, missing), each
 property tagged with its ``"shard"``, each implementation with its
 ``"shards"``, each failure and error with its ``"shard"``. JUnit gets one
-more suite, ``batchfuzz.fuzz.shards``, with an error per missing shard.
+more suite, ``batchfuzz.shards``, with an error per missing shard.
 
 Checked, with every problem named at once (:class:`MergeError`): a
 directory without a readable report, garbage or truncated files (named, with
@@ -65,7 +65,7 @@ from batchfuzz.usage import ExitCode, UsageError
 
 VOLATILE_FIELDS = ("date", "found")  # found = {seed, profile, worker}: differ between processes finding the same failure
 REPORT_FILES = ("summary.json", "summary.md", "junit.xml")
-SHARDS_SUITE = "batchfuzz.fuzz.shards"  # the JUnit suite name readers already filter on
+SHARDS_SUITE = "batchfuzz.shards"  # the JUnit suite name readers already filter on
 
 Number = (int, float)
 # Fields a shard's summary must have, with their types: what merging and rendering read.
@@ -408,7 +408,7 @@ def merge(reports: Sequence[ShardReport]) -> Merged:
 
 def render_junit(summary: dict[str, Any]) -> str:
     """The single-run JUnit report of the merged summary (a testsuite per contract, a
-    testcase per implementation and property), plus a ``batchfuzz.fuzz.shards`` suite
+    testcase per implementation and property), plus a ``batchfuzz.shards`` suite
     with an error per missing shard."""
     root = ET.fromstring(report.render_junit(summary))
     s = summary["shards"]
