@@ -499,7 +499,6 @@ def test_installed_release_is_found_through_its_metadata(tmp_path: Path, monkeyp
     """A distribution's files located through importlib.metadata (its RECORD),
     never imported: a made-up one on sys.path whose package would fail to import."""
     import importlib.metadata
-
     import importlib.util
 
     try:
