@@ -274,6 +274,25 @@ def resolve(ref: str) -> Callable[..., Any]:
 # ---------------------------------------------------------------- downloading releases
 
 
+
+def resolve_bound(ref: str, engine: str, resolved: Callable[[str, str, str], Bound]) -> Callable[..., Any]:
+    """The target a ``Bound.ref`` of ``engine`` names (``ENGINE::SOURCE::FUNCTION::CONTRACT``),
+    rebuilt through the engine module's ``resolved(source, function, contract)``:
+    the one reading of a ref every engine module's ``resolve`` delegates to.
+    LookupError when the release cannot be opened or the function is not bound."""
+    if not isinstance(ref, str):
+        raise TypeError(f"ref must be a str, got {type(ref).__name__}")
+    parts = ref.split("::")
+    if len(parts) != 4 or parts[0] != engine:
+        raise ValueError(f"ref must be '{engine}::SOURCE::FUNCTION::CONTRACT', got {ref!r}")
+    try:
+        bound = resolved(parts[1], parts[2], parts[3])
+    except SourceError as exc:
+        raise LookupError(f"cannot open the release of {ref!r}: {exc}") from exc
+    if bound.target is None:
+        raise LookupError(f"{bound.function} as {bound.contract} is {bound.status} in {bound.release}: {bound.reason}")
+    return bound.target
+
 def cache_dir() -> Path:
     """``$BATCHFUZZ_CACHE`` or ``~/.cache/batchfuzz``: outside any repository."""
     return Path(os.environ.get("BATCHFUZZ_CACHE") or Path.home() / ".cache" / "batchfuzz")

@@ -1123,15 +1123,4 @@ def _resolved(source_ref: str, function: str, contract: str) -> Bound:
 def resolve(ref: str) -> Callable[..., Any]:
     """The target of a ``Bound.ref``; the release's files and compiled
     bindings are cached per process. LookupError when it is not bound."""
-    if not isinstance(ref, str):
-        raise TypeError(f"ref must be a str, got {type(ref).__name__}")
-    parts = ref.split("::")
-    if len(parts) != 4 or parts[0] != ENGINE:
-        raise ValueError(f"ref must be 'vllm::SOURCE::FUNCTION::CONTRACT', got {ref!r}")
-    try:
-        bound = _resolved(parts[1], parts[2], parts[3])
-    except SourceError as exc:
-        raise LookupError(f"cannot open the release of {ref!r}: {exc}") from exc
-    if bound.target is None:
-        raise LookupError(f"{bound.function} as {bound.contract} is {bound.status} in {bound.release}: {bound.reason}")
-    return bound.target
+    return _engines.resolve_bound(ref, ENGINE, _resolved)
