@@ -87,6 +87,7 @@ def register(sub: Any) -> None:
                             "the target declares with @batchfuzz.domain, else spec")
     _options.json_output(p, help="write a JSON report here")
     _options.seed(p, help="seed for a deterministic run")
+    _options.observe(p)
     p.add_argument("--steps", default=None, choices=("engine", "model"), metavar="SOURCE",
                    help="for contracts over scheduled steps (D, E): where the steps come from: model (batchfuzz's scheduler "
                         "model: the engine domain) or engine (the installed vLLM's own scheduler: the engine-steps domain, "
