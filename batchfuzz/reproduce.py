@@ -163,6 +163,9 @@ def regression_test(failure: Failure, target: TargetRef | str | None = None, *, 
     ``key`` makes the test's name unique (a corpus entry's id); a failure
     recorded on ``cuda`` skips where no CUDA device is."""
     head, setup, body = _parts(failure, target, timeout_s)
+    head = [line for line in head if not line.startswith("# Run it with python")]
+    while setup and not setup[-1]:
+        setup = setup[:-1]
     doc = [f'"""Regression test written by batchfuzz{f" from {origin}" if origin else ""}.', "",
            f"{failure.contract}: {failure.property}" + (f" (while checking {failure.during})" if failure.during else "")
            + f" on {target.spec if isinstance(target, TargetRef) else target or failure.target}.",
