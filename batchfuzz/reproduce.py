@@ -16,8 +16,15 @@ and passes once it is fixed:
 - for a ``crash`` or ``timeout``, it runs that check in a subprocess and
   asserts that the subprocess exits cleanly within the timeout.
 
+The same text, in the same words, makes the other forms a failure is kept
+in: :func:`regression_test` (a pytest file whose one test has the
+reproduction as its body: ``check --write-test``, ``replay --write-tests``)
+and :func:`example_line` (the ``@batchfuzz.testing.example(...)`` line for
+a test calling ``check_contract``).
+
 ``tests/test_reproduction.py`` executes printed reproductions for every
-contract, for a crash and for a timeout.
+contract, for a crash and for a timeout; ``tests/test_write_tests.py`` runs
+written test files with pytest.
 """
 
 from __future__ import annotations
@@ -181,11 +188,12 @@ def regression_test(failure: Failure, target: TargetRef | str | None = None, *, 
 def write_test(failure: Failure, directory: str | os.PathLike[str], target: TargetRef | str | None = None, *,
                timeout_s: float = 60.0, origin: str = "", key: str = "", device: str = "cpu") -> str:
     """Write :func:`regression_test` to ``directory/test_CONTRACT_KEY.py``
-    (created; an earlier file of that name replaced); returns its path."""
+    (without a key: ``test_CONTRACT_PROPERTY.py``; the folder created, an
+    earlier file of that name replaced); returns its path."""
     from batchfuzz.output import write_text_atomic
 
     os.makedirs(directory, exist_ok=True)
-    stem = test_name(failure, key) if not key else f"test_{failure.contract}_{key}"
+    stem = f"test_{failure.contract}_{key}" if key else test_name(failure)
     path = os.path.join(os.fspath(directory), f"{stem}.py")
     write_text_atomic(path, regression_test(failure, target, timeout_s=timeout_s, origin=origin, key=key, device=device))
     return path
