@@ -16,8 +16,15 @@ and passes once it is fixed:
 - for a ``crash`` or ``timeout``, it runs that check in a subprocess and
   asserts that the subprocess exits cleanly within the timeout.
 
+The same text, in the same words, makes the other forms a failure is kept
+in: :func:`regression_test` (a pytest file whose one test has the
+reproduction as its body: ``check --write-test``, ``replay --write-tests``)
+and :func:`example_line` (the ``@batchfuzz.testing.example(...)`` line for
+a test calling ``check_contract``).
+
 ``tests/test_reproduction.py`` executes printed reproductions for every
-contract, for a crash and for a timeout.
+contract, for a crash and for a timeout; ``tests/test_write_tests.py`` runs
+written test files with pytest.
 """
 
 from __future__ import annotations
@@ -100,6 +107,14 @@ def _engine_step_lines(failure: Failure, recorded: str) -> list[str]:
 def reproduction(failure: Failure, target: TargetRef | str | None = None, *, timeout_s: float = 60.0) -> str:
     """The test that replays ``failure`` on the target ``target`` names
     (default: ``failure.target``)."""
+    head, setup, body = _parts(failure, target, timeout_s)
+    return "\n".join([*head, *setup, *body])
+
+
+def _parts(failure: Failure, target: TargetRef | str | None, timeout_s: float) -> tuple[list[str], list[str], list[str]]:
+    """A reproduction in three parts: its comment lines, the lines that set
+    it up (imports; for a crash or a timeout, the call's source), and the
+    statements that check it (a test function's body)."""
     contract = registry.get(failure.contract)
     given = target or failure.target
     ref = parse(given) if isinstance(given, str) else given
@@ -125,16 +140,71 @@ def reproduction(failure: Failure, target: TargetRef | str | None = None, *, tim
         expected = _expected(contract, failure, imports)
         if rebuilt:
             calls = [f"result = {name}(*(args[k] for k in {list(contract.arguments)!r}))"]
-        body = [*import_lines(ref, contract.name, name), "from batchfuzz.testing import assert_property", "", *rebuilt, *calls]
+        setup = [*sorted(imports), *import_lines(ref, contract.name, name), "from batchfuzz.testing import assert_property", ""]
+        body = [*rebuilt, *calls]
         if expected is not None:
             body.append(f"expected = {expected}  # the contract's answer ({contract.oracle.__module__})")
         body.append(check)
-        return "\n".join([*head, *sorted(imports), *body])
+        return head, setup, body
     inner = [*sorted(imports), *import_lines(ref, contract.name, name), "from batchfuzz.testing import assert_property",
              *rebuilt, check]
     how = "ran past its per-example timeout" if failure.property == TIMEOUT_PROPERTY.name else f"ended: {failure.exit}"
-    body = ["import subprocess", "import sys", "", "CALL = '''", *inner, "'''",
-            f"# In batchfuzz's worker process the call {how}.",
+    setup = ["import subprocess", "import sys", "", "CALL = '''", *inner, "'''"]
+    body = [f"# In batchfuzz's worker process the call {how}.",
             f"run = subprocess.run([sys.executable, '-c', CALL], timeout={timeout_s:g})  # a hang raises TimeoutExpired",
             "assert run.returncode == 0, f'the call ended with exit status {run.returncode}'"]
-    return "\n".join([*head, *body])
+    return head, setup, body
+
+
+def test_name(failure: Failure, key: str = "") -> str:
+    """A pytest function name for ``failure``: ``test_CONTRACT_PROPERTY[_KEY]``."""
+    words = [failure.contract, failure.during or failure.property, failure.property if failure.during else "", key]
+    return "test_" + "_".join("".join(ch if ch.isalnum() else "_" for ch in w) for w in words if w)
+
+
+def regression_test(failure: Failure, target: TargetRef | str | None = None, *, timeout_s: float = 60.0,
+                    origin: str = "", key: str = "", device: str = "cpu") -> str:
+    """A pytest file with one test, the reproduction of ``failure`` as its
+    body: it fails while the bug is there and passes once it is fixed.
+    ``origin`` says where the failure was found (a corpus file, a check);
+    ``key`` makes the test's name unique (a corpus entry's id); a failure
+    recorded on ``cuda`` skips where no CUDA device is."""
+    head, setup, body = _parts(failure, target, timeout_s)
+    head = [line for line in head if not line.startswith("# Run it with python")]
+    while setup and not setup[-1]:
+        setup = setup[:-1]
+    doc = [f'"""Regression test written by batchfuzz{f" from {origin}" if origin else ""}.', "",
+           f"{failure.contract}: {failure.property}" + (f" (while checking {failure.during})" if failure.during else "")
+           + f" on {target.spec if isinstance(target, TargetRef) else target or failure.target}.",
+           "It fails while the bug is there and passes once it is fixed; commit it with your tests.", '"""']
+    mark: list[str] = []
+    if device == "cuda":
+        setup = ["import pytest", "import torch", *setup]
+        mark = ["@pytest.mark.skipif(not torch.cuda.is_available(), reason='recorded on cuda; no CUDA device here')"]
+    return "\n".join([*doc, *setup, "", "", *mark, f"def {test_name(failure, key)}() -> None:",
+                      *(("    " + line) if line else "" for line in [*head, *body]), ""])
+
+
+def write_test(failure: Failure, directory: str | os.PathLike[str], target: TargetRef | str | None = None, *,
+               timeout_s: float = 60.0, origin: str = "", key: str = "", device: str = "cpu") -> str:
+    """Write :func:`regression_test` to ``directory/test_CONTRACT_KEY.py``
+    (without a key: ``test_CONTRACT_PROPERTY.py``; the folder created, an
+    earlier file of that name replaced); returns its path."""
+    from batchfuzz.output import write_text_atomic
+
+    os.makedirs(directory, exist_ok=True)
+    stem = f"test_{failure.contract}_{key}" if key else test_name(failure)
+    path = os.path.join(os.fspath(directory), f"{stem}.py")
+    write_text_atomic(path, regression_test(failure, target, timeout_s=timeout_s, origin=origin, key=key, device=device))
+    return path
+
+
+def example_line(failure: Failure) -> str:
+    """The ``@batchfuzz.testing.example(...)`` line that keeps ``failure``'s
+    case in a test calling ``check_contract`` (with any import its values need
+    after a ``# needs:``)."""
+    imports: set[str] = set()
+    values = {**failure.case.args, **_context(failure)}
+    text = ", ".join(f"{k}={literal(v, imports)}" for k, v in values.items())
+    needs = f"  # needs: {'; '.join(sorted(imports))}" if imports else ""
+    return f"@batchfuzz.testing.example({failure.contract!r}, {text}){needs}"

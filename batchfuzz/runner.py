@@ -29,7 +29,7 @@ from hypothesis import Phase, event, given, reject, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis.errors import HypothesisException
 
-from batchfuzz import profiles
+from batchfuzz import observability, profiles
 from batchfuzz.case import Case
 from batchfuzz.checks import PropertyViolation
 from batchfuzz.codec import encode_case
@@ -244,6 +244,8 @@ def hunt(
     # share a key and replay each other's saved failures against the wrong
     # strategy.
     body._hypothesis_internal_add_digest = repr((contract.name, domain, target_name, prop.name)).encode()  # type: ignore[attr-defined]
+    # Observability records name what ran: CONTRACT.PROPERTY, the target, the domain (batchfuzz.observability).
+    observability.name_test(body, contract.name, prop.name)
     test = given(case=dom.cases())(body)
     for ex in reversed(extra_examples):
         from hypothesis import example
@@ -259,7 +261,7 @@ def hunt(
     test = settings(run_settings, report_multiple_bugs=False)(test)
     start = time.perf_counter()
     try:
-        with _quiet_hypothesis():
+        with _quiet_hypothesis(), observability.labelled(contract.name, prop.name, target_name, domain):
             test()
     except _OutOfTime:
         result.out_of_time = True

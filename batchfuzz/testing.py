@@ -14,18 +14,73 @@ the call of your function with the shrunk arguments and the value the
 contract expects, ready to paste into a file. The Hypothesis settings are
 those of the active profile (your ``conftest.py``'s, or Hypothesis's
 defaults); ``max_examples`` overrides the number of examples per property.
+
+The message ends with an ``@batchfuzz.testing.example(...)`` line: put above
+the test, it makes every later ``check_contract`` of that contract in the
+test run that case first, for every property (as Hypothesis's ``@example``
+does for a ``@given`` test), so the failure stays a test once it is fixed.
 """
 
 from __future__ import annotations
 
+import contextvars
+import functools
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from hypothesis import settings
 
 from batchfuzz import registry, reproduce, runner
 from batchfuzz.case import Case
 from batchfuzz.registry import Contract
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# The @example cases of the test running now: (contract name, values), innermost first.
+_EXAMPLES: contextvars.ContextVar[tuple[tuple[str, dict[str, Any]], ...]] = contextvars.ContextVar(
+    "batchfuzz_examples", default=())
+
+
+def example(contract: str, **values: Any) -> Callable[[F], F]:
+    """A decorator for a test that calls :func:`check_contract`: while the
+    test runs, ``check_contract(contract, ...)`` runs this case (the
+    contract's arguments and context by name, as a ``Counterexample``'s
+    message writes them) on every property before any generated one."""
+    if not isinstance(contract, str):
+        raise TypeError(f"contract must be a contract name, got {type(contract).__name__} {contract!r}")
+
+    def decorate(test: F) -> F:
+        @functools.wraps(test)
+        def with_example(*args: Any, **kwargs: Any) -> Any:
+            token = _EXAMPLES.set(((contract, dict(values)), *_EXAMPLES.get()))
+            try:
+                return test(*args, **kwargs)
+            finally:
+                _EXAMPLES.reset(token)
+
+        return with_example  # type: ignore[return-value]
+
+    return decorate
+
+
+def _example_cases(c: Contract, domain: str | None, target: Callable[..., Any]) -> tuple[Case, ...]:
+    """The cases ``@example`` gave the running test for ``c``; a ValueError
+    naming one that lacks an argument or lies outside the domain."""
+    from batchfuzz.preconditions import declared_domain
+
+    dom = c.domain(registry.choose_domain(domain, declared_domain(target)))
+    cases = []
+    for name, values in _EXAMPLES.get():
+        if name != c.name:
+            continue
+        missing = [a for a in c.arguments if a not in values]
+        if missing:
+            raise ValueError(f"@example({name!r}, ...) lacks the argument(s) {', '.join(missing)} of {name}")
+        case = Case({a: values[a] for a in c.arguments}, {k: v for k, v in values.items() if k not in c.arguments})
+        if not dom.contains(case):
+            raise ValueError(f"@example({name!r}, {values!r}) is not an input of {name}'s {dom.name} domain")
+        cases.append(case)
+    return tuple(cases)
 
 
 class Counterexample(AssertionError):
@@ -67,10 +122,12 @@ def check_contract(contract: str | Contract, target: Callable[..., Any], *, max_
     name = getattr(target, "__qualname__", None) or getattr(target, "__name__", None) or "target"
     module = getattr(target, "__module__", None) or "__main__"
     ref = f"{module}:{name}" if "<" not in name else f"{module}:target"
+    examples = _example_cases(c, domain, target)
     for prop in props:
-        r = runner.hunt(c, target, prop, target_name=ref, run_settings=run_settings, domain=domain)
+        r = runner.hunt(c, target, prop, target_name=ref, run_settings=run_settings, domain=domain, extra_examples=examples)
         if r.failure is not None:
-            raise Counterexample(r.failure, reproduce.reproduction(r.failure, ref))
+            keep = f"# To keep this case in your test once it is fixed, add above it:\n{reproduce.example_line(r.failure)}"
+            raise Counterexample(r.failure, reproduce.reproduction(r.failure, ref) + "\n\n" + keep)
 
 
 def assert_property(contract: str | Contract, prop: str, target: Callable[..., Any], args: dict[str, Any],

@@ -93,3 +93,25 @@ def check_outputs(*pairs: tuple[str | None, str]) -> None:
     for path, flag in pairs:
         if path:
             writable_file(path, flag)
+
+
+class _Observe(argparse.Action):
+    """Switches Hypothesis's observability on as the command line is read:
+    before the fork server the command's processes come from starts, so that
+    they inherit it (``batchfuzz.observability.switch_on``)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        from batchfuzz import observability
+
+        observability.switch_on()
+        setattr(namespace, self.dest, True)
+
+
+def observe(p: argparse.ArgumentParser) -> None:
+    """``--observe``: write Hypothesis's observability records (what
+    ``HYPOTHESIS_EXPERIMENTAL_OBSERVABILITY=1`` does, without line coverage)."""
+    p.add_argument("--observe", action=_Observe, nargs=0, default=False,
+                   help="write Hypothesis observability records (one JSON line per example, property CONTRACT.PROPERTY, "
+                        "the target in its metadata) to .hypothesis/observed/, for Tyche; as "
+                        "HYPOTHESIS_EXPERIMENTAL_OBSERVABILITY=1 does, without line coverage")

@@ -87,6 +87,9 @@ def register(sub: Any) -> None:
                             "the target declares with @batchfuzz.domain, else spec")
     _options.json_output(p, help="write a JSON report here")
     _options.seed(p, help="seed for a deterministic run")
+    _options.observe(p)
+    p.add_argument("--write-test", metavar="DIR", default=None,
+                   help="on a counterexample, also write it as a pytest file in DIR (fails while the bug is there)")
     p.add_argument("--steps", default=None, choices=("engine", "model"), metavar="SOURCE",
                    help="for contracts over scheduled steps (D, E): where the steps come from: model (batchfuzz's scheduler "
                         "model: the engine domain) or engine (the installed vLLM's own scheduler: the engine-steps domain, "
@@ -207,6 +210,10 @@ def run(args: argparse.Namespace) -> int:
         except KeyError as exc:
             raise UsageError(str(exc)) from None
     _options.check_outputs((args.json_path, "--json"))
+    if args.write_test:
+        from batchfuzz.usage import writable_dir
+
+        writable_dir(args.write_test, "--write-test")
     database = _database(args.database)
     timeout = args.timeout if args.timeout is not None else default_timeout(args.budget)
     try:
@@ -307,7 +314,8 @@ def _check(args: argparse.Namespace, contract: registry.Contract, props: tuple[r
         code = ExitCode.COUNTEREXAMPLE
         replay = (f"replay the search: batchfuzz check {contract.name} {args.target} --property "
                   f"{failure.during or failure.property} --seed {seed}")
-        report.update(_print_counterexample(contract, executor, ref, failure, timeout, deadline, replay))
+        report.update(_print_counterexample(contract, executor, ref, failure, timeout, deadline, replay,
+                                            write_test=args.write_test))
     elif short:
         code = ExitCode.INCOMPLETE
         per = (seconds - args.startup_seconds) / examples if examples else None
@@ -330,7 +338,8 @@ def _write_json(args: argparse.Namespace, report: dict[str, Any], code: int) -> 
 
 
 def _print_counterexample(contract: registry.Contract, executor: Any, ref: Any, failure: runner.Failure, timeout: float,
-                          deadline: float, replay: str, what: str = "the shrunk case") -> dict[str, Any]:
+                          deadline: float, replay: str, what: str = "the shrunk case",
+                          write_test: str | None = None) -> dict[str, Any]:
     """Print ``failure`` as a reproduction, the other properties its case
     breaks (``what`` names the case) and ``replay`` (the command that finds it again); the report's
     fields for it. ``check`` and ``check --exhaustive`` share it."""
@@ -352,7 +361,11 @@ def _print_counterexample(contract: registry.Contract, executor: Any, ref: Any, 
         if also:
             print(f"--- {what} violates: {', '.join(also)}")
     print(f"--- {replay}")
-    return dict(
+    written = reproduce.write_test(failure, write_test, ref, timeout_s=max(10.0, 3 * timeout),
+                                   origin=f"`batchfuzz check {contract.name} {ref.spec}`") if write_test else None
+    if written:
+        print(f"--- regression test written: {written} (pytest {written})")
+    return dict(test_file=written,
         status="counterexample", property=failure.property, during=failure.during, message=failure.message,
         error_type=failure.error_type, exit=failure.exit, shrink_complete=failure.complete,
         counterexample={"args": {k: literal(v) for k, v in failure.case.args.items()},
@@ -411,7 +424,8 @@ def _exhaustive(args: argparse.Namespace, contract: registry.Contract, props: tu
         print(f"\n{result.summary()}")
         extra = "".join(f" --property {p}" for p in args.property or ())
         replay = f"replay: batchfuzz check {contract.name} {args.target} --exhaustive --scope {scope.name}{extra}"
-        report.update(_print_counterexample(contract, executor, ref, result.failure, timeout, deadline, replay, "the case"))
+        report.update(_print_counterexample(contract, executor, ref, result.failure, timeout, deadline, replay, "the case",
+                                            write_test=args.write_test))
     elif not result.complete:
         code = ExitCode.INCOMPLETE
         print(f"\n{result.summary()}; give it a larger --budget")

@@ -12,10 +12,14 @@ names, and skipped without it; entries recorded against an engine release
 replayed only when ``--engine dir:PATH`` (or ``wheel:PATH``, ``installed:``)
 names that release, and skipped without it.
 
+``--write-tests DIR`` writes every entry as a pytest file in DIR instead
+(``batchfuzz.fuzz.regressions``): the tests fail exactly where replay does.
+
 Exit codes: 0 every entry passes (its bug is fixed), is skipped, or there is
 none; 1 at least one entry still fails (listed, with its reproduction); 2 a
 malformed corpus file (named; the other files are still replayed), or a PATH
-that does not exist.
+that does not exist. With ``--write-tests``: 0 written, 2 a malformed file
+or an unwritable DIR.
 """
 
 from __future__ import annotations
@@ -55,6 +59,9 @@ def register(sub: Any) -> None:
                    help="replay entries recorded against this engine release (repeatable); a corpus file's own choice of "
                         "release is never run without it")
     _options.no_isolation(p, help="run the targets in this process")
+    p.add_argument("--write-tests", metavar="DIR", default=None,
+                   help="instead of replaying, write every entry as a pytest file in DIR (one per entry, to commit): it "
+                        "fails while the bug is there, exactly where replay fails, and passes once it is fixed")
     p.add_argument("-q", "--quiet", action="store_true", help="print only entries that still fail or cannot be loaded")
     p.set_defaults(func=run)
 
@@ -62,6 +69,14 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from batchfuzz.fuzz import corpus
 
+    if args.write_tests is not None:
+        from batchfuzz.fuzz import regressions
+        from batchfuzz.usage import writable_dir
+
+        writable_dir(args.write_tests, "--write-tests")
+        written = regressions.write_tests([Path(p) for p in args.paths], Path(args.write_tests), targets=dict(args.target),
+                                          engines=args.engine)
+        return ExitCode.USAGE if written["malformed"] else ExitCode.OK
     counts = corpus.replay_paths([Path(p) for p in args.paths], targets=dict(args.target), isolate=not args.no_isolation,
                                  quiet=args.quiet, engines=args.engine)
     if counts["fails"]:

@@ -1,0 +1,187 @@
+"""Hypothesis observability records that name what batchfuzz checks.
+
+Hypothesis writes one ``test_case`` record per example (JSON lines under
+``.hypothesis/observed/``, its documented format, read by Tyche and
+HypoFuzz) when ``HYPOTHESIS_EXPERIMENTAL_OBSERVABILITY`` is set. batchfuzz
+does not write records of its own; it makes Hypothesis's say what ran:
+
+- the property: :func:`name_test` names the hunt's inner test function
+  after the property (Hypothesis's own ``property`` of a record outside
+  pytest: ``matches_oracle``; a function name cannot hold the dot), and
+  :func:`labelled` makes the written record's ``property``
+  ``CONTRACT.PROPERTY`` (``split_dummy_tokens.matches_oracle``);
+- the metadata: while a hunt runs, :func:`labelled` has every record
+  Hypothesis's own file writer receives from this thread carry
+  ``metadata.batchfuzz`` (:func:`describe`: contract, property, target,
+  target kind, implementation or variant, device, engine and release,
+  domain, batchfuzz's version; inside a pytest test, ``pytest_nodeid``, the
+  test that called ``check_contract``), and ``CONTRACT.PROPERTY`` as its
+  ``property``.
+  The writer is Hypothesis's own, decorated in place (one callback that
+  labels a record and hands it on): records of other tests pass unchanged.
+
+Switched on as Hypothesis switches on: its environment variable, read by
+every process as it imports Hypothesis (the fuzz job's runner processes are
+forks of a server started with the command's environment, so they write to
+the same folder). :func:`switch_on` (``check --observe``, ``fuzz
+--observe``) sets that variable for every process the command starts and
+registers the writer in this one, without Hypothesis's line coverage
+(``HYPOTHESIS_EXPERIMENTAL_OBSERVABILITY_NOCOVER``: batchfuzz's own lines,
+not the target's when it runs in a worker process, at a large cost per
+example). ``tests/test_observability.py`` reads the records back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from hypothesis.internal import observability as _obs
+
+from batchfuzz import __version__
+from batchfuzz.targets import TargetError, parse
+
+ENV_VAR = "HYPOTHESIS_EXPERIMENTAL_OBSERVABILITY"
+NOCOVER_ENV_VAR = "HYPOTHESIS_EXPERIMENTAL_OBSERVABILITY_NOCOVER"
+METADATA_KEY = "batchfuzz"
+
+# thread id -> (property, metadata) of the hunt running on that thread
+_labels: dict[int, tuple[str, dict[str, Any]]] = {}
+_lock = threading.Lock()
+
+
+def property_name(contract: str, prop: str) -> str:
+    """A record's ``property``: ``CONTRACT.PROPERTY``."""
+    return f"{contract}.{prop}"
+
+
+def name_test(fn: Callable[..., Any], contract: str, prop: str) -> None:
+    """Name ``fn`` (the hunt's inner test) after what it checks: its
+    ``__qualname__`` ``CONTRACT.PROPERTY``, its ``__name__`` (which Hypothesis
+    takes for a record's ``property`` and which must stay an identifier:
+    Hypothesis rebuilds the function's signature under it) ``PROPERTY``. Its
+    example-database key does not change: Hypothesis hashes the source."""
+    fn.__qualname__ = property_name(contract, prop)
+    if prop.isidentifier():
+        fn.__name__ = prop
+
+
+def describe(contract: str, prop: str, target: str, domain: str) -> dict[str, Any]:
+    """What ``metadata.batchfuzz`` holds for a hunt of ``prop`` of
+    ``contract`` on ``target`` (a target reference) over ``domain``."""
+    meta: dict[str, Any] = {"contract": contract, "property": prop, "target": target, "domain": domain,
+                            "batchfuzz_version": __version__}
+    try:
+        ref = parse(target)
+    except TargetError:
+        return meta
+    meta["target_kind"] = ref.kind
+    if ref.kind == "impl":
+        meta.update(implementation=ref.name, device=ref.device)
+    elif ref.kind == "variant":
+        meta["variant"] = ref.name
+    elif ref.kind == "engine":
+        parts = ref.name.split("::")
+        meta.update(engine=parts[0], release=ref.release)
+        if len(parts) > 2:
+            meta["engine_function"] = parts[2]
+    elif ref.kind == "user":
+        meta["function"] = ref.name
+    return meta
+
+
+class _Labelled:
+    """A record's metadata with batchfuzz's added: Hypothesis serialises
+    metadata through its ``to_json()``; every other attribute is the original's."""
+
+    def __init__(self, inner: Any, extra: dict[str, Any]) -> None:
+        self._inner, self._extra = inner, extra
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def to_json(self) -> dict[str, Any]:
+        inner = self._inner.to_json() if hasattr(self._inner, "to_json") else dict(vars(self._inner))
+        return {**inner, METADATA_KEY: self._extra}
+
+
+def _label(observation: Any, thread_id: int) -> Any:
+    label = _labels.get(thread_id)
+    if label is None or observation.type != "test_case":
+        return observation
+    name, meta = label
+    return dataclasses.replace(observation, property=name, metadata=_Labelled(observation.metadata, meta))
+
+
+def _writer() -> Callable[[Any, int], None] | None:
+    """Hypothesis's own file writer (the callback its environment variable registers)."""
+    return getattr(_obs, "_deliver_to_file", None)
+
+
+def _write_labelled(observation: Any, thread_id: int) -> None:
+    writer = _writer()
+    if writer is not None:
+        writer(_label(observation, thread_id), thread_id)
+
+
+def _registered() -> list[Any]:
+    return list(getattr(_obs, "_callbacks_all_threads", ()))
+
+
+def _install() -> None:
+    """Put :func:`_write_labelled` in the place of Hypothesis's file writer, once."""
+    writer = _writer()
+    if writer is None:
+        return
+    with _lock:
+        registered = _registered()
+        if writer in registered and _write_labelled not in registered:
+            _obs.remove_observability_callback(writer)
+            _obs.add_observability_callback(_write_labelled, all_threads=True)
+
+
+def switch_on() -> None:
+    """Observability for this process and every process it starts: the
+    environment variable Hypothesis reads at import (without line coverage:
+    the environment variable alone gives Hypothesis's default), and Hypothesis's file writer, labelled,
+    registered here, where Hypothesis is imported already."""
+    os.environ.setdefault(ENV_VAR, "1")
+    os.environ.setdefault(NOCOVER_ENV_VAR, "1")
+    _obs.OBSERVABILITY_COLLECT_COVERAGE = False
+    with _lock:
+        registered = _registered()
+        if _writer() is not None and _writer() not in registered and _write_labelled not in registered:
+            _obs.add_observability_callback(_write_labelled, all_threads=True)
+
+
+def enabled() -> bool:
+    return bool(_obs.observability_enabled())
+
+
+@contextlib.contextmanager
+def labelled(contract: str, prop: str, target: str, domain: str) -> Iterator[None]:
+    """While the block runs, the records Hypothesis writes from this thread
+    are ``CONTRACT.PROPERTY`` and carry :func:`describe`'s metadata. Nothing
+    is done when observability is off."""
+    if not enabled():
+        yield
+        return
+    _install()
+    tid = threading.get_ident()
+    previous = _labels.get(tid)
+    meta = describe(contract, prop, target, domain)
+    running = os.environ.get("PYTEST_CURRENT_TEST")  # pytest's "NODEID (PHASE)"
+    if running:
+        meta["pytest_nodeid"] = running.rsplit(" ", 1)[0]
+    _labels[tid] = (property_name(contract, prop), meta)
+    try:
+        yield
+    finally:
+        if previous is None:
+            _labels.pop(tid, None)
+        else:
+            _labels[tid] = previous
