@@ -46,7 +46,7 @@ from batchfuzz.usage import UsageError
 
 PAGE_FILE = "index.html"
 MAX_LABELS = 30  # input classes drawn per contract; the rest are counted under the plot
-_RC = {"svg.fonttype": "none", "svg.hashsalt": "batchfuzz", "text.parse_math": False, "font.size": 8.0,
+_RC: dict[Any, Any] = {"svg.fonttype": "none", "svg.hashsalt": "batchfuzz", "text.parse_math": False, "font.size": 8.0,
        "axes.titlesize": 9.0, "legend.fontsize": 7.0}
 
 
@@ -139,9 +139,9 @@ def rate_plot(contract: str, c: dict[str, Any]) -> str | None:
     (an SVG), a colour per implementation; None when no item has a timeline."""
     fig = _figure(5.6, 2.6)
     ax = fig.add_subplot()
-    colours = [f"C{k % 10}" for k in range(len(c.get("implementations") or {}))]
     drawn = False
-    for colour, (iname, impl) in zip(colours, (c.get("implementations") or {}).items()):
+    for k, (iname, impl) in enumerate((c.get("implementations") or {}).items()):
+        colour = f"C{k % 10}"
         labelled = False
         for p in (impl.get("properties") or {}).values():
             xs, ys = _segments(p.get("timeline") or [])
@@ -199,6 +199,9 @@ def history_plot(nights: Sequence[dict[str, Any]]) -> str:
     rates.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     fails.bar(xs, [n["failures"] for n in nights], color="C3", label="failures")
     fails.bar(xs, [n["errors"] for n in nights], bottom=[n["failures"] for n in nights], color="C7", label="errors")
+    from matplotlib.ticker import MaxNLocator
+
+    fails.yaxis.set_major_locator(MaxNLocator(integer=True))
     fails.set_title("failures and errors per night")
     fails.legend(frameon=False)
     for ax in (rates, fails):
