@@ -541,9 +541,10 @@ def merge_run(dirs: Sequence[str], report_dir: str, corpus_dest: str | None = No
     for d in dirs:
         if Path(d).exists() and dest.exists() and Path(d).resolve() == dest.resolve():
             raise UsageError(f"--report {dest} is one of the shard directories: the merged report would overwrite it")
+    nights = page.read_history(history)
     try:
         merged = merge_dirs(dirs)
-        paths = write(dest, merged, page.read_history(history))
+        paths = write(dest, merged, nights)
     except MergeError as exc:
         raise UsageError(str(exc)) from None
     s = merged.summary

@@ -12,7 +12,8 @@ get the same page. What it shows, top to bottom:
 - examples per second per work item over the run, a plot per contract, from
   each property's ``timeline`` (a sample after each slice: seconds since the
   run started, examples so far, seconds so far): a slice is drawn as a
-  segment from its start to its end at its own rate;
+  segment from its start to its end at its own rate (in merged shards each
+  item's times are its own shard's);
 - input classes covered per contract: the share of its examples in each
   class its labels name (``coverage``), a bar each;
 - failures with their reproduction, and what the engine's kernel did with
