@@ -79,6 +79,8 @@ def register(sub: Any) -> None:
     _options.no_isolation(p, help="run targets inside the runner processes: faster, but a segfault or a hang in C code ends a runner")
     _options.timeout(p, default=30.0, help="per-example timeout: a longer call is a `timeout` counterexample (default 30s)")
     _options.observe(p)
+    p.add_argument("--history", nargs="+", default=[], metavar="DIR",
+                   help="earlier nights' report directories: the report's index.html plots this run beside them")
     p.add_argument("--progress", choices=("auto", "table", "lines", "none"), default="auto",
                    help="live table on a terminal, plain lines otherwise (default auto)")
     p.set_defaults(func=run)

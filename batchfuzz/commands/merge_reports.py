@@ -27,10 +27,13 @@ def register(sub: Any) -> None:
     p.add_argument("--report", metavar="OUT", required=True, help="where the merged reports go")
     p.add_argument("--corpus", metavar="DEST", default=None, help="copy the shards' corpus files into DEST")
     p.add_argument("--corpus-from", metavar="SRC", nargs="+", default=[], help="the shards' corpus directories (with --corpus)")
+    p.add_argument("--history", nargs="+", default=[], metavar="DIR",
+                   help="earlier nights' (merged) report directories: index.html plots this run beside them")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from batchfuzz.fuzz import merge
 
-    return merge.merge_run(args.dirs, args.report, corpus_dest=args.corpus, corpus_from=args.corpus_from)
+    return merge.merge_run(args.dirs, args.report, corpus_dest=args.corpus, corpus_from=args.corpus_from,
+                           history=args.history)

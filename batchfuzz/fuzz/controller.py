@@ -220,7 +220,7 @@ def _prepare_report_dir(report_dir: Path) -> None:
     import re
 
     writable_dir(str(report_dir), "--report")
-    for name in ("summary.json", "summary.md", "junit.xml"):
+    for name in ("summary.json", "summary.md", "junit.xml", "index.html"):
         (report_dir / name).unlink(missing_ok=True)
     items = report_dir / "items"
     if items.is_dir():
@@ -249,6 +249,10 @@ class _Scheduler:
         self.busy: dict[int, int] = {}  # runner id -> item index
         self.sent: dict[int, tuple[float, float]] = {}  # runner id -> (when its slice was sent, the slice's length)
         self.overheads: list[float] = []  # seconds each finished slice took beyond its length (target start-up, reports)
+        # item index -> one sample per finished slice: [seconds since the command started, the item's examples
+        # so far, its seconds so far] (summary.json's per-property ``timeline``; the examples of a slice are
+        # known only when it ends, so its end is when a sample is taken)
+        self.timeline: dict[int, list[list[float]]] = {}
         self.ready: set[int] = set()  # runners done with their start-up
         self.started = time.time()  # the command's start (set by _fuzz)
         self.clock_from: float | None = None  # when the budget's clock started (the runners ready)
@@ -359,6 +363,9 @@ class _Scheduler:
 
     def finish_slice(self, rid: int, index: int, status: str, startup_s: float = 0.0) -> None:
         self.busy.pop(rid, None)
+        s = read_item(self.job, self.job.items[index])
+        self.timeline.setdefault(index, []).append(
+            [round(time.time() - self.started, 2), int(s.get("examples", 0)), round(float(s.get("seconds", 0.0)), 3)])
         sent, length = self.sent.pop(rid, (math.nan, math.inf))
         self.uncharge(startup_s)
         if status not in FINAL and math.isfinite(length):
@@ -581,6 +588,9 @@ def _run(args: argparse.Namespace, stream: TextIO | None, held: list[Any]) -> En
         _check_targets(items, isolate=not args.no_isolation, timeout_s=float(args.timeout),
                        load_timeout_s=max(float(args.budget), float(args.timeout)))
         database = _database(args)
+        from batchfuzz.fuzz.page import read_history
+
+        history = read_history(getattr(args, "history", None) or [])
         held.append(_lock_report_dir(report_dir))
         seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
         corpus_dir = Path(args.corpus).absolute() if args.corpus else corpus.default_dir()
@@ -603,7 +613,8 @@ def _run(args: argparse.Namespace, stream: TextIO | None, held: list[Any]) -> En
         job = Job(items=items, report_dir=str(report_dir), corpus_dir=str(corpus_dir), database=database,
                   profile=args.profile, seed=seed, workers=workers, budget_s=float(args.budget),
                   deadline=started + float(args.budget), isolate=not args.no_isolation, example_timeout_s=float(args.timeout),
-                  extra={"replay_command": _replay_command(args, seed), "shard": shard, "notes": notes})
+                  extra={"replay_command": _replay_command(args, seed), "shard": shard, "notes": notes,
+                         "history": history})
         for item in items:
             write_state(job, item, new_state(item))
         job_path = job.run_dir / "job.json"
@@ -699,9 +710,9 @@ def finish(job: Job, scheduler: Any, out: TextIO, started: float) -> End:
                                    interrupted_by=scheduler.stop_reason if partial else None, notes=notes,
                                    # not charged to the budget: before the clock, and the targets' start-up in slices
                                    startup_seconds=getattr(scheduler, "startup_s", 0.0) + getattr(scheduler, "uncharged_s", 0.0),
-                                   database_lost=lost)
+                                   database_lost=lost, timeline=getattr(scheduler, "timeline", None))
     try:
-        paths = report.write_reports(job.report_dir, summary)
+        paths = report.write_reports(job.report_dir, summary, history=job.extra.get("history") or ())
     except OSError as exc:  # a full disk, a file-size limit: the corpus and the database are written apart, atomically
         out.write(f"batchfuzz: error: cannot write the reports to {job.report_dir}: {exc.strerror or exc} "
                   f"({type(exc).__name__}, errno {exc.errno}); the corpus ({job.corpus_dir}) and the example database "

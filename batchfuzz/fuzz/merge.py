@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from batchfuzz.fuzz import corpus, report
+from batchfuzz.fuzz import corpus, page, report
 from batchfuzz.output import copy_atomic, junit_text, markdown_table, write_json_atomic, write_text_atomic
 from batchfuzz.usage import ExitCode, UsageError
 
@@ -446,8 +446,10 @@ def merge_dirs(directories: Sequence[str | os.PathLike[str]]) -> Merged:
     return merge(reports)
 
 
-def write(out_dir: str | os.PathLike[str], merged: Merged) -> list[Path]:
-    """Write summary.json, summary.md and junit.xml into ``out_dir`` (atomically); return their paths."""
+def write(out_dir: str | os.PathLike[str], merged: Merged, history: Sequence[dict[str, Any]] = ()) -> list[Path]:
+    """Write summary.json, summary.md, junit.xml and the page index.html (with
+    the earlier nights ``history``: :func:`batchfuzz.fuzz.page.read_history`)
+    into ``out_dir`` (atomically); return their paths."""
     d = Path(out_dir)
     if d.exists() and not d.is_dir():
         raise MergeError(f"{d}: the output report directory exists and is not a directory")
@@ -456,7 +458,7 @@ def write(out_dir: str | os.PathLike[str], merged: Merged) -> list[Path]:
     write_json_atomic(paths[0], merged.summary)
     write_text_atomic(paths[1], merged.markdown)
     write_text_atomic(paths[2], merged.junit)
-    return paths
+    return [*paths, page.write_page(d, merged.summary, history)]
 
 
 # --------------------------------------------------------------------------- corpora
@@ -523,9 +525,10 @@ def merge_corpora(sources: Sequence[str | os.PathLike[str]], dest: str | os.Path
 
 
 def merge_run(dirs: Sequence[str], report_dir: str, corpus_dest: str | None = None, corpus_from: Sequence[str] = (),
-              out: Any = None) -> ExitCode:
+              out: Any = None, history: Sequence[str] = ()) -> ExitCode:
     """``batchfuzz merge-reports``: merge the shards' reports in ``dirs`` into
-    ``report_dir`` (and their corpora into ``corpus_dest``), print what was
+    ``report_dir`` (and their corpora into ``corpus_dest``; the page plots the
+    earlier nights' report directories ``history`` beside it), print what was
     merged, and return the whole run's exit code. Raises UsageError for bad input."""
     import sys
 
@@ -538,9 +541,10 @@ def merge_run(dirs: Sequence[str], report_dir: str, corpus_dest: str | None = No
     for d in dirs:
         if Path(d).exists() and dest.exists() and Path(d).resolve() == dest.resolve():
             raise UsageError(f"--report {dest} is one of the shard directories: the merged report would overwrite it")
+    nights = page.read_history(history)
     try:
         merged = merge_dirs(dirs)
-        paths = write(dest, merged)
+        paths = write(dest, merged, nights)
     except MergeError as exc:
         raise UsageError(str(exc)) from None
     s = merged.summary

@@ -13,10 +13,11 @@ the figure that scales with ``--workers``.
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from batchfuzz.fuzz import page
 from batchfuzz.fuzz.corpus import versions
 from batchfuzz.fuzz.job import Job
 from batchfuzz.machine import machine_info
@@ -79,11 +80,15 @@ def build_summary(
     notes: list[str] | None = None,
     startup_seconds: float = 0.0,
     database_lost: list[str] | None = None,
+    timeline: dict[int, list[list[float]]] | None = None,
 ) -> dict[str, Any]:
     """The whole run as one JSON-able dict (the content of ``summary.json``):
     per contract, per implementation (target), per property (a work item).
     ``startup_seconds``: the start-up not charged to the budget;
-    ``database_lost``: what was said when the shared example database was lost."""
+    ``database_lost``: what was said when the shared example database was lost;
+    ``timeline``: per item index, the controller's samples after each slice
+    (each property's ``timeline``: [seconds since the run started, examples so
+    far, seconds so far])."""
     machine = machine_info()
     contracts: dict[str, dict[str, Any]] = {}
     failures: list[dict[str, Any]] = []
@@ -103,7 +108,8 @@ def build_summary(
         status = str(s.get("status", NOT_RUN))
         examples, seconds = int(s.get("examples", 0)), float(s.get("seconds", 0.0))
         impl["properties"][item.property] = {"examples": examples, "seconds": round(seconds, 3), "status": status,
-                                             "slices": s.get("slices", 0), "reason": s.get("reason", "")}
+                                             "slices": s.get("slices", 0), "reason": s.get("reason", ""),
+                                             "timeline": (timeline or {}).get(item.index, [])}
         if status == NOT_RUN:
             not_run.append(f"{item.contract}/{item.name}/{item.property}")
         else:
@@ -276,12 +282,15 @@ def render_junit(summary: dict[str, Any]) -> str:
     return junit_text(root)
 
 
-def write_reports(report_dir: Path | str, summary: dict[str, Any]) -> list[Path]:
-    """Write the three reports atomically; return their paths."""
+def write_reports(report_dir: Path | str, summary: dict[str, Any], history: Sequence[dict[str, Any]] = ()) -> list[Path]:
+    """Write the three reports and the page (``index.html``, with the earlier
+    nights ``history``: :func:`batchfuzz.fuzz.page.read_history`) atomically;
+    return their paths."""
     d = Path(report_dir)
     d.mkdir(parents=True, exist_ok=True)
     out = [d / "summary.json", d / "summary.md", d / "junit.xml"]
     write_json_atomic(out[0], summary)
     write_text_atomic(out[1], render_markdown(summary))
     write_text_atomic(out[2], render_junit(summary))
+    out.append(page.write_page(d, summary, history))
     return out
