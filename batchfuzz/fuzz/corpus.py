@@ -57,7 +57,7 @@ import numpy as np
 from batchfuzz import __version__
 from batchfuzz.case import Case
 from batchfuzz.codec import CodecError, decode_case, encode_case, literal
-from batchfuzz.fuzz.settings import CORPUS_ENV_VAR
+from batchfuzz.fuzz.settings import CORPUS_ENV_VAR, DEFAULT_CORPUS
 from batchfuzz.output import write_json_atomic
 from batchfuzz.targets import TargetError, TargetRef, parse, same_release
 
@@ -121,19 +121,10 @@ def entry_id(contract: str, target: str, device: str, domain: str, prop: str, ca
 
 
 def default_dir() -> Path:
-    """``$BATCHFUZZ_CORPUS``; else ``corpus/`` beside the checkout's pyproject.toml
-    when batchfuzz runs from a checkout; else ``./corpus``."""
+    """``$BATCHFUZZ_CORPUS``, else ``corpus/`` under the working directory (the
+    user's project: never the installed batchfuzz's own tree), as an absolute path."""
     env = os.environ.get(ENV_VAR)
-    if env:
-        return Path(env).absolute()
-    root = Path(__file__).resolve().parent.parent
-    pyproject = root / "pyproject.toml"
-    try:
-        if pyproject.is_file() and 'name = "batchfuzz"' in pyproject.read_text():
-            return root / "corpus"
-    except OSError:
-        pass
-    return Path.cwd() / "corpus"
+    return Path(env).absolute() if env else Path.cwd() / DEFAULT_CORPUS
 
 
 def versions() -> dict[str, str]:
