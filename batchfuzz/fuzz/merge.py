@@ -39,12 +39,18 @@ incomplete: the failure is the news); 3 incomplete (a shard missing or
 interrupted, or work items that did not run) without failures. The command
 adds 2 for bad input.
 
+Failures are listed once per origin (``batchfuzz.fuzz.origin``;
+:func:`batchfuzz.fuzz.report.origins`): a crash that several properties
+found, in several shards, is one ``"origins"`` entry naming every property
+and shard.
+
 Corpora: a corpus file's name is the hash of its identity (contract, target,
-device, property, shrunk case: :func:`batchfuzz.fuzz.corpus.entry_id`), so merging
-the shards' corpora is a plain copy (:func:`merge_corpora`). Two files of the
-same name are the same failure; they may differ only in
-:data:`VOLATILE_FIELDS` (when, where and under which seed it was found), and
-the first one is kept.
+device, property, shrunk case: :func:`batchfuzz.fuzz.corpus.entry_id`), and it
+records its origin. :func:`merge_corpora` copies the shards' files (or a
+night's into the standing corpus) keeping one entry per origin, the smallest
+case. Two files of the same name are the same failure; they may differ only
+in :data:`VOLATILE_FIELDS` (when, where and under which seed it was found),
+and the first one is kept.
 """
 
 from __future__ import annotations
@@ -352,9 +358,13 @@ def merge(reports: Sequence[ShardReport]) -> Merged:
     versions = first.summary["versions"]
     notes += [f"shard {r.name} ran other versions: {r.summary['versions']}" for r in shards[1:] if r.summary["versions"] != versions]
     notes += [f"shard {r.name}: {n}" for r in shards for n in r.summary["notes"]]
+    found = report.origins(failures)
+    report.point_at_origins([*failures, *(f for c in contracts.values() for i in c["implementations"].values()
+                                          for f in i["failures"])], found)
     totals = {
         "examples": examples,
         "failures": len(failures),
+        "origins": len(found),
         "new_corpus_entries": sum(1 for f in failures if f.get("new")),
         "errors": len(errors),
         **{k: sum(_count(r.summary["totals"].get(k)) for r in shards) for k in _TOTAL_SUMS},
@@ -381,6 +391,7 @@ def merge(reports: Sequence[ShardReport]) -> Merged:
         "notes": notes,
         "contracts": contracts,
         "failures": failures,
+        "origins": found,
         "errors": errors,
         "shards": {
             "count": count,
@@ -469,6 +480,8 @@ class CorpusMerge:
     copied: list[str] = field(default_factory=list)  # new in the destination
     same: list[str] = field(default_factory=list)  # already there, equal but for VOLATILE_FIELDS
     conflicts: list[str] = field(default_factory=list)  # not copied: a readable account each
+    same_origin: list[str] = field(default_factory=list)  # not copied: its origin has an entry no larger there
+    replaced: list[str] = field(default_factory=list)  # copied, deleting a larger entry of its origin: an account each
 
 
 def stable_fields(data: dict[str, Any]) -> dict[str, Any]:
@@ -476,15 +489,39 @@ def stable_fields(data: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k not in VOLATILE_FIELDS}
 
 
-def merge_corpora(sources: Sequence[str | os.PathLike[str]], dest: str | os.PathLike[str]) -> CorpusMerge:
-    """Copy every corpus file of ``sources`` into ``dest`` under its own name.
+def _origins_in(root: Path) -> dict[str, tuple[Path, corpus.CorpusEntry]]:
+    """The entries of a corpus by origin id (the smallest of each; unloadable files left out)."""
+    out: dict[str, tuple[Path, corpus.CorpusEntry]] = {}
+    for path in corpus.files(root) if root.is_dir() else []:
+        try:
+            entry = corpus.load(path)
+            oid = entry.origin.id
+        except corpus.CorpusError:
+            continue
+        if oid not in out or _smaller(entry, out[oid][1]):
+            out[oid] = (path, entry)
+    return out
 
-    A file already in ``dest`` under that name is kept: if the two differ beyond
+
+def _smaller(a: corpus.CorpusEntry, b: corpus.CorpusEntry) -> bool:
+    return corpus.case_order(a.contract, a.case) < corpus.case_order(b.contract, b.case)
+
+
+def merge_corpora(sources: Sequence[str | os.PathLike[str]], dest: str | os.PathLike[str]) -> CorpusMerge:
+    """Copy the corpus files of ``sources`` into ``dest``, one entry per origin
+    (``batchfuzz.fuzz.origin``): the smallest case (``corpus.case_order``).
+
+    A file already in ``dest`` under its name is kept: if the two differ beyond
     :data:`VOLATILE_FIELDS`, or a file's name is not the id of its content, or a
     file does not load, that is reported as a conflict and nothing is copied.
+    A file whose origin already has an entry in ``dest`` (from an earlier
+    night, or another shard) is copied only when its case is smaller, and the
+    larger entry is then deleted. The cases are compared, not replayed:
+    ``batchfuzz replay`` (and the test run) says whether the kept one still fails.
     """
     out = CorpusMerge()
     root = Path(dest)
+    by_origin = _origins_in(root)
     for src in sources:
         src_root = Path(src)
         if not src_root.is_dir():
@@ -494,6 +531,7 @@ def merge_corpora(sources: Sequence[str | os.PathLike[str]], dest: str | os.Path
             rel = path.relative_to(src_root).as_posix()
             try:
                 entry = corpus.load(path)
+                oid = entry.origin.id
             except corpus.CorpusError as exc:
                 out.conflicts.append(f"{rel}: not copied: {exc}")
                 continue
@@ -501,25 +539,39 @@ def merge_corpora(sources: Sequence[str | os.PathLike[str]], dest: str | os.Path
                 out.conflicts.append(f"{rel}: not copied: {path} holds entry {entry.id}, not its name {path.stem}")
                 continue
             target = root / rel
-            if not target.exists():
-                copy_atomic(path, target)
-                out.copied.append(rel)
+            if target.exists():
+                _compare_same_name(out, rel, target, path, entry)
                 continue
-            try:
-                existing = json.loads(target.read_text())
-            except (OSError, json.JSONDecodeError) as exc:
-                out.conflicts.append(f"{rel}: kept {target} (unreadable: {exc}); {path} not copied")
+            known = by_origin.get(oid)
+            if known is not None and not _smaller(entry, known[1]):
+                out.same_origin.append(f"{rel}: not copied: its origin ({entry.origin.describe()}) has the entry "
+                                       f"{known[0].relative_to(root).as_posix()}, no larger")
                 continue
-            if not isinstance(existing, dict):
-                out.conflicts.append(f"{rel}: kept {target} (not a JSON object); {path} not copied")
-                continue
-            a, b = stable_fields(existing), stable_fields(entry.data)
-            if a == b:
-                out.same.append(rel)
-            else:
-                differ = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
-                out.conflicts.append(f"{rel}: kept {target}; {path} differs in {', '.join(differ)}")
+            copy_atomic(path, target)
+            out.copied.append(rel)
+            if known is not None:
+                known[0].unlink(missing_ok=True)
+                out.replaced.append(f"{rel}: replaces {known[0].relative_to(root).as_posix()}, a larger case of its origin "
+                                    f"({entry.origin.describe()})")
+            by_origin[oid] = (target, entry)
     return out
+
+
+def _compare_same_name(out: CorpusMerge, rel: str, target: Path, path: Path, entry: corpus.CorpusEntry) -> None:
+    try:
+        existing = json.loads(target.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        out.conflicts.append(f"{rel}: kept {target} (unreadable: {exc}); {path} not copied")
+        return
+    if not isinstance(existing, dict):
+        out.conflicts.append(f"{rel}: kept {target} (not a JSON object); {path} not copied")
+        return
+    a, b = stable_fields(existing), stable_fields(entry.data)
+    if a == b:
+        out.same.append(rel)
+    else:
+        differ = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+        out.conflicts.append(f"{rel}: kept {target}; {path} differs in {', '.join(differ)}")
 
 
 def merge_run(dirs: Sequence[str], report_dir: str, corpus_dest: str | None = None, corpus_from: Sequence[str] = (),
@@ -552,13 +604,17 @@ def merge_run(dirs: Sequence[str], report_dir: str, corpus_dest: str | None = No
     t = s["totals"]
     say(f"merged: {s['status']}, {t['examples']} examples, {t['failures']} failures ({t['new_corpus_entries']} new), "
         f"{t['errors']} errors, {t['items']} items")
-    for f in s["failures"]:
-        say(f"FAILED {f.get('contract')} {f.get('implementation')} {f.get('property')} (shard {f['shard']}): "
-            f"{f.get('error_type')}; corpus {f.get('corpus_file')}")
+    for o in s["origins"]:  # one line per origin, listing every property it breaks
+        say(f"FAILED {o.get('contract')} {o.get('implementation')} {', '.join(o['properties'])} (shard "
+            f"{', '.join(str(k) for k in o.get('shards', []))}): {o.get('description')}; corpus {o.get('corpus_file')}")
     say(f"reports: {', '.join(str(p) for p in paths)}")
     if corpus_dest:
         c = merge_corpora(corpus_from, corpus_dest)
-        say(f"corpus {corpus_dest}: {len(c.copied)} copied, {len(c.same)} already there, {len(c.conflicts)} conflicts")
+        say(f"corpus {corpus_dest}: {len(c.copied)} copied, {len(c.same)} already there, {len(c.conflicts)} conflicts; "
+            f"one entry per origin: {len(c.same_origin)} not copied (an entry of their origin, no larger, is there), "
+            f"{len(c.replaced)} replacing a larger case")
+        for line in c.replaced:
+            say(f"  replaced: {line}")
         for line in c.conflicts:
             say(f"  conflict: {line}")
     if merged.exit_code == ExitCode.INCOMPLETE:
