@@ -20,6 +20,7 @@ from typing import Any
 
 from batchfuzz.fuzz.corpus import versions
 from batchfuzz.fuzz.job import Job
+from batchfuzz.fuzz.records import ContractRecord, ErrorRecord, FailureRecord, OriginRecord, RunReport, Totals
 from batchfuzz.machine import machine_info
 from batchfuzz.output import junit_text, write_json_atomic, write_text_atomic
 
@@ -145,7 +146,8 @@ def build_summary(
     startup_seconds: float = 0.0,
     database_lost: list[str] | None = None,
 ) -> dict[str, Any]:
-    """The whole run as one JSON-able dict (the content of ``summary.json``):
+    """The whole run as one JSON-able dict (the content of ``summary.json``),
+    written through the typed records (:class:`batchfuzz.fuzz.records.RunReport`):
     per contract, per implementation (target), per property (a work item).
     ``startup_seconds``: the start-up not charged to the budget;
     ``database_lost``: what was said when the shared example database was lost."""
@@ -212,46 +214,26 @@ def build_summary(
     found = origins(failures)
     point_at_origins([*failures, *(f for c in contracts.values() for i in c["implementations"].values()
                                    for f in i["failures"])], found)
-    return {
-        "tool": "batchfuzz",
-        "partial": partial,
-        "interrupted_by": interrupted_by,
-        "status": status,
-        "started": _iso(started),
-        "finished": _iso(finished),
-        "wall_seconds": round(wall, 3),
-        "startup_seconds": round(startup_seconds, 3),
-        "budget_seconds": job.budget_s,
-        "database_lost": list(database_lost or []),
-        "profile": job.profile,
-        "seed": job.seed,
-        "workers": job.workers,
-        "isolated": job.isolate,
-        "device": job.items[0].device if job.items else None,
-        "database": job.database,
-        "corpus": job.corpus_dir,
-        "shard": job.extra.get("shard"),
-        "replay_command": job.extra.get("replay_command"),
-        "versions": versions(),
-        "host": {"platform": machine["platform"], "cpus": machine["cpu_count"]},
-        "totals": {
-            "examples": examples,
-            "failures": len(failures),
-            "origins": len(found),
-            "new_corpus_entries": sum(1 for f in failures if f.get("new")),
-            "errors": len(errors),
-            "items": len(job.items),
-            "items_run": len(job.items) - len(not_run),
-            "items_not_run": len(not_run),
-            "throughput": _rate(examples, wall),
-        },
-        "not_run": not_run,
-        "notes": notes,
-        "contracts": contracts,
-        "failures": failures,
-        "origins": found,
-        "errors": errors,
-    }
+    where = "<the run's summary>"
+    record = RunReport(
+        partial=partial, interrupted_by=interrupted_by, status=status, started=_iso(started), finished=_iso(finished),
+        wall_seconds=round(wall, 3), startup_seconds=round(startup_seconds, 3), budget_seconds=job.budget_s,
+        database_lost=list(database_lost or []), profile=job.profile, seed=job.seed, workers=job.workers,
+        isolated=job.isolate, device=job.items[0].device if job.items else None, database=job.database,
+        corpus=job.corpus_dir, shard=job.extra.get("shard"), replay_command=job.extra.get("replay_command"),
+        versions=versions(), host={"platform": machine["platform"], "cpus": machine["cpu_count"]},
+        totals=Totals(
+            examples=examples, failures=len(failures), origins=len(found),
+            new_corpus_entries=sum(1 for f in failures if f.get("new")), errors=len(errors), items=len(job.items),
+            items_run=len(job.items) - len(not_run), items_not_run=len(not_run), throughput=_rate(examples, wall),
+        ),
+        not_run=not_run, notes=notes,
+        contracts={name: ContractRecord.from_json(c, where, (name,)) for name, c in contracts.items()},
+        failures=[FailureRecord.from_json(f, where, ("failures",)) for f in failures],
+        origins=[OriginRecord.from_json(o, where, ("origins",)) for o in found],
+        errors=[ErrorRecord.from_json(e, where, ("errors",)) for e in errors],
+    )
+    return record.to_json()
 
 
 def _iso(t: float) -> str:
