@@ -110,8 +110,11 @@ def test_the_corpus_keeps_one_entry_per_origin_the_smallest_case(tmp_path: Path)
         assert smaller.new and smaller.replaced == [first.path] and corpus.files(root) == [smaller.path]
     kept = corpus.load(smaller.path)
     assert kept.case.args == {"num_reqs": 3, "num_tokens": 3} and kept.data["origin"]["error_type"] == "IndexError"
-    # Once the kept case passes (the bug fixed there), it no longer stands for its origin: a new case replaces it.
+    # Once the kept case passes (the bug fixed there), it no longer stands for its origin: a new case replaces it;
+    # unless this run wrote it (run_started before its file): then it is not re-checked.
     with InProcess(c, hostile.even, TARGET) as fixed:
+        same_run = corpus.save_failure(root, _data(_raised(4, 4, "matches_oracle")), fixed, run_started=0.0)
+        assert (same_run.path, same_run.new) == (smaller.path, False)
         again = corpus.save_failure(root, _data(_raised(4, 4, "matches_oracle")), fixed)
     assert again.new and again.replaced == [smaller.path] and corpus.files(root) == [again.path]
 

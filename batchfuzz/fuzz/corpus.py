@@ -594,7 +594,8 @@ def same_origin(root: Path | str, contract: str, origin_id: str) -> list[CorpusE
     return out
 
 
-def save_failure(root: Path | str, data: dict[str, Any], executor: Any, timeout_s: float = 30.0) -> Saved:
+def save_failure(root: Path | str, data: dict[str, Any], executor: Any, timeout_s: float = 30.0,
+                 run_started: float | None = None) -> Saved:
     """Save a failure (``make_entry_data``) as its origin's one entry.
 
     A wrong answer whose property already has an entry that still fails is
@@ -615,8 +616,14 @@ def save_failure(root: Path | str, data: dict[str, Any], executor: Any, timeout_
             if known is not None:
                 return Saved(known, False)
         same = same_origin(root, data["contract"], data["origin"]["id"])
-        live = [e for e in same if failure_signature(executor.check(checked_property(e.property, e.during), e.case.copy(),
-                                                                     timeout_s)) is not None]
+
+        def still_fails(e: CorpusEntry) -> bool:
+            if run_started is not None and e.path is not None and e.path.stat().st_mtime >= run_started:
+                return True
+            return failure_signature(executor.check(checked_property(e.property, e.during), e.case.copy(),
+                                                    timeout_s)) is not None
+
+        live = [e for e in same if still_fails(e)]
         mine = case_order(data["contract"], decode_case(data["case"]))
         best = min(live, key=lambda e: case_order(e.contract, e.case), default=None)
         if best is not None and case_order(best.contract, best.case) <= mine:

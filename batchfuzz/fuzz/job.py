@@ -324,7 +324,11 @@ def _save_failure(job: Job, item: WorkItem, contract: Any, executor: Any, failur
         "origin": data["origin"], "size": list(contract.size(failure.case)), "case": data["case"],
     }
     try:
-        saved = corpus.save_failure(job.corpus_dir, data, executor, job.example_timeout_s)
+        try:
+            started: float | None = (job.run_dir / "job.json").stat().st_mtime  # written when the run started
+        except OSError:
+            started = None
+        saved = corpus.save_failure(job.corpus_dir, data, executor, job.example_timeout_s, run_started=started)
         record["corpus_file"], record["new"] = str(saved.path), saved.new
         record["replaced"] = [str(p) for p in saved.replaced]
     except OSError as exc:  # the failure stays in the report even if the corpus cannot be written
