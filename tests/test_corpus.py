@@ -3,7 +3,8 @@ plus the corpus mechanics (saving, dedupe, loading, replay, the CLI) on files
 written into temporary directories.
 
 ``test_corpus_entry_passes`` is the regression suite that fuzzing grows: one
-case per file under the project's ``corpus/`` (or ``$BATCHFUZZ_CORPUS``). It
+case per file under the repository's own ``corpus/`` (or ``$BATCHFUZZ_CORPUS``),
+named explicitly: batchfuzz's default corpus is the working directory's. It
 fails while the recorded bug is there, and passes once it is fixed.
 """
 
@@ -26,9 +27,11 @@ from batchfuzz.targets import load_function
 
 # --------------------------------------------------------------------------- the corpus itself
 
+REPOSITORY_CORPUS = Path(__file__).resolve().parent.parent / "corpus"
+
 
 def _corpus_params() -> list[Any]:
-    root = corpus.default_dir()
+    root = Path(os.environ[corpus.ENV_VAR]).absolute() if os.environ.get(corpus.ENV_VAR) else REPOSITORY_CORPUS
     paths = corpus.files(root)
     if not paths:
         return [pytest.param(None, id="empty", marks=pytest.mark.skip(reason=f"no corpus entries under {root}: no failure recorded yet"))]
@@ -280,13 +283,14 @@ def test_loading_never_executes_code(tmp_path: Path, planted: Path, monkeypatch:
     assert not marker.exists()
 
 
-def test_default_dir_honours_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_default_dir_honours_the_environment_else_the_working_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(corpus.ENV_VAR, str(tmp_path / "elsewhere"))
     assert corpus.default_dir() == tmp_path / "elsewhere"
     monkeypatch.delenv(corpus.ENV_VAR)
-    repo = Path(corpus.__file__).resolve().parent.parent
-    expected = repo / "corpus" if (repo / "pyproject.toml").is_file() else Path.cwd() / "corpus"
-    assert corpus.default_dir() == expected
+    monkeypatch.chdir(tmp_path)
+    assert corpus.default_dir() == tmp_path / "corpus"  # the user's project, never batchfuzz's own tree
+    assert not corpus.default_dir().is_relative_to(Path(corpus.__file__).resolve().parent.parent)
 
 
 def test_replay_command_exit_codes(tmp_path: Path, planted: Path, capsys: pytest.CaptureFixture[str]) -> None:

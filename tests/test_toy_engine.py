@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -182,11 +183,25 @@ def test_the_toy_engine_runs_through_batchfuzz_engine(toy: tuple[Path, dict[str,
         ("StepRunner.plan_ubatches", "split_ubatches"): "absent",
     }, r.stdout
     split = rows[("StepRunner.prepare_dummy", "split_dummy_tokens")]
-    assert split["release"] == "1.4.0" and split["domain"] == "engine" and split["target"].startswith("toyengine::dir:")
+    assert split["release"] == "1.4.0" and split["domain"] == "engine" and split["target"].startswith("engine:toyengine::dir:")
+    assert not split["check_command"] and not split["reproduction"]  # a pass needs no next step
     # one round of --max-examples per property (and the contract's explicit examples, the same for each)
     assert len(set(split["properties"].values())) == 1 and min(split["properties"].values()) >= 25, split["properties"]
     fill = rows[("StepRunner.prepare_dummy", "pad_query_start_loc")]
     assert fill["property"] and fill["counterexample"]["args"], fill
+    # The failing cell's next step, in the JSON and under its row: the reproduction and the ready check line.
+    check_line = fill["check_command"]
+    assert check_line == (f"batchfuzz check pad_query_start_loc {fill['target']} --domain engine "
+                          f"--property {fill['property']} --seed 3"), check_line
+    assert f"    --- check it again: {check_line}" in r.stdout and "    --- reproduction" in r.stdout, r.stdout
+    assert "engines.resolve(" in fill["reproduction"] and "assert_property" in fill["reproduction"]
+    # Both work as printed: the reproduction fails while the bug is there, and check finds it again.
+    repro = subprocess.run([sys.executable, "-c", fill["reproduction"]], cwd=root, env=toy[1], capture_output=True,
+                           text=True, timeout=300)
+    assert repro.returncode != 0 and "PropertyViolation" in repro.stderr, repro.stdout + repro.stderr
+    again = _run(toy, *shlex.split(check_line)[1:], "--budget", "240", "--json", str(root / "check.json"))
+    assert again.returncode == 1, again.stdout + again.stderr
+    assert json.loads((root / "check.json").read_text())["property"] == fill["property"]
     assert "has no attribute 'plan_ubatches'" in rows[("StepRunner.plan_ubatches", "split_ubatches")]["reason"]
 
 

@@ -95,6 +95,8 @@ def run_matrix(engine: Any, args: argparse.Namespace) -> int:
 
     def show(cell: Any) -> None:
         print(matrix.to_text([cell], among=(spec.function for spec in engine.SPECS)).splitlines()[1], flush=True)
+        for line in matrix.next_step(cell):  # a failing cell's reproduction and check line
+            print(f"    {line}", flush=True)
 
     started = time.time()
     print(matrix.to_text([]), flush=True)

@@ -28,7 +28,7 @@ from typing import Any
 
 from batchfuzz import profiles
 from batchfuzz.commands import _options
-from batchfuzz.fuzz.settings import CORPUS_ENV_VAR, DEFAULT_REPORT, GRACE_S, MIN_SLICE_S, STARTUP_S
+from batchfuzz.fuzz.settings import CORPUS_ENV_VAR, DEFAULT_CORPUS, DEFAULT_REPORT, GRACE_S, MIN_SLICE_S, STARTUP_S
 from batchfuzz.usage import positive_int
 
 
@@ -75,7 +75,7 @@ def register(sub: Any) -> None:
                    help="run only shard K of N: a stable partition of the work items (docs/nightly.md)")
     p.add_argument("--report", metavar="DIR", default=DEFAULT_REPORT, help=f"report directory (default {DEFAULT_REPORT})")
     p.add_argument("--corpus", metavar="DIR", default=None,
-                   help=f"failure corpus directory (default ${CORPUS_ENV_VAR}, else corpus/ of the checkout, else ./corpus)")
+                   help=f"failure corpus directory (default ${CORPUS_ENV_VAR}, else ./{DEFAULT_CORPUS} in the working directory)")
     _options.no_isolation(p, help="run targets inside the runner processes: faster, but a segfault or a hang in C code ends a runner")
     _options.timeout(p, default=30.0, help="per-example timeout: a longer call is a `timeout` counterexample (default 30s)")
     _options.observe(p)

@@ -7,6 +7,14 @@ Nothing here knows a particular engine: an engine module
 for, :func:`selection` checks a ``--function``/``--contract`` selection
 against the engine's SPECS, :func:`run_matrix` runs the cells.
 
+A failing cell says what to do next: a ``fail`` carries the reproduction of
+its shrunk case (``reproduction``, as ``batchfuzz check`` prints one) and,
+like an ``error`` or ``incomplete`` cell, the ready ``batchfuzz check
+CONTRACT engine:REF`` line that checks the same binding again
+(``check_command``); :func:`next_step` gives the lines the command prints
+under the cell's row. ``target`` is the cell's target reference with its
+``engine:`` prefix, as ``check`` and ``replay`` take it.
+
 A cell is ``pass`` (every property of the contract ran on the binding's
 domain, ``engine``, and none failed), ``fail`` (a property failed: the
 property, the shrunk counterexample and the seconds it took), ``absent``
@@ -24,6 +32,7 @@ import functools
 import inspect
 import os
 import re
+import shlex
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -35,6 +44,7 @@ from batchfuzz import profiles, registry, runner
 from batchfuzz.codec import encode_case, literal
 from batchfuzz.engines import Bound, ReleaseSource, fetch_wheel, split_search
 from batchfuzz.execution import LoadTimeout, executor_for
+from batchfuzz.reproduce import reproduction
 from batchfuzz.targets import parse
 
 VERDICTS = ("pass", "fail", "absent", "unbindable", "incomplete", "error")
@@ -55,8 +65,10 @@ class Cell:
     reason: str = ""
     examples: int = 0
     seconds: float = 0.0
-    target: str = ""
+    target: str = ""  # engine:ENGINE::SOURCE::FUNCTION::CONTRACT for a bound function, else ""
     properties: dict[str, int] = field(default_factory=dict)  # property -> examples run
+    check_command: str = ""  # fail, error, incomplete: the batchfuzz check line for this binding
+    reproduction: str = ""  # fail: the copy-paste reproduction of the counterexample
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -71,19 +83,53 @@ def run_cell(bound: Bound, *, budget_s: float, timeout_s: float, seed: int, isol
     not on the machine's speed."""
     release = bound.release.split(" ", 1)[-1]
     cell = Cell(release=release, function=bound.function, contract=bound.contract, domain=domain,
-                verdict=bound.status if bound.status != "bound" else "pass", reason=bound.reason, target=bound.ref)
+                verdict=bound.status if bound.status != "bound" else "pass", reason=bound.reason,
+                target=f"engine:{bound.ref}" if bound.ref else "")
     if bound.status != "bound":
         return cell
+    cell = _run_bound(cell, bound, budget_s=budget_s, timeout_s=timeout_s, seed=seed, isolate=isolate, domain=domain,
+                      max_examples=max_examples)
+    if cell.verdict in ("fail", "error", "incomplete"):
+        cell.check_command = check_command(cell, seed)
+    return cell
+
+
+def check_command(cell: Cell, seed: int) -> str:
+    """The ``batchfuzz check`` line that checks a cell's binding again: its
+    contract, its ``engine:`` target, its domain, the failing property (for a
+    ``fail``) and the matrix's seed."""
+    q = shlex.quote
+    line = f"batchfuzz check {q(cell.contract)} {q(cell.target)} --domain {q(cell.domain)}"
+    if cell.verdict == "fail" and cell.property:
+        line += f" --property {q(cell.property)}"
+    return f"{line} --seed {seed}"
+
+
+def next_step(cell: Cell) -> list[str]:
+    """What to do about a cell, as lines printed under its row: a ``fail``'s
+    reproduction and the check line; an ``error`` or ``incomplete`` cell's
+    check line; nothing for the others (an ``absent`` or ``unbindable`` cell
+    has no code to run: its reason says why)."""
+    lines = []
+    if cell.reproduction:
+        lines += ["--- reproduction (copy-paste; run it with python) ---", *cell.reproduction.splitlines()]
+    if cell.check_command:
+        lines.append(f"--- check it again: {cell.check_command}")
+    return lines
+
+
+def _run_bound(cell: Cell, bound: Bound, *, budget_s: float, timeout_s: float, seed: int, isolate: bool, domain: str,
+               max_examples: int | None) -> Cell:
     contract = registry.get(bound.contract)
     started = time.time()
     base = settings(settings.get_profile("dev"), derandomize=False, database=None)
     try:
-        with executor_for(contract, parse(f"engine:{bound.ref}"), isolate=isolate) as executor:
+        with executor_for(contract, parse(cell.target), isolate=isolate) as executor:
             info = executor.describe()
             if info.get("error"):
                 cell.verdict, cell.reason = "error", str(info["error"])
                 return cell
-            results = runner.hunt_for(contract, executor, contract.properties, target_name=f"engine:{bound.ref}",
+            results = runner.hunt_for(contract, executor, contract.properties, target_name=cell.target,
                                       budget_s=budget_s, base_settings=base, seed=seed, domain=domain,
                                       example_timeout_s=timeout_s, round_examples=max_examples,
                                       max_rounds=None if max_examples is None else 1)
@@ -105,6 +151,10 @@ def run_cell(bound: Bound, *, budget_s: float, timeout_s: float, seed: int, isol
         cell.counterexample = {"args": {k: literal(v) for k, v in failure.case.args.items()},
                                "context": {k: literal(v) for k, v in failure.case.context.items()},
                                "case": encode_case(failure.case)}
+        try:
+            cell.reproduction = reproduction(failure, cell.target)
+        except Exception as exc:  # the check line below still leads to it
+            cell.reproduction = f"# no reproduction could be written: {type(exc).__name__}: {exc}"
     elif any(r.examples == 0 for r in results):
         cell.verdict = "incomplete"
         cell.reason = (f"the cell's budget of {budget_s:g}s ended before " + ", ".join(r.property for r in results if

@@ -727,9 +727,9 @@ def finish(job: Job, scheduler: Any, out: TextIO, started: float) -> End:
                   f"{c['cases_per_second']:8.0f}\n")
     out.write(f"{'total':26} {'':9} {t['examples']:9d} {t['failures']:8d} {t['throughput']:8.0f} per wall second "
               f"({summary['wall_seconds']:.1f}s, {job.workers} worker(s))\n")
-    for f in summary["failures"]:
+    for f in summary["origins"]:  # one per origin, listing every property it breaks
         first = f["message"].splitlines()[0] if f.get("message") else ""
-        out.write(f"\nFAILED {f['contract']} {f['implementation']} {f['property']}: {f['error_type']}: {first}\n"
+        out.write(f"\nFAILED {f['contract']} {f['implementation']} {', '.join(f['properties'])}: {f['description']}: {first}\n"
                   f"  corpus: {f.get('corpus_file')} ({'new' if f.get('new') else 'already known'})\n")
         out.write("".join(f"  | {line}\n" for line in f.get("reproduction", "").splitlines()))
     for e in summary["errors"]:

@@ -42,12 +42,14 @@ corpus in the ordinary test run; ``batchfuzz replay`` does the same.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import datetime as _dt
 import hashlib
 import json
 import os
 import platform
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,7 +59,8 @@ import numpy as np
 from batchfuzz import __version__
 from batchfuzz.case import Case
 from batchfuzz.codec import CodecError, decode_case, encode_case, literal
-from batchfuzz.fuzz.settings import CORPUS_ENV_VAR
+from batchfuzz.fuzz.origin import KINDS, Origin, OriginError, origin_of
+from batchfuzz.fuzz.settings import CORPUS_ENV_VAR, DEFAULT_CORPUS
 from batchfuzz.output import write_json_atomic
 from batchfuzz.targets import TargetError, TargetRef, parse, same_release
 
@@ -113,6 +116,23 @@ class CorpusEntry:
     def id(self) -> str:
         return entry_id(self.contract, self.target, self.device, self.domain, self.property, self.case)
 
+    @builtins.property
+    def origin(self) -> Origin:
+        """The origin the file recorded (``batchfuzz.fuzz.origin``); for a file
+        written before origins were (no ``origin`` field), the one its own
+        fields give: its exception type without a location, or its case."""
+        where = str(self.path or "<corpus entry>")
+        recorded = self.data.get("origin")
+        if recorded is not None:
+            try:
+                return Origin.from_json(recorded, where)
+            except OriginError as exc:
+                raise CorpusError(str(exc)) from None
+        kind = self.kind if self.kind in KINDS else "violation"
+        return origin_of(contract=self.contract, target=self.target, device=self.device, kind=kind, prop=self.property,
+                         error_type=self.error_type, traceback="", exit=str(self.data["failure"].get("exit") or ""),
+                         case=self.case)
+
 
 def entry_id(contract: str, target: str, device: str, domain: str, prop: str, case: Case) -> str:
     """The content address: equal failures (same target, property and shrunk case) share it."""
@@ -121,19 +141,10 @@ def entry_id(contract: str, target: str, device: str, domain: str, prop: str, ca
 
 
 def default_dir() -> Path:
-    """``$BATCHFUZZ_CORPUS``; else ``corpus/`` beside the checkout's pyproject.toml
-    when batchfuzz runs from a checkout; else ``./corpus``."""
+    """``$BATCHFUZZ_CORPUS``, else ``corpus/`` under the working directory (the
+    user's project: never the installed batchfuzz's own tree), as an absolute path."""
     env = os.environ.get(ENV_VAR)
-    if env:
-        return Path(env).absolute()
-    root = Path(__file__).resolve().parent.parent
-    pyproject = root / "pyproject.toml"
-    try:
-        if pyproject.is_file() and 'name = "batchfuzz"' in pyproject.read_text():
-            return root / "corpus"
-    except OSError:
-        pass
-    return Path.cwd() / "corpus"
+    return Path(env).absolute() if env else Path.cwd() / DEFAULT_CORPUS
 
 
 def versions() -> dict[str, str]:
@@ -157,6 +168,8 @@ def make_entry_data(failure: Any, *, target: str, device: str, domain: str = "sp
     parse(target)  # a TargetError for a reference that is not one
     case: Case = failure.case
     imports: set[str] = set()
+    origin = origin_of(contract=failure.contract, target=target, device=device, kind=failure.kind(), prop=failure.property,
+                       error_type=failure.error_type, traceback=failure.traceback, exit=failure.exit, case=case)
     return {
         "format": FORMAT,
         "id": entry_id(failure.contract, target, device, domain, failure.property, case),
@@ -168,6 +181,8 @@ def make_entry_data(failure: Any, *, target: str, device: str, domain: str = "sp
         "during": failure.during,
         "spec": failure.spec,
         "failure": {"kind": failure.kind(), "error_type": failure.error_type, "message": failure.message, "exit": failure.exit},
+        # What makes this failure one bug whichever property found it (batchfuzz.fuzz.origin).
+        "origin": origin.to_json(),
         # What replay decodes (JSON, never evaluated):
         "case": encode_case(case),
         # For people: the same inputs as Python literals, and a reproduction.
@@ -527,6 +542,100 @@ def open_duplicate(root: Path | str, data: dict[str, Any], executor: Any, timeou
         if failure_signature(executor.check(prop, e.case.copy(), timeout_s)) is not None:
             return p
     return None
+
+
+def case_order(contract: str, case: Case) -> tuple[tuple[int, ...], int, str]:
+    """How corpus cases of one origin are ordered, smallest first: the
+    contract's ``size`` (``registry.Contract.size``), then the length and the
+    text of the encoded case (a total order, the same on every machine)."""
+    from batchfuzz import registry
+
+    text = json.dumps(encode_case(case), sort_keys=True, separators=(",", ":"))
+    return tuple(registry.get(contract).size(case)), len(text), text
+
+
+@dataclass
+class Saved:
+    """Where :func:`save_failure` put a failure: the origin's one entry
+    (``path``), whether it was written now (``new``), and the entries of the
+    same origin it replaced (deleted)."""
+
+    path: Path
+    new: bool
+    replaced: list[Path] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def _locked(root: Path | str, contract: str) -> Iterator[None]:
+    """The contract's folder of the corpus, held by this process (runners on one
+    machine save failures of one target at the same moment)."""
+    import fcntl
+
+    folder = Path(root) / _safe(contract)
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "a") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def same_origin(root: Path | str, contract: str, origin_id: str) -> list[CorpusEntry]:
+    """The loadable entries of ``contract`` under ``root`` whose origin is ``origin_id``."""
+    out = []
+    for p in files(Path(root) / _safe(contract)):
+        try:
+            e = load(p)
+            if e.origin.id == origin_id:
+                out.append(e)
+        except CorpusError:
+            continue
+    return out
+
+
+def save_failure(root: Path | str, data: dict[str, Any], executor: Any, timeout_s: float = 30.0,
+                 run_started: float | None = None) -> Saved:
+    """Save a failure (``make_entry_data``) as its origin's one entry.
+
+    A wrong answer whose property already has an entry that still fails is
+    not saved (:func:`open_duplicate`). Otherwise, among the entries of the
+    same origin whose case still fails on ``executor``'s target and the new
+    case, the smallest (:func:`case_order`) is kept and the others of that
+    origin are deleted: an entry that passes again no longer stands for its
+    origin. Atomic writes, under a lock of the contract's folder."""
+    from batchfuzz.runner import failure_signature
+
+    root = Path(root)
+    with _locked(root, data["contract"]):
+        path = path_for(root, data)
+        if path.exists():  # the same failure, found again
+            return Saved(path, False)
+        if data["failure"]["kind"] == "violation":
+            known = open_duplicate(root, data, executor, timeout_s)
+            if known is not None:
+                return Saved(known, False)
+        same = same_origin(root, data["contract"], data["origin"]["id"])
+
+        def still_fails(e: CorpusEntry) -> bool:
+            if run_started is not None and e.path is not None and e.path.stat().st_mtime >= run_started:
+                return True
+            return failure_signature(executor.check(checked_property(e.property, e.during), e.case.copy(),
+                                                    timeout_s)) is not None
+
+        live = [e for e in same if still_fails(e)]
+        mine = case_order(data["contract"], decode_case(data["case"]))
+        best = min(live, key=lambda e: case_order(e.contract, e.case), default=None)
+        if best is not None and case_order(best.contract, best.case) <= mine:
+            keep, new = best.path, False
+        else:
+            write_json_atomic(path, data)
+            keep, new = path, True
+        replaced = [e.path for e in same if e.path is not None and e.path != keep]
+        for p in replaced:
+            p.unlink(missing_ok=True)
+        assert keep is not None
+        return Saved(keep, new, replaced)
 
 
 def describe(replayed: Replayed) -> str:

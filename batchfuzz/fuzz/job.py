@@ -320,14 +320,17 @@ def _save_failure(job: Job, item: WorkItem, contract: Any, executor: Any, failur
         "error_type": failure.error_type, "message": failure.message, "exit": failure.exit,
         "inputs": {k: literal(v) for k, v in failure.case.args.items()}, "reproduction": repro,
         "corpus_file": None, "new": False, "id": data["id"], "shrink_complete": failure.complete,
+        # The origin (batchfuzz.fuzz.origin) and what orders its cases (corpus.case_order): the reports keep its smallest.
+        "origin": data["origin"], "size": list(contract.size(failure.case)), "case": data["case"],
     }
     try:
-        known = corpus.open_duplicate(job.corpus_dir, data, executor, job.example_timeout_s)
-        if known is not None:
-            record["corpus_file"], record["new"] = str(known), False
-        else:
-            p, new = corpus.save(job.corpus_dir, data)
-            record["corpus_file"], record["new"] = str(p), new
+        try:
+            started: float | None = (job.run_dir / "job.json").stat().st_mtime  # written when the run started
+        except OSError:
+            started = None
+        saved = corpus.save_failure(job.corpus_dir, data, executor, job.example_timeout_s, run_started=started)
+        record["corpus_file"], record["new"] = str(saved.path), saved.new
+        record["replaced"] = [str(p) for p in saved.replaced]
     except OSError as exc:  # the failure stays in the report even if the corpus cannot be written
         record["corpus_error"] = f"{type(exc).__name__}: {exc}"
     return record

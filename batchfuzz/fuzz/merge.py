@@ -39,12 +39,18 @@ incomplete: the failure is the news); 3 incomplete (a shard missing or
 interrupted, or work items that did not run) without failures. The command
 adds 2 for bad input.
 
+Failures are listed once per origin (``batchfuzz.fuzz.origin``;
+:func:`batchfuzz.fuzz.report.origins`): a crash that several properties
+found, in several shards, is one ``"origins"`` entry naming every property
+and shard.
+
 Corpora: a corpus file's name is the hash of its identity (contract, target,
-device, property, shrunk case: :func:`batchfuzz.fuzz.corpus.entry_id`), so merging
-the shards' corpora is a plain copy (:func:`merge_corpora`). Two files of the
-same name are the same failure; they may differ only in
-:data:`VOLATILE_FIELDS` (when, where and under which seed it was found), and
-the first one is kept.
+device, property, shrunk case: :func:`batchfuzz.fuzz.corpus.entry_id`), and it
+records its origin. :func:`merge_corpora` copies the shards' files (or a
+night's into the standing corpus) keeping one entry per origin, the smallest
+case. Two files of the same name are the same failure; they may differ only
+in :data:`VOLATILE_FIELDS` (when, where and under which seed it was found),
+and the first one is kept.
 """
 
 from __future__ import annotations
@@ -57,9 +63,19 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from batchfuzz.fuzz import corpus, page, report
+from batchfuzz.fuzz.records import (
+    ContractRecord,
+    FailureRecord,
+    ImplementationRecord,
+    OriginRecord,
+    Record,
+    RecordError,
+    RunReport,
+    Totals,
+)
 from batchfuzz.output import copy_atomic, junit_text, markdown_table, write_json_atomic, write_text_atomic
 from batchfuzz.usage import ExitCode, UsageError
 
@@ -67,24 +83,7 @@ VOLATILE_FIELDS = ("date", "found")  # found = {seed, profile, worker}: differ b
 REPORT_FILES = ("summary.json", "summary.md", "junit.xml")
 SHARDS_SUITE = "batchfuzz.shards"  # the JUnit suite name readers already filter on
 
-Number = (int, float)
-# Fields a shard's summary must have, with their types: what merging and rendering read.
-_TOP: dict[str, type | tuple[type, ...]] = {
-    "partial": bool, "status": str, "wall_seconds": Number, "budget_seconds": Number, "profile": str,
-    "workers": int, "versions": dict, "totals": dict, "contracts": dict, "failures": list, "errors": list, "notes": list,
-    "not_run": list,
-}
-_CONTRACT: dict[str, type | tuple[type, ...]] = {
-    "examples": int, "seconds": Number, "failures": int, "errors": int, "items": int, "items_run": int,
-    "coverage": dict, "implementations": dict,
-}
-_IMPL: dict[str, type | tuple[type, ...]] = {
-    "status": str, "examples": int, "seconds": Number, "failures": list, "properties": dict, "coverage": dict,
-    "scores": dict, "settings": dict,
-}
-_PROPERTY: dict[str, type | tuple[type, ...]] = {"status": str, "examples": int, "seconds": Number}
-_CONTRACT_SUMS = ("examples", "seconds", "failures", "errors", "items", "items_run")
-_TOTAL_SUMS = ("items", "items_run", "items_not_run")
+R = TypeVar("R", bound=Record)
 
 
 class MergeError(ValueError):
@@ -93,10 +92,11 @@ class MergeError(ValueError):
 
 @dataclass
 class ShardReport:
-    """One shard's report directory, loaded and checked."""
+    """One shard's report directory, loaded and checked: its summary read
+    through the typed records (:class:`batchfuzz.fuzz.records.RunReport`)."""
 
     path: Path
-    summary: dict[str, Any]
+    record: RunReport
     junit: ET.Element
     index: int = 1
     count: int = 1
@@ -109,8 +109,8 @@ class ShardReport:
     @property
     def items(self) -> list[tuple[str, str, str]]:
         """(contract, implementation, property) of every work item in this shard."""
-        return [(c, i, p) for c, data in self.summary["contracts"].items()
-                for i, impl in data["implementations"].items() for p in impl["properties"]]
+        return [(c, i, p) for c, data in self.record.contracts.items()
+                for i, impl in data.implementations.items() for p in impl.properties]
 
 
 @dataclass
@@ -125,22 +125,6 @@ class Merged:
 
 
 # --------------------------------------------------------------------------- loading
-
-
-def _type_name(typ: type | tuple[type, ...]) -> str:
-    return " or ".join(t.__name__ for t in typ) if isinstance(typ, tuple) else typ.__name__
-
-
-def _check_fields(where: str, data: Any, spec: dict[str, type | tuple[type, ...]]) -> None:
-    if not isinstance(data, dict):
-        raise MergeError(f"{where} must be an object, got {type(data).__name__}")
-    for key, typ in spec.items():
-        if key not in data:
-            raise MergeError(f"{where}: missing field {key!r}")
-        value = data[key]
-        is_bool_for_number = isinstance(value, bool) and typ is not bool  # JSON true is not a count
-        if is_bool_for_number or not isinstance(value, typ):
-            raise MergeError(f"{where}: field {key!r} must be {_type_name(typ)}, got {type(value).__name__}")
 
 
 def _read_json(path: Path) -> Any:
@@ -176,21 +160,6 @@ def _testcases(root: ET.Element) -> list[tuple[str, str, str]]:
     return sorted((s.get("name", ""), c.get("classname", ""), c.get("name", "")) for s in root for c in s.iter("testcase"))
 
 
-def _check_summary(path: Path, summary: Any) -> None:
-    if not isinstance(summary, dict) or summary.get("tool") != "batchfuzz":
-        raise MergeError(f"{path}: not a batchfuzz fuzz summary (no \"tool\": \"batchfuzz\")")
-    _check_fields(str(path), summary, _TOP)
-    for cname, c in summary["contracts"].items():
-        _check_fields(f"{path}: contract {cname}", c, _CONTRACT)
-        for iname, impl in c["implementations"].items():
-            _check_fields(f"{path}: {cname}/{iname}", impl, _IMPL)
-            for pname, p in impl["properties"].items():
-                _check_fields(f"{path}: {cname}/{iname}/{pname}", p, _PROPERTY)
-    for key in ("failures", "errors"):
-        if not all(isinstance(x, dict) for x in summary[key]):
-            raise MergeError(f"{path}: every entry of {key!r} must be an object")
-
-
 def load_shard(directory: str | os.PathLike[str]) -> ShardReport:
     """Load and check one shard's report directory; raises MergeError naming the file."""
     if not isinstance(directory, (str, os.PathLike)):
@@ -200,15 +169,17 @@ def load_shard(directory: str | os.PathLike[str]) -> ShardReport:
         raise MergeError(f"{d}: no such report directory")
     path = d / "summary.json"
     summary = _read_json(path)
-    _check_summary(path, summary)
+    try:
+        record = RunReport.from_json(summary, str(path))
+    except RecordError as exc:
+        raise MergeError(str(exc)) from None
     junit = _read_junit(d / "junit.xml")
     if _testcases(junit) != _testcases(ET.fromstring(report.render_junit(summary))):
         raise MergeError(f"{d / 'junit.xml'}: its test cases are not those of {path} (files of different runs?)")
-    shard_report = ShardReport(path=d, summary=summary, junit=junit)
-    shard = summary.get("shard")
+    shard_report = ShardReport(path=d, record=record, junit=junit)
+    shard = record.shard
     if shard is not None:
-        ok = isinstance(shard, dict) and all(isinstance(shard.get(k), int) and not isinstance(shard.get(k), bool)
-                                             for k in ("index", "count"))
+        ok = all(isinstance(shard.get(k), int) and not isinstance(shard.get(k), bool) for k in ("index", "count"))
         if not ok or not 1 <= shard["index"] <= shard["count"]:
             raise MergeError(f"{path}: field 'shard' must be {{\"index\": K, \"count\": N}} with 1 <= K <= N, got {shard!r}")
         if "plan" in shard and not isinstance(shard["plan"], str):
@@ -236,10 +207,10 @@ def check_same_run(reports: Sequence[ShardReport]) -> list[int]:
     for r in reports[1:]:
         if r.count != first.count:
             problems.append(f"shards of different runs: {first.path} is shard {first.name}, {r.path} is shard {r.name}")
-        if r.summary.get("seed") != first.summary.get("seed"):
-            problems.append(f"shards of different runs: seed {first.summary.get('seed')!r} in {first.path}, "
-                            f"{r.summary.get('seed')!r} in {r.path}")
-        plans = (first.summary.get("shard") or {}).get("plan"), (r.summary.get("shard") or {}).get("plan")
+        if r.record.seed != first.record.seed:
+            problems.append(f"shards of different runs: seed {first.record.seed!r} in {first.path}, "
+                            f"{r.record.seed!r} in {r.path}")
+        plans = (first.record.shard or {}).get("plan"), (r.record.shard or {}).get("plan")
         if None not in plans and plans[0] != plans[1]:
             problems.append(f"shards of different runs: item list {plans[0]} in {first.path}, {plans[1]} in {r.path}")
     owner: dict[tuple[str, str, str], ShardReport] = {}
@@ -282,120 +253,133 @@ def _label_counts(coverage: dict[str, Any]) -> dict[str, int]:
     return {label: _count(v.get("examples")) if isinstance(v, dict) else 0 for label, v in coverage.items()}
 
 
-def _merge_implementation(into: dict[str, Any] | None, impl: dict[str, Any], shard: int) -> dict[str, Any]:
-    """Add one shard's entry of an implementation to what the earlier shards gave (``into``)."""
+def _merge_implementation(into: ImplementationRecord | None, impl: ImplementationRecord, shard: int,
+                          labels: dict[str, int]) -> ImplementationRecord:
+    """Add one shard's entry of an implementation to what the earlier shards gave
+    (``into``), and its raw per-label counts to ``labels``."""
     if into is None:
-        into = {**copy.deepcopy(impl), "examples": 0, "seconds": 0.0, "failures": [], "properties": {}, "scores": {},
-                "settings": {}, "shards": [], "_labels": {}}
-    into["examples"] += impl["examples"]
-    into["seconds"] += float(impl["seconds"])
-    into["failures"] += copy.deepcopy(impl["failures"])
-    into["properties"].update({p: {**copy.deepcopy(v), "shard": shard} for p, v in impl["properties"].items()})
-    _add_counts(into["scores"], impl["scores"])
-    _add_counts(into["_labels"], _label_counts(impl["coverage"]))
-    into["settings"] = copy.deepcopy(impl["settings"]) or into["settings"]  # as in a run: the last item's that ran
-    into["shards"].append(shard)
+        into = copy.deepcopy(impl)
+        into.examples, into.seconds, into.failures, into.properties, into.scores, into.settings = 0, 0.0, [], {}, {}, {}
+        into.extra["shards"] = []
+    into.examples += impl.examples
+    into.seconds += float(impl.seconds)
+    into.failures += copy.deepcopy(impl.failures)
+    for p, v in impl.properties.items():
+        tagged = copy.deepcopy(v)
+        tagged.extra["shard"] = shard
+        into.properties[p] = tagged
+    _add_counts(into.scores, impl.scores)
+    _add_counts(labels, _label_counts(impl.coverage))
+    into.settings = copy.deepcopy(impl.settings) or into.settings  # as in a run: the last item's that ran
+    into.extra["shards"].append(shard)
     return into
 
 
-def _merge_contracts(reports: Sequence[ShardReport]) -> dict[str, dict[str, Any]]:
-    contracts: dict[str, dict[str, Any]] = {}
+def _merge_contracts(reports: Sequence[ShardReport]) -> dict[str, ContractRecord]:
+    contracts: dict[str, ContractRecord] = {}
+    labels: dict[tuple[str, str | None], dict[str, int]] = {}  # (contract, implementation or None) -> label counts
     for r in reports:
-        for cname, c in r.summary["contracts"].items():
-            m = contracts.setdefault(cname, {**{k: 0 for k in _CONTRACT_SUMS}, "cases_per_second": 0.0, "coverage": {},
-                                             "implementations": {}, "_labels": {}})
-            for k in _CONTRACT_SUMS:
-                m[k] += c[k]
-            _add_counts(m["_labels"], _label_counts(c["coverage"]))
-            for iname, impl in c["implementations"].items():
-                m["implementations"][iname] = _merge_implementation(m["implementations"].get(iname), impl, r.index)
-    for m in contracts.values():
-        for impl in m["implementations"].values():
-            impl["status"] = report.implementation_status((p["status"] for p in impl["properties"].values()),
-                                                          failed=bool(impl["failures"]))
-            impl["seconds"] = round(impl["seconds"], 3)
-            impl["cases_per_second"] = report._rate(impl["examples"], impl["seconds"])
-            impl["coverage"] = report._coverage(impl.pop("_labels"), impl["examples"])
-        m["seconds"] = round(float(m["seconds"]), 3)
-        m["cases_per_second"] = report._rate(m["examples"], m["seconds"])
-        m["coverage"] = report._coverage(m.pop("_labels"), m["examples"])
+        for cname, c in r.record.contracts.items():
+            m = contracts.setdefault(cname, ContractRecord(examples=0, seconds=0.0, failures=0, errors=0, items=0,
+                                                           items_run=0, coverage={}, implementations={}))
+            m.examples += c.examples
+            m.seconds += c.seconds
+            m.failures += c.failures
+            m.errors += c.errors
+            m.items += c.items
+            m.items_run += c.items_run
+            _add_counts(labels.setdefault((cname, None), {}), _label_counts(c.coverage))
+            for iname, impl in c.implementations.items():
+                m.implementations[iname] = _merge_implementation(m.implementations.get(iname), impl, r.index,
+                                                                 labels.setdefault((cname, iname), {}))
+    for cname, m in contracts.items():
+        for iname, impl in m.implementations.items():
+            impl.status = report.implementation_status((p.status for p in impl.properties.values()),
+                                                       failed=bool(impl.failures))
+            impl.seconds = round(impl.seconds, 3)
+            impl.cases_per_second = report._rate(impl.examples, impl.seconds)
+            impl.coverage = report._coverage(labels[(cname, iname)], impl.examples)
+        m.seconds = round(float(m.seconds), 3)
+        m.cases_per_second = report._rate(m.examples, m.seconds)
+        m.coverage = report._coverage(labels[(cname, None)], m.examples)
     return contracts
 
 
+def _tagged(record: R, shard: int) -> R:
+    out = copy.deepcopy(record)
+    out.extra["shard"] = shard
+    return out
+
+
 def merge(reports: Sequence[ShardReport]) -> Merged:
-    """One report from the shards' reports (checked with :func:`check_same_run`)."""
+    """One report from the shards' reports (checked with :func:`check_same_run`),
+    built as a :class:`~batchfuzz.fuzz.records.RunReport`."""
     missing = check_same_run(reports)
     shards = sorted(reports, key=lambda r: r.index)
-    first = shards[0]
-    count = first.count
+    first = shards[0].record
+    count = shards[0].count
     contracts = _merge_contracts(shards)
-    failures = [{**f, "shard": r.index} for r in shards for f in r.summary["failures"]]
-    errors = [{**e, "shard": r.index} for r in shards for e in r.summary["errors"]]
-    not_run = [name for r in shards for name in r.summary["not_run"]]
-    starts = [_parse_time(r.summary.get("started")) for r in shards]
-    ends = [_parse_time(r.summary.get("finished")) for r in shards]
+    failures = [_tagged(f, r.index) for r in shards for f in r.record.failures]
+    errors = [_tagged(e, r.index) for r in shards for e in r.record.errors]
+    not_run = [name for r in shards for name in r.record.not_run]
+    starts = [_parse_time(r.record.started) for r in shards]
+    ends = [_parse_time(r.record.finished) for r in shards]
     if None in starts or None in ends:
         started = finished = None
-        wall = max(float(r.summary["wall_seconds"]) for r in shards)
+        wall = max(float(r.record.wall_seconds) for r in shards)
     else:
         started, finished = min(s for s in starts if s is not None), max(e for e in ends if e is not None)
         wall = max(0.0, finished - started)
-    examples = sum(c["examples"] for c in contracts.values())
-    partial = [r for r in shards if r.summary["partial"]]
+    examples = sum(c.examples for c in contracts.values())
+    partial = [r for r in shards if r.record.partial]
     status = report.run_status(partial=bool(partial), failed=bool(failures or errors), incomplete=bool(missing or not_run),
                                examples=examples)
     notes = []
     if count > 1 or len(shards) > 1:
         notes.append(f"merged from shard(s) {', '.join(r.name for r in shards)}"
                      + (f"; MISSING: {', '.join(f'{k}/{count}' for k in missing)} (incomplete)" if missing else ""))
-    notes += [f"shard {r.name} was interrupted: {r.summary.get('interrupted_by')}" for r in partial]
-    versions = first.summary["versions"]
-    notes += [f"shard {r.name} ran other versions: {r.summary['versions']}" for r in shards[1:] if r.summary["versions"] != versions]
-    notes += [f"shard {r.name}: {n}" for r in shards for n in r.summary["notes"]]
-    totals = {
-        "examples": examples,
-        "failures": len(failures),
-        "new_corpus_entries": sum(1 for f in failures if f.get("new")),
-        "errors": len(errors),
-        **{k: sum(_count(r.summary["totals"].get(k)) for r in shards) for k in _TOTAL_SUMS},
-        "throughput": report._rate(examples, wall),
-    }
-    summary: dict[str, Any] = {
-        **{k: v for k, v in first.summary.items() if k not in ("host", "replay_command")},
-        "merged": True,
-        "partial": bool(partial),
-        "interrupted_by": "; ".join(f"shard {r.name}: {r.summary.get('interrupted_by')}" for r in partial) or None,
-        "status": status,
-        "started": _iso(started) if started is not None else None,
-        "finished": _iso(finished) if finished is not None else None,
-        "wall_seconds": round(wall, 3),
-        "startup_seconds": max(float(r.summary.get("startup_seconds") or 0.0) for r in shards),
-        "database_lost": [m for r in shards for m in r.summary.get("database_lost") or []],
-        "workers": sum(r.summary["workers"] for r in shards),
-        "device": next((r.summary.get("device") for r in shards if r.summary.get("device")), None),  # an empty shard has none
-        "shard": None,  # the merged run is the whole run
-        "replay_command": None,
-        "host": None,
-        "totals": totals,
-        "not_run": not_run,
-        "notes": notes,
-        "contracts": contracts,
-        "failures": failures,
-        "errors": errors,
-        "shards": {
+    notes += [f"shard {r.name} was interrupted: {r.record.interrupted_by}" for r in partial]
+    notes += [f"shard {r.name} ran other versions: {r.record.versions}" for r in shards[1:] if r.record.versions != first.versions]
+    notes += [f"shard {r.name}: {n}" for r in shards for n in r.record.notes]
+    # One entry per origin across the shards; every failure points at its origin's corpus entry.
+    failure_dicts = [f.to_json() for f in failures]
+    impl_failures = [f for c in contracts.values() for i in c.implementations.values() for f in i.failures]
+    found = report.origins(failure_dicts)
+    report.point_at_origins([*failure_dicts, *impl_failures], found)
+    totals = Totals(
+        examples=examples, failures=len(failures), origins=len(found),
+        new_corpus_entries=sum(1 for f in failures if f.new), errors=len(errors),
+        items=sum(r.record.totals.items for r in shards), items_run=sum(r.record.totals.items_run for r in shards),
+        items_not_run=sum(r.record.totals.items_not_run for r in shards), throughput=report._rate(examples, wall),
+    )
+    merged = RunReport(
+        partial=bool(partial), status=status, wall_seconds=round(wall, 3), budget_seconds=first.budget_seconds,
+        profile=first.profile, workers=sum(r.record.workers for r in shards), versions=first.versions, totals=totals,
+        contracts=contracts, failures=[FailureRecord.from_json(f, "merged failures") for f in failure_dicts],
+        errors=errors, notes=notes, not_run=not_run, tool=first.tool,
+        interrupted_by="; ".join(f"shard {r.name}: {r.record.interrupted_by}" for r in partial) or None,
+        started=_iso(started) if started is not None else None, finished=_iso(finished) if finished is not None else None,
+        startup_seconds=max(float(r.record.startup_seconds or 0.0) for r in shards),
+        database_lost=[m for r in shards for m in r.record.database_lost], seed=first.seed, isolated=first.isolated,
+        device=next((r.record.device for r in shards if r.record.device), None),  # an empty shard has none
+        database=first.database, corpus=first.corpus,
+        shard=None, replay_command=None, host=None,  # the merged run is the whole run
+        origins=[OriginRecord.from_json(o, "merged origins") for o in found],
+        extra={**first.extra, "merged": True, "shards": {
             "count": count,
             "complete": not missing,
             "missing": missing,
             "given": [{
-                "index": r.index, "dir": str(r.path), "sharded": r.sharded, "status": r.summary["status"],
-                "partial": r.summary["partial"], "wall_seconds": r.summary["wall_seconds"],
-                "examples": _count(r.summary["totals"].get("examples")), "failures": len(r.summary["failures"]),
-                "errors": len(r.summary["errors"]), "items": _count(r.summary["totals"].get("items")),
-                "workers": r.summary["workers"], "host": r.summary.get("host"),
-                "replay_command": r.summary.get("replay_command"),
+                "index": r.index, "dir": str(r.path), "sharded": r.sharded, "status": r.record.status,
+                "partial": r.record.partial, "wall_seconds": r.record.wall_seconds,
+                "examples": r.record.totals.examples, "failures": len(r.record.failures),
+                "errors": len(r.record.errors), "items": r.record.totals.items,
+                "workers": r.record.workers, "host": r.record.host,
+                "replay_command": r.record.replay_command,
             } for r in shards],
-        },
-    }
+        }},
+    )
+    summary = merged.to_json()
     if failures or errors:
         code = ExitCode.COUNTEREXAMPLE
     elif status in ("incomplete", "interrupted"):
@@ -471,6 +455,8 @@ class CorpusMerge:
     copied: list[str] = field(default_factory=list)  # new in the destination
     same: list[str] = field(default_factory=list)  # already there, equal but for VOLATILE_FIELDS
     conflicts: list[str] = field(default_factory=list)  # not copied: a readable account each
+    same_origin: list[str] = field(default_factory=list)  # not copied: its origin has an entry no larger there
+    replaced: list[str] = field(default_factory=list)  # copied, deleting a larger entry of its origin: an account each
 
 
 def stable_fields(data: dict[str, Any]) -> dict[str, Any]:
@@ -478,15 +464,39 @@ def stable_fields(data: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k not in VOLATILE_FIELDS}
 
 
-def merge_corpora(sources: Sequence[str | os.PathLike[str]], dest: str | os.PathLike[str]) -> CorpusMerge:
-    """Copy every corpus file of ``sources`` into ``dest`` under its own name.
+def _origins_in(root: Path) -> dict[str, tuple[Path, corpus.CorpusEntry]]:
+    """The entries of a corpus by origin id (the smallest of each; unloadable files left out)."""
+    out: dict[str, tuple[Path, corpus.CorpusEntry]] = {}
+    for path in corpus.files(root) if root.is_dir() else []:
+        try:
+            entry = corpus.load(path)
+            oid = entry.origin.id
+        except corpus.CorpusError:
+            continue
+        if oid not in out or _smaller(entry, out[oid][1]):
+            out[oid] = (path, entry)
+    return out
 
-    A file already in ``dest`` under that name is kept: if the two differ beyond
+
+def _smaller(a: corpus.CorpusEntry, b: corpus.CorpusEntry) -> bool:
+    return corpus.case_order(a.contract, a.case) < corpus.case_order(b.contract, b.case)
+
+
+def merge_corpora(sources: Sequence[str | os.PathLike[str]], dest: str | os.PathLike[str]) -> CorpusMerge:
+    """Copy the corpus files of ``sources`` into ``dest``, one entry per origin
+    (``batchfuzz.fuzz.origin``): the smallest case (``corpus.case_order``).
+
+    A file already in ``dest`` under its name is kept: if the two differ beyond
     :data:`VOLATILE_FIELDS`, or a file's name is not the id of its content, or a
     file does not load, that is reported as a conflict and nothing is copied.
+    A file whose origin already has an entry in ``dest`` (from an earlier
+    night, or another shard) is copied only when its case is smaller, and the
+    larger entry is then deleted. The cases are compared, not replayed:
+    ``batchfuzz replay`` (and the test run) says whether the kept one still fails.
     """
     out = CorpusMerge()
     root = Path(dest)
+    by_origin = _origins_in(root)
     for src in sources:
         src_root = Path(src)
         if not src_root.is_dir():
@@ -496,6 +506,7 @@ def merge_corpora(sources: Sequence[str | os.PathLike[str]], dest: str | os.Path
             rel = path.relative_to(src_root).as_posix()
             try:
                 entry = corpus.load(path)
+                oid = entry.origin.id
             except corpus.CorpusError as exc:
                 out.conflicts.append(f"{rel}: not copied: {exc}")
                 continue
@@ -503,25 +514,39 @@ def merge_corpora(sources: Sequence[str | os.PathLike[str]], dest: str | os.Path
                 out.conflicts.append(f"{rel}: not copied: {path} holds entry {entry.id}, not its name {path.stem}")
                 continue
             target = root / rel
-            if not target.exists():
-                copy_atomic(path, target)
-                out.copied.append(rel)
+            if target.exists():
+                _compare_same_name(out, rel, target, path, entry)
                 continue
-            try:
-                existing = json.loads(target.read_text())
-            except (OSError, json.JSONDecodeError) as exc:
-                out.conflicts.append(f"{rel}: kept {target} (unreadable: {exc}); {path} not copied")
+            known = by_origin.get(oid)
+            if known is not None and not _smaller(entry, known[1]):
+                out.same_origin.append(f"{rel}: not copied: its origin ({entry.origin.describe()}) has the entry "
+                                       f"{known[0].relative_to(root).as_posix()}, no larger")
                 continue
-            if not isinstance(existing, dict):
-                out.conflicts.append(f"{rel}: kept {target} (not a JSON object); {path} not copied")
-                continue
-            a, b = stable_fields(existing), stable_fields(entry.data)
-            if a == b:
-                out.same.append(rel)
-            else:
-                differ = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
-                out.conflicts.append(f"{rel}: kept {target}; {path} differs in {', '.join(differ)}")
+            copy_atomic(path, target)
+            out.copied.append(rel)
+            if known is not None:
+                known[0].unlink(missing_ok=True)
+                out.replaced.append(f"{rel}: replaces {known[0].relative_to(root).as_posix()}, a larger case of its origin "
+                                    f"({entry.origin.describe()})")
+            by_origin[oid] = (target, entry)
     return out
+
+
+def _compare_same_name(out: CorpusMerge, rel: str, target: Path, path: Path, entry: corpus.CorpusEntry) -> None:
+    try:
+        existing = json.loads(target.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        out.conflicts.append(f"{rel}: kept {target} (unreadable: {exc}); {path} not copied")
+        return
+    if not isinstance(existing, dict):
+        out.conflicts.append(f"{rel}: kept {target} (not a JSON object); {path} not copied")
+        return
+    a, b = stable_fields(existing), stable_fields(entry.data)
+    if a == b:
+        out.same.append(rel)
+    else:
+        differ = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+        out.conflicts.append(f"{rel}: kept {target}; {path} differs in {', '.join(differ)}")
 
 
 def merge_run(dirs: Sequence[str], report_dir: str, corpus_dest: str | None = None, corpus_from: Sequence[str] = (),
@@ -556,13 +581,17 @@ def merge_run(dirs: Sequence[str], report_dir: str, corpus_dest: str | None = No
     t = s["totals"]
     say(f"merged: {s['status']}, {t['examples']} examples, {t['failures']} failures ({t['new_corpus_entries']} new), "
         f"{t['errors']} errors, {t['items']} items")
-    for f in s["failures"]:
-        say(f"FAILED {f.get('contract')} {f.get('implementation')} {f.get('property')} (shard {f['shard']}): "
-            f"{f.get('error_type')}; corpus {f.get('corpus_file')}")
+    for o in s["origins"]:  # one line per origin, listing every property it breaks
+        say(f"FAILED {o.get('contract')} {o.get('implementation')} {', '.join(o['properties'])} (shard "
+            f"{', '.join(str(k) for k in o.get('shards', []))}): {o.get('description')}; corpus {o.get('corpus_file')}")
     say(f"reports: {', '.join(str(p) for p in paths)}")
     if corpus_dest:
         c = merge_corpora(corpus_from, corpus_dest)
-        say(f"corpus {corpus_dest}: {len(c.copied)} copied, {len(c.same)} already there, {len(c.conflicts)} conflicts")
+        say(f"corpus {corpus_dest}: {len(c.copied)} copied, {len(c.same)} already there, {len(c.conflicts)} conflicts; "
+            f"one entry per origin: {len(c.same_origin)} not copied (an entry of their origin, no larger, is there), "
+            f"{len(c.replaced)} replacing a larger case")
+        for line in c.replaced:
+            say(f"  replaced: {line}")
         for line in c.conflicts:
             say(f"  conflict: {line}")
     if merged.exit_code == ExitCode.INCOMPLETE:

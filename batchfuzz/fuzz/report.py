@@ -12,6 +12,7 @@ the figure that scales with ``--workers``.
 
 from __future__ import annotations
 
+import json
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any
 from batchfuzz.fuzz import page
 from batchfuzz.fuzz.corpus import versions
 from batchfuzz.fuzz.job import Job
+from batchfuzz.fuzz.records import ContractRecord, ErrorRecord, FailureRecord, OriginRecord, RunReport, Totals
 from batchfuzz.machine import machine_info
 from batchfuzz.output import junit_text, write_json_atomic, write_text_atomic
 
@@ -36,6 +38,70 @@ def _coverage(events: dict[str, int], examples: int) -> dict[str, Any]:
         label: {"examples": n, "fraction": round(n / examples, 4) if examples else 0.0}
         for label, n in sorted(events.items(), key=lambda kv: (-kv[1], kv[0]))
     }
+
+
+def _origin_id(failure: dict[str, Any]) -> str:
+    origin = failure.get("origin")
+    if isinstance(origin, dict) and isinstance(origin.get("id"), str):
+        return origin["id"]
+    if isinstance(origin, str):  # an implementation's failure names its origin by id
+        return origin
+    return f"failure {failure.get('id')}"  # a record written before origins were: its own
+
+
+def _case_order(failure: dict[str, Any]) -> tuple[list[int], int, str]:
+    """``batchfuzz.fuzz.corpus.case_order`` of a failure record (its ``size`` and encoded ``case``)."""
+    case = failure.get("case")
+    text = json.dumps(case, sort_keys=True, separators=(",", ":")) if case is not None else ""
+    size = failure.get("size")
+    return (list(size) if isinstance(size, list) else []), len(text), text
+
+
+def broken_property(failure: dict[str, Any]) -> str:
+    """The contract's property a failure breaks: its ``during`` for a crash,
+    timeout or raises (the property whose calls it happened in), else its own."""
+    return str(failure.get("during") or failure.get("property") or "")
+
+
+def origins(failures: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per origin (``batchfuzz.fuzz.origin``) of the run's failures,
+    in the order first found: what it is (``description``), every property it
+    breaks, how many failures it stands for, and its smallest failure's case,
+    reproduction and corpus file. A run's report and merged shards list these
+    as their failures, one line each (tests/test_origin.py reads them)."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for f in failures:
+        groups.setdefault(_origin_id(f), []).append(f)
+    out = []
+    for oid, fs in groups.items():
+        best = min(fs, key=_case_order)
+        recorded = best.get("origin")
+        origin: dict[str, Any] = recorded if isinstance(recorded, dict) else {}
+        entry = {
+            "id": oid, "contract": best.get("contract"), "implementation": best.get("implementation"),
+            "description": origin.get("description") or f"{best.get('property')}: {best.get('error_type')}",
+            "kind": origin.get("kind") or best.get("kind"), "error_type": best.get("error_type"),
+            "location": origin.get("location", ""), "exit": best.get("exit"),
+            "properties": sorted({broken_property(f) for f in fs}), "failures": len(fs),
+            "property": best.get("property"), "during": best.get("during"), "spec": best.get("spec", ""),
+            "message": best.get("message"), "inputs": best.get("inputs"), "reproduction": best.get("reproduction", ""),
+            "corpus_file": best.get("corpus_file"), "new": any(bool(f.get("new")) for f in fs),
+        }
+        if any("shard" in f for f in fs):
+            entry["shards"] = sorted({f["shard"] for f in fs if "shard" in f})
+        out.append(entry)
+    return out
+
+
+def point_at_origins(failures: list[dict[str, Any]], found: list[dict[str, Any]]) -> None:
+    """Every failure's ``corpus_file`` made its origin's one entry (a failure
+    saved first may have been replaced by a smaller case of its origin); the
+    file it was saved to, when another, stays as ``saved_as``."""
+    kept = {o["id"]: o.get("corpus_file") for o in found}
+    for f in failures:
+        file = kept.get(_origin_id(f))
+        if file and f.get("corpus_file") != file:
+            f["saved_as"], f["corpus_file"] = f.get("corpus_file"), file
 
 
 def implementation_status(property_statuses: Iterable[str], *, failed: bool) -> str:
@@ -82,7 +148,8 @@ def build_summary(
     database_lost: list[str] | None = None,
     timeline: dict[int, list[list[float]]] | None = None,
 ) -> dict[str, Any]:
-    """The whole run as one JSON-able dict (the content of ``summary.json``):
+    """The whole run as one JSON-able dict (the content of ``summary.json``),
+    written through the typed records (:class:`batchfuzz.fuzz.records.RunReport`):
     per contract, per implementation (target), per property (a work item).
     ``startup_seconds``: the start-up not charged to the budget;
     ``database_lost``: what was said when the shared example database was lost;
@@ -116,8 +183,8 @@ def build_summary(
             c["items_run"] += 1
         for f in s.get("failures", []):
             failures.append({"contract": item.contract, "implementation": item.name, **f})
-            impl["failures"].append({k: f.get(k) for k in ("property", "during", "error_type", "message", "exit",
-                                                           "corpus_file", "new", "id")})
+            impl["failures"].append({**{k: f.get(k) for k in ("property", "during", "error_type", "message", "exit",
+                                                              "corpus_file", "new", "id")}, "origin": _origin_id(f)})
         if s.get("error"):
             errors.append({"contract": item.contract, "implementation": item.name, "property": item.property, **s["error"]})
             c["errors"] += 1
@@ -150,44 +217,29 @@ def build_summary(
         notes.append(f"incomplete: {len(not_run)} of {len(job.items)} items did not run (the budget ended before they "
                      f"started): " + ", ".join(not_run[:20]) + (" ..." if len(not_run) > 20 else ""))
     status = run_status(partial=partial, failed=bool(failures or errors), incomplete=bool(not_run), examples=examples)
-    return {
-        "tool": "batchfuzz",
-        "partial": partial,
-        "interrupted_by": interrupted_by,
-        "status": status,
-        "started": _iso(started),
-        "finished": _iso(finished),
-        "wall_seconds": round(wall, 3),
-        "startup_seconds": round(startup_seconds, 3),
-        "budget_seconds": job.budget_s,
-        "database_lost": list(database_lost or []),
-        "profile": job.profile,
-        "seed": job.seed,
-        "workers": job.workers,
-        "isolated": job.isolate,
-        "device": job.items[0].device if job.items else None,
-        "database": job.database,
-        "corpus": job.corpus_dir,
-        "shard": job.extra.get("shard"),
-        "replay_command": job.extra.get("replay_command"),
-        "versions": versions(),
-        "host": {"platform": machine["platform"], "cpus": machine["cpu_count"]},
-        "totals": {
-            "examples": examples,
-            "failures": len(failures),
-            "new_corpus_entries": sum(1 for f in failures if f.get("new")),
-            "errors": len(errors),
-            "items": len(job.items),
-            "items_run": len(job.items) - len(not_run),
-            "items_not_run": len(not_run),
-            "throughput": _rate(examples, wall),
-        },
-        "not_run": not_run,
-        "notes": notes,
-        "contracts": contracts,
-        "failures": failures,
-        "errors": errors,
-    }
+    found = origins(failures)
+    point_at_origins([*failures, *(f for c in contracts.values() for i in c["implementations"].values()
+                                   for f in i["failures"])], found)
+    where = "<the run's summary>"
+    record = RunReport(
+        partial=partial, interrupted_by=interrupted_by, status=status, started=_iso(started), finished=_iso(finished),
+        wall_seconds=round(wall, 3), startup_seconds=round(startup_seconds, 3), budget_seconds=job.budget_s,
+        database_lost=list(database_lost or []), profile=job.profile, seed=job.seed, workers=job.workers,
+        isolated=job.isolate, device=job.items[0].device if job.items else None, database=job.database,
+        corpus=job.corpus_dir, shard=job.extra.get("shard"), replay_command=job.extra.get("replay_command"),
+        versions=versions(), host={"platform": machine["platform"], "cpus": machine["cpu_count"]},
+        totals=Totals(
+            examples=examples, failures=len(failures), origins=len(found),
+            new_corpus_entries=sum(1 for f in failures if f.get("new")), errors=len(errors), items=len(job.items),
+            items_run=len(job.items) - len(not_run), items_not_run=len(not_run), throughput=_rate(examples, wall),
+        ),
+        not_run=not_run, notes=notes,
+        contracts={name: ContractRecord.from_json(c, where, (name,)) for name, c in contracts.items()},
+        failures=[FailureRecord.from_json(f, where, ("failures",)) for f in failures],
+        origins=[OriginRecord.from_json(o, where, ("origins",)) for o in found],
+        errors=[ErrorRecord.from_json(e, where, ("errors",)) for e in errors],
+    )
+    return record.to_json()
 
 
 def _iso(t: float) -> str:
@@ -226,18 +278,19 @@ def render_markdown(summary: dict[str, Any]) -> str:
         top = ", ".join(f"{label} {v['fraction'] * 100:.0f}%" for label, v in c["coverage"].items())
         lines.append(f"- {cname} ({c['examples']} examples): {top}")
     if summary["failures"]:
-        lines += ["", "### Failures", ""]
-        for f in summary["failures"]:
-            first = f["message"].splitlines()[0] if f.get("message") else ""
+        lines += ["", "### Failures (one per origin)", ""]
+        for o in summary.get("origins") or origins(summary["failures"]):
+            first = o["message"].splitlines()[0] if o.get("message") else ""
             lines += [
-                f"**{f['contract']} / `{f['implementation']}`: {f['property']}** ({f.get('spec', '')})",
+                f"**{o['contract']} / `{o['implementation']}`: {o['description']}**, breaks "
+                + ", ".join(o["properties"]) + (f" ({o['failures']} failures)" if o["failures"] > 1 else ""),
                 "",
-                f"{f['error_type']}: {first}",
+                f"{o['error_type']}: {first}",
                 "",
-                f"Corpus: `{f.get('corpus_file')}`" + (" (new)" if f.get("new") else " (already known)"),
+                f"Corpus: `{o.get('corpus_file')}`" + (" (new)" if o.get("new") else " (already known)"),
                 "",
                 "```python",
-                f.get("reproduction", ""),
+                o.get("reproduction") or "",
                 "```",
                 "",
             ]

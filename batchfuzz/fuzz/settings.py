@@ -7,6 +7,11 @@ from __future__ import annotations
 import os
 
 CORPUS_ENV_VAR = "BATCHFUZZ_CORPUS"  # the corpus directory (batchfuzz.fuzz.corpus.default_dir)
+# The fuzz job's state lives in the project the user runs it in, relative to
+# the working directory (as Hypothesis keeps .hypothesis/ there), never in the
+# installed tool's own tree: the corpus, the reports and (batchfuzz.profiles)
+# the example database. tests/test_fuzz_job.py runs the job from a tmp directory.
+DEFAULT_CORPUS = "corpus"
 DEFAULT_REPORT = "reports/fuzz"
 # A slice is at least this long (seconds): every item runs once when the
 # budget gives each item this much per worker.
