@@ -11,7 +11,6 @@ from batchfuzz import registry, reproduce, runner
 from batchfuzz.registry import Contract, ErrorInput, Implementation, Property
 from tests.generate import error_params, impl_params, oracle_params
 
-
 # Generation without the shrink phase: finding a failure is what a "can fail" test asks.
 _FIND_ONLY = (Phase.explicit, Phase.reuse, Phase.generate)
 
