@@ -183,6 +183,43 @@ def sample_workload(rng: np.random.Generator | int, **bounds: Any) -> EngineWork
     return draw_workload(RngSource(rng), bounds)
 
 
+# ---------------------------------------------------------------- step sources and domains
+
+# Where scheduled steps come from (``--steps SOURCE``, ``realizable_steps(source=...)``).
+STEP_SOURCES = ("model", "engine")
+
+
+def steps_domain(contract: Any, source: str, domain: str | None = None) -> str:
+    """The domain of ``contract`` that step source ``source`` feeds: the one
+    rule behind ``--steps SOURCE`` of ``check`` and ``fuzz``. A contract over
+    scheduled steps declares it in its strategies module as
+    ``STEP_SOURCE_DOMAINS`` (source -> domain; contract E: model -> ``engine``,
+    engine -> ``engine-steps``; contract D: engine -> ``engine-steps``).
+    ValueError, its message naming ``--steps`` and the value, where the
+    contract has no such domain, ``domain`` (an explicit ``--domain``) is
+    another one, or the source is the engine and vLLM's scheduler cannot be
+    imported here."""
+    import importlib
+
+    if source not in STEP_SOURCES:
+        raise ValueError(f"--steps must be one of {', '.join(map(repr, STEP_SOURCES))}, got {source!r}")
+    module = importlib.import_module(contract.inputs.module) if contract.inputs is not None else None
+    fed: dict[str, str] = dict(getattr(module, "STEP_SOURCE_DOMAINS", {}))
+    if source not in fed:
+        has = f"its step sources: {', '.join(fed)}" if fed else "it is not a contract over scheduled steps"
+        raise ValueError(f"--steps {source}: contract {contract.name!r} has no domain of scheduled steps from {source!r} ({has})")
+    name = fed[source]
+    if domain is not None and domain != name:
+        raise ValueError(f"--steps {source} is the domain {name!r} of contract {contract.name!r}; --domain {domain!r} contradicts it")
+    if source == "engine":
+        from batchfuzz import vllm_scheduler
+
+        why = vllm_scheduler.import_error()
+        if why is not None:
+            raise ValueError(f"--steps engine: {why}")
+    return name
+
+
 # ---------------------------------------------------------------- running a workload
 
 
@@ -276,22 +313,31 @@ def engine_step(w: EngineWorkload) -> tuple[Step, dict[str, Any]]:
     return step, info
 
 
-def engine_step_args(workload: dict[str, Any] | EngineWorkload) -> dict[str, Any]:
-    """Contract E's canonical arguments for the step vLLM's scheduler produces
-    on ``workload`` (what a reproduction calls)."""
+def engine_step_args(workload: dict[str, Any] | EngineWorkload, recorded: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The arguments of the step vLLM's scheduler produces on ``workload``
+    (what a reproduction calls): contract E's four canonical arguments; with
+    ``recorded`` (a case's arguments), ``recorded`` with those of its
+    arguments that come from the step taken from the engine, the rest (a
+    contract D case's padding) as recorded."""
     w = workload if isinstance(workload, EngineWorkload) else EngineWorkload.from_dict(workload)
     step, _ = engine_step(w)
-    return {"num_computed_tokens": step.num_computed_tokens, "num_scheduled_tokens": step.num_scheduled_tokens,
-            "block_tables": list(step.block_tables), "block_sizes": list(step.block_sizes)}
+    args: dict[str, Any] = {"num_computed_tokens": step.num_computed_tokens, "num_scheduled_tokens": step.num_scheduled_tokens,
+                            "block_tables": list(step.block_tables), "block_sizes": list(step.block_sizes)}
+    if recorded is None:
+        return args
+    return {k: args.get(k, v) for k, v in recorded.items()}
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
+        return (isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b)
+                and all(_same(x, y) for x, y in zip(a, b, strict=True)))
+    return bool(np.array_equal(np.asarray(a), np.asarray(b)))
 
 
 def same_args(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Whether two contract E argument dicts hold the same step (values, not dtypes)."""
-    return (np.array_equal(np.asarray(a["num_computed_tokens"]), np.asarray(b["num_computed_tokens"]))
-            and np.array_equal(np.asarray(a["num_scheduled_tokens"]), np.asarray(b["num_scheduled_tokens"]))
-            and [int(x) for x in a["block_sizes"]] == [int(x) for x in b["block_sizes"]]
-            and len(a["block_tables"]) == len(b["block_tables"])
-            and all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(a["block_tables"], b["block_tables"], strict=True)))
+    """Whether two argument dicts hold the same values (arrays by value, not dtype; lists element by element)."""
+    return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
 
 
 # ---------------------------------------------------------------- the model on the same workload

@@ -219,8 +219,8 @@ def _engine_steps(draw: st.DrawFn, bounds: dict[str, Any]) -> tuple[Step, dict[s
     return engine_steps.engine_step(engine_steps.draw_workload(HypothesisSource(draw), bounds))
 
 
-STEP_SOURCES = ("model", "engine")
-# The domain of a contract over scheduled steps that each step source feeds (``check --steps SOURCE``).
+STEP_SOURCES = engine_steps.STEP_SOURCES
+# The domain of contract E that each step source feeds (``--steps SOURCE``; engine_steps.steps_domain).
 STEP_SOURCE_DOMAINS = {"model": "engine", "engine": "engine-steps"}
 
 

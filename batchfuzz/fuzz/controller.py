@@ -96,6 +96,16 @@ def plan(args: argparse.Namespace) -> list[WorkItem]:
                 raise UsageError(f"--contract {pat!r} matches no contract; known: {', '.join(names)}")
         contracts = [c for c in contracts if _match(c.name, args.contract)]
     by_name = {c.name: c for c in contracts}
+    # --steps SOURCE: every item of a contract draws from the domain that source feeds (engine_steps.steps_domain).
+    steps = getattr(args, "steps", None)
+    fed: dict[str, str | None] = {c.name: None for c in contracts}
+    if steps is not None:
+        from batchfuzz import engine_steps
+
+        try:
+            fed = {c.name: engine_steps.steps_domain(c, steps, args.domain) for c in contracts}
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
     pairs: list[tuple[Any, str, str | None]] = []
     # The user's own functions first (what they run the job for), then every
     # implementation in section order.
@@ -113,11 +123,11 @@ def plan(args: argparse.Namespace) -> list[WorkItem]:
             ref = parse(spec)
         except TargetError as exc:
             raise UsageError(f"--target {cname}={spec}: {exc}") from None
-        pairs.append((by_name[cname], ref.spec, args.domain))
+        pairs.append((by_name[cname], ref.spec, fed[cname] or args.domain))
     for c in contracts:
         for impl in c.implementations:
             if args.device in impl.devices:
-                pairs.append((c, f"impl:{impl.name}@{args.device}", None))
+                pairs.append((c, f"impl:{impl.name}@{args.device}", fed[c.name]))
     if args.impl:
         for pat in args.impl:
             if not any(_match(t, [pat]) for _, t, _ in pairs):
@@ -198,6 +208,8 @@ def _replay_command(args: argparse.Namespace, seed: int) -> str:
     parts += [f"--contract {q(c)}" for c in args.contract or []]
     parts += [f"--impl {q(i)}" for i in args.impl or []]
     parts += [f"--target {q(f'{c}={s}')}" for c, s in args.target]
+    if getattr(args, "steps", None):
+        parts.append(f"--steps {args.steps}")
     if args.shard:
         parts.append(f"--shard {args.shard[0]}/{args.shard[1]}")
     if args.no_isolation:
