@@ -414,3 +414,109 @@ def differences(engine: LaidOutStep, model: LaidOutStep) -> list[str]:
     if not bad and not _renaming(engine.blocks, [rows_m[r] for r in engine.req_ids]):
         out.append(f"block tables: engine {engine.blocks}, model {[rows_m[r] for r in engine.req_ids]} (rows in the engine's order)")
     return out
+
+
+# ---------------------------------------------------------------- conformance of the model, as a search
+
+# The nightly work item of the conformance property (batchfuzz.fuzz): the model's
+# steps checked against vLLM's scheduler, reported as contract/target/property.
+CONFORMANCE_SUBJECT = "scheduler_model"
+CONFORMANCE_AGAINST = "vllm-scheduler"
+CONFORMANCE = "conformance"
+CONFORMANCE_SPEC = ("on one workload, batchfuzz's scheduler model and vLLM's scheduler schedule the same requests with "
+                    "the same computed and scheduled tokens, in the same batch order, with the same block tables up to "
+                    "renaming (docs/contracts.md, contract E, \"Conformance of the model\")")
+
+
+def conformance(workload: dict[str, Any] | EngineWorkload) -> list[str]:
+    """How the scheduler model's step differs from vLLM's scheduler's on ``workload`` (:func:`differences`; empty: they agree)."""
+    w = workload if isinstance(workload, EngineWorkload) else EngineWorkload.from_dict(workload)
+    engine, _ = run_engine(w)
+    return differences(engine, run_model(w))
+
+
+@dataclass
+class ConformanceResult:
+    """One search of the conformance property: examples run and, when the two
+    schedulers differ, the smallest workload found and how they differ there."""
+
+    examples: int = 0
+    seconds: float = 0.0
+    workload: dict[str, Any] | None = None
+    differences: list[str] = field(default_factory=list)
+    first_failure_example: int | None = None
+    out_of_time: bool = False  # the time ended first (with a workload: while shrinking it)
+
+    def reproduction(self) -> str:
+        """A test that fails while the model differs from the installed vLLM's scheduler on the workload."""
+        return "\n".join([
+            f"# batchfuzz reproduction: {CONFORMANCE_SUBJECT} against {CONFORMANCE_AGAINST} (the installed vLLM), {CONFORMANCE}",
+            f"# {'; '.join(self.differences)}",
+            "from batchfuzz.engine_steps import conformance",
+            f"workload = {self.workload!r}",
+            "found = conformance(workload)",
+            "assert found == [], found"])
+
+
+class _OutOfTime(Exception):
+    pass
+
+
+class _Differs(Exception):
+    pass
+
+
+def conformance_search(run_settings: Any, *, seed: int | None = None, deadline: float | None = None,
+                       generate_until: float | None = None, should_stop: Any = None) -> ConformanceResult:
+    """Search workloads (:func:`draw_workload`, shrinking as it says) for one
+    on which :func:`conformance` finds a difference, under ``run_settings``
+    (a Hypothesis ``settings``; its database keeps what it finds). No new
+    workload starts after ``generate_until`` or ``deadline`` (``time.time()``)
+    or once ``should_stop()``; a difference found is shrunk until ``deadline``."""
+    import time
+
+    from hypothesis import given, settings
+    from hypothesis import seed as hypothesis_seed
+    from hypothesis import strategies as st
+    from hypothesis.errors import HypothesisException
+
+    from batchfuzz.workloads import HypothesisSource
+
+    result = ConformanceResult()
+    failing: list[tuple[EngineWorkload, list[str]]] = []
+
+    def body(data: Any) -> None:
+        w = draw_workload(HypothesisSource(data.draw))  # drawn first: a replayed example draws what it drew before
+        now = time.time()
+        if (deadline is not None and now > deadline) or (should_stop is not None and should_stop()) or \
+                (generate_until is not None and now > generate_until and result.examples and not failing):
+            raise _OutOfTime
+        result.examples += 1
+        found = conformance(w)
+        if found:
+            if result.first_failure_example is None:
+                result.first_failure_example = result.examples
+            failing.append((w, found))
+            raise _Differs
+
+    body._hypothesis_internal_add_digest = repr((CONFORMANCE_SUBJECT, CONFORMANCE_AGAINST, CONFORMANCE)).encode()  # type: ignore[attr-defined]
+    test = given(st.data())(body)
+    if seed is not None and not run_settings.derandomize:
+        test = hypothesis_seed(seed)(test)
+    test = settings(run_settings, report_multiple_bugs=False)(test)
+    start = time.perf_counter()
+    try:
+        test()
+    except _OutOfTime:
+        result.out_of_time = True
+    except _Differs:
+        pass
+    except HypothesisException:
+        if not failing:
+            raise
+    finally:
+        result.seconds = time.perf_counter() - start
+    if failing:
+        w, found = failing[-1]  # Hypothesis replays its smallest failing workload last
+        result.workload, result.differences = w.to_dict(), found
+    return result

@@ -35,6 +35,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from batchfuzz import engine_steps, vllm_scheduler, workloads
+from batchfuzz.workloads import HypothesisSource
 from batchfuzz.case import Case
 from batchfuzz.reference._args import INT_DTYPES, ceil_div
 from batchfuzz.reference._step import STEP_ARGUMENTS, Range, Step, check_step, cuts_to_split, is_well_formed
@@ -192,21 +193,6 @@ def general_steps(*, min_num_reqs: int = 2, max_num_reqs: int = 4, max_computed:
 
 
 # ---------------------------------------------------------------- realizable steps
-
-
-class HypothesisSource:
-    """Choices drawn through Hypothesis: integers shrink to ``lo``, samples to the first option."""
-
-    def __init__(self, draw: st.DrawFn) -> None:
-        self.draw = draw
-
-    def integers(self, lo: int, hi: int) -> int:
-        return self.draw(st.integers(lo, max(lo, hi)))
-
-    def sampled(self, options: Sequence[T]) -> T:
-        return self.draw(st.sampled_from(list(options)))
-
-
 
 
 @st.composite

@@ -211,8 +211,10 @@ class _Runner:
         job's deadline; return (and write) its state. The seconds its target
         took to get ready (a worker started, the target imported) are
         ``self.last_startup_s``: the controller does not charge them to the budget."""
-        from batchfuzz import registry, runner
+        from batchfuzz import engine_steps, registry, runner
 
+        if item.contract == engine_steps.CONFORMANCE_SUBJECT:
+            return self.run_conformance_slice(item, slice_s, shrink_s)
         job = self.job
         state = read_state(job, item)
         state.update(status=RUNNING, worker=self.worker, pid=os.getpid())
@@ -268,6 +270,58 @@ class _Runner:
             state.update(status="interrupted", reason="the run was stopped (signal)")
         elif rs.derandomize and not r.out_of_time:
             state["status"] = "passed"  # a derandomized stream is done once it has run: another slice would replay it
+        else:
+            state["status"] = IDLE
+        write_state(job, item, state, final=state["status"] in FINAL)
+        return state
+
+
+    def run_conformance_slice(self, item: WorkItem, slice_s: float, shrink_s: float) -> dict[str, Any]:
+        """The conformance item (``engine_steps.conformance_search``): as a
+        property's slice, its failure the smallest workload on which the
+        scheduler model and vLLM's scheduler differ, with its reproduction (no
+        corpus entry: the corpus holds contracts' cases)."""
+        from batchfuzz import engine_steps
+
+        job = self.job
+        state = read_state(job, item)
+        state.update(status=RUNNING, worker=self.worker, pid=os.getpid())
+        state["started"] = state["started"] or time.time()
+        write_state(job, item, state)
+        began = time.time()
+        self.last_startup_s = 0.0
+        rs = self.settings()
+        state["settings"] = {"profile": job.profile, "derandomize": bool(rs.derandomize), "isolated": False,
+                             "database": repr(rs.database) if rs.database is not None else None, "seed": job.seed}
+        try:
+            # vLLM's import and its first configuration are start-up, as a target's import is: the slice starts after.
+            engine_steps.conformance(engine_steps.sample_workload(0))
+            self.last_startup_s = time.time() - began
+            r = engine_steps.conformance_search(rs, seed=job.seed + int(state["slices"]), deadline=min(job.deadline, time.time() + slice_s + shrink_s),
+                                                generate_until=min(job.deadline, time.time() + slice_s),
+                                                should_stop=lambda: stop_requested(job))
+        except Exception as exc:
+            state.update(status="error", error={"type": type(exc).__name__, "message": str(exc),
+                                                "traceback": traceback.format_exc()})
+            state["seconds"] = round(float(state["seconds"]) + time.time() - began, 3)
+            write_state(job, item, state, final=True)
+            return state
+        examples_before = int(state["examples"])
+        state["slices"] = int(state["slices"]) + 1
+        state["examples"] = examples_before + r.examples
+        state["seconds"] = round(float(state["seconds"]) + time.time() - began, 3)
+        if r.workload is not None:
+            state["failures"].append({
+                "property": engine_steps.CONFORMANCE, "during": "", "spec": engine_steps.CONFORMANCE_SPEC, "kind": "violation",
+                "error_type": "ConformanceDifference", "message": "; ".join(r.differences), "exit": None,
+                "inputs": {"workload": r.workload}, "reproduction": r.reproduction(), "corpus_file": None, "new": False,
+                "id": None, "shrink_complete": not r.out_of_time,
+                "found_at_example": examples_before + (r.first_failure_example or 0)})
+            state["status"] = "failed"
+        elif stop_requested(job):
+            state.update(status="interrupted", reason="the run was stopped (signal)")
+        elif rs.derandomize and not r.out_of_time:
+            state["status"] = "passed"
         else:
             state["status"] = IDLE
         write_state(job, item, state, final=state["status"] in FINAL)
