@@ -64,7 +64,7 @@ class HypothesisSource:
     def sampled(self, options: Sequence[T]) -> T:
         from hypothesis import strategies as st
 
-        return self.draw(st.sampled_from(list(options)))  # type: ignore[no-any-return]
+        return self.draw(st.sampled_from(list(options)))
 
 
 @dataclass(frozen=True)

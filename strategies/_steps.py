@@ -35,7 +35,6 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from batchfuzz import engine_steps, vllm_scheduler, workloads
-from batchfuzz.workloads import HypothesisSource
 from batchfuzz.case import Case
 from batchfuzz.reference._args import INT_DTYPES, ceil_div
 from batchfuzz.reference._step import STEP_ARGUMENTS, Range, Step, check_step, cuts_to_split, is_well_formed
@@ -43,6 +42,7 @@ from batchfuzz.reference.split_ubatches import split_ubatches
 from batchfuzz.strategies._engine import default_capture_sizes, pad_to_capture_size
 from batchfuzz.strategies._exhaustive import ScopeSpec, check_scope, restricted_growth
 from batchfuzz.strategies._validate import check_choice, check_integer, check_interval
+from batchfuzz.workloads import HypothesisSource
 
 T = TypeVar("T")
 BLOCK_SIZES = (1, 2, 4, 3, 8)  # larger ones come with realizable steps

@@ -297,8 +297,10 @@ class _Runner:
             # vLLM's import and its first configuration are start-up, as a target's import is: the slice starts after.
             engine_steps.conformance(engine_steps.sample_workload(0))
             self.last_startup_s = time.time() - began
-            r = engine_steps.conformance_search(rs, seed=job.seed + int(state["slices"]), deadline=min(job.deadline, time.time() + slice_s + shrink_s),
-                                                generate_until=min(job.deadline, time.time() + slice_s),
+            now = time.time()
+            r = engine_steps.conformance_search(rs, seed=job.seed + int(state["slices"]),
+                                                deadline=min(job.deadline, now + slice_s + shrink_s),
+                                                generate_until=min(job.deadline, now + slice_s),
                                                 should_stop=lambda: stop_requested(job))
         except Exception as exc:
             state.update(status="error", error={"type": type(exc).__name__, "message": str(exc),
