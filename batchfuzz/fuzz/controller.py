@@ -149,7 +149,7 @@ def plan(args: argparse.Namespace) -> list[WorkItem]:
                 pairs.append((c, f"impl:{impl.name}@{args.device}", fed[c.name]))
     if args.impl:
         for pat in args.impl:
-            if not any(_match(t, [pat]) for _, t, _ in pairs):
+            if not any(_match(t, [pat]) for _, t, _ in pairs) and not (conformance and _match(engine_steps.CONFORMANCE_AGAINST, [pat])):
                 known = sorted({t for _, t, _ in pairs})
                 raise UsageError(f"--impl {pat!r} matches no target on {args.device}; known: {', '.join(known)}")
         dropped = [f"{c.name}={t}" for c, t, _ in pairs[:len(args.target)] if not _match(t, args.impl)]
