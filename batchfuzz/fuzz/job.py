@@ -1,7 +1,8 @@
 """The fuzz job's model and its runner processes.
 
 ``batchfuzz fuzz`` (the controller, :mod:`batchfuzz.fuzz.controller`) plans
-work items, one per contract x target x property x device, and hands them
+work items, one per contract x target x property x device (and, nightly,
+the scheduler model's conformance to vLLM's scheduler), and hands them
 out in *slices* of time to ``--workers`` runner processes. A runner
 (:func:`runner_main`) runs each slice as one Hypothesis hunt of the item's
 property, generating until the slice ends (a failure found by then is shrunk
@@ -214,7 +215,7 @@ class _Runner:
         from batchfuzz import engine_steps, registry, runner
 
         if item.contract == engine_steps.CONFORMANCE_SUBJECT:
-            return self.run_conformance_slice(item, slice_s, shrink_s)
+            return self.run_conformance_slice(item, slice_no, slice_s, shrink_s)
         job = self.job
         state = read_state(job, item)
         state.update(status=RUNNING, worker=self.worker, pid=os.getpid())
@@ -275,13 +276,12 @@ class _Runner:
         write_state(job, item, state, final=state["status"] in FINAL)
         return state
 
-
-    def run_conformance_slice(self, item: WorkItem, slice_s: float, shrink_s: float) -> dict[str, Any]:
+    def run_conformance_slice(self, item: WorkItem, slice_no: int, slice_s: float, shrink_s: float) -> dict[str, Any]:
         """The conformance item (``engine_steps.conformance_search``): as a
         property's slice, its failure the smallest workload on which the
         scheduler model and vLLM's scheduler differ, with its reproduction (no
         corpus entry: the corpus holds contracts' cases)."""
-        from batchfuzz import engine_steps
+        from batchfuzz import engine_steps, runner
 
         job = self.job
         state = read_state(job, item)
@@ -298,7 +298,7 @@ class _Runner:
             engine_steps.conformance(engine_steps.sample_workload(0))
             self.last_startup_s = time.time() - began
             now = time.time()
-            r = engine_steps.conformance_search(rs, seed=job.seed + int(state["slices"]),
+            r = engine_steps.conformance_search(rs, seed=runner._round_seed(job.seed, item.contract, item.target, item.property, slice_no),
                                                 deadline=min(job.deadline, now + slice_s + shrink_s),
                                                 generate_until=min(job.deadline, now + slice_s),
                                                 should_stop=lambda: stop_requested(job))
