@@ -410,6 +410,13 @@ def runner_main(conn: Any, job_path: str, worker: str, owner: int) -> None:
         torch.set_num_threads(1)  # one core per runner
     except Exception:  # pragma: no cover - torch is a dependency
         pass
+    from batchfuzz import engine_steps
+
+    if any(i.contract == engine_steps.CONFORMANCE_SUBJECT for i in job.items):
+        # vLLM's import and first configuration (tens of seconds) are this runner's start-up; a failure
+        # here shows again in the item's slice, as its error.
+        with contextlib.suppress(Exception):
+            engine_steps.conformance(engine_steps.sample_workload(0))
     r = _Runner(job, worker)
     try:
         conn.send((None, READY, 0.0))
