@@ -301,3 +301,36 @@ def test_the_nightly_profile_plans_the_conformance_item_or_says_why_not(monkeypa
     everything, (planned, note) = plan("--profile", "nightly")
     assert not planned and note == "skipped: scheduler_model/vllm-scheduler/conformance (vLLM's scheduler cannot be imported: planted)"
     assert conf not in [(i.contract, i.target, i.property) for i in everything]
+
+
+@needs_vllm
+def test_a_runner_runs_the_conformance_item_as_a_slice_and_records_a_difference(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from batchfuzz.fuzz.job import Job, WorkItem, _Runner
+
+    item = WorkItem(0, engine_steps.CONFORMANCE_SUBJECT, engine_steps.CONFORMANCE_AGAINST, "cpu", engine_steps.CONFORMANCE)
+
+    def slice_of(profile: str) -> dict[str, Any]:
+        d = tmp_path / profile
+        job = Job(items=[item], report_dir=str(d), corpus_dir=str(d / "corpus"), database=None, profile=profile, seed=1,
+                  workers=1, budget_s=600.0, deadline=time.time() + 600.0)
+        job.items_dir.mkdir(parents=True)
+        job.run_dir.mkdir(parents=True)
+        return _Runner(job, "w0").run_slice(item, 0, 300.0, 60.0)
+
+    passed = slice_of("ci")  # derandomized, 25 examples: the slice ends when they have run
+    assert passed["status"] == "passed" and passed["examples"] == 25 and not passed["failures"]
+    model = engine_steps.run_model
+
+    def late(w: engine_steps.EngineWorkload) -> engine_steps.LaidOutStep:
+        laid = model(w)
+        laid.step_index += 1  # a planted drift every workload shows
+        return laid
+
+    monkeypatch.setattr(engine_steps, "run_model", late)
+    failed = slice_of("mutation")  # no shrinking: the first workload is the failure
+    record = failed["failures"][0]
+    assert failed["status"] == "failed" and record["found_at_example"] == 1  # Hypothesis replays it once more at the end
+    assert record["property"] == "conformance" and record["message"].startswith("step: engine emits step ")
+    assert "found = conformance(workload)" in record["reproduction"] and record["inputs"]["workload"]["requests"]
