@@ -183,6 +183,43 @@ def sample_workload(rng: np.random.Generator | int, **bounds: Any) -> EngineWork
     return draw_workload(RngSource(rng), bounds)
 
 
+# ---------------------------------------------------------------- step sources and domains
+
+# Where scheduled steps come from (``--steps SOURCE``, ``realizable_steps(source=...)``).
+STEP_SOURCES = ("model", "engine")
+
+
+def steps_domain(contract: Any, source: str, domain: str | None = None) -> str:
+    """The domain of ``contract`` that step source ``source`` feeds: the one
+    rule behind ``--steps SOURCE`` of ``check`` and ``fuzz``. A contract over
+    scheduled steps declares it in its strategies module as
+    ``STEP_SOURCE_DOMAINS`` (source -> domain; contract E: model -> ``engine``,
+    engine -> ``engine-steps``; contract D: engine -> ``engine-steps``).
+    ValueError, its message naming ``--steps`` and the value, where the
+    contract has no such domain, ``domain`` (an explicit ``--domain``) is
+    another one, or the source is the engine and vLLM's scheduler cannot be
+    imported here."""
+    import importlib
+
+    if source not in STEP_SOURCES:
+        raise ValueError(f"--steps must be one of {', '.join(map(repr, STEP_SOURCES))}, got {source!r}")
+    module = importlib.import_module(contract.inputs.module) if contract.inputs is not None else None
+    fed: dict[str, str] = dict(getattr(module, "STEP_SOURCE_DOMAINS", {}))
+    if source not in fed:
+        has = f"its step sources: {', '.join(fed)}" if fed else "it is not a contract over scheduled steps"
+        raise ValueError(f"--steps {source}: contract {contract.name!r} has no domain of scheduled steps from {source!r} ({has})")
+    name = fed[source]
+    if domain is not None and domain != name:
+        raise ValueError(f"--steps {source} is the domain {name!r} of contract {contract.name!r}; --domain {domain!r} contradicts it")
+    if source == "engine":
+        from batchfuzz import vllm_scheduler
+
+        why = vllm_scheduler.import_error()
+        if why is not None:
+            raise ValueError(f"--steps engine: {why}")
+    return name
+
+
 # ---------------------------------------------------------------- running a workload
 
 
@@ -276,22 +313,31 @@ def engine_step(w: EngineWorkload) -> tuple[Step, dict[str, Any]]:
     return step, info
 
 
-def engine_step_args(workload: dict[str, Any] | EngineWorkload) -> dict[str, Any]:
-    """Contract E's canonical arguments for the step vLLM's scheduler produces
-    on ``workload`` (what a reproduction calls)."""
+def engine_step_args(workload: dict[str, Any] | EngineWorkload, recorded: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The arguments of the step vLLM's scheduler produces on ``workload``
+    (what a reproduction calls): contract E's four canonical arguments; with
+    ``recorded`` (a case's arguments), ``recorded`` with those of its
+    arguments that come from the step taken from the engine, the rest (a
+    contract D case's padding) as recorded."""
     w = workload if isinstance(workload, EngineWorkload) else EngineWorkload.from_dict(workload)
     step, _ = engine_step(w)
-    return {"num_computed_tokens": step.num_computed_tokens, "num_scheduled_tokens": step.num_scheduled_tokens,
-            "block_tables": list(step.block_tables), "block_sizes": list(step.block_sizes)}
+    args: dict[str, Any] = {"num_computed_tokens": step.num_computed_tokens, "num_scheduled_tokens": step.num_scheduled_tokens,
+                            "block_tables": list(step.block_tables), "block_sizes": list(step.block_sizes)}
+    if recorded is None:
+        return args
+    return {k: args.get(k, v) for k, v in recorded.items()}
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
+        return (isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b)
+                and all(_same(x, y) for x, y in zip(a, b, strict=True)))
+    return bool(np.array_equal(np.asarray(a), np.asarray(b)))
 
 
 def same_args(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Whether two contract E argument dicts hold the same step (values, not dtypes)."""
-    return (np.array_equal(np.asarray(a["num_computed_tokens"]), np.asarray(b["num_computed_tokens"]))
-            and np.array_equal(np.asarray(a["num_scheduled_tokens"]), np.asarray(b["num_scheduled_tokens"]))
-            and [int(x) for x in a["block_sizes"]] == [int(x) for x in b["block_sizes"]]
-            and len(a["block_tables"]) == len(b["block_tables"])
-            and all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(a["block_tables"], b["block_tables"], strict=True)))
+    """Whether two argument dicts hold the same values (arrays by value, not dtype; lists element by element)."""
+    return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
 
 
 # ---------------------------------------------------------------- the model on the same workload
@@ -368,3 +414,109 @@ def differences(engine: LaidOutStep, model: LaidOutStep) -> list[str]:
     if not bad and not _renaming(engine.blocks, [rows_m[r] for r in engine.req_ids]):
         out.append(f"block tables: engine {engine.blocks}, model {[rows_m[r] for r in engine.req_ids]} (rows in the engine's order)")
     return out
+
+
+# ---------------------------------------------------------------- conformance of the model, as a search
+
+# The nightly work item of the conformance property (batchfuzz.fuzz): the model's
+# steps checked against vLLM's scheduler, reported as contract/target/property.
+CONFORMANCE_SUBJECT = "scheduler_model"
+CONFORMANCE_AGAINST = "vllm-scheduler"
+CONFORMANCE = "conformance"
+CONFORMANCE_SPEC = ("on one workload, batchfuzz's scheduler model and vLLM's scheduler schedule the same requests with "
+                    "the same computed and scheduled tokens, in the same batch order, with the same block tables up to "
+                    "renaming (docs/contracts.md, contract E, \"Conformance of the model\")")
+
+
+def conformance(workload: dict[str, Any] | EngineWorkload) -> list[str]:
+    """How the scheduler model's step differs from vLLM's scheduler's on ``workload`` (:func:`differences`; empty: they agree)."""
+    w = workload if isinstance(workload, EngineWorkload) else EngineWorkload.from_dict(workload)
+    engine, _ = run_engine(w)
+    return differences(engine, run_model(w))
+
+
+@dataclass
+class ConformanceResult:
+    """One search of the conformance property: examples run and, when the two
+    schedulers differ, the smallest workload found and how they differ there."""
+
+    examples: int = 0
+    seconds: float = 0.0
+    workload: dict[str, Any] | None = None
+    differences: list[str] = field(default_factory=list)
+    first_failure_example: int | None = None
+    out_of_time: bool = False  # the time ended first (with a workload: while shrinking it)
+
+    def reproduction(self) -> str:
+        """A test that fails while the model differs from the installed vLLM's scheduler on the workload."""
+        return "\n".join([
+            f"# batchfuzz reproduction: {CONFORMANCE_SUBJECT} against {CONFORMANCE_AGAINST} (the installed vLLM), {CONFORMANCE}",
+            f"# {'; '.join(self.differences)}",
+            "from batchfuzz.engine_steps import conformance",
+            f"workload = {self.workload!r}",
+            "found = conformance(workload)",
+            "assert found == [], found"])
+
+
+class _OutOfTime(Exception):
+    pass
+
+
+class _Differs(Exception):
+    pass
+
+
+def conformance_search(run_settings: Any, *, seed: int | None = None, deadline: float | None = None,
+                       generate_until: float | None = None, should_stop: Any = None) -> ConformanceResult:
+    """Search workloads (:func:`draw_workload`, shrinking as it says) for one
+    on which :func:`conformance` finds a difference, under ``run_settings``
+    (a Hypothesis ``settings``; its database keeps what it finds). No new
+    workload starts after ``generate_until`` or ``deadline`` (``time.time()``)
+    or once ``should_stop()``; a difference found is shrunk until ``deadline``."""
+    import time
+
+    from hypothesis import given, settings
+    from hypothesis import seed as hypothesis_seed
+    from hypothesis import strategies as st
+    from hypothesis.errors import HypothesisException
+
+    from batchfuzz.workloads import HypothesisSource
+
+    result = ConformanceResult()
+    failing: list[tuple[EngineWorkload, list[str]]] = []
+
+    def body(data: Any) -> None:
+        w = draw_workload(HypothesisSource(data.draw))  # drawn first: a replayed example draws what it drew before
+        now = time.time()
+        if (deadline is not None and now > deadline) or (should_stop is not None and should_stop()) or \
+                (generate_until is not None and now > generate_until and result.examples and not failing):
+            raise _OutOfTime
+        result.examples += 1
+        found = conformance(w)
+        if found:
+            if result.first_failure_example is None:
+                result.first_failure_example = result.examples
+            failing.append((w, found))
+            raise _Differs
+
+    body._hypothesis_internal_add_digest = repr((CONFORMANCE_SUBJECT, CONFORMANCE_AGAINST, CONFORMANCE)).encode()  # type: ignore[attr-defined]
+    test = given(st.data())(body)
+    if seed is not None and not run_settings.derandomize:
+        test = hypothesis_seed(seed)(test)
+    test = settings(run_settings, report_multiple_bugs=False)(test)
+    start = time.perf_counter()
+    try:
+        test()
+    except _OutOfTime:
+        result.out_of_time = True
+    except _Differs:
+        pass
+    except HypothesisException:
+        if not failing:
+            raise
+    finally:
+        result.seconds = time.perf_counter() - start
+    if failing:
+        w, found = failing[-1]  # Hypothesis replays its smallest failing workload last
+        result.workload, result.differences = w.to_dict(), found
+    return result

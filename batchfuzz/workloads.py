@@ -49,6 +49,24 @@ class RngSource:
         return options[int(self.rng.integers(len(options)))]
 
 
+class HypothesisSource:
+    """Choices drawn through Hypothesis (the ``draw`` of ``st.composite`` or ``st.data()``):
+    integers shrink to ``lo``, samples to the first option."""
+
+    def __init__(self, draw: Any) -> None:
+        self.draw = draw
+
+    def integers(self, lo: int, hi: int) -> int:
+        from hypothesis import strategies as st
+
+        return int(self.draw(st.integers(lo, max(lo, hi))))
+
+    def sampled(self, options: Sequence[T]) -> T:
+        from hypothesis import strategies as st
+
+        return self.draw(st.sampled_from(list(options)))
+
+
 @dataclass(frozen=True)
 class Workload:
     """How requests arrive. Option lists are weighted by repetition; the first

@@ -42,6 +42,7 @@ from batchfuzz.reference.split_ubatches import split_ubatches
 from batchfuzz.strategies._engine import default_capture_sizes, pad_to_capture_size
 from batchfuzz.strategies._exhaustive import ScopeSpec, check_scope, restricted_growth
 from batchfuzz.strategies._validate import check_choice, check_integer, check_interval
+from batchfuzz.workloads import HypothesisSource
 
 T = TypeVar("T")
 BLOCK_SIZES = (1, 2, 4, 3, 8)  # larger ones come with realizable steps
@@ -194,21 +195,6 @@ def general_steps(*, min_num_reqs: int = 2, max_num_reqs: int = 4, max_computed:
 # ---------------------------------------------------------------- realizable steps
 
 
-class HypothesisSource:
-    """Choices drawn through Hypothesis: integers shrink to ``lo``, samples to the first option."""
-
-    def __init__(self, draw: st.DrawFn) -> None:
-        self.draw = draw
-
-    def integers(self, lo: int, hi: int) -> int:
-        return self.draw(st.integers(lo, max(lo, hi)))
-
-    def sampled(self, options: Sequence[T]) -> T:
-        return self.draw(st.sampled_from(list(options)))
-
-
-
-
 @st.composite
 def _realizable_steps(draw: st.DrawFn, bounds: dict[str, Any]) -> tuple[Step, dict[str, Any]]:
     return workloads.draw_small_step(HypothesisSource(draw), bounds)
@@ -219,8 +205,8 @@ def _engine_steps(draw: st.DrawFn, bounds: dict[str, Any]) -> tuple[Step, dict[s
     return engine_steps.engine_step(engine_steps.draw_workload(HypothesisSource(draw), bounds))
 
 
-STEP_SOURCES = ("model", "engine")
-# The domain of a contract over scheduled steps that each step source feeds (``check --steps SOURCE``).
+STEP_SOURCES = engine_steps.STEP_SOURCES
+# The domain of contract E that each step source feeds (``--steps SOURCE``; engine_steps.steps_domain).
 STEP_SOURCE_DOMAINS = {"model": "engine", "engine": "engine-steps"}
 
 

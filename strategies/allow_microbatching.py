@@ -11,10 +11,18 @@ from __future__ import annotations
 
 import functools
 
-from batchfuzz.strategies._steps import DOMAINS, contract_cases, contract_in_domain, scope_specs, step_reductions, step_size
+from batchfuzz.strategies._steps import (
+    DOMAINS,
+    STEP_SOURCE_DOMAINS,
+    contract_cases,
+    contract_in_domain,
+    scope_specs,
+    step_reductions,
+    step_size,
+)
 from batchfuzz.strategies._steps import scope_cases as _scope_cases
 
-__all__ = ["DOMAINS", "SCOPES", "cases", "in_domain", "reductions", "scope_cases", "size"]
+__all__ = ["DOMAINS", "SCOPES", "STEP_SOURCE_DOMAINS", "cases", "in_domain", "reductions", "scope_cases", "size"]
 
 cases = functools.partial(contract_cases, ill_formed=False)
 in_domain = functools.partial(contract_in_domain, ill_formed=False)

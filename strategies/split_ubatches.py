@@ -9,15 +9,23 @@ Domains: ``spec`` and ``engine`` coincide. The engine's callers guarantee
 exactly the contract's precondition (every request has a token; ``Np`` is
 the padded count, at least the real one and at least ``n``, since the
 thresholds that gate a split are at least ``n``), and padded counts land
-anywhere, the refusal boundary included.
+anywhere, the refusal boundary included. ``engine-steps`` takes
+``num_scheduled_tokens`` from a step of the installed vLLM's own scheduler
+(``realizable_steps(source="engine")``, docs/engine-steps.md): the counts in
+the runner's batch order, as int32 as the runner keeps them; ``Np``, ``Rp``
+and ``n`` are drawn over them as above (the padding is the caller's, not the
+scheduler's).
 
 Shrinks towards one request of one token, ``n = 2``, ``Np = max(sum(nst), n)``
-and no padded requests.
+and no padded requests; on ``engine-steps`` the workload shrinks first (as
+``realizable_steps(source="engine")`` says), then the padding.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 from hypothesis import strategies as st
@@ -26,16 +34,26 @@ from batchfuzz.case import Case
 from batchfuzz.reference._args import INT_DTYPES, ceil_div
 from batchfuzz.strategies._engine import default_capture_sizes, pad_to_capture_size
 from batchfuzz.strategies._exhaustive import ScopeSpec, check_scope, compositions
+from batchfuzz.strategies._steps import ENGINE_STEPS, realizable_steps
 from batchfuzz.strategies._validate import check_choice, check_integer
 
 NUM_UBATCHES = (2, 2, 2, 3, 4)  # 2 mostly (dual-batch overlap); 3 and 4 sometimes
 CAPTURE_SIZES = default_capture_sizes(512)
-DOMAINS = ("spec", "engine")
+DOMAINS = ("spec", "engine", ENGINE_STEPS)
+# The domain each step source feeds (``--steps SOURCE``; engine_steps.steps_domain):
+# only the engine's scheduler; the scheduler model's steps are contract E's.
+STEP_SOURCE_DOMAINS = {"engine": ENGINE_STEPS}
 
 
 @st.composite
 def _ubatch_args(draw: st.DrawFn, max_reqs: int, max_tokens_per_req: int) -> Case:
     nst = draw(st.lists(st.integers(1, max_tokens_per_req), min_size=1, max_size=max_reqs))
+    return _padded(draw, nst, None, {})
+
+
+def _padded(draw: st.DrawFn, nst: list[int], dtype: Any, context: dict[str, Any]) -> Case:
+    """A case over the counts ``nst``: ``n``, where ``Np`` comes from, ``Np``,
+    ``Rp`` and (when ``dtype`` is None) the dtype drawn; ``context`` added to ``kind``."""
     num_reqs = len(nst)
     n = draw(st.sampled_from(NUM_UBATCHES))
     total = sum(nst)
@@ -51,17 +69,38 @@ def _ubatch_args(draw: st.DrawFn, max_reqs: int, max_tokens_per_req: int) -> Cas
         size = max(1, ceil_div(total, n - 1) - draw(st.integers(0, 1)))
         padded = max(size * n + draw(st.integers(0, n - 1)), total, n)
     padded_reqs = num_reqs + draw(st.one_of(st.just(0), st.integers(0, 8)))
-    dtype = draw(st.sampled_from(INT_DTYPES))
+    if dtype is None:
+        dtype = draw(st.sampled_from(INT_DTYPES))
     return Case({"num_scheduled_tokens": np.array(nst, dtype=dtype), "num_tokens_padded": padded,
-                 "num_reqs_padded": padded_reqs, "num_ubatches": n}, {"kind": kind})
+                 "num_reqs_padded": padded_reqs, "num_ubatches": n}, {"kind": kind, **context})
+
+
+@functools.cache
+def _engine_step_cases() -> st.SearchStrategy[Case]:
+    steps = realizable_steps(source="engine")
+
+    @st.composite
+    def engine_cases(draw: st.DrawFn) -> Case:
+        step, info = draw(steps)
+        q = np.asarray(step.num_scheduled_tokens)
+        nst = [int(x) for x in q.tolist() if x > 0]  # every scheduled request has a token; kept as a guard
+        return _padded(draw, nst, q.dtype, {"source": "vllm scheduler", "labels": list(info["labels"]),
+                                            "workload": info["workload"]})
+
+    return engine_cases()
 
 
 def cases(domain: str = "spec", *, max_num_reqs: int = 16, max_tokens_per_req: int = 64) -> st.SearchStrategy[Case]:
-    """Contract D cases (both domains alike); ``context["kind"]`` says where
-    ``Np`` came from. Shrinks as the module docstring says."""
+    """Contract D cases (``spec`` and ``engine`` alike; ``engine-steps`` with
+    the counts of a step of vLLM's own scheduler, InvalidArgument saying why
+    where vLLM cannot be imported; the bounds do not apply to it);
+    ``context["kind"]`` says where ``Np`` came from. Shrinks as the module docstring says."""
     check_choice("domain", domain, DOMAINS)
-    return _ubatch_args(check_integer("max_num_reqs", max_num_reqs, min_value=1),
-                        check_integer("max_tokens_per_req", max_tokens_per_req, min_value=1))
+    bounds = (check_integer("max_num_reqs", max_num_reqs, min_value=1),
+              check_integer("max_tokens_per_req", max_tokens_per_req, min_value=1))
+    if domain == ENGINE_STEPS:
+        return _engine_step_cases()
+    return _ubatch_args(*bounds)
 
 
 def in_domain(case: Case, domain: str) -> bool:

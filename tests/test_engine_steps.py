@@ -7,12 +7,16 @@ Verdicts depend on example counts only (derandomized Hypothesis runs).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from batchfuzz import engine_steps, registry, runner, vllm_scheduler
+from batchfuzz.case import Case
+from batchfuzz.checks import PropertyViolation
 from batchfuzz.contracts._microbatch import shipped_allow_microbatching
 from batchfuzz.reference import allow_microbatching as oracle
 from batchfuzz.reference._step import is_well_formed
@@ -129,7 +133,7 @@ def test_the_unsound_step_shrinks_to_the_smallest_workload(shipped_failure: runn
 @needs_vllm
 def test_a_reproduction_rebuilds_the_scheduler_and_asserts_on_its_step(shipped_failure: runner.Failure) -> None:
     code = reproduction(shipped_failure, "variant:shipped_check")
-    assert "args = engine_step_args(workload)" in code and "assert same_args(args, recorded)" in code
+    assert "args = engine_step_args(workload, recorded)" in code and "assert same_args(args, recorded)" in code
     # Executed here (vLLM is imported already; a subprocess would import it again, tens of seconds).
     with pytest.raises(AssertionError, match="reads unwritten KV"):
         exec(compile(code, "repro.py", "exec"), {})
@@ -156,9 +160,31 @@ def test_steps_engine_is_a_usage_error_for_a_contract_without_scheduled_steps(ca
     from batchfuzz import cli
 
     code = cli.main(["check", "split_dummy_tokens", "oracle", "--steps", "engine"])
-    assert code == 2 and "has no domain of scheduled steps 'engine-steps'" in capsys.readouterr().err
+    assert code == 2 and ("--steps engine: contract 'split_dummy_tokens' has no domain of scheduled steps from 'engine' (it is "
+                          "not a contract over scheduled steps)") in capsys.readouterr().err
     code = cli.main(["check", "allow_microbatching", "oracle", "--steps", "model", "--domain", "spec"])
-    assert code == 2 and "--steps model is the domain 'engine'; --domain 'spec' contradicts it" in capsys.readouterr().err
+    assert code == 2 and ("--steps model is the domain 'engine' of contract 'allow_microbatching'; --domain 'spec' "
+                          "contradicts it") in capsys.readouterr().err
+    code = cli.main(["check", "split_ubatches", "oracle", "--steps", "model"])
+    assert code == 2 and "contract 'split_ubatches' has no domain of scheduled steps from 'model' (its step sources: engine)" \
+        in capsys.readouterr().err
+    code = cli.main(["fuzz", "--steps", "engine", "--contract", "split_*"])
+    assert code == 2 and "contract 'split_dummy_tokens' has no domain of scheduled steps" in capsys.readouterr().err
+
+
+def test_steps_name_each_contracts_own_domain_in_check_and_fuzz() -> None:
+    from batchfuzz import cli
+    from batchfuzz.fuzz import controller
+
+    for name, source, domain in (("find_conflicts", "model", "engine"), ("allow_microbatching", "model", "engine"),
+                                 ("split_ubatches", "engine", "engine-steps"), ("allow_microbatching", "engine", "engine-steps")):
+        if source == "engine" and WHY is not None:
+            with pytest.raises(ValueError, match="--steps engine: vLLM's scheduler cannot be imported"):
+                engine_steps.steps_domain(registry.get(name), source)
+            continue
+        assert engine_steps.steps_domain(registry.get(name), source) == domain
+        items = controller.plan(cli.build_parser().parse_args(["fuzz", "--contract", name, "--steps", source]))
+        assert items and {i.domain for i in items} == {domain}
 
 
 def test_the_engine_source_says_why_it_is_unavailable() -> None:
@@ -169,3 +195,142 @@ def test_the_engine_source_says_why_it_is_unavailable() -> None:
     if WHY is not None:
         with pytest.raises(InvalidArgument, match="vLLM's scheduler cannot be imported"):
             realizable_steps(source="engine")
+
+
+# ---------------------------------------------------------------- contract D on engine steps
+
+
+@pytest.fixture(scope="module")
+def engine_split_cases() -> list[Case]:
+    """60 contract D cases of the engine-steps domain (derandomized)."""
+    seen: list[Case] = []
+
+    @settings(FIXED, max_examples=60)
+    @given(registry.get("split_ubatches").domain("engine-steps").cases())
+    def collect(case: Case) -> None:
+        seen.append(case)
+
+    collect()
+    return seen
+
+
+@needs_vllm
+def test_contract_d_cases_take_their_counts_from_vllms_step(engine_split_cases: list[Case]) -> None:
+    contract = registry.get("split_ubatches")
+    for case in engine_split_cases[:10]:
+        args = {**engine_steps.engine_step_args(case.context["workload"], case.args)}
+        assert engine_steps.same_args(args, case.args)  # the counts are the step's q, in the runner's batch order
+        assert case.args["num_scheduled_tokens"].dtype == np.int32 and contract.domain("engine-steps").contains(case)
+
+
+@needs_vllm
+def test_every_property_of_contract_d_fails_on_a_variant_on_engine_steps(engine_split_cases: list[Case]) -> None:
+    contract = registry.get("split_ubatches")
+    for prop in contract.properties:
+        caught = []
+        for v in contract.variants:
+            if prop.name not in v.caught_by:
+                continue
+            for case in engine_split_cases:
+                try:
+                    prop.check(v.fn, case.copy())
+                except PropertyViolation:
+                    caught.append(v.name)
+                    break
+        assert caught, f"{prop.name}: no variant that it catches fails it on engine-step cases"
+
+
+@needs_vllm
+def test_a_contract_d_failure_on_engine_steps_shrinks_to_one_request_and_reproduces() -> None:
+    contract = registry.get("split_ubatches")
+    r = runner.hunt(contract, contract.variant("no_refusal").fn, contract.property("refusal_rule"),
+                    target_name="variant:no_refusal", run_settings=settings(FIXED, max_examples=100), domain="engine-steps")
+    assert r.failure is not None
+    w = r.failure.case.context["workload"]
+    assert [r[:2] for r in w["requests"]] == [[0, [1]]] and w["num_steps"] == 1
+    assert r.failure.case.args["num_scheduled_tokens"].tolist() == [1] and r.failure.case.args["num_tokens_padded"] == 2
+    code = reproduction(r.failure, "variant:no_refusal")
+    assert "args = engine_step_args(workload, recorded)" in code
+    with pytest.raises(AssertionError, match="must be refused"):
+        exec(compile(code, "repro.py", "exec"), {})
+    exec(compile(reproduction(r.failure, "impl:numpy@cpu"), "repro.py", "exec"), {})
+
+
+# ---------------------------------------------------------------- the conformance search (the nightly work item)
+
+
+@needs_vllm
+def test_the_conformance_search_finds_a_model_that_drifts(monkeypatch: pytest.MonkeyPatch) -> None:
+    passed = engine_steps.conformance_search(settings(FIXED, max_examples=20))
+    assert passed.examples == 20 and passed.workload is None
+    model = engine_steps.run_model
+
+    def drifted(w: engine_steps.EngineWorkload) -> engine_steps.LaidOutStep:
+        """The model with a planted drift: a prompt of 3 or more tokens arriving in the emitted step gets one more token cached."""
+        laid = model(w)
+        laid.num_computed_tokens = [c + (1 if new and q > 2 else 0) for c, q, new in
+                                    zip(laid.num_computed_tokens, laid.num_scheduled_tokens, laid.new, strict=True)]
+        return laid
+
+    monkeypatch.setattr(engine_steps, "run_model", drifted)
+    # Found without shrinking (Hypothesis's shrinking of workloads is pinned by the contract tests above; here
+    # it would cost a minute of schedulers).
+    found = engine_steps.conformance_search(settings(FIXED, max_examples=100, phases=[Phase.explicit, Phase.reuse, Phase.generate]))
+    assert found.workload is not None and found.differences[0].startswith("tokens: request ")
+    assert found.first_failure_example is not None and found.examples >= found.first_failure_example
+    with pytest.raises(AssertionError, match="tokens: request "):
+        exec(compile(found.reproduction(), "repro.py", "exec"), {})
+
+
+def test_the_nightly_profile_plans_the_conformance_item_or_says_why_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    from batchfuzz import cli
+    from batchfuzz.fuzz import controller
+
+    def plan(*argv: str) -> tuple[list[Any], tuple[bool, str | None]]:
+        args = cli.build_parser().parse_args(["fuzz", *argv])
+        return controller.plan(args), controller.conformance_planned(args)
+
+    conf = (engine_steps.CONFORMANCE_SUBJECT, engine_steps.CONFORMANCE_AGAINST, engine_steps.CONFORMANCE)
+    dev, _ = plan("--contract", "split_ubatches")
+    assert conf not in [(i.contract, i.target, i.property) for i in dev]
+    assert plan("--profile", "nightly", "--contract", "split_ubatches")[1] == (False, None)  # filtered out
+    items, (planned, note) = plan("--profile", "nightly", "--contract", "scheduler_model")
+    if WHY is None:
+        assert planned and note is None and [(i.contract, i.target, i.property) for i in items] == [conf]
+    monkeypatch.setattr(vllm_scheduler, "import_error", lambda: "vLLM's scheduler cannot be imported: planted")
+    everything, (planned, note) = plan("--profile", "nightly")
+    assert not planned and note == "skipped: scheduler_model/vllm-scheduler/conformance (vLLM's scheduler cannot be imported: planted)"
+    assert conf not in [(i.contract, i.target, i.property) for i in everything]
+
+
+@needs_vllm
+def test_a_runner_runs_the_conformance_item_as_a_slice_and_records_a_difference(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from batchfuzz.fuzz.job import Job, WorkItem, _Runner
+
+    item = WorkItem(0, engine_steps.CONFORMANCE_SUBJECT, engine_steps.CONFORMANCE_AGAINST, "cpu", engine_steps.CONFORMANCE)
+
+    def slice_of(profile: str) -> dict[str, Any]:
+        d = tmp_path / profile
+        job = Job(items=[item], report_dir=str(d), corpus_dir=str(d / "corpus"), database=None, profile=profile, seed=1,
+                  workers=1, budget_s=600.0, deadline=time.time() + 600.0)
+        job.items_dir.mkdir(parents=True)
+        job.run_dir.mkdir(parents=True)
+        return _Runner(job, "w0").run_slice(item, 0, 300.0, 60.0)
+
+    passed = slice_of("ci")  # derandomized, 25 examples: the slice ends when they have run
+    assert passed["status"] == "passed" and passed["examples"] == 25 and not passed["failures"]
+    model = engine_steps.run_model
+
+    def late(w: engine_steps.EngineWorkload) -> engine_steps.LaidOutStep:
+        laid = model(w)
+        laid.step_index += 1  # a planted drift every workload shows
+        return laid
+
+    monkeypatch.setattr(engine_steps, "run_model", late)
+    failed = slice_of("mutation")  # no shrinking: the first workload is the failure
+    record = failed["failures"][0]
+    assert failed["status"] == "failed" and record["found_at_example"] == 1  # Hypothesis replays it once more at the end
+    assert record["property"] == "conformance" and record["message"].startswith("step: engine emits step ")
+    assert "found = conformance(workload)" in record["reproduction"] and record["inputs"]["workload"]["requests"]

@@ -12,7 +12,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from batchfuzz.usage import parse_duration, positive_int, writable_file
+from batchfuzz.usage import UsageError, parse_duration, positive_int, writable_file
 
 TARGET_METAVAR = "CONTRACT=MODULE:FUNCTION"
 
@@ -81,6 +81,23 @@ def contracts(p: argparse.ArgumentParser, help: str) -> None:
 def domain(p: argparse.ArgumentParser, help: str) -> None:
     """``--domain NAME``: the input domain (default: the target's declared one, else spec)."""
     p.add_argument("--domain", default=None, metavar="NAME", help=help)
+
+
+def steps(p: argparse.ArgumentParser, help: str) -> None:
+    """``--steps model|engine`` (``args.steps``, None when not given): where the
+    scheduled steps of contracts D and E come from; :func:`steps_domain` maps it to a contract's domain."""
+    p.add_argument("--steps", default=None, choices=("model", "engine"), metavar="SOURCE", help=help)
+
+
+def steps_domain(contract: Any, source: str, domain: str | None) -> str:
+    """The domain of ``contract`` that ``--steps SOURCE`` names (``engine_steps.steps_domain``,
+    the one rule); a usage error, saying why, where there is none."""
+    from batchfuzz import engine_steps
+
+    try:
+        return engine_steps.steps_domain(contract, source, domain)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def targets(p: argparse.ArgumentParser, help: str, type: Callable[[str], Any] = contract_target) -> None:

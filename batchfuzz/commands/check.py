@@ -90,10 +90,9 @@ def register(sub: Any) -> None:
     _options.observe(p)
     p.add_argument("--write-test", metavar="DIR", default=None,
                    help="on a counterexample, also write it as a pytest file in DIR (fails while the bug is there)")
-    p.add_argument("--steps", default=None, choices=("engine", "model"), metavar="SOURCE",
-                   help="for contracts over scheduled steps (D, E): where the steps come from: model (batchfuzz's scheduler "
-                        "model: the engine domain) or engine (the installed vLLM's own scheduler: the engine-steps domain, "
-                        "docs/engine-steps.md)")
+    _options.steps(p, help="for contracts over scheduled steps (D, E): where the steps come from: model (batchfuzz's scheduler "
+                           "model: contract E's engine domain) or engine (the installed vLLM's own scheduler: the engine-steps "
+                           "domain, docs/engine-steps.md)")
     p.add_argument("--database", metavar="PATH|URL",
                    help="a directory: persist Hypothesis examples there (replayed by later runs); a redis:// URL: read the "
                         "nightly job's shared database without writing to it, new examples going to the local copy "
@@ -138,25 +137,6 @@ class _Progress:
         self.stream.flush()
 
 
-def _steps_domain(contract: registry.Contract, source: str, domain: str | None) -> str:
-    """The domain ``--steps SOURCE`` names; a usage error where the contract
-    has none, ``--domain`` says otherwise, or vLLM's scheduler cannot be imported."""
-    from batchfuzz.strategies._steps import STEP_SOURCE_DOMAINS
-
-    name = STEP_SOURCE_DOMAINS[source]
-    if name not in [d.name for d in contract.domains]:
-        raise UsageError(f"--steps {source}: contract {contract.name!r} has no domain of scheduled steps {name!r}")
-    if domain is not None and domain != name:
-        raise UsageError(f"--steps {source} is the domain {name!r}; --domain {domain!r} contradicts it")
-    if source == "engine":
-        from batchfuzz import vllm_scheduler
-
-        why = vllm_scheduler.import_error()
-        if why is not None:
-            raise UsageError(f"--steps engine: {why}")
-    return name
-
-
 def _database(spec: str | None) -> Any:
     """``--database``: a directory is read and written; a shared Redis database
     is only read (a ``check`` of one function must not seed every machine's
@@ -197,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
         except KeyError as exc:
             raise UsageError(str(exc)) from None
     if args.steps is not None:
-        args.domain = _steps_domain(contract, args.steps, args.domain)
+        args.domain = _options.steps_domain(contract, args.steps, args.domain)
     if args.domain is not None:
         try:
             contract.domain(args.domain)

@@ -63,6 +63,10 @@ def register(sub: Any) -> None:
     _options.targets(p, help="also fuzz your own function against CONTRACT (repeatable; FILE.py:FUNCTION works too)")
     _options.domain(p, help="input domain for --target functions (spec or engine; default: the one each declares with "
                             "@batchfuzz.domain, else spec); implementations are fuzzed on spec")
+    _options.steps(p, help="for contracts over scheduled steps (D, E): where the steps come from, for implementations and "
+                           "--target functions alike: model (batchfuzz's scheduler model) or engine (the installed vLLM's own "
+                           "scheduler, docs/engine-steps.md); every selected contract must have that source (select them with "
+                           "--contract)")
     _options.device(p, help="device for torch implementations (default cpu)")
     _options.seed(p, help="run seed: every slice's examples are a function of (seed, contract, target, property, slice); "
                           "default: random, printed")

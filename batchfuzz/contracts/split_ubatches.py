@@ -16,6 +16,7 @@ from batchfuzz.impl import split_ubatches_numpy
 from batchfuzz.reference import split_ubatches as oracle
 from batchfuzz.registry import Contract, ErrorInput, Property, Target
 from batchfuzz.strategies import split_ubatches as strategies
+from batchfuzz.strategies._steps import ENGINE_STEPS
 
 Slices = list[tuple[tuple[int, int], tuple[int, int]]]
 
@@ -181,7 +182,10 @@ INPUTS = registry.input_space(strategies, {
             "padded, or at the refusal boundary",
     "engine": "the same: the engine's callers guarantee exactly this precondition (padded counts land anywhere, the "
               "refusal boundary included, since data-parallel ranks pad to the largest rank's count)",
-})
+    ENGINE_STEPS: "num_scheduled_tokens of a step the installed vLLM's own scheduler produces (the runner's batch order, "
+                  "int32), Np, Rp and n drawn over it as in engine; drawn and shrunk as workloads (docs/engine-steps.md); "
+                  "`check --steps engine`",
+}, irreducible=(ENGINE_STEPS,))
 
 
 def _args(nst: list[int], padded: int, padded_reqs: int, n: int) -> dict[str, Any]:

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from batchfuzz import profiles, registry, runner
+from batchfuzz import engine_steps, profiles, registry, runner
 from batchfuzz.fuzz import corpus
 from batchfuzz.fuzz.job import (
     FINAL,
@@ -86,16 +86,45 @@ def _match(name: str, patterns: list[str]) -> bool:
     return any(name == p or fnmatch.fnmatchcase(name, p) for p in patterns)
 
 
+def conformance_planned(args: argparse.Namespace) -> tuple[bool, str | None]:
+    """Whether the run has the conformance item (the scheduler model against
+    vLLM's scheduler, ``engine_steps.conformance_search``): under the nightly
+    profile, unless a filter leaves it out or vLLM's scheduler cannot be
+    imported; and, in that last case, the note saying why it is skipped."""
+    if args.profile != "nightly":
+        return False, None
+    for patterns, name in ((args.contract, engine_steps.CONFORMANCE_SUBJECT), (args.impl, engine_steps.CONFORMANCE_AGAINST),
+                           (getattr(args, "property", None), engine_steps.CONFORMANCE)):
+        if patterns and not _match(name, patterns):
+            return False, None
+    from batchfuzz import vllm_scheduler
+
+    why = vllm_scheduler.import_error()
+    if why is not None:
+        return False, f"skipped: {engine_steps.CONFORMANCE_SUBJECT}/{engine_steps.CONFORMANCE_AGAINST}/{engine_steps.CONFORMANCE} ({why})"
+    return True, None
+
+
 def plan(args: argparse.Namespace) -> list[WorkItem]:
-    """The run's work items, in section order; raises UsageError on a bad filter or target."""
+    """The run's work items, in section order (the nightly conformance item
+    last: :func:`conformance_planned`); raises UsageError on a bad filter or target."""
     contracts = registry.contracts()
     names = [c.name for c in contracts]
+    conformance, _ = conformance_planned(args)
     if args.contract:
         for pat in args.contract:
-            if not any(_match(n, [pat]) for n in names):
+            if not any(_match(n, [pat]) for n in names) and not (conformance and _match(engine_steps.CONFORMANCE_SUBJECT, [pat])):
                 raise UsageError(f"--contract {pat!r} matches no contract; known: {', '.join(names)}")
         contracts = [c for c in contracts if _match(c.name, args.contract)]
     by_name = {c.name: c for c in contracts}
+    # --steps SOURCE: every item of a contract draws from the domain that source feeds (engine_steps.steps_domain).
+    steps = getattr(args, "steps", None)
+    fed: dict[str, str | None] = {c.name: None for c in contracts}
+    if steps is not None:
+        try:
+            fed = {c.name: engine_steps.steps_domain(c, steps, args.domain) for c in contracts}
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
     pairs: list[tuple[Any, str, str | None]] = []
     # The user's own functions first (what they run the job for), then every
     # implementation in section order.
@@ -113,14 +142,14 @@ def plan(args: argparse.Namespace) -> list[WorkItem]:
             ref = parse(spec)
         except TargetError as exc:
             raise UsageError(f"--target {cname}={spec}: {exc}") from None
-        pairs.append((by_name[cname], ref.spec, args.domain))
+        pairs.append((by_name[cname], ref.spec, fed[cname] or args.domain))
     for c in contracts:
         for impl in c.implementations:
             if args.device in impl.devices:
-                pairs.append((c, f"impl:{impl.name}@{args.device}", None))
+                pairs.append((c, f"impl:{impl.name}@{args.device}", fed[c.name]))
     if args.impl:
         for pat in args.impl:
-            if not any(_match(t, [pat]) for _, t, _ in pairs):
+            if not any(_match(t, [pat]) for _, t, _ in pairs) and not (conformance and _match(engine_steps.CONFORMANCE_AGAINST, [pat])):
                 known = sorted({t for _, t, _ in pairs})
                 raise UsageError(f"--impl {pat!r} matches no target on {args.device}; known: {', '.join(known)}")
         dropped = [f"{c.name}={t}" for c, t, _ in pairs[:len(args.target)] if not _match(t, args.impl)]
@@ -129,6 +158,8 @@ def plan(args: argparse.Namespace) -> list[WorkItem]:
                              f"--target must match an --impl pattern when --impl is given)")
         pairs = [x for x in pairs if _match(x[1], args.impl)]
     items = [WorkItem(0, c.name, target, args.device, p.name, domain) for c, target, domain in pairs for p in c.properties]
+    if conformance:
+        items.append(WorkItem(0, engine_steps.CONFORMANCE_SUBJECT, engine_steps.CONFORMANCE_AGAINST, "cpu", engine_steps.CONFORMANCE))
     if getattr(args, "property", None):
         for pat in args.property:
             if not any(_match(i.property, [pat]) for i in items):
@@ -155,7 +186,7 @@ def _check_targets(items: list[WorkItem], isolate: bool, timeout_s: float, load_
     seen: set[tuple[str, str]] = set()
     for item in items:
         key = (item.contract, item.target)
-        if key in seen or parse(item.target).is_project_code:
+        if key in seen or item.contract == engine_steps.CONFORMANCE_SUBJECT or parse(item.target).is_project_code:
             continue
         seen.add(key)
         contract = registry.get(item.contract)
@@ -198,6 +229,8 @@ def _replay_command(args: argparse.Namespace, seed: int) -> str:
     parts += [f"--contract {q(c)}" for c in args.contract or []]
     parts += [f"--impl {q(i)}" for i in args.impl or []]
     parts += [f"--target {q(f'{c}={s}')}" for c, s in args.target]
+    if getattr(args, "steps", None):
+        parts.append(f"--steps {args.steps}")
     if args.shard:
         parts.append(f"--shard {args.shard[0]}/{args.shard[1]}")
     if args.no_isolation:
@@ -598,6 +631,7 @@ def _run(args: argparse.Namespace, stream: TextIO | None, held: list[Any]) -> En
         writable_dir(str(corpus_dir), "--corpus")
         workers, capped = cap_workers(args.workers, len(items), os.cpu_count())
         notes = [capped] if capped else []
+        notes += [n for n in conformance_planned(args)[1:] if n]
         need = minimum_budget(len(items), workers)
         if args.budget < need:
             notes.append(f"the budget of {args.budget:g}s cannot give each of the {len(items)} items its first slice with "

@@ -1,7 +1,8 @@
 """The fuzz job's model and its runner processes.
 
 ``batchfuzz fuzz`` (the controller, :mod:`batchfuzz.fuzz.controller`) plans
-work items, one per contract x target x property x device, and hands them
+work items, one per contract x target x property x device (and, nightly,
+the scheduler model's conformance to vLLM's scheduler), and hands them
 out in *slices* of time to ``--workers`` runner processes. A runner
 (:func:`runner_main`) runs each slice as one Hypothesis hunt of the item's
 property, generating until the slice ends (a failure found by then is shrunk
@@ -211,8 +212,10 @@ class _Runner:
         job's deadline; return (and write) its state. The seconds its target
         took to get ready (a worker started, the target imported) are
         ``self.last_startup_s``: the controller does not charge them to the budget."""
-        from batchfuzz import registry, runner
+        from batchfuzz import engine_steps, registry, runner
 
+        if item.contract == engine_steps.CONFORMANCE_SUBJECT:
+            return self.run_conformance_slice(item, slice_no, slice_s, shrink_s)
         job = self.job
         state = read_state(job, item)
         state.update(status=RUNNING, worker=self.worker, pid=os.getpid())
@@ -268,6 +271,59 @@ class _Runner:
             state.update(status="interrupted", reason="the run was stopped (signal)")
         elif rs.derandomize and not r.out_of_time:
             state["status"] = "passed"  # a derandomized stream is done once it has run: another slice would replay it
+        else:
+            state["status"] = IDLE
+        write_state(job, item, state, final=state["status"] in FINAL)
+        return state
+
+    def run_conformance_slice(self, item: WorkItem, slice_no: int, slice_s: float, shrink_s: float) -> dict[str, Any]:
+        """The conformance item (``engine_steps.conformance_search``): as a
+        property's slice, its failure the smallest workload on which the
+        scheduler model and vLLM's scheduler differ, with its reproduction (no
+        corpus entry: the corpus holds contracts' cases)."""
+        from batchfuzz import engine_steps, runner
+
+        job = self.job
+        state = read_state(job, item)
+        state.update(status=RUNNING, worker=self.worker, pid=os.getpid())
+        state["started"] = state["started"] or time.time()
+        write_state(job, item, state)
+        began = time.time()
+        self.last_startup_s = 0.0
+        rs = self.settings()
+        state["settings"] = {"profile": job.profile, "derandomize": bool(rs.derandomize), "isolated": False,
+                             "database": repr(rs.database) if rs.database is not None else None, "seed": job.seed}
+        try:
+            # vLLM's import and its first configuration are start-up, as a target's import is: the slice starts after.
+            engine_steps.conformance(engine_steps.sample_workload(0))
+            self.last_startup_s = time.time() - began
+            now = time.time()
+            r = engine_steps.conformance_search(rs, seed=runner._round_seed(job.seed, item.contract, item.target, item.property, slice_no),
+                                                deadline=min(job.deadline, now + slice_s + shrink_s),
+                                                generate_until=min(job.deadline, now + slice_s),
+                                                should_stop=lambda: stop_requested(job))
+        except Exception as exc:
+            state.update(status="error", error={"type": type(exc).__name__, "message": str(exc),
+                                                "traceback": traceback.format_exc()})
+            state["seconds"] = round(float(state["seconds"]) + time.time() - began, 3)
+            write_state(job, item, state, final=True)
+            return state
+        examples_before = int(state["examples"])
+        state["slices"] = int(state["slices"]) + 1
+        state["examples"] = examples_before + r.examples
+        state["seconds"] = round(float(state["seconds"]) + time.time() - began, 3)
+        if r.workload is not None:
+            state["failures"].append({
+                "property": engine_steps.CONFORMANCE, "during": "", "spec": engine_steps.CONFORMANCE_SPEC, "kind": "violation",
+                "error_type": "ConformanceDifference", "message": "; ".join(r.differences), "exit": None,
+                "inputs": {"workload": r.workload}, "reproduction": r.reproduction(), "corpus_file": None, "new": False,
+                "id": None, "shrink_complete": not r.out_of_time,
+                "found_at_example": examples_before + (r.first_failure_example or 0)})
+            state["status"] = "failed"
+        elif stop_requested(job):
+            state.update(status="interrupted", reason="the run was stopped (signal)")
+        elif rs.derandomize and not r.out_of_time:
+            state["status"] = "passed"
         else:
             state["status"] = IDLE
         write_state(job, item, state, final=state["status"] in FINAL)
@@ -357,6 +413,13 @@ def runner_main(conn: Any, job_path: str, worker: str, owner: int) -> None:
         torch.set_num_threads(1)  # one core per runner
     except Exception:  # pragma: no cover - torch is a dependency
         pass
+    from batchfuzz import engine_steps
+
+    if any(i.contract == engine_steps.CONFORMANCE_SUBJECT for i in job.items):
+        # vLLM's import and first configuration (tens of seconds) are this runner's start-up; a failure
+        # here shows again in the item's slice, as its error.
+        with contextlib.suppress(Exception):
+            engine_steps.conformance(engine_steps.sample_workload(0))
     r = _Runner(job, worker)
     try:
         conn.send((None, READY, 0.0))
