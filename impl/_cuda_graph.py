@@ -8,14 +8,28 @@ capture per ``(num_reqs, num_tokens, input shapes and dtypes)`` serves every
 step of that shape. An engine captures its model the same way, per padded
 batch size. What a replay saves is the launch of some fifty small kernels,
 which dominate a step of 256 requests on a GPU.
+
+The same replay, registered: :func:`bind_decision` and :func:`bind_conflicts`
+are contract E's implementations ``torch.cudagraph`` (CUDA only): a
+validated step is staged in a padded bucket (``batchfuzz.impl._resident``),
+so one graph per bucket serves every step that falls into it; the first
+step of a bucket runs eagerly and the second captures. The eager ``torch``
+implementations on CUDA use the same staging without the graph
+(``graph=False``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import torch
+
+from batchfuzz.impl._resident import Bucket, ResidentSteps, bucket, checker_args
+from batchfuzz.reference._args import check_int
+from batchfuzz.reference._step import check_step
 
 StepFunction = Callable[[int, torch.Tensor, torch.Tensor, Sequence[torch.Tensor], int], Any]
 
@@ -29,14 +43,19 @@ class CapturedStep:
     warm-up torch asks for), then captured with static copies of the inputs;
     every call copies the inputs into those copies (device to device) and
     replays. The result is the graph's own output: the next call of the same
-    shape overwrites it, so read or clone it before then.
+    shape overwrites it, so read or clone it before then. With
+    ``eager_calls=k`` the first ``k`` calls of a shape run ``fn`` directly
+    (a shape seen once is not worth a capture).
     """
 
-    def __init__(self, fn: StepFunction) -> None:
+    def __init__(self, fn: StepFunction, eager_calls: int = 0) -> None:
         if not callable(fn):
             raise TypeError(f"fn must be callable, got {fn!r}")
         self.fn = fn
+        self.eager_calls = check_int("eager_calls", eager_calls, minimum=0)
         self._graphs: dict[tuple[Any, ...], tuple[torch.cuda.CUDAGraph, list[torch.Tensor], Any]] = {}
+        self._seen: dict[tuple[Any, ...], int] = {}
+        self.captures = 0  # graphs captured so far
 
     def __call__(self, num_reqs: int, num_computed_tokens: torch.Tensor, num_scheduled_tokens: torch.Tensor,
                  block_tables: Sequence[torch.Tensor], num_tokens: int) -> Any:
@@ -48,7 +67,11 @@ class CapturedStep:
         key = (num_reqs, num_tokens, len(block_tables), *((tuple(t.shape), t.dtype, t.device) for t in inputs))
         entry = self._graphs.get(key)
         if entry is None:
+            seen = self._seen[key] = self._seen.get(key, 0) + 1
+            if seen <= self.eager_calls:
+                return self.fn(num_reqs, num_computed_tokens, num_scheduled_tokens, block_tables, num_tokens)
             entry = self._graphs[key] = self._capture(num_reqs, inputs, len(block_tables), num_tokens)
+            self.captures += 1
         graph, static, out = entry
         for dst, src in zip(static, inputs, strict=True):
             dst.copy_(src)
@@ -72,3 +95,66 @@ class CapturedStep:
         with torch.cuda.graph(graph):
             out = run()
         return graph, static, out
+
+
+# ---------------------------------------------------------------- contract E's implementations on CUDA
+
+# The conflict set's first capacity: small, so that the retry with room for every pair is exercised.
+FIRST_PAIRS = 64
+
+
+def bind_decision(device: str = "cuda", graph: bool = True) -> Callable[..., bool]:
+    """Contract E2's canonical signature (numpy in, bool out) on ``device``:
+    host validation, the step staged in its bucket, the decision of
+    ``ExactMicrobatchCheckTorch`` replayed from a CUDA graph (``graph=False``:
+    run eagerly), one value read back."""
+    from batchfuzz.impl.allow_microbatching_torch import ExactMicrobatchCheckTorch
+
+    def make(key: Bucket, dev: torch.device) -> Any:
+        check = ExactMicrobatchCheckTorch(*checker_args(key), dev)
+        return CapturedStep(check, eager_calls=1) if graph else check
+
+    steps = ResidentSteps(make, device)
+
+    def allow_microbatching(num_computed_tokens: Any, num_scheduled_tokens: Any, block_tables: Any,
+                            block_sizes: Any) -> bool:
+        staged = steps.stage(check_step(num_computed_tokens, num_scheduled_tokens, block_tables, block_sizes))
+        return bool(staged.checker(*staged.args))
+
+    allow_microbatching.steps = steps  # type: ignore[attr-defined]
+    return allow_microbatching
+
+
+def bind_conflicts(device: str = "cuda", graph: bool = True) -> Callable[..., np.ndarray]:
+    """Contract E1's canonical signature (numpy in, sorted unique ``(K, 4)``
+    int64 rows out) on ``device``: as :func:`bind_decision`, with the conflict
+    set of ``ExactConflictsTorch`` packed into one tensor (pairs, count,
+    rows) so that one copy brings it back; when the pairs overflow the
+    bucket's capacity, once more in a bucket with room for all of them."""
+    from batchfuzz.impl.find_conflicts_torch import ExactConflictsTorch
+
+    def make(key: Bucket, dev: torch.device) -> Any:
+        finder = ExactConflictsTorch(*checker_args(key), dev, key.max_pairs)
+
+        def packed(*args: Any) -> torch.Tensor:
+            found = finder.find_conflicts(*args)
+            return torch.cat([found.num_pairs.reshape(1), found.num_conflicts.reshape(1), found.rows.reshape(-1)])
+
+        return CapturedStep(packed, eager_calls=1) if graph else packed
+
+    steps = ResidentSteps(make, device)
+
+    def find_conflicts(num_computed_tokens: Any, num_scheduled_tokens: Any, block_tables: Any,
+                       block_sizes: Any) -> np.ndarray:
+        step = check_step(num_computed_tokens, num_scheduled_tokens, block_tables, block_sizes)
+        key = Bucket.of(step, FIRST_PAIRS)
+        while True:
+            staged = steps.stage(step, key)
+            out = staged.checker(*staged.args).cpu().numpy()
+            pairs, count = int(out[0]), int(out[1])
+            if pairs <= key.max_pairs:
+                return out[2:].reshape(-1, 4)[:count].copy()
+            key = dataclasses.replace(key, max_pairs=bucket(pairs, FIRST_PAIRS))
+
+    find_conflicts.steps = steps  # type: ignore[attr-defined]
+    return find_conflicts

@@ -18,6 +18,7 @@ well defined on any step); docs/microbatch.md discusses the edge.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -92,6 +93,9 @@ IMPLEMENTATIONS = (
                        "ExactMicrobatchCheck: block level, a fast path under one write record per block, a general path otherwise"),
     registry.torch_impl("torch", "batchfuzz.impl.allow_microbatching_torch:bind",
                        "ExactMicrobatchCheckTorch: scatter_reduce over all groups at once; no host sync until the result"),
+    dataclasses.replace(registry.torch_impl("torch.cudagraph", "batchfuzz.impl._cuda_graph:bind_decision",
+                                            "the torch one replayed from a CUDA graph per padded step shape "
+                                            "(impl._cuda_graph.CapturedStep; CUDA only)"), devices=("cuda",)),
 )
 
 INPUTS = registry.input_space(strategies, {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -151,6 +152,9 @@ IMPLEMENTATIONS = (
     registry.torch_impl("torch", "batchfuzz.impl.find_conflicts_torch:bind",
                        "records sorted by block, read cells matched by searchsorted, pairs at fixed positions: no host sync "
                        "(fixed capacity, overflow reported; bind retries with room for all)"),
+    dataclasses.replace(registry.torch_impl("torch.cudagraph", "batchfuzz.impl._cuda_graph:bind_conflicts",
+                                            "the torch one replayed from a CUDA graph per padded step shape "
+                                            "(impl._cuda_graph.CapturedStep; CUDA only)"), devices=("cuda",)),
 )
 
 INPUTS = registry.input_space(strategies, {
