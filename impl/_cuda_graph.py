@@ -45,14 +45,20 @@ class CapturedStep:
     replays. The result is the graph's own output: the next call of the same
     shape overwrites it, so read or clone it before then. With
     ``eager_calls=k`` the first ``k`` calls of a shape run ``fn`` directly
-    (a shape seen once is not worth a capture).
+    (a shape seen once is not worth a capture); ``warmup`` sets the side-stream
+    runs. With ``resident=True`` the caller promises to pass the same tensors
+    (a staging buffer it fills) on every call of a shape: the graph is
+    captured on them and reads them in place, with no copies (tensors at
+    other addresses get a graph of their own).
     """
 
-    def __init__(self, fn: StepFunction, eager_calls: int = 0) -> None:
+    def __init__(self, fn: StepFunction, eager_calls: int = 0, warmup: int = 2, resident: bool = False) -> None:
         if not callable(fn):
             raise TypeError(f"fn must be callable, got {fn!r}")
         self.fn = fn
         self.eager_calls = check_int("eager_calls", eager_calls, minimum=0)
+        self.warmup = check_int("warmup", warmup, minimum=0)
+        self.resident = bool(resident)
         self._graphs: dict[tuple[Any, ...], tuple[torch.cuda.CUDAGraph, list[torch.Tensor], Any]] = {}
         self._seen: dict[tuple[Any, ...], int] = {}
         self.captures = 0  # graphs captured so far
@@ -65,6 +71,8 @@ class CapturedStep:
                 raise ValueError(f"input {i} must be a CUDA tensor, got {type(t).__name__} "
                                  f"{getattr(t, 'device', '')}")
         key = (num_reqs, num_tokens, len(block_tables), *((tuple(t.shape), t.dtype, t.device) for t in inputs))
+        if self.resident:
+            key += tuple(t.data_ptr() for t in inputs)
         entry = self._graphs.get(key)
         if entry is None:
             seen = self._seen[key] = self._seen.get(key, 0) + 1
@@ -73,14 +81,15 @@ class CapturedStep:
             entry = self._graphs[key] = self._capture(num_reqs, inputs, len(block_tables), num_tokens)
             self.captures += 1
         graph, static, out = entry
-        for dst, src in zip(static, inputs, strict=True):
-            dst.copy_(src)
+        if not self.resident:
+            for dst, src in zip(static, inputs, strict=True):
+                dst.copy_(src)
         graph.replay()
         return out
 
     def _capture(self, num_reqs: int, inputs: list[torch.Tensor], groups: int,
                  num_tokens: int) -> tuple[torch.cuda.CUDAGraph, list[torch.Tensor], Any]:
-        static = [t.clone() for t in inputs]
+        static = inputs if self.resident else [t.clone() for t in inputs]
 
         def run() -> Any:
             return self.fn(num_reqs, static[0], static[1], static[2:2 + groups], num_tokens)
@@ -88,7 +97,7 @@ class CapturedStep:
         side = torch.cuda.Stream(device=static[0].device)
         side.wait_stream(torch.cuda.current_stream(static[0].device))
         with torch.cuda.stream(side):
-            for _ in range(2):
+            for _ in range(self.warmup):
                 run()
         torch.cuda.current_stream(static[0].device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
@@ -112,7 +121,7 @@ def bind_decision(device: str = "cuda", graph: bool = True) -> Callable[..., boo
 
     def make(key: Bucket, dev: torch.device) -> Any:
         check = ExactMicrobatchCheckTorch(*checker_args(key), dev)
-        return CapturedStep(check, eager_calls=1) if graph else check
+        return CapturedStep(check, eager_calls=1, warmup=1, resident=True) if graph else check
 
     steps = ResidentSteps(make, device)
 
@@ -140,7 +149,7 @@ def bind_conflicts(device: str = "cuda", graph: bool = True) -> Callable[..., np
             found = finder.find_conflicts(*args)
             return torch.cat([found.num_pairs.reshape(1), found.num_conflicts.reshape(1), found.rows.reshape(-1)])
 
-        return CapturedStep(packed, eager_calls=1) if graph else packed
+        return CapturedStep(packed, eager_calls=1, warmup=1, resident=True) if graph else packed
 
     steps = ResidentSteps(make, device)
 

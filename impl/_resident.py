@@ -33,8 +33,8 @@ from batchfuzz.reference._args import check_int
 from batchfuzz.reference._step import Step
 
 # Floors of the buckets: the fuzzed steps' sizes (up to 8 requests, 128 columns, a few hundred block ids and
-# ~100 tokens) fall into a few buckets each.
-MIN_ROWS, MIN_WIDTH, MIN_BLOCKS, MIN_TOKENS = 8, 8, 16, 16
+# ~100 tokens) fall into a few buckets each; the device work at these sizes is a few microseconds whatever the bucket.
+MIN_ROWS, MIN_WIDTH, MIN_BLOCKS, MIN_TOKENS = 8, 16, 64, 64
 DEFAULT_CAPACITY = 256
 
 

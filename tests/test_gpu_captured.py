@@ -70,10 +70,10 @@ def test_least_recently_used_buckets_are_dropped() -> None:
     steps = _resident.ResidentSteps(lambda key, dev: object(), "cpu", capacity=2)
     from batchfuzz.reference._step import check_step
 
-    for w in (1, 9, 17, 1):
+    for w in (1, 17, 33, 1):
         steps.stage(check_step([0], [1], [np.ones((1, w), dtype=np.int64)], [16]))
     assert len(steps) == 2
-    assert [k.widths for k in steps._staged] == [(32,), (8,)]
+    assert [k.widths for k in steps._staged] == [(64,), (16,)]
 
 
 # ---------------------------------------------------------------- on the GPU

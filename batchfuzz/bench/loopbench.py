@@ -199,8 +199,9 @@ class LoopReport:
     def _caption(self) -> str:
         s, m = self.settings, self.machine
         return (f"Examples per second, {s['examples']} examples per loop, {s['repeat']} repetitions (median), seed {s['seed']}, "
-                f"targets: {s['target']} on {', '.join(s.get('devices', ['cpu']))}; {m['cpu_count']} CPUs, Python {m['python']}, Hypothesis {m['hypothesis']}, "
-                f"{m['date']}.")
+                f"targets: {s['target']} on {', '.join(s.get('devices', ['cpu']))}; {m['cpu_count']} CPUs, "
+                f"{m['cuda_device'] + ', torch ' + m['torch'] + ', ' if 'cuda_device' in m else ''}"
+                f"Python {m['python']}, Hypothesis {m['hypothesis']}, {m['date']}.")
 
     def _legend(self) -> str:
         return ("ceiling: the same strategy under a test whose body does nothing; in-process: runner.hunt, target in this "
