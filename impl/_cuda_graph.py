@@ -9,27 +9,20 @@ step of that shape. An engine captures its model the same way, per padded
 batch size. What a replay saves is the launch of some fifty small kernels,
 which dominate a step of 256 requests on a GPU.
 
-The same replay, registered: :func:`bind_decision` and :func:`bind_conflicts`
-are contract E's implementations ``torch.cudagraph`` (CUDA only): a
-validated step is staged in a padded bucket (``batchfuzz.impl._resident``),
-so one graph per bucket serves every step that falls into it; the first
-step of a bucket runs eagerly and the second captures. The eager ``torch``
-implementations on CUDA use the same staging without the graph
-(``graph=False``).
+The same replay is registered as contract E's implementations
+``torch.cudagraph`` (CUDA only) by ``batchfuzz.impl._resident``, which stages
+each step in a padded bucket, so that one graph per bucket serves every step
+that falls into it.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
 import torch
 
-from batchfuzz.impl._resident import Bucket, ResidentSteps, bucket, checker_args
 from batchfuzz.reference._args import check_int
-from batchfuzz.reference._step import check_step
 
 StepFunction = Callable[[int, torch.Tensor, torch.Tensor, Sequence[torch.Tensor], int], Any]
 
@@ -105,65 +98,3 @@ class CapturedStep:
             out = run()
         return graph, static, out
 
-
-# ---------------------------------------------------------------- contract E's implementations on CUDA
-
-# The conflict set's first capacity: small, so that the retry with room for every pair is exercised.
-FIRST_PAIRS = 64
-
-
-def bind_decision(device: str = "cuda", graph: bool = True) -> Callable[..., bool]:
-    """Contract E2's canonical signature (numpy in, bool out) on ``device``:
-    host validation, the step staged in its bucket, the decision of
-    ``ExactMicrobatchCheckTorch`` replayed from a CUDA graph (``graph=False``:
-    run eagerly), one value read back."""
-    from batchfuzz.impl.allow_microbatching_torch import ExactMicrobatchCheckTorch
-
-    def make(key: Bucket, dev: torch.device) -> Any:
-        check = ExactMicrobatchCheckTorch(*checker_args(key), dev)
-        return CapturedStep(check, eager_calls=1, warmup=1, resident=True) if graph else check
-
-    steps = ResidentSteps(make, device)
-
-    def allow_microbatching(num_computed_tokens: Any, num_scheduled_tokens: Any, block_tables: Any,
-                            block_sizes: Any) -> bool:
-        staged = steps.stage(check_step(num_computed_tokens, num_scheduled_tokens, block_tables, block_sizes))
-        return bool(staged.checker(*staged.args))
-
-    allow_microbatching.steps = steps  # type: ignore[attr-defined]
-    return allow_microbatching
-
-
-def bind_conflicts(device: str = "cuda", graph: bool = True) -> Callable[..., np.ndarray]:
-    """Contract E1's canonical signature (numpy in, sorted unique ``(K, 4)``
-    int64 rows out) on ``device``: as :func:`bind_decision`, with the conflict
-    set of ``ExactConflictsTorch`` packed into one tensor (pairs, count,
-    rows) so that one copy brings it back; when the pairs overflow the
-    bucket's capacity, once more in a bucket with room for all of them."""
-    from batchfuzz.impl.find_conflicts_torch import ExactConflictsTorch
-
-    def make(key: Bucket, dev: torch.device) -> Any:
-        finder = ExactConflictsTorch(*checker_args(key), dev, key.max_pairs)
-
-        def packed(*args: Any) -> torch.Tensor:
-            found = finder.find_conflicts(*args)
-            return torch.cat([found.num_pairs.reshape(1), found.num_conflicts.reshape(1), found.rows.reshape(-1)])
-
-        return CapturedStep(packed, eager_calls=1, warmup=1, resident=True) if graph else packed
-
-    steps = ResidentSteps(make, device)
-
-    def find_conflicts(num_computed_tokens: Any, num_scheduled_tokens: Any, block_tables: Any,
-                       block_sizes: Any) -> np.ndarray:
-        step = check_step(num_computed_tokens, num_scheduled_tokens, block_tables, block_sizes)
-        key = Bucket.of(step, FIRST_PAIRS)
-        while True:
-            staged = steps.stage(step, key)
-            out = staged.checker(*staged.args).cpu().numpy()
-            pairs, count = int(out[0]), int(out[1])
-            if pairs <= key.max_pairs:
-                return out[2:].reshape(-1, 4)[:count].copy()
-            key = dataclasses.replace(key, max_pairs=bucket(pairs, FIRST_PAIRS))
-
-    find_conflicts.steps = steps  # type: ignore[attr-defined]
-    return find_conflicts

@@ -17,10 +17,17 @@ Per bucket, one checker and one int64 staging buffer on the device; a call
 fills a host copy of that buffer and sends it in one copy. Fuzzed steps fall
 into a few hundred buckets (the block sizes vary most), so the least
 recently used buckets past ``capacity`` are dropped.
+
+The bindings at the end are what contract E's records register: ``torch``
+(:func:`decision`, :func:`conflicts`: on CUDA the staged checker, eager) and
+``torch.cudagraph`` (:func:`decision_graph`, :func:`conflicts_graph`: the
+bucket's checker replayed from a CUDA graph, ``impl._cuda_graph.CapturedStep``,
+captured on the staging buffer at a bucket's second step; CUDA only).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,8 +36,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from batchfuzz.impl import allow_microbatching_torch, find_conflicts_torch
+from batchfuzz.impl._cuda_graph import CapturedStep
+from batchfuzz.impl.allow_microbatching_torch import ExactMicrobatchCheckTorch
+from batchfuzz.impl.find_conflicts_torch import ExactConflictsTorch
 from batchfuzz.reference._args import check_int
-from batchfuzz.reference._step import Step
+from batchfuzz.reference._step import Step, check_step
 
 # Floors of the buckets: the fuzzed steps' sizes (up to 8 requests, 128 columns, a few hundred block ids and
 # ~100 tokens) fall into a few buckets each; the device work at these sizes is a few microseconds whatever the bucket.
@@ -131,3 +142,83 @@ class ResidentSteps:
 def checker_args(key: Bucket) -> tuple[int, Sequence[int], Sequence[int], int, int]:
     """The constructor arguments of ``ExactMicrobatchCheckTorch`` for a bucket (device and capacity aside)."""
     return key.rows, list(key.widths), list(key.block_sizes), key.num_blocks, key.num_tokens
+
+
+# ---------------------------------------------------------------- contract E's torch implementations, bound
+
+# The conflict set's first capacity: small, so that the retry with room for every pair is exercised.
+FIRST_PAIRS = 64
+
+
+def bind_decision(device: str = "cuda", graph: bool = True) -> Callable[..., bool]:
+    """Contract E2's canonical signature (numpy in, bool out) on ``device``:
+    host validation, the step staged in its bucket, the decision of
+    ``ExactMicrobatchCheckTorch`` replayed from a CUDA graph (``graph=False``:
+    run eagerly), one value read back."""
+    def make(key: Bucket, dev: torch.device) -> Any:
+        check = ExactMicrobatchCheckTorch(*checker_args(key), dev)
+        return CapturedStep(check, eager_calls=1, warmup=1, resident=True) if graph else check
+
+    steps = ResidentSteps(make, device)
+
+    def allow_microbatching(num_computed_tokens: Any, num_scheduled_tokens: Any, block_tables: Any,
+                            block_sizes: Any) -> bool:
+        staged = steps.stage(check_step(num_computed_tokens, num_scheduled_tokens, block_tables, block_sizes))
+        return bool(staged.checker(*staged.args))
+
+    allow_microbatching.steps = steps  # type: ignore[attr-defined]
+    return allow_microbatching
+
+
+def bind_conflicts(device: str = "cuda", graph: bool = True) -> Callable[..., np.ndarray]:
+    """Contract E1's canonical signature (numpy in, sorted unique ``(K, 4)``
+    int64 rows out) on ``device``: as :func:`bind_decision`, with the conflict
+    set of ``ExactConflictsTorch`` packed into one tensor (pairs, count,
+    rows) so that one copy brings it back; when the pairs overflow the
+    bucket's capacity, once more in a bucket with room for all of them."""
+    def make(key: Bucket, dev: torch.device) -> Any:
+        finder = ExactConflictsTorch(*checker_args(key), dev, key.max_pairs)
+
+        def packed(*args: Any) -> torch.Tensor:
+            found = finder.find_conflicts(*args)
+            return torch.cat([found.num_pairs.reshape(1), found.num_conflicts.reshape(1), found.rows.reshape(-1)])
+
+        return CapturedStep(packed, eager_calls=1, warmup=1, resident=True) if graph else packed
+
+    steps = ResidentSteps(make, device)
+
+    def find_conflicts(num_computed_tokens: Any, num_scheduled_tokens: Any, block_tables: Any,
+                       block_sizes: Any) -> np.ndarray:
+        step = check_step(num_computed_tokens, num_scheduled_tokens, block_tables, block_sizes)
+        key = Bucket.of(step, FIRST_PAIRS)
+        while True:
+            staged = steps.stage(step, key)
+            out = staged.checker(*staged.args).cpu().numpy()
+            pairs, count = int(out[0]), int(out[1])
+            if pairs <= key.max_pairs:
+                return out[2:].reshape(-1, 4)[:count].copy()
+            key = dataclasses.replace(key, max_pairs=bucket(pairs, FIRST_PAIRS))
+
+    find_conflicts.steps = steps  # type: ignore[attr-defined]
+    return find_conflicts
+
+
+def decision(device: str) -> Callable[..., bool]:
+    """Implementation ``torch`` of contract E2: on the CPU the per-step
+    binding of ``allow_microbatching_torch``; on CUDA the staged one, eager."""
+    return allow_microbatching_torch.bind(device) if torch.device(device).type == "cpu" else bind_decision(device, graph=False)
+
+
+def conflicts(device: str) -> Callable[..., np.ndarray]:
+    """Implementation ``torch`` of contract E1: as :func:`decision`."""
+    return find_conflicts_torch.bind(device) if torch.device(device).type == "cpu" else bind_conflicts(device, graph=False)
+
+
+def decision_graph(device: str) -> Callable[..., bool]:
+    """Implementation ``torch.cudagraph`` of contract E2 (CUDA only)."""
+    return bind_decision(device, graph=True)
+
+
+def conflicts_graph(device: str) -> Callable[..., np.ndarray]:
+    """Implementation ``torch.cudagraph`` of contract E1 (CUDA only)."""
+    return bind_conflicts(device, graph=True)

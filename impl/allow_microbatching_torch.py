@@ -174,13 +174,7 @@ def checker_for(step: Any, device: str | torch.device) -> tuple[ExactMicrobatchC
 
 def bind(device: str) -> Callable[..., bool]:
     """Canonical numpy-in signature -> Python bool, computed on ``device``
-    after host validation (``batchfuzz.reference._step.check_step``). On
-    CUDA the step is staged in a padded bucket whose checker is kept between
-    calls (``batchfuzz.impl._cuda_graph.bind_decision``, eager)."""
-    if torch.device(device).type == "cuda":
-        from batchfuzz.impl._cuda_graph import bind_decision
-
-        return bind_decision(device, graph=False)
+    after host validation (``batchfuzz.reference._step.check_step``)."""
 
     def call(num_computed_tokens: Any, num_scheduled_tokens: Any, block_tables: Any, block_sizes: Any) -> bool:
         step = check_step(num_computed_tokens, num_scheduled_tokens, block_tables, block_sizes)

@@ -191,12 +191,7 @@ def bind(device: str) -> Callable[..., np.ndarray]:
     """Canonical numpy-in signature -> sorted unique ``(K, 4)`` numpy rows,
     computed on ``device`` after host validation; when the pairs overflow the
     first capacity (small, so that the retry is exercised), once more with
-    room for all of them. On CUDA the step is staged in a padded bucket whose
-    checker is kept between calls (``batchfuzz.impl._cuda_graph.bind_conflicts``, eager)."""
-    if torch.device(device).type == "cuda":
-        from batchfuzz.impl._cuda_graph import bind_conflicts
-
-        return bind_conflicts(device, graph=False)
+    room for all of them."""
 
     def call(num_computed_tokens: Any, num_scheduled_tokens: Any, block_tables: Any, block_sizes: Any) -> np.ndarray:
         step = check_step(num_computed_tokens, num_scheduled_tokens, block_tables, block_sizes)

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from batchfuzz import registry
-from batchfuzz.impl import _cuda_graph, _resident
+from batchfuzz.impl import _resident
 from batchfuzz.reference import allow_microbatching as decision_oracle
 from batchfuzz.reference import find_conflicts as conflicts_oracle
 from batchfuzz.reference._step import STEP_ARGUMENTS
@@ -49,8 +49,8 @@ def test_padded_conflicts_match_the_oracle_on_cpu(case: object) -> None:
     assert _rows(_FIND_CPU(*_args(case))) == _rows(conflicts_oracle.find_conflicts(*_args(case)))
 
 
-_DECIDE_CPU = _cuda_graph.bind_decision("cpu", graph=False)
-_FIND_CPU = _cuda_graph.bind_conflicts("cpu", graph=False)
+_DECIDE_CPU = _resident.bind_decision("cpu", graph=False)
+_FIND_CPU = _resident.bind_conflicts("cpu", graph=False)
 
 
 def test_overflowing_pairs_retry_in_a_bucket_with_room() -> None:
@@ -63,7 +63,7 @@ def test_overflowing_pairs_retry_in_a_bucket_with_room() -> None:
     args = (c, q, [table, table.copy()], [4, 4])
     found = _FIND_CPU(*args)
     assert _rows(found) == _rows(conflicts_oracle.find_conflicts(*args))
-    assert any(k.max_pairs > _cuda_graph.FIRST_PAIRS for k in _FIND_CPU.steps._staged)  # type: ignore[attr-defined]
+    assert any(k.max_pairs > _resident.FIRST_PAIRS for k in _FIND_CPU.steps._staged)  # type: ignore[attr-defined]
 
 
 def test_least_recently_used_buckets_are_dropped() -> None:
@@ -105,7 +105,7 @@ def test_cuda_graph_replay_matches_the_oracle(contract: str) -> None:
 
 @pytest.mark.gpu
 def test_cuda_graph_replay_reads_each_step_not_the_captured_one() -> None:
-    decide = _cuda_graph.bind_decision("cuda")
+    decide = _resident.bind_decision("cuda")
     # One bucket: a safe step and an unsafe one (request 0 reads block 1 that request 1 writes later), alternated.
     safe = (np.array([0, 0]), np.array([1, 1]), [np.array([[1, 0], [2, 0]])], [1])
     unsafe = (np.array([1, 0]), np.array([1, 1]), [np.array([[1, 2], [1, 0]])], [1])
