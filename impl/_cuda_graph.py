@@ -97,4 +97,3 @@ class CapturedStep:
         with torch.cuda.graph(graph):
             out = run()
         return graph, static, out
-
