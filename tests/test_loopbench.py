@@ -36,7 +36,7 @@ def report() -> loopbench.LoopReport:
 def test_every_loop_of_every_property_is_sampled(report: loopbench.LoopReport) -> None:
     names = [p.name for p in registry.get(CONTRACT).properties]
     assert [r.property for r in report.rows] == names
-    assert report.targets == {CONTRACT: "impl:numpy@cpu"}
+    assert report.targets == {CONTRACT: ["impl:numpy@cpu"]}
     for row in report.rows:
         assert row.failures == []
         for mode in loopbench.MODES:
@@ -73,7 +73,7 @@ def test_tables_show_every_property(report: loopbench.LoopReport) -> None:
         assert row.property in text and f"| {row.property} |" in markdown
         ratio = report.ratio(row, loopbench.ISOLATED)
         assert ratio is not None and f"{100 * ratio:.0f}%" in text
-    assert f"| {CONTRACT} | {len(report.rows)} |" in markdown  # the per-contract summary
+    assert f"| {CONTRACT} | impl:numpy@cpu | {len(report.rows)} |" in markdown  # the per-contract summary
 
 
 def test_cli_writes_json_and_markdown(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -83,7 +83,7 @@ def test_cli_writes_json_and_markdown(tmp_path: Path, capsys: pytest.CaptureFixt
     out = capsys.readouterr().out
     assert rc == 0, out
     data = json.loads(js.read_text())
-    assert data["targets"] == {CONTRACT: "oracle"} and data["settings"]["examples"] == 3
+    assert data["targets"] == {CONTRACT: ["oracle"]} and data["settings"]["examples"] == 3
     assert {r["property"] for r in data["properties"]} == {p.name for p in registry.get(CONTRACT).properties}
     assert "isolated/ceiling" in out and md.read_text().startswith("Examples per second")
 

@@ -18,7 +18,11 @@ the same seed:
   (``execution.Isolated``), labels off: the cost of isolation.
 
 The target is the contract's first CPU implementation (``--loop-target
-oracle``: the oracle). A repetition runs the four loops of a property back
+oracle``: the oracle). With ``--devices cuda`` the targets are instead every
+implementation that runs on CUDA (``impl:NAME@cuda``: the work items of
+``fuzz --device cuda``), each with its own rows; contracts without one are
+left out. The ceiling stays what it is (no target runs in it): the CPU
+ceiling a CUDA item is judged against. A repetition runs the four loops of a property back
 to back, in an order that rotates from property to property and repetition
 to repetition, so a slow spell of the shared machine falls on all of them;
 every loop of a property gets ``repeat`` samples. A cell is the median of a
@@ -64,6 +68,7 @@ class PropertyRow:
 
     contract: str
     property: str
+    target: str = ""
     samples: dict[str, list[Sample]] = field(default_factory=lambda: {m: [] for m in MODES})
     failures: list[str] = field(default_factory=list)
 
@@ -76,7 +81,7 @@ class PropertyRow:
 class LoopReport:
     settings: dict[str, Any]
     machine: dict[str, Any]
-    targets: dict[str, str]
+    targets: dict[str, list[str]]
     rows: list[PropertyRow]
 
     def ceiling(self, contract: str) -> float | None:
@@ -98,11 +103,22 @@ class LoopReport:
         for r in self.rows:
             x = self.ratio(r, LABELS)
             if x is not None and x < GOAL:
-                out.append(f"{r.contract}.{r.property}")
+                out.append(f"{r.contract}.{r.property}{self._at(r.target)}")
         return out
 
     def contracts(self) -> list[str]:
         return list(dict.fromkeys(r.contract for r in self.rows))
+
+    def items(self) -> list[tuple[str, str]]:
+        """The ``(contract, target)`` pairs measured: the fuzz job's work items."""
+        return list(dict.fromkeys((r.contract, r.target) for r in self.rows))
+
+    def _several_targets(self) -> bool:
+        return any(len(refs) > 1 for refs in self.targets.values())
+
+    def _at(self, target: str) -> str:
+        """`` TARGET`` where a contract has several targets (a name needs it), else ``""``."""
+        return f" {target}" if self._several_targets() else ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -112,7 +128,7 @@ class LoopReport:
                       "rotating order",
             "ceilings": {c: self.ceiling(c) for c in self.contracts()},
             "properties": [{
-                "contract": r.contract, "property": r.property,
+                "contract": r.contract, "property": r.property, "target": r.target,
                 "samples": {m: [{"examples": s.examples, "seconds": s.seconds} for s in r.samples[m]] for m in MODES},
                 "median_rate": {m: r.median(m) for m in MODES},
                 "ratio": {m: self.ratio(r, m) for m in MODES if m != CEILING},
@@ -126,10 +142,10 @@ class LoopReport:
     def _property_rows(self) -> tuple[list[str], list[list[str]]]:
         """Per property: each loop's median rate [lowest-highest sample] and
         its ratio to the contract's ceiling."""
-        head = ["contract", "property", "ceiling /s"] + [f"{m} /s" for m in MODES[1:]] + [f"{m}/ceiling" for m in MODES[1:]]
+        head = ["contract", "target", "property", "ceiling /s"] + [f"{m} /s" for m in MODES[1:]] + [f"{m}/ceiling" for m in MODES[1:]]
         rows = []
         for r in self.rows:
-            rows.append([r.contract, r.property, self._spread(r.contract, CEILING)]
+            rows.append([r.contract, r.target, r.property, self._spread(r.contract, CEILING)]
                         + [_rate(r.median(m)) + _range(r.samples[m]) for m in MODES[1:]]
                         + [_pct(self.ratio(r, m)) for m in MODES[1:]])
         return head, rows
@@ -139,14 +155,14 @@ class LoopReport:
         return _rate(self.ceiling(contract)) + _range(samples) if mode == CEILING else "-"
 
     def _contract_rows(self) -> tuple[list[str], list[list[str]]]:
-        """Per contract: the ceiling; per loop the median rate over its
-        properties, and the ratio to the ceiling as median (lowest); the
-        property whose labelled loop is slowest."""
-        head = (["contract", "properties", "ceiling /s"] + [f"{m} /s" for m in MODES[1:]]
+        """Per item (contract and target): the contract's ceiling; per loop the
+        median rate over its properties, and the ratio to the ceiling as median
+        (lowest); the property whose labelled loop is slowest."""
+        head = (["contract", "target", "properties", "ceiling /s"] + [f"{m} /s" for m in MODES[1:]]
                 + [f"{m}/ceiling" for m in MODES[1:]] + ["slowest with labels"])
         rows = []
-        for c in self.contracts():
-            mine = [r for r in self.rows if r.contract == c]
+        for c, target in self.items():
+            mine = [r for r in self.rows if r.contract == c and r.target == target]
             rates, ratios = [], []
             for m in MODES[1:]:
                 rs = [x for x in (r.median(m) for r in mine) if x is not None]
@@ -154,14 +170,14 @@ class LoopReport:
                 rates.append(_rate(statistics.median(rs)) if rs else "-")
                 ratios.append(f"{_pct(statistics.median(xs))} ({_pct(min(xs))})" if xs else "-")
             slowest = min(mine, key=lambda r: self.ratio(r, LABELS) or 0.0)
-            rows.append([c, str(len(mine)), self._spread(c, CEILING)] + rates + ratios
+            rows.append([c, target, str(len(mine)), self._spread(c, CEILING)] + rates + ratios
                         + [f"{slowest.property} {_pct(self.ratio(slowest, LABELS))}"])
         return head, rows
 
     def to_text(self) -> str:
         head, rows = self._property_rows()
         widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
-        lines = ["  ".join(cell.ljust(widths[i]) if i < 2 else cell.rjust(widths[i]) for i, cell in enumerate(row))
+        lines = ["  ".join(cell.ljust(widths[i]) if i < 3 else cell.rjust(widths[i]) for i, cell in enumerate(row))
                  for row in [head, ["-" * w for w in widths], *rows]]
         lines.append(self._legend())
         below = self.below_goal()
@@ -173,7 +189,7 @@ class LoopReport:
         out = [self._caption(), ""]
         for head, rows in (self._contract_rows(), self._property_rows()):
             out += ["| " + " | ".join(head) + " |",
-                    "|" + "|".join("---" if i < 2 else "---:" for i in range(len(head))) + "|"]
+                    "|" + "|".join("---" if i < 3 else "---:" for i in range(len(head))) + "|"]
             out += ["| " + " | ".join(r) + " |" for r in rows]
             out.append("")
         out.append(self._legend())
@@ -183,8 +199,9 @@ class LoopReport:
     def _caption(self) -> str:
         s, m = self.settings, self.machine
         return (f"Examples per second, {s['examples']} examples per loop, {s['repeat']} repetitions (median), seed {s['seed']}, "
-                f"targets: {s['target']}; {m['cpu_count']} CPUs, Python {m['python']}, Hypothesis {m['hypothesis']}, "
-                f"{m['date']}.")
+                f"targets: {s['target']} on {', '.join(s.get('devices', ['cpu']))}; {m['cpu_count']} CPUs, "
+                f"{m['cuda_device'] + ', torch ' + m['torch'] + ', ' if 'cuda_device' in m else ''}"
+                f"Python {m['python']}, Hypothesis {m['hypothesis']}, {m['date']}.")
 
     def _legend(self) -> str:
         return ("ceiling: the same strategy under a test whose body does nothing; in-process: runner.hunt, target in this "
@@ -239,10 +256,25 @@ def ceiling_run(strategy: Any, run_settings: Any, seed: int) -> Sample:
     return Sample(count[0], time.perf_counter() - start)
 
 
+def targets_of(contract: Any, target: str, devices: tuple[str, ...]) -> list[str]:
+    """The references a contract's loops run, per device in ``devices``: on
+    ``cpu`` its first CPU implementation (or the oracle, ``target="oracle"``);
+    on ``cuda`` every implementation that runs there (none: no rows)."""
+    refs = []
+    for device in devices:
+        if device == "cpu":
+            refs.append("oracle" if target == "oracle" else
+                        f"impl:{next(i.name for i in contract.implementations if 'cpu' in i.devices)}@cpu")
+        else:
+            refs += [f"impl:{i.name}@{device}" for i in contract.implementations if device in i.devices]
+    return refs
+
+
 def measure(contracts: list[str] | None = None, *, examples: int = 100, repeat: int = 3, target: str = "impl",
-            seed: int = 0, log: Callable[[str], None] | None = None) -> LoopReport:
+            seed: int = 0, log: Callable[[str], None] | None = None, devices: tuple[str, ...] = ("cpu",)) -> LoopReport:
     """Run the four loops of every property of ``contracts`` (default: all)
-    ``repeat`` times each, interleaved (see the module docstring)."""
+    ``repeat`` times each, interleaved, for each of the contract's targets
+    on ``devices`` (see the module docstring)."""
 
     from batchfuzz import registry, runner
     from batchfuzz.execution import InProcess, Isolated, start_fork_server
@@ -253,56 +285,73 @@ def measure(contracts: list[str] | None = None, *, examples: int = 100, repeat: 
         raise ValueError(f"repeat must be >= 1, got {repeat}")
     if target not in ("impl", "oracle"):
         raise ValueError(f"target must be 'impl' or 'oracle', got {target!r}")
+    devices = tuple(devices)
+    if not devices or any(d not in registry.DEVICES for d in devices):
+        raise ValueError(f"devices must be some of {', '.join(registry.DEVICES)}, got {','.join(devices) or 'none'}")
+    if target == "oracle" and devices != ("cpu",):
+        raise ValueError(f"the oracle runs on the host: target 'oracle' takes devices cpu, got {','.join(devices)}")
+    if "cuda" in devices:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError("devices cuda: no CUDA device is available (torch.cuda.is_available() is False)")
     names = [c.name for c in registry.select(contracts or None)]
     start_fork_server()
     rs = _settings(examples)
     rows: list[PropertyRow] = []
-    refs: dict[str, str] = {}
+    refs: dict[str, list[str]] = {}
     turn = 0
     for name in names:
         contract = registry.get(name)
-        ref = "oracle" if target == "oracle" else \
-            f"impl:{next(i.name for i in contract.implementations if 'cpu' in i.devices)}@cpu"
-        refs[name] = ref
-        here = InProcess(contract, _load(contract, ref), ref)
-        isolated = Isolated(contract, ref)
-        try:
-            info = isolated.describe()
-            if info.get("error"):
-                raise ValueError(f"{name} {ref}: {info['error']}")
-            # Warm-up (untimed): the strategy's first draws, the target's first calls, the worker's imports.
-            warm = _settings(min(examples, 10))
-            ceiling_run(contract.domain("spec").cases(), warm, seed)
-            for ex in (here, isolated):
-                runner.hunt(contract, ex, contract.properties[0], target_name=ref, run_settings=warm, seed=seed,
-                            domain="spec", reduce=False, labels=True)
-            mine = [PropertyRow(name, p.name) for p in contract.properties]
-            rows += mine
-            t0 = time.perf_counter()
-            for rep in range(repeat):
-                for row in mine:
-                    prop = contract.property(row.property)
-                    s = runner._round_seed(seed, name, row.property, rep)
-                    order = MODES[turn % len(MODES):] + MODES[: turn % len(MODES)]
-                    turn += 1
-                    for mode in order:
-                        if mode == CEILING:
-                            # A fresh strategy, as every hunt builds its own.
-                            row.samples[mode].append(ceiling_run(contract.domain("spec").cases(), rs, s))
-                            continue
-                        r = runner.hunt(contract, isolated if mode == ISOLATED else here, prop, target_name=ref,
-                                        run_settings=rs, seed=s, domain="spec", reduce=False, labels=mode == LABELS)
-                        row.samples[mode].append(Sample(r.examples, r.seconds))
-                        if r.failure is not None:
-                            row.failures.append(f"{mode}: {r.failure.error_type}: {r.failure.message[:200]}")
-            if log is not None:
-                log(f"  {name}: {len(mine)} properties x {repeat} repetitions in {time.perf_counter() - t0:.1f}s")
-        finally:
-            isolated.close()
+        mine_refs = targets_of(contract, target, devices)
+        if mine_refs:
+            refs[name] = mine_refs
+        for ref in mine_refs:
+            here = InProcess(contract, _load(contract, ref), ref)
+            isolated = Isolated(contract, ref)
+            try:
+                info = isolated.describe()
+                if info.get("error"):
+                    raise ValueError(f"{name} {ref}: {info['error']}")
+                # Warm-up (untimed): the strategy's first draws, the target's first calls, the worker's imports.
+                warm = _settings(min(examples, 10))
+                ceiling_run(contract.domain("spec").cases(), warm, seed)
+                for ex in (here, isolated):
+                    runner.hunt(contract, ex, contract.properties[0], target_name=ref, run_settings=warm, seed=seed,
+                                domain="spec", reduce=False, labels=True)
+                mine = [PropertyRow(name, p.name, ref) for p in contract.properties]
+                rows += mine
+                t0 = time.perf_counter()
+                for rep in range(repeat):
+                    for row in mine:
+                        prop = contract.property(row.property)
+                        s = runner._round_seed(seed, name, row.property, rep)
+                        order = MODES[turn % len(MODES):] + MODES[: turn % len(MODES)]
+                        turn += 1
+                        for mode in order:
+                            if mode == CEILING:
+                                # A fresh strategy, as every hunt builds its own.
+                                row.samples[mode].append(ceiling_run(contract.domain("spec").cases(), rs, s))
+                                continue
+                            r = runner.hunt(contract, isolated if mode == ISOLATED else here, prop, target_name=ref,
+                                            run_settings=rs, seed=s, domain="spec", reduce=False, labels=mode == LABELS)
+                            row.samples[mode].append(Sample(r.examples, r.seconds))
+                            if r.failure is not None:
+                                row.failures.append(f"{mode}: {r.failure.error_type}: {r.failure.message[:200]}")
+                if log is not None:
+                    log(f"  {name} {ref}: {len(mine)} properties x {repeat} repetitions in "
+                        f"{time.perf_counter() - t0:.1f}s")
+            finally:
+                isolated.close()
 
     machine = {**machine_info(), "date": time.strftime("%Y-%m-%d")}
-    settings_out = {"examples": examples, "repeat": repeat, "seed": seed, "target": target, "contracts": names,
-                    "profile": "dev", "database": None, "phases": [p.name for p in rs.phases]}
+    if "cuda" in devices:
+        import torch
+
+        machine["cuda_device"] = torch.cuda.get_device_name(0)
+        machine["torch"] = torch.__version__
+    settings_out = {"examples": examples, "repeat": repeat, "seed": seed, "target": target, "devices": list(devices),
+                    "contracts": names, "profile": "dev", "database": None, "phases": [p.name for p in rs.phases]}
     return LoopReport(settings_out, machine, refs, rows)
 
 
@@ -323,13 +372,28 @@ def run_command(args: argparse.Namespace) -> bool:
     examples = args.loop_examples if args.loop_examples is not None else (20 if quick else 100)
     repeat = args.repeat if args.repeat is not None else (1 if quick else 3)
     names = [n.strip() for n in args.loop_contracts.split(",") if n.strip()] or None
-    print(f"batchfuzz bench --loop: {examples} examples per loop, {repeat} repetitions, target {args.loop_target}",
-          flush=True)
+    devices = loop_devices(args.devices)
+    print(f"batchfuzz bench --loop: {examples} examples per loop, {repeat} repetitions, target {args.loop_target} "
+          f"on {','.join(devices)}", flush=True)
     try:
         report = measure(names, examples=examples, repeat=repeat, target=args.loop_target, seed=args.seed,
-                         log=lambda line: print(line, file=sys.stderr, flush=True))
+                         log=lambda line: print(line, file=sys.stderr, flush=True), devices=devices)
     except (ValueError, LookupError) as exc:  # LookupError: registry.UnknownName, an unknown contract
         raise UsageError(f"--loop-contracts: {exc}" if isinstance(exc, LookupError) else str(exc)) from None
     print(report.to_text())
     write_outputs(args.json_path, report.to_dict(), args.markdown_path, report.to_markdown())
     return bool(report.failures)
+
+
+def loop_devices(spec: str) -> tuple[str, ...]:
+    """``--devices`` as ``--loop`` reads it: ``auto`` (the default) is ``cpu``,
+    the loop's own default; else comma-separated ``cpu`` and ``cuda``."""
+    from batchfuzz.usage import UsageError
+
+    if spec.strip() in ("", "auto"):
+        return ("cpu",)
+    devices = tuple(dict.fromkeys(d.strip() for d in spec.split(",") if d.strip()))
+    bad = [d for d in devices if d not in ("cpu", "cuda")]
+    if bad or not devices:
+        raise UsageError(f"--devices: with --loop, comma-separated cpu and cuda (or auto: cpu), got {spec!r}")
+    return devices

@@ -35,7 +35,9 @@ def register(sub: Any) -> None:
                    help="torch devices, comma-separated: cpu, cuda, none, or auto (default: cuda when present; with "
                         "--quick also cpu). The torch version builds a dense (R, W*B) grid per group: at full size "
                         "on CPU it costs tens of seconds per step, so cpu is opt-in there (--variants). By default: devices for the "
-                        "sync-free torch decision and conflict set, inputs resident (auto: cuda when present)")
+                        "sync-free torch decision and conflict set, inputs resident (auto: cuda when present). With --loop: the "
+                        "targets' devices, cpu (auto: the first CPU implementation) and/or cuda (every CUDA implementation, "
+                        "the work items of fuzz --device cuda)")
     p.add_argument("--torch-threads", type=int, default=1,
                    help="torch intra-op CPU threads (default 1, like numpy; 0 keeps torch's default)")
     p.add_argument("--slow", type=float, default=0.5,

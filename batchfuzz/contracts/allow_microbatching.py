@@ -18,6 +18,7 @@ well defined on any step); docs/microbatch.md discusses the edge.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -90,8 +91,11 @@ def _scores(target: Target, case: Case) -> dict[str, int]:
 IMPLEMENTATIONS = (
     registry.host_impl("numpy", allow_microbatching_numpy.allow_microbatching,
                        "ExactMicrobatchCheck: block level, a fast path under one write record per block, a general path otherwise"),
-    registry.torch_impl("torch", "batchfuzz.impl.allow_microbatching_torch:bind",
+    registry.torch_impl("torch", "batchfuzz.impl._resident:decision",
                        "ExactMicrobatchCheckTorch: scatter_reduce over all groups at once; no host sync until the result"),
+    dataclasses.replace(registry.torch_impl("torch.cudagraph", "batchfuzz.impl._resident:decision_graph",
+                                            "the torch one replayed from a CUDA graph per padded step shape "
+                                            "(impl._cuda_graph.CapturedStep; CUDA only)"), devices=("cuda",)),
 )
 
 INPUTS = registry.input_space(strategies, {

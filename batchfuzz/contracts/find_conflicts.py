@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -148,9 +149,12 @@ PROPERTIES = (
 IMPLEMENTATIONS = (
     registry.host_impl("numpy", find_conflicts_numpy.find_conflicts,
                        "block level: write records and whole-block reads, slot level only for partly written blocks"),
-    registry.torch_impl("torch", "batchfuzz.impl.find_conflicts_torch:bind",
+    registry.torch_impl("torch", "batchfuzz.impl._resident:conflicts",
                        "records sorted by block, read cells matched by searchsorted, pairs at fixed positions: no host sync "
                        "(fixed capacity, overflow reported; bind retries with room for all)"),
+    dataclasses.replace(registry.torch_impl("torch.cudagraph", "batchfuzz.impl._resident:conflicts_graph",
+                                            "the torch one replayed from a CUDA graph per padded step shape "
+                                            "(impl._cuda_graph.CapturedStep; CUDA only)"), devices=("cuda",)),
 )
 
 INPUTS = registry.input_space(strategies, {
