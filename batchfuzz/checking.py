@@ -27,8 +27,9 @@ scope, a target that cannot be imported or whose result the contract cannot
 read, an unwritable ``json_path``, a ``database`` that cannot be opened) is a
 ``UsageError`` raised before any example runs. The run prints its progress,
 its results and, on a counterexample, a reproduction; it writes its report
-to ``json_path`` (the keys listed in docs/contracts.md's "batchfuzz check"
-and read by tests/test_hostile.py and tests/test_exhaustive.py).
+(a dict: status, examples per property, seconds, startup_seconds, the
+counterexample and its reproduction) to ``json_path``, as read by
+tests/test_hostile.py (random) and tests/test_exhaustive.py (exhaustive).
 """
 
 from __future__ import annotations
