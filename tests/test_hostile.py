@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from batchfuzz.commands import check
+from batchfuzz import checking
 from batchfuzz.fuzz import settings as fuzz_settings
 
 REPO = Path(__file__).resolve().parent.parent
@@ -50,10 +50,10 @@ def _check(tmp_path: Path, contract: str, fn: str, budget: float, *extra: str) -
                          cwd=tmp_path)
     data = json.loads(report.read_text()) if report.exists() else {}
     startup = data.get("startup_seconds", 0.0)  # the command's own start, which it does not charge to the budget
-    assert wall - startup <= 2 * budget + check.GRACE_S + STARTUP_S, \
+    assert wall - startup <= 2 * budget + checking.GRACE_S + STARTUP_S, \
         f"{fn}: {wall:.1f}s ({startup:.1f}s start-up) for --budget {budget}\n{r.stdout}{r.stderr}"
     # by the command's own clock, start-up apart
-    assert not data or data["seconds"] - startup <= 2 * budget + check.GRACE_S, data
+    assert not data or data["seconds"] - startup <= 2 * budget + checking.GRACE_S, data
     return r.returncode, data, r.stdout + r.stderr, wall
 
 

@@ -407,7 +407,7 @@ class _TorchColumns:
 
 def _engine_factory(wheel: str) -> tuple[Any, str]:
     """The ``engine`` column's factory for :func:`run`: the release's
-    ``_allow_microbatching`` on a stand-in runner built per step (untimed),
+    ``_allow_microbatching`` on a stand-in model runner built per step (untimed),
     with the step's ``reorder_batch_threshold``."""
     from batchfuzz import bind
     from batchfuzz.engines import SourceError, vllm

@@ -85,19 +85,8 @@ def domain(p: argparse.ArgumentParser, help: str) -> None:
 
 def steps(p: argparse.ArgumentParser, help: str) -> None:
     """``--steps model|engine`` (``args.steps``, None when not given): where the
-    scheduled steps of contracts D and E come from; :func:`steps_domain` maps it to a contract's domain."""
+    scheduled steps of contracts D and E come from; ``batchfuzz.engine_steps.steps_domain`` maps it to a contract's domain."""
     p.add_argument("--steps", default=None, choices=("model", "engine"), metavar="SOURCE", help=help)
-
-
-def steps_domain(contract: Any, source: str, domain: str | None) -> str:
-    """The domain of ``contract`` that ``--steps SOURCE`` names (``engine_steps.steps_domain``,
-    the one rule); a usage error, saying why, where there is none."""
-    from batchfuzz import engine_steps
-
-    try:
-        return engine_steps.steps_domain(contract, source, domain)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
 
 
 def targets(p: argparse.ArgumentParser, help: str, type: Callable[[str], Any] = contract_target) -> None:

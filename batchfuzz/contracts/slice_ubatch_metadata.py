@@ -196,7 +196,7 @@ INPUTS = registry.input_space(strategies, {
     "spec": "any step of R >= 1 requests, Np >= sum(nst), Rp >= R, and any well-formed split into n >= 2 microbatches "
             "(cut points anywhere in (0, Np)); any positions and block ids",
     "engine": "the split vLLM makes: cuts at k * (Np // n), request ranges from maybe_create_ubatch_slices clamped as "
-              "the new runner's create_ubatch_slices clamps them (a microbatch of padding only holds the last real request "
+              "the new model runner's create_ubatch_slices clamps them (a microbatch of padding only holds the last real request "
               "with no query token); positions c[r] + j; n = 2 mostly, 3 or 4 sometimes",
 })
 

@@ -213,8 +213,8 @@ def _bind_mrv2_dummy_run(rel: _Release) -> tuple[Callable[..., Any], str]:
 
     def split_dummy_tokens(num_reqs: Any, num_tokens: Any) -> np.ndarray:
         r, n = _split_args(num_reqs, num_tokens)
-        runner = Stub("GPUModelRunner", max_num_reqs=r, speculator=None)
-        return np.asarray(run(runner, n)["num_tokens_per_request"])
+        model_runner = Stub("GPUModelRunner", max_num_reqs=r, speculator=None)
+        return np.asarray(run(model_runner, n)["num_tokens_per_request"])
 
     return split_dummy_tokens, f"{piece.label}; self.max_num_reqs = num_reqs (so R = min(N, max_num_reqs) = R), no speculator"
 
@@ -243,8 +243,8 @@ def _bind_v1_dummy_run(rel: _Release) -> tuple[Callable[..., Any], str]:
 
     def split_dummy_tokens(num_reqs: Any, num_tokens: Any) -> np.ndarray:
         r, n = _split_args(num_reqs, num_tokens)
-        runner = Stub("GPUModelRunner", uniform_decode_query_len=1, scheduler_config=Stub("scheduler_config", max_num_seqs=r))
-        return np.asarray(run(runner, n)["num_scheduled_tokens_list"])
+        model_runner = Stub("GPUModelRunner", uniform_decode_query_len=1, scheduler_config=Stub("scheduler_config", max_num_seqs=r))
+        return np.asarray(run(model_runner, n)["num_scheduled_tokens_list"])
 
     return split_dummy_tokens, (f"{piece.label}; scheduler_config.max_num_seqs = num_reqs, a mixed (not uniform-decode, "
                                 "not create_mixed_batch) dummy run")
@@ -305,7 +305,7 @@ def _bind_v1_dummy_layout(rel: _Release) -> tuple[Callable[..., Any], str]:
         if r > cap_r or n > cap_n:
             raise ValueError(f"buffers of capacity max_num_reqs={cap_r}, max_num_tokens={cap_n} "
                              f"cannot hold num_reqs={r}, num_tokens={n}")
-        # The runner's persistent buffers, in the dtypes its __init__ gives
+        # The model runner's persistent buffers, in the dtypes its __init__ gives
         # them, holding the caller's stale values.
         qsl = bind.cast_exact("buffers.query_start_loc", bind.int_array("buffers.query_start_loc", buffers.query_start_loc,
                                                                           minimum=None), np.int32).copy()
@@ -318,7 +318,7 @@ def _bind_v1_dummy_layout(rel: _Release) -> tuple[Callable[..., Any], str]:
         # One FULL graph of exactly N tokens whose request count is padded to
         # the whole buffer: every slot past R is a padded request.
         desc = Stub("BatchDescriptor", num_tokens=n, num_reqs=cap_r)
-        runner = Stub(
+        model_runner = Stub(
             "GPUModelRunner", uniform_decode_query_len=1, max_num_tokens=cap_n,
             scheduler_config=Stub("scheduler_config", max_num_seqs=r),
             dcp_world_size=1, parallel_config=Stub("parallel_config", cp_kv_cache_interleave_size=1),
@@ -334,15 +334,15 @@ def _bind_v1_dummy_layout(rel: _Release) -> tuple[Callable[..., Any], str]:
                 "synchronize_input_prep": lambda self: contextlib.nullcontext(),
                 "_get_cumsum_and_arange": parts.cumsum_and_arange,
             })
-        local = parts.layout(runner, n, parts.full)
-        logit_indices = parts.logits(runner, n)["logit_indices"]
+        local = parts.layout(model_runner, n, parts.full)
+        logit_indices = parts.logits(model_runner, n)["logit_indices"]
         nst = np.asarray(local["num_scheduled_tokens"]).copy()
         built = build.last
         p = int(built.kwargs.get("num_reqs", -1))
         if commit.calls and int(commit.last.arg(0, "num_reqs")) != p:
             raise bind.Unbindable(f"the dummy run commits {commit.last.arg(0, 'num_reqs')} block-table rows but builds "
                                   f"attention metadata over {p} requests")
-        seq_lens = bind.to_numpy(runner.seq_lens).copy()  # what the attention metadata reads (the device copy)
+        seq_lens = bind.to_numpy(model_runner.seq_lens).copy()  # what the attention metadata reads (the device copy)
         buffers.seq_lens[...] = seq_lens
         buffers.query_start_loc[...] = qsl
         buffers.positions[...] = bind.to_numpy(positions)
@@ -355,7 +355,7 @@ def _bind_v1_dummy_layout(rel: _Release) -> tuple[Callable[..., Any], str]:
             # v1 has no index mapping: dummy request i is input-batch row i.
             idx_mapping=np.arange(nst.size), logits_indices=np.asarray(logit_indices).copy(),
             # One sampled token per request: the run's own num_sampled_tokens.
-            cu_num_logits=np.concatenate([[0], np.cumsum(parts.sampled(runner, n)["num_sampled_tokens"])]),
+            cu_num_logits=np.concatenate([[0], np.cumsum(parts.sampled(model_runner, n)["num_sampled_tokens"])]),
             max_query_len=None if mql is None else int(mql),
         )
 
@@ -393,10 +393,10 @@ def _bind_v1_query_start_loc(rel: _Release) -> tuple[Callable[..., Any], str]:
             if buf.size < p + 1:
                 raise ValueError(f"out has {buf.size} entries, needs at least num_reqs_padded + 1 = {p + 1}")
         total = int(nst.sum())
-        runner = Stub("GPUModelRunner", query_start_loc=bind.cpu_gpu_buffer(buf),
+        model_runner = Stub("GPUModelRunner", query_start_loc=bind.cpu_gpu_buffer(buf),
                       query_pos=bind.cpu_gpu_buffer(np.zeros(max(total, 1), dtype=np.int64)),
                       arange_np=np.arange(max(total, 1) + 1, dtype=np.int64), methods=methods)
-        run(runner, r, p, nst)
+        run(model_runner, r, p, nst)
         return buf[: p + 1]
 
     helpers = " and GPUModelRunner._get_cumsum_and_arange" if methods else ""
@@ -493,7 +493,7 @@ def _bind_split_attn_metadata(rel: _Release) -> tuple[Callable[..., Any], str]:
     cam_piece = scope.file(ATTN_BACKEND).piece("CommonAttentionMetadata")
     cam: Any = scope.load(cam_piece)
     names = {fl.name for fl in dataclasses.fields(cam)}
-    # Up to 0.28.0 the class caches CPU copies of seq_lens and the computed counts, which the runner sets.
+    # Up to 0.28.0 the class caches CPU copies of seq_lens and the computed counts, which the model runner sets.
     cached = "_num_computed_tokens_cpu" in names
     computed_from = "its num_computed_tokens_cpu (the cached CPU counts)" if cached else "its compute_num_computed_tokens()"
 
@@ -515,7 +515,7 @@ def _bind_split_attn_metadata(rel: _Release) -> tuple[Callable[..., Any], str]:
 
     # Its caller splits only when no microbatch is empty (dp_utils._post_process_ubatch: is_last_ubatch_empty).
     target = assumes(every_microbatch_has_a_real_token)(slice_ubatch_metadata)
-    return target, (f"{piece.label} over the release's own {cam_piece.label} built from the step as the v1 runner builds it "
+    return target, (f"{piece.label} over the release's own {cam_piece.label} built from the step as the v1 model runner builds it "
                     f"(CPU tensors; padded requests at sum(nst) with seq_len 0); num_computed_tokens: {computed_from}; "
                     "assumes every microbatch holds a real token (the caller refuses other splits)")
 
@@ -559,12 +559,12 @@ def _bind_mrv2_ubatch_prepare(rel: _Release) -> tuple[Callable[..., Any], str]:
         state = Stub("DefaultModelState", supports_mm_inputs=False, encoder_cache=None, max_model_len=int(s.seq_lens.max()),
                      model_config=Stub("model_config", is_mm_prefix_lm=False), methods={"prepare_attn": prepare_attn})
         contexts = Recorder("UBatchRunner._make_forward_contexts", returns=[])
-        runner = Stub("UBatchRunner", num_ubatches=n, dcp_size=1, dcp_rank=0, cp_interleave=1, model_state=state,
+        ubatch_runner = Stub("UBatchRunner", num_ubatches=n, dcp_size=1, dcp_rank=0, cp_interleave=1, model_state=state,
                       ubatch_query_start_loc=[torch.zeros(rp + 1, dtype=torch.int32) for _ in range(n)],
                       ubatch_seq_lens=[torch.zeros(rp, dtype=torch.int32) for _ in range(n)],
                       ubatch_dcp_local_seq_lens=[None] * n, attn_groups=[[]], kv_cache_config=None,
                       methods={"_make_forward_contexts": lambda self, *a: contexts(*a)})
-        prepare(runner, batch, (s.tensor(s.table),), torch.arange(s.padded, dtype=torch.int64).reshape(1, -1),
+        prepare(ubatch_runner, batch, (s.tensor(s.table),), torch.arange(s.padded, dtype=torch.int64).reshape(1, -1),
                 graph_mode.FULL)
         out = []
         for meta in contexts.last.arg(1, "attn_metadata"):
@@ -608,9 +608,9 @@ def _bind_allow_microbatching(rel: _Release) -> tuple[Callable[..., Any], str]:
         for g, (table, size) in enumerate(zip(block_tables, block_sizes, strict=True)):
             t = bind.table(f"block_tables[{g}]", table, q.size)
             groups.append(bind.block_table(bind.count(f"block_sizes[{g}]", size, 1), bind.cast_exact(f"block_tables[{g}]", t, np.int32)))
-        runner = Stub("GPUModelRunner", parallel_config=Stub("parallel_config", use_ubatching=True), reorder_batch_threshold=1,
+        model_runner = Stub("GPUModelRunner", parallel_config=Stub("parallel_config", use_ubatching=True), reorder_batch_threshold=1,
                       input_batch=_input_batch(bind.cast_exact("num_computed_tokens", c, np.int32), groups))
-        return allow(runner, int(q.size), bind.cast_exact("num_scheduled_tokens", q, np.int32))
+        return allow(model_runner, int(q.size), bind.cast_exact("num_scheduled_tokens", q, np.int32))
 
     return allow_microbatching, (f"{piece.label}; ubatching on, reorder_batch_threshold = 1, int32 persistent arrays with "
                                  "one row per request")
@@ -620,7 +620,7 @@ def allow_microbatching_on_steps(source: _engines.ReleaseSource) -> Callable[...
     """The release's own ``GPUModelRunner._allow_microbatching`` (v1, 0.28.0
     and later) for timing it (``batchfuzz bench --vllm-wheel``):
     returns ``prepare(num_reqs, c, q, tables, block_sizes,
-    reorder_batch_threshold)``, which builds the stand-in runner (int32
+    reorder_batch_threshold)``, which builds the stand-in model runner (int32
     persistent arrays, ubatching on) once and returns a zero-argument callable
     running the engine's function unchanged on it. Raises ``bind.Absent`` or
     ``bind.Unbindable`` as the bindings do."""
@@ -630,17 +630,17 @@ def allow_microbatching_on_steps(source: _engines.ReleaseSource) -> Callable[...
     def prepare(num_reqs: int, c: np.ndarray, q: np.ndarray, tables: list[np.ndarray], block_sizes: list[int],
                 reorder_batch_threshold: int = 1) -> Callable[[], bool]:
         groups = [bind.block_table(int(b), np.ascontiguousarray(t, dtype=np.int32)) for t, b in zip(tables, block_sizes, strict=True)]
-        runner = Stub("GPUModelRunner", parallel_config=Stub("parallel_config", use_ubatching=True),
+        model_runner = Stub("GPUModelRunner", parallel_config=Stub("parallel_config", use_ubatching=True),
                       reorder_batch_threshold=int(reorder_batch_threshold),
                       input_batch=_input_batch(np.ascontiguousarray(c, dtype=np.int32), groups))
-        return functools.partial(allow, runner, int(num_reqs), np.ascontiguousarray(q, dtype=np.int32))
+        return functools.partial(allow, model_runner, int(num_reqs), np.ascontiguousarray(q, dtype=np.int32))
 
     return prepare
 
 
 # ---------------------------------------------------------------- batch order and classification (G)
 #
-# Contract G's target is a step's whole attention preparation: the runner's
+# Contract G's target is a step's whole attention preparation: the model runner's
 # threshold, the reorder, each group's two splits. Each binding runs one of
 # the engine's four functions in that pipeline and our implementation
 # (``batchfuzz.impl.batch_order_numpy``) for the other three, so a failure
@@ -661,7 +661,7 @@ def _bind_reorder(rel: _Release) -> tuple[Callable[..., Any], str]:
 
 
 def _attention_metadata(q: np.ndarray, c: np.ndarray, p: np.ndarray) -> Stub:
-    """The CommonAttentionMetadata fields the splits read, as the runner fills
+    """The CommonAttentionMetadata fields the splits read, as the model runner fills
     them: host query_start_loc, seq_lens (c + q) as the upper bound, and
     is_prefilling = c < p."""
     qsl = torch.zeros(q.size + 1, dtype=torch.int32)
@@ -711,10 +711,10 @@ def _bind_reorder_threshold(rel: _Release) -> tuple[Callable[..., Any], str]:
             return Stub("AttentionGroup", methods={"get_metadata_builder": lambda self, *args, **kwargs: builder})
 
         # One attention group per KV-cache group.
-        runner = Stub("GPUModelRunner", attn_groups=[[group(b)] for b in thresholds], reorder_batch_threshold=None,
+        model_runner = Stub("GPUModelRunner", attn_groups=[[group(b)] for b in thresholds], reorder_batch_threshold=None,
                       methods={"_attn_group_iterator": iterate})
-        run(runner)
-        return runner.reorder_batch_threshold
+        run(model_runner)
+        return model_runner.reorder_batch_threshold
 
     return batch_order_numpy.pipeline(aggregate=aggregate), (
         f"{piece.label} over one attention group per KV-cache group, each builder's reorder_batch_threshold the group's "
@@ -726,7 +726,7 @@ def _bind_reorder_threshold(rel: _Release) -> tuple[Callable[..., Any], str]:
 
 def _spec_runner(total_tokens: int, num_reqs: int, **attrs: Any) -> Stub:
     """The GPUModelRunner parts both methods read: ``arange_np`` and the
-    scratch sized as the runner sizes them (``max(max_num_reqs + 1,
+    scratch sized as the model runner sizes them (``max(max_num_reqs + 1,
     max_num_tokens)``), the device, a CPU input_ids buffer."""
     size = max(num_reqs + 1, total_tokens)
     return Stub("GPUModelRunner", arange_np=np.arange(size, dtype=np.int64), _arange_scratch=np.empty(size, dtype=np.int64),
@@ -740,15 +740,15 @@ def _bind_cumsum_and_arange(rel: _Release) -> tuple[Callable[..., Any], str]:
 
     def calc(num_draft_tokens: Any, num_scheduled_tokens: Any) -> Any:
         total = int(np.sum(np.asarray(num_scheduled_tokens, dtype=np.int64)))
-        runner = _spec_runner(total, len(num_scheduled_tokens))
+        model_runner = _spec_runner(total, len(num_scheduled_tokens))
 
         def part(counts: np.ndarray, arange_out: np.ndarray) -> np.ndarray:
-            return np.asarray(run(runner, counts.astype(np.int32), arange_out, cumsum_dtype=np.int32))
+            return np.asarray(run(model_runner, counts.astype(np.int32), arange_out, cumsum_dtype=np.int32))
 
         return spec_decode_metadata_numpy.calc_from(part)(num_draft_tokens, num_scheduled_tokens)
 
     return calc, (f"{piece.label} (cumsum_dtype int32, as _calc_spec_decode_metadata calls it) on counts d + 1 and d, "
-                  "self.arange_np as the runner sizes it; the indices around it: batchfuzz's own")
+                  "self.arange_np as the model runner sizes it; the indices around it: batchfuzz's own")
 
 
 def _bind_spec_decode_metadata(rel: _Release) -> tuple[Callable[..., Any], str]:
@@ -764,15 +764,15 @@ def _bind_spec_decode_metadata(rel: _Release) -> tuple[Callable[..., Any], str]:
         d, q = np.asarray(d_list, dtype=np.int64), np.asarray(q_list, dtype=np.int64)
         total = int(q.sum())
         # Token ids = positions, so the draft token ids it gathers are the drafts' positions.
-        runner = _spec_runner(total, int(d.size), input_ids=bind.cpu_gpu_buffer(np.arange(total, dtype=np.int32)),
+        model_runner = _spec_runner(total, int(d.size), input_ids=bind.cpu_gpu_buffer(np.arange(total, dtype=np.int32)),
                               methods={"_get_cumsum_and_arange": helper})
-        m = run(runner, d.astype(np.int32), np.cumsum(q))
+        m = run(model_runner, d.astype(np.int32), np.cumsum(q))
         return SpecDecodeIndices(
             *(bind.to_numpy(getattr(m, name)).tolist() for name in (
                 "logits_indices", "target_logits_indices", "bonus_logits_indices", "cu_num_draft_tokens",
                 "cu_num_sampled_tokens", "draft_token_ids")))
 
-    return spec_decode_metadata, (f"{piece.label} with its _get_cumsum_and_arange, self.arange_np and scratch as the runner "
+    return spec_decode_metadata, (f"{piece.label} with its _get_cumsum_and_arange, self.arange_np and scratch as the model runner "
                                   "sizes them, input_ids = positions (draft_token_ids are then the drafts' positions)")
 # ---------------------------------------------------------------- data-parallel coordination (F)
 
@@ -836,12 +836,12 @@ def _v1_steps(*args: Any) -> bool:
 
 
 def _dispatching_steps(*args: Any) -> bool:
-    """The new runner's coordinator dispatches graphs itself: the cases with microbatched graph sizes."""
+    """The new model runner's coordinator dispatches graphs itself: the cases with microbatched graph sizes."""
     return args[9] is not None
 
 
 def _dispatching_steps_no_microbatching(*args: Any) -> bool:
-    """A new runner that never microbatches: dispatching cases where some rank does not allow it (the contract's
+    """A new model runner that never microbatches: dispatching cases where some rank does not allow it (the contract's
     answer then splits nothing either)."""
     return args[9] is not None and not np.asarray(args[2]).all()
 
@@ -941,7 +941,7 @@ def _rank_mrv2_sync(rel: _Release) -> _RankBuilt:
         counts = tuple(int(x) for x in bind.to_numpy(across).tolist())
         return RankDecision(getattr(desc, "num_ubatches", 1) > 1, counts, int(desc.cg_mode.value), int(desc.num_tokens))
 
-    assumption = ("" if microbatching else "; this release's new runner never microbatches: checked on steps where "
+    assumption = ("" if microbatching else "; this release's new model runner never microbatches: checked on steps where "
                   "some rank does not allow it")
     return rank, (f"{piece.label}; the CUDA-graph manager stood in by one dispatching from the case's capture sizes "
                   f"(FULL for uniform decodes, PIECEWISE otherwise; FULL microbatched graphs at ubatch_capture_sizes); "
