@@ -12,7 +12,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from batchfuzz.usage import UsageError, parse_duration, positive_int, writable_file
+from batchfuzz.usage import parse_duration, positive_int, writable_file
 
 TARGET_METAVAR = "CONTRACT=MODULE:FUNCTION"
 
