@@ -655,7 +655,9 @@ def _fuzz(args: argparse.Namespace, job: Job, scheduler: Any, out: TextIO, start
     items = job.items
     mode = args.progress
     if mode == "auto":
-        mode = "table" if out.isatty() else "lines"
+        from batchfuzz.progress import interactive
+
+        mode = "table" if interactive(out) else "lines"
     from batchfuzz.fuzz.progress import Progress
 
     progress = Progress(out, job, started, tty=(mode == "table")) if mode != "none" else None
