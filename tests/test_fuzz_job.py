@@ -117,10 +117,10 @@ def test_planted_failure_on_two_workers_under_ci_reaches_the_corpus_and_the_test
     # the bug is there, green once it is fixed.
     replay = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_corpus.py", "-k", "test_corpus_entry_passes"]
     env = _env(BATCHFUZZ_CORPUS=str(tmp_path / "corpus"), BATCHFUZZ_REPLAY_TARGETS=f"{CONTRACT}={planted}:split")
-    red = subprocess.run(replay, cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
+    red = subprocess.run(replay, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert red.returncode == 1 and "still violates" in red.stdout, red.stdout + red.stderr
     planted.write_text(FIXED)
-    green = subprocess.run(replay, cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
+    green = subprocess.run(replay, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert green.returncode == 0 and f"{len(saved)} passed" in green.stdout, green.stdout + green.stderr
 
 
