@@ -452,18 +452,21 @@ def _run_named(contract_name: str, variant_name: str, max_examples: int, check_a
 
 
 def run_items(items: Sequence[tuple[Contract, Variant]], *, max_examples: int = MAX_EXAMPLES, check_all: bool = True,
-              jobs: int = 1, on_entry: Callable[[int, int, Row], None] | None = None) -> list[Row]:
+              jobs: int = 1, on_entry: Callable[[int, int, Row], None] | None = None,
+              on_start: Callable[[Contract, Variant], None] | None = None) -> list[Row]:
     """Each (contract, variant) through :func:`run_variant`, rows in the given order.
 
     ``jobs > 1`` runs variants in that many worker processes, forked from
     the fork server (``execution.process_context``: the registry is already
     imported there); ``on_entry`` is called as each finishes. Per-variant seconds are then measured under the load of the
-    other workers.
+    other workers. ``on_start`` is called as each starts (in this process: with ``jobs`` 1 only).
     """
     if jobs <= 1:
         rs = catalogue_settings(max_examples)
         out = []
         for k, (c, v) in enumerate(items):
+            if on_start is not None:
+                on_start(c, v)
             e = run_variant(c, v, run_settings=rs, check_all=check_all)
             out.append(e)
             if on_entry is not None:

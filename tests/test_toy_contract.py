@@ -234,11 +234,13 @@ def test_check_passes_a_correct_function_and_catches_a_bad_one(toy: tuple[Path, 
 
 def test_fuzz_runs_the_toy_contract(toy: tuple[Path, dict[str, str]]) -> None:
     root = toy[0]
-    # 5 items: the budget every item needs (batchfuzz.fuzz.settings.STARTUP_S plus MIN_SLICE_S per item), with room for a loaded machine
-    r = _run(toy, "fuzz", "--contract", "request_offsets", "--budget", "16", "--no-database", "--report", str(root / "report"))
+    # Driven by examples: 20 per item (5 items), the budget only a ceiling a loaded machine does not reach
+    r = _run(toy, "fuzz", "--contract", "request_offsets", "--max-examples", "20", "--budget", "240", "--no-database",
+             "--report", str(root / "report"))
     assert r.returncode == 0, r.stdout + r.stderr
     summary = json.loads((root / "report" / "summary.json").read_text())
-    assert summary["contracts"]["request_offsets"]["examples"] > 0
+    c = summary["contracts"]["request_offsets"]
+    assert c["examples"] == 20 * c["items"] and c["items_run"] == c["items"], c
 
 
 def test_the_catalogue_finds_every_toy_variant(toy: tuple[Path, dict[str, str]]) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 
 from batchfuzz import output, profiles
 from batchfuzz.commands import _options
+from batchfuzz.progress import Progress
 from batchfuzz.usage import ExitCode, UsageError
 
 
@@ -70,17 +71,20 @@ def run(args: argparse.Namespace) -> int:
     print(f"batchfuzz catalogue: {len(items)} variants, profile ci (derandomized, no database), "
           f"max_examples={args.max_examples}" + (f", {args.jobs} worker processes" if args.jobs > 1 else ""), flush=True)
     start = time.monotonic()
+    bar = Progress("catalogue", total=len(items))
 
     def progress(k: int, n: int, e: catalogue.Row) -> None:
         mark = "ok " if e.ok else "BAD"
         what = catalogue.compact_args(e.case.args) if e.case is not None else "not found"
-        print(f"[{k}/{n}] {mark} {e.contract}/{e.variant}: {e.verdict} in {e.primary.seconds:.1f}s  {what}", flush=True)
+        bar.advance(f"[{k}/{n}] {mark} {e.contract}/{e.variant}: {e.verdict} in {e.primary.seconds:.1f}s  {what}")
         for problem in e.problems():
-            print(f"      {problem}", flush=True)
+            bar.say(f"      {problem}")
 
     try:
-        entries = catalogue.run_items(items, max_examples=args.max_examples, check_all=not args.primary_only,
-                                      jobs=args.jobs, on_entry=progress)
+        with bar:
+            entries = catalogue.run_items(items, max_examples=args.max_examples, check_all=not args.primary_only,
+                                          jobs=args.jobs, on_entry=progress,
+                                          on_start=lambda c, v: bar.update(now=f"{c.name}/{v.name}"))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -27,6 +27,7 @@ from typing import Any
 
 from batchfuzz.commands import _options
 from batchfuzz.output import write_json_atomic
+from batchfuzz.progress import Progress
 from batchfuzz.usage import ExitCode, UsageError
 
 
@@ -148,17 +149,21 @@ def run(args: argparse.Namespace) -> int:
     print(f"batchfuzz confirm: kernel {label}, device {args.device}")
     verdicts: list[Any] = []
 
+    cases = _corpus_cases(args.corpus) if args.corpus else None
+    bar = Progress("confirm", total=len(cases) if cases is not None else None)
+
     def show(v: Any) -> None:
         control = "clean" if v.control_clean else f"NOT CLEAN: {v.control.summary()}"
-        print(f"  {v.contract:<20} {v.target}\n      kernel: {v.consequence()}\n      control (oracle): {control}", flush=True)
+        bar.advance(f"  {v.contract:<20} {v.target}\n      kernel: {v.consequence()}\n      control (oracle): {control}")
 
-    with confirm.Worker(folder, args.kernel, args.device) as worker:
-        if args.corpus:
-            for contract, target, case, fn in _corpus_cases(args.corpus):
+    with confirm.Worker(folder, args.kernel, args.device) as worker, bar:
+        if cases is not None:
+            for contract, target, case, fn in cases:
+                bar.update(now=f"{contract} {target}")
                 v = confirm.confirm_or_explain(contract, case, fn, target, worker, args.block_size)
                 verdicts.append(v)
                 show(v)
-        else:
+        else:  # the catalogue's variants are found (searched for) one by one as they are confirmed: no total ahead
             verdicts = confirm.confirm_catalogue(worker, args.contract, args.all_variants, args.block_size, on_verdict=show,
                                                  names=args.variant)
     bad = [v for v in verdicts if not v.control_clean]

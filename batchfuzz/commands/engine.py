@@ -30,6 +30,7 @@ from typing import Any
 
 from batchfuzz.commands import _options
 from batchfuzz.output import write_outputs
+from batchfuzz.progress import Progress
 from batchfuzz.usage import UsageError
 
 EXIT_CODES = "Exit codes: 0 all pass, 1 a fail or an unbindable function, 2 usage error, 3 a cell incomplete."
@@ -93,18 +94,24 @@ def run_matrix(engine: Any, args: argparse.Namespace) -> int:
     print(f"batchfuzz {engine.ENGINE}: {len(sources)} release(s) ({', '.join(s.version for s in sources)}), budget "
           f"{args.budget:g}s per cell, engine domain, seed {seed}", flush=True)
 
+    bar = Progress(f"{engine.ENGINE} cells")
+
     def show(cell: Any) -> None:
-        print(matrix.to_text([cell], among=(spec.function for spec in engine.SPECS)).splitlines()[1], flush=True)
+        bar.advance(matrix.to_text([cell], among=(spec.function for spec in engine.SPECS)).splitlines()[1])
         for line in matrix.next_step(cell):  # a failing cell's reproduction and check line
-            print(f"    {line}", flush=True)
+            bar.say(f"    {line}")
+
+    def starting(bound: Any) -> None:
+        bar.update(now=f"{bound.release} {bound.function} ({bound.contract})")
 
     started = time.time()
     print(matrix.to_text([]), flush=True)
     try:
         releases = matrix.engine_releases(engine, sources, search=matrix.searched(args.function, args.contract))
-        cells = matrix.run_matrix(releases, budget_s=args.budget, timeout_s=args.timeout,
-                                  seed=seed, isolate=not args.no_isolation, keep=keep, on_cell=show,
-                                  max_examples=args.max_examples)
+        with bar:
+            cells = matrix.run_matrix(releases, budget_s=args.budget, timeout_s=args.timeout,
+                                      seed=seed, isolate=not args.no_isolation, keep=keep, on_cell=show,
+                                      max_examples=args.max_examples, on_start=starting)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 128 + signal.SIGINT

@@ -18,7 +18,9 @@ report. The reports cannot be written (a full disk, a file-size limit): exit
 atomically, and stay intact). A ``--report`` directory in use by another run
 is a usage error (``.run/lock``). ``--workers`` is capped by the work items
 and the cores, saying so; a budget too short to give every item its first
-slice is said at start, with the budget it would need.
+slice is said at start, with the budget it would need. ``--max-examples N``
+drives the run by example counts instead of seconds: every item runs N
+examples (or until its failure), the budget only bounding the run.
 """
 
 from __future__ import annotations
@@ -52,6 +54,11 @@ def register(sub: Any) -> None:
                     help=f"wall-clock budget, e.g. 90s, 15m, 2h (default 60s); every item runs when the budget is at least "
                          f"{STARTUP_S:g}s plus {MIN_SLICE_S:g}s per item per worker; the job ends within the budget plus {GRACE_S:g}s")
     p.add_argument("--workers", type=positive_int, default=1, help="parallel runner processes (default 1)")
+    _options.max_examples(p, default=None,
+                          help="end each work item (one property of one target) once it has run N examples over its slices "
+                               "(Hypothesis's max_examples, counted across slices) or found its failure, and the run once every "
+                               "item has; the budget stays the ceiling (an item it leaves short of N: exit 3). Default: as many "
+                               "as the budget allows")
     p.add_argument("--profile", choices=profiles.PROFILES, default="dev",
                    help="Hypothesis profile: nightly/dev are random with the example database; "
                         "ci/mutation are derandomized single runs (default dev)")

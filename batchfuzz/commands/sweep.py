@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import sys
-import time
 from typing import Any
 
 from batchfuzz import output
 from batchfuzz.commands import _options
+from batchfuzz.progress import Progress
 from batchfuzz.usage import ExitCode, UsageError
 
 
@@ -34,27 +33,19 @@ def run(args: argparse.Namespace) -> int:
 
     if args.device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda: no CUDA device is available")
-    tty = sys.stdout.isatty()
-    last = [time.monotonic()]
+    # The bar counts split entries (the work grows with R), so its time left is the sweep's.
+    bar = Progress("sweep (split entries)", total=_elements(args.max_reqs, args.max_tokens), heartbeat_s=10.0)
 
     def progress(res: Any, r: int) -> None:
-        """A live line on a terminal; elsewhere a plain line every 10 s."""
-        now = time.monotonic()
-        if now - last[0] < (0.2 if tty else 10.0) and r < args.max_reqs:
-            return
-        last[0] = now
-        left = res.seconds / max(1, res.elements) * (_elements(args.max_reqs, args.max_tokens) - res.elements)
-        line = (f"R {r}/{args.max_reqs}: {res.pairs} pairs in {res.seconds:.1f}s, about {left:.0f}s left, "
-                f"{len(res.failures)} properties failing so far")
-        print(f"\r{line}\033[K" if tty else line, end="" if tty else "\n", flush=True)
+        bar.update(res.elements, now=f"R {r}/{args.max_reqs}, {res.pairs} pairs, "
+                                     f"{len(res.failures)} properties failing so far")
 
     try:
-        res = sweep_split(split_dummy_tokens_batched, max_reqs=args.max_reqs, max_tokens=args.max_tokens, device=args.device,
-                          on_progress=progress)
+        with bar:
+            res = sweep_split(split_dummy_tokens_batched, max_reqs=args.max_reqs, max_tokens=args.max_tokens,
+                              device=args.device, on_progress=progress)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    if tty:
-        print()
     print(f"swept {res.pairs} (R, N) pairs, {res.elements} split entries on {res.device} in {res.seconds:.2f}s "
           f"(1 <= R <= {res.max_reqs}, R <= N <= {res.max_tokens}): {'all properties hold' if res.ok else 'FAILURES'}")
     for name, (r, n) in res.failures.items():

@@ -164,15 +164,19 @@ def _run_bound(cell: Cell, bound: Bound, *, budget_s: float, timeout_s: float, s
 
 def run_matrix(releases: Iterable[tuple[str, Callable[[], list[Bound]]]], *, budget_s: float, timeout_s: float,
                seed: int, isolate: bool = True, keep: Callable[[Bound], bool] = lambda b: True,
-               on_cell: Callable[[Cell], None] | None = None, max_examples: int | None = None) -> list[Cell]:
+               on_cell: Callable[[Cell], None] | None = None, max_examples: int | None = None,
+               on_start: Callable[[Bound], None] | None = None) -> list[Cell]:
     """Every cell of every release: ``releases`` is ``(name, bindings)`` pairs,
-    ``bindings()`` giving the release's :class:`Bound` list (:func:`engine_releases`)."""
+    ``bindings()`` giving the release's :class:`Bound` list (:func:`engine_releases`).
+    ``on_start`` is called as a cell starts, ``on_cell`` as it ends (a command's progress)."""
     profiles.register_profiles()
     cells: list[Cell] = []
     for _name, bindings in releases:
         for b in bindings():
             if not keep(b):
                 continue
+            if on_start is not None:
+                on_start(b)
             cell = run_cell(b, budget_s=budget_s, timeout_s=timeout_s, seed=seed, isolate=isolate, max_examples=max_examples)
             cells.append(cell)
             if on_cell is not None:

@@ -12,7 +12,12 @@ started, the target imported) move the deadline on by their share per
 runner, up to one more budget in all. The controller hands out items
 in time slices, round robin over every live item: every item gets its first
 slice before any gets a second, so a budget of at least ``STARTUP_S`` plus
-``MIN_SLICE_S`` seconds per item per worker runs every item. Progress on the terminal; reports (``summary.json``, ``summary.md``,
+``MIN_SLICE_S`` seconds per item per worker runs every item. With
+``--max-examples N`` an item is done once it has N examples over its slices
+(or has found its failure), and the run ends when every item is done: the
+budget is then only the ceiling, and an item it leaves short of N makes the
+run incomplete; its verdict depends on counts, not on the machine's load.
+Progress on the terminal; reports (``summary.json``, ``summary.md``,
 ``junit.xml``) in ``--report``; every failure shrunk and saved to the corpus
 as it is found. ``--shard K/N`` runs only the items of shard K of N.
 
@@ -237,6 +242,8 @@ def _replay_command(args: argparse.Namespace, seed: int) -> str:
         parts.append("--no-isolation")
     if args.timeout != 30.0:
         parts.append(f"--timeout {args.timeout:g}")
+    if getattr(args, "max_examples", None) is not None:
+        parts.append(f"--max-examples {args.max_examples}")
     return " ".join(parts)
 
 
@@ -647,6 +654,7 @@ def _run(args: argparse.Namespace, stream: TextIO | None, held: list[Any]) -> En
         job = Job(items=items, report_dir=str(report_dir), corpus_dir=str(corpus_dir), database=database,
                   profile=args.profile, seed=seed, workers=workers, budget_s=float(args.budget),
                   deadline=started + float(args.budget), isolate=not args.no_isolation, example_timeout_s=float(args.timeout),
+                  max_examples=getattr(args, "max_examples", None),
                   extra={"replay_command": _replay_command(args, seed), "shard": shard, "notes": notes,
                          "history": history})
         for item in items:
@@ -692,7 +700,9 @@ def _fuzz(args: argparse.Namespace, job: Job, scheduler: Any, out: TextIO, start
     items = job.items
     mode = args.progress
     if mode == "auto":
-        mode = "table" if out.isatty() else "lines"
+        from batchfuzz.progress import interactive
+
+        mode = "table" if interactive(out) else "lines"
     from batchfuzz.fuzz.progress import Progress
 
     progress = Progress(out, job, started, tty=(mode == "table")) if mode != "none" else None
@@ -700,7 +710,9 @@ def _fuzz(args: argparse.Namespace, job: Job, scheduler: Any, out: TextIO, start
     scheduler.started = started
     targets = sorted({(i.contract, i.target) for i in items})
     out.write(f"batchfuzz fuzz: {len(items)} work items ({len({i.contract for i in items})} contracts, {len(targets)} targets) "
-              f"on {args.device}, budget {args.budget:g}s, {job.workers} worker(s), profile {args.profile}, seed {job.seed}"
+              f"on {args.device}, budget {args.budget:g}s"
+              + (f", {job.max_examples} examples per item" if job.max_examples is not None else "")
+              + f", {job.workers} worker(s), profile {args.profile}, seed {job.seed}"
               + (f", shard {args.shard[0]}/{args.shard[1]}" if args.shard else "") + "\n"
               f"  database {job.database or 'off'}; corpus {job.corpus_dir}; report {job.report_dir}; "
               f"{'targets isolated in worker processes' if job.isolate else 'targets in the runner processes'}\n")
@@ -721,6 +733,7 @@ def finish(job: Job, scheduler: Any, out: TextIO, started: float) -> End:
 
     partial = scheduler.stop_reason is not None
     states = read_states(job.items_dir)
+    short: list[str] = []  # with --max-examples: items the budget ended before they had their examples
     for item in job.items:  # what never ran, or was left between slices, gets its final word
         s = states.get(item.index) or new_state(item)
         if s.get("status") == WAITING:
@@ -733,6 +746,9 @@ def finish(job: Job, scheduler: Any, out: TextIO, started: float) -> End:
                 s.update(status="not run", reason="its slices ended before its first example")
             else:
                 s["status"] = "passed"
+                if job.max_examples is not None and int(s["examples"]) < job.max_examples:
+                    s["reason"] = f"the budget ended after {s['examples']} of its {job.max_examples} examples (--max-examples)"
+                    short.append(f"{item.contract}/{item.name}/{item.property} ({s['examples']})")
         states[item.index] = s
         write_state(job, item, s, final=True)
     finished = time.time()
@@ -740,11 +756,16 @@ def finish(job: Job, scheduler: Any, out: TextIO, started: float) -> End:
 
     lost = database_losses(job)
     notes = list(job.extra.get("notes") or []) + [f"the shared example database was lost mid-run: {m}" for m in lost]
+    if short:
+        notes.append(f"incomplete: {len(short)} of {len(job.items)} items ran fewer than the {job.max_examples} examples of "
+                     f"--max-examples before the budget ended: " + ", ".join(short[:20]) + (" ..." if len(short) > 20 else ""))
     summary = report.build_summary(job, states, started=started, finished=finished, partial=partial,
                                    interrupted_by=scheduler.stop_reason if partial else None, notes=notes,
                                    # not charged to the budget: before the clock, and the targets' start-up in slices
                                    startup_seconds=getattr(scheduler, "startup_s", 0.0) + getattr(scheduler, "uncharged_s", 0.0),
                                    database_lost=lost, timeline=getattr(scheduler, "timeline", None))
+    if short and summary["status"] == "passed":  # --max-examples asked for examples, not seconds: short of them is incomplete
+        summary["status"] = "incomplete"
     try:
         paths = report.write_reports(job.report_dir, summary, history=job.extra.get("history") or ())
     except OSError as exc:  # a full disk, a file-size limit: the corpus and the database are written apart, atomically

@@ -6,7 +6,9 @@ the scheduler model's conformance to vLLM's scheduler), and hands them
 out in *slices* of time to ``--workers`` runner processes. A runner
 (:func:`runner_main`) runs each slice as one Hypothesis hunt of the item's
 property, generating until the slice ends (a failure found by then is shrunk
-until the job's deadline); the target itself runs in an executor
+until the job's deadline) or, with the job's ``max_examples`` (``fuzz
+--max-examples N``), until the item has N examples over all its slices,
+which ends it as passed; the target itself runs in an executor
 (``batchfuzz.execution``): an isolated worker process of the runner's, or the
 runner itself with ``--no-isolation``. Runners are made by the same process
 mechanism as those workers (``execution.process_context``), so the whole job
@@ -96,6 +98,8 @@ class Job:
     isolate: bool = True
     example_timeout_s: float = 30.0
     labels: bool = True
+    # --max-examples: the examples an item runs in all, over its slices (None: as many as its slices' time allows).
+    max_examples: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -200,16 +204,22 @@ class _Runner:
             ex.close()
         self.executors.clear()
 
-    def settings(self) -> Any:
+    def settings(self, examples_so_far: int = 0) -> Any:
+        """The job's profile with the runner's database; with the job's
+        ``max_examples``, Hypothesis's ``max_examples`` is what the item still
+        lacks of it (an item's examples add up over its slices)."""
         from hypothesis import settings
 
-        base = settings.get_profile(self.job.profile)
-        return settings(base, database=self.database)
+        base = settings(settings.get_profile(self.job.profile), database=self.database)
+        if self.job.max_examples is None:
+            return base
+        return settings(base, max_examples=max(1, self.job.max_examples - examples_so_far))
 
     def run_slice(self, item: WorkItem, slice_no: int, slice_s: float, shrink_s: float) -> dict[str, Any]:
         """Fuzz ``item`` for ``slice_s`` seconds from when its target is ready
         (a failure found by then is shrunk for ``shrink_s`` more), within the
-        job's deadline; return (and write) its state. The seconds its target
+        job's deadline, and for no more examples than the job's
+        ``max_examples`` leaves it (:meth:`settings`); return (and write) its state. The seconds its target
         took to get ready (a worker started, the target imported) are
         ``self.last_startup_s``: the controller does not charge them to the budget."""
         from batchfuzz import engine_steps, registry, runner
@@ -234,10 +244,10 @@ class _Runner:
             slice_end = min(job.deadline, time.time() + slice_s)
             shrink_until = min(job.deadline, slice_end + shrink_s)
             domain = registry.choose_domain(item.domain, info.get("domain"))
-            rs = self.settings()
+            rs = self.settings(int(state["examples"]))
             state["settings"] = {"profile": job.profile, "derandomize": bool(rs.derandomize), "isolated": job.isolate,
                                  "database": repr(rs.database) if rs.database is not None else None, "domain": domain,
-                                 "seed": job.seed, "timeout": job.example_timeout_s}
+                                 "seed": job.seed, "timeout": job.example_timeout_s, "max_examples": job.max_examples}
             r = runner.hunt(contract, executor, contract.property(item.property), target_name=item.target, run_settings=rs,
                             seed=runner._round_seed(job.seed, item.contract, item.target, item.property, slice_no),
                             domain=domain, deadline=shrink_until, generate_until=slice_end,
@@ -269,8 +279,10 @@ class _Runner:
             state["status"] = "failed"
         elif stop_requested(job):
             state.update(status="interrupted", reason="the run was stopped (signal)")
-        elif rs.derandomize and not r.out_of_time:
-            state["status"] = "passed"  # a derandomized stream is done once it has run: another slice would replay it
+        elif (rs.derandomize or job.max_examples is not None) and not r.out_of_time:
+            # Done: a derandomized stream once it has run (another slice would replay it); with --max-examples, once
+            # the item has its examples (or Hypothesis has exhausted the domain before).
+            state["status"] = "passed"
         else:
             state["status"] = IDLE
         write_state(job, item, state, final=state["status"] in FINAL)
