@@ -21,6 +21,7 @@ captured sizes, the fill value 0, and stale buffers of zeros.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,6 +30,7 @@ from hypothesis import strategies as st
 
 from batchfuzz.case import Case
 from batchfuzz.reference.pad_graph_replay import ARGUMENTS
+from batchfuzz.strategies._exhaustive import ScopeSpec, check_scope
 
 DOMAINS = ("spec", "engine")
 MAX_CAPTURE = 16
@@ -154,3 +156,36 @@ def reductions(case: Case) -> Iterator[Case]:
     for k, buf in bufs.items():
         if any(buf):
             yield _rebuilt(case, **{k: [0] * len(buf)})
+
+
+# ------------------------------------------------------------------ exhaustive scopes
+
+# The captured sizes each scope draws its subsets from.
+_SCOPE_SIZES = {"small": (1, 2, 3), "ci": (1, 2)}
+
+
+def _scope_all(scope: str) -> list[Case]:
+    pool = _SCOPE_SIZES[scope]
+    out = []
+    for k in range(1, len(pool) + 1):
+        for sizes in itertools.combinations(pool, k):
+            max_bs = sizes[-1]
+            for r, t, fill in itertools.product(range(max_bs + 1), (1, 2), (0, 1)):
+                rows = list(range(1, r * t + 1))
+                for lens, stale in itertools.product(itertools.product((0, 1), repeat=r), itertools.product((0, 1), repeat=3)):
+                    bufs = ([stale[0]] * max_bs, [stale[1]] * (max_bs * t), [stale[2]] * (max_bs * t))
+                    out.append(case_of(sizes, list(lens), t, fill, positions=rows, out_cache_loc=rows, stale=bufs))
+    return sorted(out, key=size)
+
+
+SCOPES = {
+    "small": ScopeSpec("every nonempty set of captured sizes from {1, 2, 3}, R from 0 to the largest, T 1 or 2, fill value 0 or "
+                       "1, sequence lengths 0 or 1 each, token rows 1, 2, ..., each stale buffer all 0 or all 1; in size's "
+                       "order", "spec", len(_scope_all("small"))),
+    "ci": ScopeSpec("as small with the captured sizes from {1, 2}", "spec", len(_scope_all("ci"))),
+}
+
+
+def scope_cases(scope: str = "small") -> Iterator[Case]:
+    """Every contract K case of ``scope`` (``SCOPES``), smallest first in :func:`size`'s order."""
+    yield from _scope_all(check_scope(scope, SCOPES))
