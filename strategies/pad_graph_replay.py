@@ -93,7 +93,7 @@ def in_domain(case: Case, domain: str) -> bool:
     a = case.args
     sizes, lens = _ints(case, "capture_bs"), _ints(case, "seq_lens")
     t, fill = a["num_tokens_per_bs"], a["seq_len_fill_value"]
-    if not sizes or min(sizes) < 1 or any(b <= c for c, b in zip(sizes, sizes[1:])) or t < 1 or fill < 0:
+    if not sizes or min(sizes) < 1 or any(b <= c for c, b in itertools.pairwise(sizes)) or t < 1 or fill < 0:
         return False
     max_bs, r = sizes[-1], len(lens)
     if r > max_bs or len(a["positions"]) != r * t or len(a["out_cache_loc"]) != r * t:
