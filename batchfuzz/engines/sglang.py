@@ -16,9 +16,16 @@ distribution) without importing SGLang or its dependencies:
   of the same tree. The module lives in ``sglang/srt/two_batch_overlap.py``
   up to 0.5.3 and in ``sglang/srt/batch_overlap/two_batch_overlap.py`` from
   0.5.8: one spec per path, so a release has one of the two bound and the
-  other absent.
+  other absent;
+- the CUDA-graph replay padding (contract K, ``pad_graph_replay``): the
+  model runner's ``CudaGraphRunner.replay_prepare`` (with
+  ``GraphInputBuffers.populate_from_forward_batch`` from 0.5.8) and the
+  EAGLE draft runner's ``EAGLEDraftCudaGraphRunner.replay``, whole, over a
+  stand-in runner whose persistent buffers hold the case's stale values
+  (``_Replay``; each binding's detail states its assumptions). Both runners
+  moved in 0.5.14 (``model_executor/runner/``): absent there.
 
-Stand-ins: ``get_tbo_token_distribution_threshold`` (a server argument read
+Stand-ins for contract J: ``get_tbo_token_distribution_threshold`` (a server argument read
 from global state) returns the case's ``threshold``. The number of tokens
 per sequence is what ``get_token_num_per_seq`` gives (1 for decode, the
 draft token count for target-verify, 0 for idle, None for extend), and
