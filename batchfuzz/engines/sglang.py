@@ -47,6 +47,7 @@ from batchfuzz import engines as _engines
 from batchfuzz.engines import Bound
 from batchfuzz.preconditions import domain
 from batchfuzz.reference.pad_graph_replay import check_args as check_replay_args
+from batchfuzz.reference.tbo_children_tokens import check_args as check_children_args
 from batchfuzz.reference.tbo_split import check_args
 
 ENGINE = "sglang"
@@ -242,6 +243,30 @@ def _bind_eagle_draft(rel: _Release) -> tuple[Callable[..., Any], str]:
     return pad_graph_replay, detail
 
 
+def _bind_children_tokens(rel: _Release, path: str) -> tuple[Callable[..., Any], str]:
+    device = bind.Stub("ServerArgs", device="cpu")
+    loader = rel.loader(global_server_args_dict={"device": "cpu"}, get_global_server_args=lambda: device,
+                        get_device=lambda: device)
+    tbo = loader.file(path)
+    raw = loader.load(tbo.piece("TboForwardBatchPreparer.compute_tbo_children_num_token_non_padded_raw"))
+    try:  # 0.5.23 moved the arithmetic into a static helper
+        helper: Any = loader.load(tbo.piece("TboForwardBatchPreparer._split_num_token_non_padded"))
+    except bind.Absent:
+        helper = None
+    cls = bind.Stub("TboForwardBatchPreparer", **({} if helper is None else {"_split_num_token_non_padded": helper}))
+
+    def tbo_children_tokens(t: Any, m: Any, n: Any) -> tuple[int, int]:
+        t, m, _n = check_children_args(t, m, n)
+        a, b = (int(x) for x in bind.to_numpy(raw(cls, t, m)))
+        return a, b
+
+    detail = (f"{path}: TboForwardBatchPreparer.compute_tbo_children_num_token_non_padded_raw"
+              + (" with its helper _split_num_token_non_padded" if helper is not None else "")
+              + ", called with the case's t and M (the device the result moves to stood in by the CPU); N is not "
+              "an argument of SGLang's: the padding is whatever lies past M")
+    return tbo_children_tokens, detail
+
+
 @dataclass(frozen=True)
 class _Spec:
     function: str
@@ -257,6 +282,10 @@ _REPLAY_PROBE = tuple(np.asarray(v) if isinstance(v, list) else v for v in (
 SPECS = (
     _Spec(f"{TBO_OLD}:compute_split_token_index", "tbo_split", functools.partial(_bind_tbo_split, path=TBO_OLD), _TBO_PROBE),
     _Spec(f"{TBO_NEW}:compute_split_token_index", "tbo_split", functools.partial(_bind_tbo_split, path=TBO_NEW), _TBO_PROBE),
+    _Spec(f"{TBO_OLD}:TboForwardBatchPreparer.compute_tbo_children_num_token_non_padded_raw", "tbo_children_tokens",
+          functools.partial(_bind_children_tokens, path=TBO_OLD), (3, 5, 8)),
+    _Spec(f"{TBO_NEW}:TboForwardBatchPreparer.compute_tbo_children_num_token_non_padded_raw", "tbo_children_tokens",
+          functools.partial(_bind_children_tokens, path=TBO_NEW), (3, 5, 8)),
     _Spec(f"{CUDA_GRAPH_RUNNER}:CudaGraphRunner.replay_prepare", "pad_graph_replay", _bind_model_runner, _REPLAY_PROBE),
     _Spec(f"{EAGLE_DRAFT_RUNNER}:EAGLEDraftCudaGraphRunner.replay", "pad_graph_replay", _bind_eagle_draft, _REPLAY_PROBE),
 )
