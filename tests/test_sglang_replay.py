@@ -1,7 +1,8 @@
-"""Contract K (``pad_graph_replay``) bound to SGLang's CUDA-graph runners:
+"""Contracts K (``pad_graph_replay``) and L (``tbo_children_tokens``) bound to SGLang: K
 on a tiny model runner in SGLang's layout written here (whose padding zeroes
 ``positions`` or not), and on SGLang 0.5.8 downloaded at test time into the
-cache (skipped, with the reason, when the registry cannot be reached).
+cache (skipped, with the reason, when the registry cannot be reached); L on
+SGLang 0.5.8's split of the padding between the two children.
 Verdicts are driven by example counts, not time."""
 
 from __future__ import annotations
@@ -90,3 +91,19 @@ def test_sglang_0_5_8_runners() -> None:
     assert rows[EAGLE].target(*STALE)[2].tolist() == [0, 0]
     cell = matrix.run_cell(rows[MODEL_RUNNER], budget_s=120, timeout_s=120, seed=1, isolate=False, max_examples=40)
     assert (cell.verdict, cell.property) == ("fail", "padded_positions_zeroed"), cell
+
+
+def test_sglang_0_5_8_children_tokens() -> None:
+    """Contract L on SGLang 0.5.8's padding split of the two children: it passes (child B takes all padding)."""
+    try:
+        wheel = engines.fetch_wheel("sglang", "0.5.8", timeout_s=120)
+    except SourceError as exc:
+        pytest.skip(f"the package registry cannot be reached or has no sglang 0.5.8: {exc}")
+    bound = next(b for b in sglang.bindings(sglang.ReleaseSource.from_wheel(wheel))
+                 if b.contract == "tbo_children_tokens" and b.status == "bound")
+    assert bound.function.startswith(sglang.TBO_NEW)
+    assert bound.target(3, 5, 8) == (3, 2) and bound.target(6, 5, 8) == (5, 0)
+    with pytest.raises(ValueError, match=r"split_token_index must be <= num_tokens \(8\), got 9"):
+        bound.target(9, 5, 8)
+    cell = matrix.run_cell(bound, budget_s=120, timeout_s=120, seed=1, isolate=False, max_examples=40)
+    assert cell.verdict == "pass", cell
