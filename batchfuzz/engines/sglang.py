@@ -23,7 +23,10 @@ distribution) without importing SGLang or its dependencies:
   EAGLE draft runner's ``EAGLEDraftCudaGraphRunner.replay``, whole, over a
   stand-in runner whose persistent buffers hold the case's stale values
   (``_Replay``; each binding's detail states its assumptions). Both runners
-  moved in 0.5.14 (``model_executor/runner/``): absent there.
+  moved in 0.5.14 (``model_executor/runner/``): absent there;
+- the children's real tokens (contract L, ``tbo_children_tokens``):
+  ``TboForwardBatchPreparer.compute_tbo_children_num_token_non_padded_raw``
+  (with ``_split_num_token_non_padded`` in 0.5.23), one spec per module path.
 
 Stand-ins for contract J: ``get_tbo_token_distribution_threshold`` (a server argument read
 from global state) returns the case's ``threshold``. The number of tokens
