@@ -16,9 +16,19 @@ distribution) without importing SGLang or its dependencies:
   of the same tree. The module lives in ``sglang/srt/two_batch_overlap.py``
   up to 0.5.3 and in ``sglang/srt/batch_overlap/two_batch_overlap.py`` from
   0.5.8: one spec per path, so a release has one of the two bound and the
-  other absent.
+  other absent;
+- the CUDA-graph replay padding (contract K, ``pad_graph_replay``): the
+  model runner's ``CudaGraphRunner.replay_prepare`` (with
+  ``GraphInputBuffers.populate_from_forward_batch`` from 0.5.8) and the
+  EAGLE draft runner's ``EAGLEDraftCudaGraphRunner.replay``, whole, over a
+  stand-in runner whose persistent buffers hold the case's stale values
+  (``_Replay``; each binding's detail states its assumptions). Both runners
+  moved in 0.5.14 (``model_executor/runner/``): absent there;
+- the children's real tokens (contract L, ``tbo_children_tokens``):
+  ``TboForwardBatchPreparer.compute_tbo_children_num_token_non_padded_raw``
+  (with ``_split_num_token_non_padded`` in 0.5.23), one spec per module path.
 
-Stand-ins: ``get_tbo_token_distribution_threshold`` (a server argument read
+Stand-ins for contract J: ``get_tbo_token_distribution_threshold`` (a server argument read
 from global state) returns the case's ``threshold``. The number of tokens
 per sequence is what ``get_token_num_per_seq`` gives (1 for decode, the
 draft token count for target-verify, 0 for idle, None for extend), and
@@ -39,6 +49,8 @@ from batchfuzz import bind
 from batchfuzz import engines as _engines
 from batchfuzz.engines import Bound
 from batchfuzz.preconditions import domain
+from batchfuzz.reference.pad_graph_replay import check_args as check_replay_args
+from batchfuzz.reference.tbo_children_tokens import check_args as check_children_args
 from batchfuzz.reference.tbo_split import check_args
 
 ENGINE = "sglang"
@@ -106,6 +118,158 @@ def _bind_tbo_split(rel: _Release, path: str) -> tuple[Callable[..., Any], str]:
     return tbo_split, detail
 
 
+CUDA_GRAPH_RUNNER = "sglang/srt/model_executor/cuda_graph_runner.py"
+INPUT_BUFFERS = "sglang/srt/model_executor/input_buffers.py"
+EAGLE_DRAFT_RUNNER = "sglang/srt/speculative/eagle_draft_cuda_graph_runner.py"
+
+
+class _Replay:
+    """The stand-ins of one padded replay, built from contract K's arguments:
+    the runner's persistent buffers (torch CPU tensors in the engine's dtypes:
+    ``seq_lens`` int32, ``positions`` and ``out_cache_loc`` int64) holding
+    the case's stale values, and the step's ``ForwardBatch``."""
+
+    def __init__(self, args: tuple[Any, ...]) -> None:
+        import torch
+
+        sizes, lens, pos, loc, t, fill = check_replay_args(*args)
+        self.sizes, self.r, self.t, self.fill = sizes, len(lens), t, fill
+        max_bs = sizes[-1]
+
+        def buf(name: str, value: Any, rows: int, dtype: Any) -> Any:
+            return torch.from_numpy(bind.cast_exact(name, bind.int_array(name, value, minimum=None)[:rows].copy(), dtype))
+
+        self.seq_lens = buf("seq_lens_buf", args[6], max_bs, np.int32)
+        self.seq_lens_cpu = self.seq_lens.clone()
+        self.positions = buf("positions_buf", args[7], max_bs * t, np.int64)
+        self.out_cache_loc = buf("out_cache_loc_buf", args[8], max_bs * t, np.int64)
+        self.step_lens = torch.tensor(lens, dtype=torch.int32)
+        self.batch = bind.Stub(
+            "ForwardBatch", batch_size=self.r, input_ids=torch.zeros(self.r * t, dtype=torch.int64),
+            req_pool_indices=torch.arange(self.r, dtype=torch.int32), seq_lens=self.step_lens, seq_lens_cpu=self.step_lens.clone(),
+            out_cache_loc=torch.tensor(loc, dtype=torch.int64), positions=torch.tensor(pos, dtype=torch.int64),
+            seq_lens_sum=sum(lens), mrope_positions=None, encoder_lens=None, spec_info=None, mamba_track_indices=None,
+            mamba_track_mask=None, num_token_non_padded=torch.tensor(self.r * t, dtype=torch.int32),
+            forward_mode=bind.Stub("ForwardMode", methods={"is_idle": lambda self: False}))
+
+    def common(self) -> dict[str, Any]:
+        """What every runner reads from ``self`` in a plain replay: no DP/TP gather, no overlap, no pipeline stage."""
+        import torch
+
+        max_bs = self.sizes[-1]
+        return dict(capture_bs=list(self.sizes), num_tokens_per_bs=self.t, seq_len_fill_value=self.fill,
+                    require_mlp_tp_gather=False, require_gathered_buffer=False, seq_lens=self.seq_lens,
+                    seq_lens_cpu=self.seq_lens_cpu, positions=self.positions, out_cache_loc=self.out_cache_loc,
+                    req_pool_indices=torch.zeros(max_bs, dtype=torch.int32),
+                    input_ids=torch.zeros(max_bs * self.t, dtype=torch.int64))
+
+    def result(self, bs: int) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+        return (int(bs), bind.to_numpy(self.seq_lens[:bs]), bind.to_numpy(self.positions[: bs * self.t]),
+                bind.to_numpy(self.out_cache_loc[: bs * self.t]))
+
+
+def _bind_model_runner(rel: _Release) -> tuple[Callable[..., Any], str]:
+    loader = rel.loader(enable_num_token_non_padded=lambda server_args: False)
+    replay_prepare = loader.load(loader.file(CUDA_GRAPH_RUNNER).piece("CudaGraphRunner.replay_prepare"))
+    try:  # from 0.5.8 the buffers and their fill live in GraphInputBuffers
+        populate = loader.load(loader.file(INPUT_BUFFERS).piece("GraphInputBuffers.populate_from_forward_batch"))
+    except bind.Absent:
+        populate = None
+
+    def pad_graph_replay(*args: Any) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+        import torch
+
+        rp = _Replay(args)
+        attn = bind.Recorder("init_forward_metadata_replay_cuda_graph")
+        fields = rp.common()
+        state = {k: fields.pop(k) for k in ("seq_lens", "seq_lens_cpu", "positions", "out_cache_loc", "req_pool_indices",
+                                            "input_ids")}
+        extra = dict(mamba_track_indices=None, mamba_track_mask=None, encoder_lens=None, pp_proxy_tensors=None,
+                     mrope_positions=torch.zeros((3, len(state["positions"])), dtype=torch.int64),
+                     num_token_non_padded=torch.zeros(1, dtype=torch.int32), custom_mask=None)
+        if populate is not None:
+            fields["buffers"] = bind.Stub("GraphInputBuffers", methods={"populate_from_forward_batch": populate}, **state, **extra)
+        else:
+            fields.update(state, **extra)
+        runner = bind.Stub(
+            "CudaGraphRunner", methods={"recapture_if_needed": lambda self, fb: None}, **fields,
+            model_runner=bind.Stub("ModelRunner", server_args=None, attn_backend=bind.Stub(
+                "AttnBackend", init_forward_metadata_replay_cuda_graph=attn)),
+            enable_two_batch_overlap=False, is_encoder_decoder=False, enable_pdmux=False, nsa_enable_prefill_cp=False,
+            capture_forward_mode=None, attn_tp_size=1, attn_tp_rank=0)
+        replay_prepare(runner, rp.batch)
+        bs = attn.last.arg(0, "bs")
+        require_same = runner.bs == bs and attn.last.arg(2, "seq_lens").data_ptr() == rp.seq_lens.data_ptr()
+        if not require_same:
+            raise AssertionError(f"replay_prepare stored bs = {runner.bs} but built the attention metadata over {bs} rows "
+                                 "of another seq_lens")
+        return rp.result(bs)
+
+    where = f"{CUDA_GRAPH_RUNNER}:CudaGraphRunner.replay_prepare" + (
+        f" with {INPUT_BUFFERS}:GraphInputBuffers.populate_from_forward_batch" if populate is not None else "")
+    detail = (f"{where}, whole, on a stand-in runner: no DP/TP gather, no two-batch overlap, no PD multiplexing, no "
+              "pipeline stage, no encoder, num_token_non_padded off; the persistent buffers hold the case's stale values "
+              "(seq_lens int32, positions/out_cache_loc int64); bs and seq_lens as the attention backend's replay "
+              "metadata call receives them, positions/out_cache_loc the buffers' first bs * T rows")
+    return pad_graph_replay, detail
+
+
+def _bind_eagle_draft(rel: _Release) -> tuple[Callable[..., Any], str]:
+    loader = rel.loader()
+    replay = loader.load(loader.file(EAGLE_DRAFT_RUNNER).piece("EAGLEDraftCudaGraphRunner.replay"))
+
+    def pad_graph_replay(*args: Any) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+        import torch
+
+        rp = _Replay(args)
+        attn = bind.Recorder("init_forward_metadata_replay_cuda_graph")
+        max_bs = rp.sizes[-1]
+        rp.batch.spec_info = bind.Stub("EagleDraftInput", topk_p=torch.zeros((rp.r, 1)), topk_index=torch.zeros((rp.r, 1)),
+                                       hidden_states=torch.zeros((rp.r, 1)))
+        outputs: dict[int, Any] = {b: ("output", b) for b in rp.sizes}
+        runner = bind.Stub(
+            "EAGLEDraftCudaGraphRunner", methods={"_replay": lambda self, fb: None,
+                                                 "_postprocess_output_to_raw_bs": lambda self, out, raw_bs: out},
+            **rp.common(), speculative_num_steps=1, topk_p=torch.zeros((max_bs, 1)), topk_index=torch.zeros((max_bs, 1)),
+            hidden_states=torch.zeros((max_bs, 1)), output_buffers=outputs, graphs={b: bind.Stub("CUDAGraph", methods={
+                "replay": lambda self: None}) for b in rp.sizes},
+            model_runner=bind.Stub("ModelRunner", draft_attn_backend=bind.Stub(
+                "DraftAttnBackend", init_forward_metadata_replay_cuda_graph=attn)),
+            deepep_adapter=bind.Stub("DeepEPAdapter", methods={"replay": lambda self: None}))
+        replay(runner, rp.batch)
+        bs = attn.last.arg(1, "bs")
+        return rp.result(bs)
+
+    detail = (f"{EAGLE_DRAFT_RUNNER}:EAGLEDraftCudaGraphRunner.replay, whole, on a stand-in runner: one speculative step "
+              "(out_cache_loc of R * T rows), no DP/TP gather; the graph replay, the draft attention backend and the output "
+              "post-processing stood in (a recorder gives bs); the persistent buffers hold the case's stale values")
+    return pad_graph_replay, detail
+
+
+def _bind_children_tokens(rel: _Release, path: str) -> tuple[Callable[..., Any], str]:
+    device = bind.Stub("ServerArgs", device="cpu")
+    loader = rel.loader(global_server_args_dict={"device": "cpu"}, get_global_server_args=lambda: device,
+                        get_device=lambda: device)
+    tbo = loader.file(path)
+    raw = loader.load(tbo.piece("TboForwardBatchPreparer.compute_tbo_children_num_token_non_padded_raw"))
+    try:  # 0.5.23 moved the arithmetic into a static helper
+        helper: Any = loader.load(tbo.piece("TboForwardBatchPreparer._split_num_token_non_padded"))
+    except bind.Absent:
+        helper = None
+    cls = bind.Stub("TboForwardBatchPreparer", **({} if helper is None else {"_split_num_token_non_padded": helper}))
+
+    def tbo_children_tokens(t: Any, m: Any, n: Any) -> tuple[int, int]:
+        t, m, _n = check_children_args(t, m, n)
+        a, b = (int(x) for x in bind.to_numpy(raw(cls, t, m)))
+        return a, b
+
+    detail = (f"{path}: TboForwardBatchPreparer.compute_tbo_children_num_token_non_padded_raw"
+              + (" with its helper _split_num_token_non_padded" if helper is not None else "")
+              + ", called with the case's t and M (the device the result moves to stood in by the CPU); N is not "
+              "an argument of SGLang's: the padding is whatever lies past M")
+    return tbo_children_tokens, detail
+
+
 @dataclass(frozen=True)
 class _Spec:
     function: str
@@ -115,10 +279,18 @@ class _Spec:
 
 
 _TBO_PROBE = ("extend", np.array([3, 1], dtype=np.int32), 0.48)
+_REPLAY_PROBE = tuple(np.asarray(v) if isinstance(v, list) else v for v in (
+    [2, 4], [5], [3], [7], 1, 1, [9] * 4, [9] * 4, [9] * 4))
 
 SPECS = (
     _Spec(f"{TBO_OLD}:compute_split_token_index", "tbo_split", functools.partial(_bind_tbo_split, path=TBO_OLD), _TBO_PROBE),
     _Spec(f"{TBO_NEW}:compute_split_token_index", "tbo_split", functools.partial(_bind_tbo_split, path=TBO_NEW), _TBO_PROBE),
+    _Spec(f"{TBO_OLD}:TboForwardBatchPreparer.compute_tbo_children_num_token_non_padded_raw", "tbo_children_tokens",
+          functools.partial(_bind_children_tokens, path=TBO_OLD), (3, 5, 8)),
+    _Spec(f"{TBO_NEW}:TboForwardBatchPreparer.compute_tbo_children_num_token_non_padded_raw", "tbo_children_tokens",
+          functools.partial(_bind_children_tokens, path=TBO_NEW), (3, 5, 8)),
+    _Spec(f"{CUDA_GRAPH_RUNNER}:CudaGraphRunner.replay_prepare", "pad_graph_replay", _bind_model_runner, _REPLAY_PROBE),
+    _Spec(f"{EAGLE_DRAFT_RUNNER}:EAGLEDraftCudaGraphRunner.replay", "pad_graph_replay", _bind_eagle_draft, _REPLAY_PROBE),
 )
 
 
