@@ -28,6 +28,24 @@ from tests.test_toy_engine import _run, toy  # noqa: F401  (toy is the shared fi
 ALLOW = "vllm/v1/worker/gpu_model_runner.py:GPUModelRunner._allow_microbatching"
 
 
+def test_a_cells_domain_and_step_source_follow_the_one_rule() -> None:
+    """``cell_domain``: ``engine_steps.steps_domain`` per contract; without
+    ``--steps`` the engine domain, whose source is the model's for contract E."""
+    from batchfuzz.engines import matrix
+
+    assert matrix.cell_domain("allow_microbatching", None) == ("engine", "model", "")
+    assert matrix.cell_domain("find_conflicts", "model") == ("engine", "model", "")
+    assert matrix.cell_domain("split_dummy_tokens", None) == ("engine", "", "")
+    domain, source, note = matrix.cell_domain("split_ubatches", "model")  # contract D draws counts, not model steps
+    assert (domain, source) == ("engine", "") and note.startswith("--steps model: contract 'split_ubatches' has no domain")
+    cell = matrix.Cell(release="1", function="f.py:g", contract="allow_microbatching", domain="engine", verdict="fail",
+                       property="p", target="engine:x", steps="model")
+    assert matrix.check_command(cell, 5, "model") == "batchfuzz check allow_microbatching engine:x --steps model --property p --seed 5"
+    assert matrix.check_command(cell, 5) == "batchfuzz check allow_microbatching engine:x --domain engine --property p --seed 5"
+    with pytest.raises(ValueError, match=r"--steps must be one of 'model', 'engine', got 'replay'"):
+        matrix.check_steps("replay")
+
+
 def test_cells_without_the_step_source_stay_on_the_engine_domain_and_say_so(toy: tuple[Path, dict[str, str]]) -> None:  # noqa: F811
     root = toy[0]
     r = _run(toy, "engine", "toyengine", "--source", str(root / "checkout"), "--contract", "pad_query_start_loc",
