@@ -8,7 +8,9 @@ given (``--wheel FILE``, ``--source DIR``, ``--installed``, ``--release
 VERSION``: the release wheel, downloaded with ``pip download --no-deps`` into
 the cache outside any repository; ``--all-releases``: every release of the
 engine's published matrix) x every function the engine binds x its
-contract, under the contract's ``engine`` domain: a cell is ``pass``,
+contract, under the contract's ``engine`` domain (with ``--steps
+engine|model``, contracts D and E on the domain that step source feeds,
+``engine_steps.steps_domain``; the others stay on ``engine``): a cell is ``pass``,
 ``fail`` (property and shrunk counterexample), ``absent``, ``unbindable``
 (with the reason), ``incomplete`` or ``error`` (``batchfuzz.engines.matrix``).
 Nothing of the engine is imported or installed: the functions are cut out of
@@ -16,7 +18,8 @@ the release's source text.
 
 Exit codes: 0 every bound cell passed; 1 a cell failed, or a function is
 unbindable or could not be run; 2 a usage error (an unknown engine, a release
-that cannot be opened or downloaded, an unwritable output); 3 a cell
+that cannot be opened or downloaded, an unwritable output, ``--steps engine``
+without an importable vLLM scheduler); 3 a cell
 incomplete.
 """
 
@@ -63,6 +66,9 @@ def add_matrix_options(p: argparse.ArgumentParser, whose: str) -> None:
                           help="one round of N examples per property instead of rounds until the budget ends (the budget stays "
                                "a ceiling): verdicts that depend on counts, not on the machine's speed")
     _options.timeout(p, default=10.0, help="per-example timeout: a call that runs longer is a `timeout` failure (default 10)")
+    _options.steps(p, help="where the scheduled steps of contracts D and E come from: model (batchfuzz's scheduler model, "
+                           "contract E's engine domain) or engine (the installed vLLM's own scheduler: their engine-steps domain, "
+                           "docs/engine-steps.md); the other cells stay on their engine domain and say so")
     _options.seed(p, help="seed for a repeatable run (default: random, printed)")
     _options.no_isolation(p, help="run the release's code in this process")
     _options.json_output(p, help="write the matrix here as JSON ({'rows': [...]})")
@@ -85,6 +91,7 @@ def run_matrix(engine: Any, args: argparse.Namespace) -> int:
 
     _options.check_outputs((args.json_path, "--json"), (args.markdown, "--markdown"))
     try:
+        matrix.check_steps(args.steps)
         keep = matrix.selection(engine, args.function, args.contract)
         sources = matrix.release_sources(engine, releases=[*args.release, *(engine.RELEASES if args.all_releases else ())],
                                          wheels=args.wheel, dirs=args.source, installed=args.installed)
@@ -92,7 +99,7 @@ def run_matrix(engine: Any, args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     seed = args.seed if args.seed is not None else matrix.new_seed()
     print(f"batchfuzz {engine.ENGINE}: {len(sources)} release(s) ({', '.join(s.version for s in sources)}), budget "
-          f"{args.budget:g}s per cell, engine domain, seed {seed}", flush=True)
+          f"{args.budget:g}s per cell, {matrix.steps_phrase(args.steps)}, seed {seed}", flush=True)
 
     bar = Progress(f"{engine.ENGINE} cells")
 
@@ -111,12 +118,12 @@ def run_matrix(engine: Any, args: argparse.Namespace) -> int:
         with bar:
             cells = matrix.run_matrix(releases, budget_s=args.budget, timeout_s=args.timeout,
                                       seed=seed, isolate=not args.no_isolation, keep=keep, on_cell=show,
-                                      max_examples=args.max_examples, on_start=starting)
+                                      max_examples=args.max_examples, on_start=starting, steps=args.steps)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 128 + signal.SIGINT
     counts = {v: sum(c.verdict == v for c in cells) for v in matrix.VERDICTS}
     print(f"\n{len(cells)} cells in {time.time() - started:.0f}s: " + ", ".join(f"{n} {v}" for v, n in counts.items() if n))
-    write_outputs(args.json_path, {"seed": seed, "budget": args.budget, "rows": [c.to_json() for c in cells]},
+    write_outputs(args.json_path, {"seed": seed, "budget": args.budget, "steps": args.steps, "rows": [c.to_json() for c in cells]},
                   args.markdown, matrix.to_markdown(cells) if args.markdown else None)
     return matrix.exit_code(cells)

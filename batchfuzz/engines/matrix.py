@@ -15,14 +15,24 @@ CONTRACT engine:REF`` line that checks the same binding again
 under the cell's row. ``target`` is the cell's target reference with its
 ``engine:`` prefix, as ``check`` and ``replay`` take it.
 
-A cell is ``pass`` (every property of the contract ran on the binding's
-domain, ``engine``, and none failed), ``fail`` (a property failed: the
+A cell is ``pass`` (every property of the contract ran on the cell's
+domain and none failed), ``fail`` (a property failed: the
 property, the shrunk counterexample and the seconds it took), ``absent``
 (the release has no such function), ``unbindable`` (it has it, but its code
 no longer fits the binding: the reason) or ``incomplete`` (the cell's budget
 ended before every property ran). Bound functions run in isolated worker
 processes (``batchfuzz.execution``) through their ``engine:`` target
 reference, so a release whose code crashes or hangs costs only its cell.
+
+A cell's domain is the binding's, ``engine``, unless the matrix is given a
+step source (``--steps engine|model``, :data:`engine_steps.STEP_SOURCES`):
+then a cell whose contract is over scheduled steps and has a domain fed by
+that source (contract D's ``split_ubatches``, contract E's
+``allow_microbatching`` and ``find_conflicts`` with ``--steps engine``) runs
+on that domain (``engine_steps.steps_domain``, the one rule), and any other
+cell stays on ``engine`` with a ``steps_note`` saying its contract has no
+such domain (:func:`cell_domain`). ``steps`` says, per cell, which source
+its steps came from.
 """
 
 from __future__ import annotations
@@ -40,7 +50,7 @@ from typing import Any
 
 from hypothesis import settings
 
-from batchfuzz import profiles, registry, runner
+from batchfuzz import engine_steps, profiles, registry, runner
 from batchfuzz.codec import encode_case, literal
 from batchfuzz.engines import Bound, ReleaseSource, fetch_wheel, split_search
 from batchfuzz.execution import LoadTimeout, executor_for
@@ -69,37 +79,95 @@ class Cell:
     properties: dict[str, int] = field(default_factory=dict)  # property -> examples run
     check_command: str = ""  # fail, error, incomplete: the batchfuzz check line for this binding
     reproduction: str = ""  # fail: the copy-paste reproduction of the counterexample
+    steps: str = ""  # where the cell's scheduled steps came from ("engine", "model"); "" for a contract without steps
+    steps_note: str = ""  # the step source asked for is not one of the contract's: why (the cell ran on `domain`)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
+def check_steps(steps: str | None) -> None:
+    """ValueError, naming ``--steps`` and the value or the reason, where step
+    source ``steps`` cannot feed a matrix here: not one of
+    ``engine_steps.STEP_SOURCES``, or ``engine`` without an importable vLLM
+    scheduler (``vllm_scheduler.import_error``)."""
+    if steps is None:
+        return
+    if steps not in engine_steps.STEP_SOURCES:
+        raise ValueError(f"--steps must be one of {', '.join(map(repr, engine_steps.STEP_SOURCES))}, got {steps!r}")
+    if steps == "engine":
+        from batchfuzz import vllm_scheduler
+
+        why = vllm_scheduler.import_error()
+        if why is not None:
+            raise ValueError(f"--steps engine: {why}")
+
+
+def cell_domain(contract: str, steps: str | None, default: str = "engine") -> tuple[str, str, str]:
+    """A cell's ``(domain, step source, note)`` for its contract: with
+    ``steps`` given (checked by :func:`check_steps`), the domain that source
+    feeds (``engine_steps.steps_domain``); where the contract has none,
+    ``default`` and a note saying so. Without ``steps``, ``default``; its
+    source is ``model`` where the model's steps feed it (contract E's
+    ``engine`` domain), else ``""``. ValueError as :func:`check_steps` says."""
+    check_steps(steps)
+    try:
+        c = registry.get(contract)
+    except KeyError:  # not a registered contract: its cell says so when it runs
+        return default, "", ""
+    try:
+        domain = engine_steps.steps_domain(c, steps or "model")
+    except ValueError as exc:
+        return default, "", f"{exc}: the cell ran on its {default} domain" if steps else ""
+    if steps is None:
+        return default, "model" if domain == default else "", ""
+    return domain, steps, ""
+
+
+def steps_phrase(steps: str | None) -> str:
+    """Where a matrix's cells take their inputs, for its header line."""
+    if steps is None:
+        return "engine domain"
+    source = "vLLM's scheduler" if steps == "engine" else "batchfuzz's scheduler model"
+    return f"--steps {steps} (steps from {source} where a contract has them, else the engine domain)"
+
+
+def _warm_engine_steps() -> None:
+    """vLLM's scheduler imported and its first configuration built (the model
+    inspection, cached per machine), before a cell's budget starts."""
+    engine_steps.engine_step(engine_steps.sample_workload(0))
+
+
 def run_cell(bound: Bound, *, budget_s: float, timeout_s: float, seed: int, isolate: bool = True,
-             domain: str = "engine", max_examples: int | None = None) -> Cell:
+             domain: str = "engine", max_examples: int | None = None, steps: str | None = None) -> Cell:
     """The verdict of one binding: all the contract's properties, round robin
     (``runner.hunt_for``) within ``budget_s``, stopping at the first failure.
     With ``max_examples``, one round of that many examples per property
     (``budget_s`` then only a ceiling): a verdict that depends on counts,
-    not on the machine's speed."""
+    not on the machine's speed. ``steps`` (``model``, ``engine``): the step
+    source, for a contract that has it (:func:`cell_domain`), else ``domain``."""
     release = bound.release.split(" ", 1)[-1]
-    cell = Cell(release=release, function=bound.function, contract=bound.contract, domain=domain,
+    cell_dom, source, note = cell_domain(bound.contract, steps, domain)
+    cell = Cell(release=release, function=bound.function, contract=bound.contract, domain=cell_dom,
                 verdict=bound.status if bound.status != "bound" else "pass", reason=bound.reason,
-                target=f"engine:{bound.ref}" if bound.ref else "")
+                target=f"engine:{bound.ref}" if bound.ref else "", steps=source, steps_note=note)
     if bound.status != "bound":
         return cell
-    cell = _run_bound(cell, bound, budget_s=budget_s, timeout_s=timeout_s, seed=seed, isolate=isolate, domain=domain,
+    cell = _run_bound(cell, bound, budget_s=budget_s, timeout_s=timeout_s, seed=seed, isolate=isolate, domain=cell_dom,
                       max_examples=max_examples)
     if cell.verdict in ("fail", "error", "incomplete"):
-        cell.check_command = check_command(cell, seed)
+        cell.check_command = check_command(cell, seed, steps)
     return cell
 
 
-def check_command(cell: Cell, seed: int) -> str:
+def check_command(cell: Cell, seed: int, steps: str | None = None) -> str:
     """The ``batchfuzz check`` line that checks a cell's binding again: its
-    contract, its ``engine:`` target, its domain, the failing property (for a
-    ``fail``) and the matrix's seed."""
+    contract, its ``engine:`` target, its domain (``--steps SOURCE`` where
+    the matrix's step source ``steps`` fed the cell), the failing property
+    (for a ``fail``) and the matrix's seed."""
     q = shlex.quote
-    line = f"batchfuzz check {q(cell.contract)} {q(cell.target)} --domain {q(cell.domain)}"
+    where = f"--steps {q(cell.steps)}" if steps is not None and cell.steps == steps else f"--domain {q(cell.domain)}"
+    line = f"batchfuzz check {q(cell.contract)} {q(cell.target)} {where}"
     if cell.verdict == "fail" and cell.property:
         line += f" --property {q(cell.property)}"
     return f"{line} --seed {seed}"
@@ -165,19 +233,28 @@ def _run_bound(cell: Cell, bound: Bound, *, budget_s: float, timeout_s: float, s
 def run_matrix(releases: Iterable[tuple[str, Callable[[], list[Bound]]]], *, budget_s: float, timeout_s: float,
                seed: int, isolate: bool = True, keep: Callable[[Bound], bool] = lambda b: True,
                on_cell: Callable[[Cell], None] | None = None, max_examples: int | None = None,
-               on_start: Callable[[Bound], None] | None = None) -> list[Cell]:
+               on_start: Callable[[Bound], None] | None = None, steps: str | None = None) -> list[Cell]:
     """Every cell of every release: ``releases`` is ``(name, bindings)`` pairs,
     ``bindings()`` giving the release's :class:`Bound` list (:func:`engine_releases`).
-    ``on_start`` is called as a cell starts, ``on_cell`` as it ends (a command's progress)."""
+    ``on_start`` is called as a cell starts, ``on_cell`` as it ends (a command's progress).
+    ``steps``: the step source of the cells whose contracts have it (:func:`cell_domain`);
+    ValueError as :func:`check_steps` says. vLLM's scheduler starts before the
+    first cell on its steps, outside that cell's budget."""
+    check_steps(steps)
     profiles.register_profiles()
     cells: list[Cell] = []
+    warm = steps != "engine"
     for _name, bindings in releases:
         for b in bindings():
             if not keep(b):
                 continue
             if on_start is not None:
                 on_start(b)
-            cell = run_cell(b, budget_s=budget_s, timeout_s=timeout_s, seed=seed, isolate=isolate, max_examples=max_examples)
+            if not warm and b.status == "bound" and cell_domain(b.contract, steps)[1] == "engine":
+                _warm_engine_steps()
+                warm = True
+            cell = run_cell(b, budget_s=budget_s, timeout_s=timeout_s, seed=seed, isolate=isolate, max_examples=max_examples,
+                            steps=steps)
             cells.append(cell)
             if on_cell is not None:
                 on_cell(cell)
@@ -302,14 +379,21 @@ def _detail(cell: Cell) -> str:
     return f"{cell.examples} examples"
 
 
+def _steps_column(cell: Cell) -> str:
+    return cell.steps or ("none" if cell.steps_note else "-")
+
+
 def to_text(cells: list[Cell], among: Iterable[str] = ()) -> str:
     """A plain table: one line per cell (functions named as ``short_function``
-    names them among the cells' functions and ``among``)."""
-    lines = [f"{'release':9} {'function':52} {'contract':22} {'verdict':10} {'seconds':>7}  detail"]
+    names them among the cells' functions and ``among``); its ``steps``
+    column is the cell's step source, ``-`` for a contract without one,
+    ``none`` where the source asked for is not the contract's (the cell ran
+    on its engine domain)."""
+    lines = [f"{'release':9} {'function':52} {'contract':22} {'steps':6} {'verdict':10} {'seconds':>7}  detail"]
     names = [*among, *(c.function for c in cells)]
     for c in cells:
-        lines.append(f"{c.release:9} {short_function(c.function, names):52} {c.contract:22} {c.verdict:10} {c.seconds:7.1f}  "
-                     f"{_detail(c)}")
+        lines.append(f"{c.release:9} {short_function(c.function, names):52} {c.contract:22} {_steps_column(c):6} "
+                     f"{c.verdict:10} {c.seconds:7.1f}  {_detail(c)}")
     return "\n".join(lines)
 
 
