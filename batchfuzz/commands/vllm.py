@@ -14,7 +14,8 @@ def register(sub: Any) -> None:
     p = sub.add_parser(
         "vllm", help="check vLLM's own functions, release by release (the release matrix; = batchfuzz engine vllm)",
         description="Bind vLLM's own batch-layout functions from each release given and check each against its contract "
-                    f"on the engine domain, or with --steps engine on steps from the installed vLLM's scheduler (batchfuzz engine vllm). {engine_command.EXIT_CODES}",
+                    "on the engine domain, or with --steps engine on steps from the installed vLLM's scheduler "
+                    f"(batchfuzz engine vllm). {engine_command.EXIT_CODES}",
     )
     engine_command.add_matrix_options(p, "vLLM")
     p.set_defaults(func=run, name="vllm")
