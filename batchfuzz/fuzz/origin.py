@@ -6,8 +6,8 @@ night found it.
   the exception's type and its location, ``file:line`` of the innermost frame
   of its traceback outside the standard library and installed packages (the
   target's own line that called into numpy, not numpy's); a file under the
-  working directory or a ``sys.path`` entry is named relative to it, so two
-  machines with the same layout agree;
+  working directory is named relative to it (else to the ``sys.path`` entry
+  that holds it), so two machines with the same layout agree;
 - a ``crash`` without a traceback (a signal, ``os._exit``): how the process
   ended (``exit``: ``killed by signal 11 (SIGSEGV)``);
 - a ``timeout``: the kind alone;
@@ -48,15 +48,16 @@ def _library_dirs() -> list[str]:
 
 
 def _relative(path: str) -> str:
-    """``path`` relative to the longest of the working directory and the
-    ``sys.path`` entries that holds it, else as given."""
+    """``path`` relative to the working directory when it is under it (one
+    run's processes share it, whatever each one's ``sys.path``), else to the
+    longest ``sys.path`` entry that holds it, else as given."""
     real = os.path.realpath(path)
-    roots = [os.getcwd(), *(p for p in sys.path if p)]
-    best = ""
-    for root in roots:
+
+    def under(root: str) -> str:
         r = os.path.realpath(root)
-        if real.startswith(r.rstrip(os.sep) + os.sep) and len(r) > len(best):
-            best = r
+        return r if real.startswith(r.rstrip(os.sep) + os.sep) else ""
+
+    best = under(os.getcwd()) or max((under(p) for p in sys.path if p), key=len, default="")
     return Path(os.path.relpath(real, best)).as_posix() if best else path
 
 
