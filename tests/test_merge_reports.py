@@ -565,7 +565,7 @@ def test_the_nightly_workflow_shards_merges_and_keeps_the_database() -> None:
         assert args.func is fuzz_command.run and args.shard == (k, n) and args.seed == 123 and args.profile == "nightly"
         assert args.database == default_url.group(1) and args.report == "reports/nightly" and args.workers == 2
         planned.append({i.shard_key for i in controller.plan(args)})
-    everything = {i.shard_key for i in _plan(planted=False)}
+    everything = {i.shard_key for i in _plan("--profile", "nightly", planted=False)}  # the workflow's profile
     assert set().union(*planned) == everything and sum(map(len, planned)) == len(everything)  # the N shards partition the plan
 
     merge_argv = shlex.split(_run_step(merge_job, "batchfuzz merge-reports"))
