@@ -245,7 +245,7 @@ def _settings(w: EngineWorkload) -> Any:
 
 def run_engine(w: EngineWorkload) -> tuple[LaidOutStep, np.ndarray]:
     """Step vLLM's scheduler through ``w``; the last step that schedules
-    something (at most ``w.num_steps``), and the runner's whole block table for it."""
+    something (at most ``w.num_steps``), and the model runner's whole block table for it."""
     from batchfuzz.vllm_scheduler import Engine
 
     engine = Engine(_settings(w))
@@ -301,7 +301,7 @@ def _labels(laid: LaidOutStep, prompt_lens: list[int], block_size: int) -> list[
 
 def engine_step(w: EngineWorkload) -> tuple[Step, dict[str, Any]]:
     """The contract E step vLLM's scheduler produces for ``w``: rows in the
-    runner's batch order, ``c`` and the block table from its ``InputBatch``
+    model runner's batch order, ``c`` and the block table from its ``InputBatch``
     (int32, the table the engine's width), ``q`` from the ``SchedulerOutput``;
     and its info (labels, the workload, the step's index, request ids)."""
     laid, table = run_engine(w)

@@ -24,7 +24,7 @@ target runs in an :class:`Executor`:
   and seconds to find each bug) are search costs a pipe would distort.
 
 Every process batchfuzz starts comes from :func:`process_context` (the fork
-server): isolated workers, the fuzz job's runner processes and the
+server): isolated workers, the fuzz job's processes and the
 catalogue's ``--jobs`` pool. The only other child processes are ``pip``
 (downloading an engine's release wheel) and the ``python`` a crash or
 timeout reproduction starts, which is the user's code, not batchfuzz's.

@@ -21,7 +21,7 @@ does not write records of its own; it makes Hypothesis's say what ran:
   labels a record and hands it on): records of other tests pass unchanged.
 
 Switched on as Hypothesis switches on: its environment variable, read by
-every process as it imports Hypothesis (the fuzz job's runner processes are
+every process as it imports Hypothesis (the fuzz job's processes are
 forks of a server started with the command's environment, so they write to
 the same folder). :func:`switch_on` (``check --observe``, ``fuzz
 --observe``) sets that variable for every process the command starts and

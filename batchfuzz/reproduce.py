@@ -98,7 +98,7 @@ def _engine_step_lines(failure: Failure, recorded: str) -> list[str]:
         return []
     return ["from batchfuzz.engine_steps import engine_step_args, same_args",
             f"workload = {workload!r}",
-            "# vLLM's own scheduler (the installed vLLM) stepped through the workload; the step as its runner lays it out",
+            "# vLLM's own scheduler (the installed vLLM) stepped through the workload; the step as its model runner lays it out",
             f"recorded = {recorded}",
             "args = engine_step_args(workload, recorded)",
             "assert same_args(args, recorded), 'this vLLM scheduler no longer makes the recorded step from the workload'"]

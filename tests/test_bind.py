@@ -164,7 +164,7 @@ def lines_of(piece: bind.Piece) -> list[int]:
 
 
 def line(text: str) -> int:
-    """The 1-based line of ``text`` in the runner's source."""
+    """The 1-based line of ``text`` in the model runner's source."""
     hits = [k + 1 for k, row in enumerate(RUNNER.splitlines()) if text in row]
     assert len(hits) == 1, (text, hits)
     return hits[0]
@@ -436,7 +436,7 @@ def test_tracebacks_through_cut_out_code_show_the_engine_lines() -> None:
 
 
 def _warmup_split(source: str) -> Callable[..., Any]:
-    """contract A's canonical signature over the toy runner's warmup split, cut
+    """contract A's canonical signature over the toy model runner's warmup split, cut
     from ``source`` (the fixture or a mutated copy)."""
     sc = bind.Loader(bind.TextTree({**TREE.files, PATH: source}), "toyengine")
     run = sc.load(sc.file(PATH).fragment("ToyRunner.warmup", Writes("counts"), given=("self", "num_tokens")))
@@ -470,7 +470,7 @@ def test_the_bound_toy_split_meets_contract_a_and_a_mutant_does_not() -> None:
 
 
 def _warmup_offsets(source: str) -> Callable[..., Any]:
-    """contract C's canonical signature over the toy runner's offsets fill."""
+    """contract C's canonical signature over the toy model runner's offsets fill."""
     sc = bind.Loader(bind.TextTree({**TREE.files, PATH: source}), "toyengine")
     run = sc.load(sc.file(PATH).fragment("ToyRunner.warmup", Writes("self.offsets"),
                                          given=("self", "num_reqs", "num_reqs_padded", "counts")))

@@ -151,7 +151,7 @@ def test_the_exact_check_holds_on_engine_steps() -> None:
 
 
 @needs_vllm
-def test_engine_steps_are_int32_as_the_runner_keeps_them() -> None:
+def test_engine_steps_are_int32_as_the_model_runner_keeps_them() -> None:
     step, _ = engine_steps.engine_step(_twins(block_size=4, prompt=tuple(range(1, 10))))
     assert step.num_computed_tokens.dtype == np.int32 and step.block_tables[0].dtype == np.int32
 
@@ -219,7 +219,7 @@ def test_contract_d_cases_take_their_counts_from_vllms_step(engine_split_cases: 
     contract = registry.get("split_ubatches")
     for case in engine_split_cases[:10]:
         args = {**engine_steps.engine_step_args(case.context["workload"], case.args)}
-        assert engine_steps.same_args(args, case.args)  # the counts are the step's q, in the runner's batch order
+        assert engine_steps.same_args(args, case.args)  # the counts are the step's q, in the model runner's batch order
         assert case.args["num_scheduled_tokens"].dtype == np.int32 and contract.domain("engine-steps").contains(case)
 
 
@@ -304,10 +304,11 @@ def test_the_nightly_profile_plans_the_conformance_item_or_says_why_not(monkeypa
 
 
 @needs_vllm
-def test_a_runner_runs_the_conformance_item_as_a_slice_and_records_a_difference(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_job_process_runs_the_conformance_item_as_a_slice_and_records_a_difference(tmp_path: Any,
+                                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     import time
 
-    from batchfuzz.fuzz.job import Job, WorkItem, _Runner
+    from batchfuzz.fuzz.job import Job, WorkItem, _JobProcess
 
     item = WorkItem(0, engine_steps.CONFORMANCE_SUBJECT, engine_steps.CONFORMANCE_AGAINST, "cpu", engine_steps.CONFORMANCE)
 
@@ -317,7 +318,7 @@ def test_a_runner_runs_the_conformance_item_as_a_slice_and_records_a_difference(
                   workers=1, budget_s=600.0, deadline=time.time() + 600.0)
         job.items_dir.mkdir(parents=True)
         job.run_dir.mkdir(parents=True)
-        return _Runner(job, "w0").run_slice(item, 0, 300.0, 60.0)
+        return _JobProcess(job, "w0").run_slice(item, 0, 300.0, 60.0)
 
     passed = slice_of("ci")  # derandomized, 25 examples: the slice ends when they have run
     assert passed["status"] == "passed" and passed["examples"] == 25 and not passed["failures"]

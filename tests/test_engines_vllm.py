@@ -271,9 +271,9 @@ def _metadata_equal(got: list[Any], expected: list[Any]) -> bool:
         for g, e in zip(got, expected, strict=True) for f in metadata_oracle.METADATA_FIELDS)
 
 
-def test_both_runners_slice_attention_metadata_as_contract_f_says_on_the_ci_scope(release: Release) -> None:
+def test_both_model_runners_slice_attention_metadata_as_contract_f_says_on_the_ci_scope(release: Release) -> None:
     """Every case of contract F's ``ci`` scope (the engine's own splits of small
-    steps, n = 2 and 3): the new runner's path equals the oracle on all of
+    steps, n = 2 and 3): the new model runner's path equals the oracle on all of
     them, padding-only microbatches included; v1's split_attn_metadata on every
     split its caller allows, and it asserts on a microbatch of padding only
     (which its caller refuses: is_last_ubatch_empty)."""
@@ -306,7 +306,7 @@ def test_the_0_28_slice_keeps_the_computed_count_unshifted_and_drops_positions(
     """vLLM 0.28.0's split_attn_metadata (the same code since 0.22.0): a
     continuation keeps the step's cached computed-token count, and no
     microbatch has positions; both shrink to one request of two tokens cut in
-    the middle. The new runner's path is absent there."""
+    the middle. The new model runner's path is absent there."""
     assert release_0_28[(MRV2_PREPARE, "slice_ubatch_metadata")].status == "absent"
     v1 = bound_target(release_0_28[(SPLIT_ATTN, "slice_ubatch_metadata")])
     contract = registry.get("slice_ubatch_metadata")
@@ -337,7 +337,7 @@ def test_v1_coordination_meets_contract_f_across_processes(release: Release) -> 
     assert hunt(registry.get("coordinate_dp"), coordinate, 15, domain="engine") is None
 
 
-def test_the_new_runner_keeps_a_microbatched_graph_whose_second_microbatch_is_padding(release: Release) -> None:
+def test_the_new_model_runner_keeps_a_microbatched_graph_whose_second_microbatch_is_padding(release: Release) -> None:
     from batchfuzz.reference.coordinate_dp import RankDecision, coordinate_dp
 
     sync = target(release, SYNC, "coordinate_dp")
@@ -379,7 +379,7 @@ def test_the_reorder_and_both_splits_meet_contract_f_on_every_small_step(release
         assert _violations(contract, target(release, function, "batch_order"), cases) == {}, function
 
 
-def test_the_runners_threshold_is_the_smallest_even_when_a_group_cannot_run_with_it(release: Release) -> None:
+def test_the_model_runners_threshold_is_the_smallest_even_when_a_group_cannot_run_with_it(release: Release) -> None:
     """calculate_reorder_batch_threshold fails exactly where no threshold
     satisfies every group, and on a hybrid speculative step a group then
     counts a speculative row as a prefill."""
@@ -418,7 +418,7 @@ def test_the_uniform_split_of_earlier_releases_is_caught(release: Release, tmp_p
 
 
 def test_spec_decode_metadata_bindings_match_the_oracle(release: Release) -> None:
-    """Both methods on the runner's own documented example and on every step of the small scope."""
+    """Both methods on the model runner's own documented example and on every step of the small scope."""
     contract = registry.get("spec_decode_metadata")
     cases = [Case({"num_draft_tokens": [3, 0, 2, 0, 1], "num_scheduled_tokens": [4, 100, 3, 100, 2]}),
              *contract.scope("small").cases()]

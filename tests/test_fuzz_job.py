@@ -1,5 +1,5 @@
 """The nightly fuzz job (``batchfuzz fuzz``): real runs in subprocesses (two
-runner processes, a planted failing target, a SIGTERM halfway, ``CI=true`` in
+job processes, a planted failing target, a SIGTERM halfway, ``CI=true`` in
 the environment), plus the planning, scheduling, progress and report pieces
 in-process.
 
@@ -80,7 +80,7 @@ CEILING = "600s"
 
 
 def test_planted_failure_on_two_workers_under_ci_reaches_the_corpus_and_the_test_run(tmp_path: Path, planted: Path) -> None:
-    """The whole story: a nightly run with CI=true on 2 runners finds the
+    """The whole story: a nightly run with CI=true on 2 job processes finds the
     planted bug, saves it to the corpus and the database, writes the reports;
     the plain test run then fails on the corpus until the bug is fixed."""
     db = tmp_path / "db"
@@ -259,7 +259,7 @@ def _fake_job(tmp_path: Path) -> Job:
 def _state(item: WorkItem, status: str, examples: int, failures: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     s = new_state(item)
     s.update(status=status, started=time.time() - 2, seconds=2.0, slices=2, examples=examples, failures=failures or [],
-             events={"R == 1": examples // 2}, worker="runner-0")
+             events={"R == 1": examples // 2}, worker="job-0")
     return s
 
 
@@ -326,20 +326,20 @@ def test_two_workers_run_about_twice_the_examples_of_one(tmp_path: Path) -> None
 
 
 def test_start_up_is_not_charged_to_the_budget(tmp_path: Path) -> None:
-    """The budget's clock starts when every runner is ready (the deadline
+    """The budget's clock starts when every job process is ready (the deadline
     slides until then), or at the wait's bound; a slice's target start-up
-    moves the deadline on by its share per runner, at most one budget in all."""
+    moves the deadline on by its share per job process, at most one budget in all."""
     item = WorkItem(0, CONTRACT, "impl:numpy@cpu", "cpu", "matches_oracle", None)
 
     def scheduler() -> Any:
         job = Job(items=[item], report_dir=str(tmp_path), corpus_dir=str(tmp_path), database=None, profile="dev", seed=1,
                   workers=2, budget_s=10.0, deadline=0.0)
         s = controller._Scheduler(job, tmp_path / "job.json", io.StringIO(), None)
-        s.started, s.runners = 100.0, {0: (None, None), 1: (None, None)}
+        s.started, s.processes = 100.0, {0: (None, None), 1: (None, None)}
         return s
 
     s = scheduler()
-    s.start_clock(130.0, wait_until=1000.0)  # the runners are still starting
+    s.start_clock(130.0, wait_until=1000.0)  # the job processes are still starting
     assert s.job.deadline == 140.0 and s.clock_from is None
     s.ready = {0}
     s.start_clock(140.0, wait_until=1000.0)  # one of two
@@ -349,12 +349,12 @@ def test_start_up_is_not_charged_to_the_budget(tmp_path: Path) -> None:
     assert (s.job.deadline, s.clock_from, s.startup_s) == (160.0, 150.0, 50.0)
     s.start_clock(155.0, wait_until=1000.0)  # the clock starts once
     assert s.job.deadline == 160.0
-    s.uncharge(4.0)  # two runners: 2 s of the deadline
+    s.uncharge(4.0)  # two job processes: 2 s of the deadline
     assert s.job.deadline == 162.0
     s.uncharge(100.0)  # one budget in all
     assert s.uncharged_s == 10.0 and s.job.deadline == 170.0
     s = scheduler()
-    s.start_clock(200.0, wait_until=200.0)  # no runner ready, but the wait is over
+    s.start_clock(200.0, wait_until=200.0)  # no job process ready, but the wait is over
     assert (s.job.deadline, s.clock_from) == (210.0, 200.0)
 
 

@@ -4,7 +4,7 @@ and its corpora across shards.
 Shard reports are written by the fuzz job's own code: the work items are
 planned by ``batchfuzz fuzz``'s planner (``commands.controller.plan``, with
 ``--shard K/N`` exactly as the command runs it), their states are what a
-runner writes (``batchfuzz.fuzz.job.new_state``, filled in), and the reports are built
+job process writes (``batchfuzz.fuzz.job.new_state``, filled in), and the reports are built
 and written by ``report.build_summary`` / ``write_reports``, with the
 ``"shard"`` field the fuzz command records. Work items are per property, so
 an implementation is spread over several shards. The oracle for a merge is
@@ -65,12 +65,12 @@ def _failure(item: WorkItem) -> dict[str, Any]:
 
 
 def _state(item: WorkItem, *, clean: bool, interrupted: bool) -> dict[str, Any]:
-    """What a runner leaves in ``items/NNNN.json`` for this item at the end of a run."""
+    """What a job process leaves in ``items/NNNN.json`` for this item at the end of a run."""
     props = [p.name for p in registry.get(item.contract).properties]
     rng = random.Random(item.shard_key)
     s = new_state(item)
     examples = rng.randint(5, 400)
-    s.update(status="passed", worker="runner-0", started=STARTED + 1, slices=rng.randint(1, 3), examples=examples,
+    s.update(status="passed", worker="job-0", started=STARTED + 1, slices=rng.randint(1, 3), examples=examples,
              seconds=round(rng.uniform(0.01, 3), 3),
              events={label: rng.randint(0, examples) for label in ("R == 1", "N % R == 0", "R == N") if rng.random() < 0.8},
              scores={"size": rng.randint(0, 50)} if rng.random() < 0.3 else {},

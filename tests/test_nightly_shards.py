@@ -43,14 +43,14 @@ CONTRACT = "split_dummy_tokens"
 # Relative to the runs' working directory: the same target reference, hence the same
 # work-item keys, shards and database keys, on every machine. With this name the items of
 # the bug's failing properties that move to shard 3/3 are not the first of their shard's
-# plan (a runner's first slice can end before its first example, see docs/nightly.md).
+# plan (a job process's first slice can end before its first example, see docs/nightly.md).
 TARGET = "planted_bug.py:split"
 PLAN_ARGS = ["--contract", CONTRACT, "--impl", TARGET, "--target", f"{CONTRACT}={TARGET}"]
 NIGHT_SEED, NEXT_NIGHT_SEED = 1, 2
-# The budget includes the runner's start-up (4 to 7 s here for two shards starting at once
+# The budget includes the job process's start-up (4 to 7 s here for two shards starting at once
 # on 2 loaded cores), which also eats the first item's first slice.
 BUDGET, NEXT_NIGHT_BUDGET = "12s", "10s"
-# Targets run inside the runner processes: an isolated executor's start-up (seconds on a
+# Targets run inside the job processes: an isolated executor's start-up (seconds on a
 # loaded 2-core machine) would eat the first slices. Isolation has its own end-to-end
 # tests (tests/test_fuzz_job.py, tests/test_isolation.py).
 ISOLATION = ["--no-isolation"]

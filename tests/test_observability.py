@@ -1,6 +1,6 @@
 """Hypothesis's observability records name what batchfuzz checked
 (``batchfuzz.observability``): a ``check`` (switched on by ``--observe``), a
-``fuzz`` job over two runner processes (switched on by Hypothesis's own
+``fuzz`` job over two job processes (switched on by Hypothesis's own
 environment variable) and ``check_contract`` inside a user's pytest file
 write ``test_case`` records to ``.hypothesis/observed/`` of the directory
 they run in, each with ``property`` ``CONTRACT.PROPERTY`` and
@@ -85,7 +85,7 @@ def test_check_observe_writes_named_records(tmp_path: Path) -> None:
     assert all(x["coverage"] is None for x in records if x["metadata"]["phase"] == "generate")
 
 
-def test_fuzz_runner_processes_write_under_hypothesis_switch(tmp_path: Path) -> None:
+def test_fuzz_job_processes_write_under_hypothesis_switch(tmp_path: Path) -> None:
     (tmp_path / "bad.py").write_text(textwrap.dedent(BAD_SPLIT))
     props = ("matches_oracle", "sum_is_num_tokens")
     argv = [sys.executable, "-m", "batchfuzz", "fuzz", "--profile", "ci", "--workers", "2", "--budget", "120",

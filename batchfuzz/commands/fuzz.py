@@ -2,7 +2,7 @@
 
 Every contract's properties against every implementation on the chosen
 device (and any ``--target`` a user adds), within a wall-clock budget, over
-``--workers`` runner processes; the job is :mod:`batchfuzz.fuzz` (its
+``--workers`` job processes; the job is :mod:`batchfuzz.fuzz` (its
 controller, :func:`batchfuzz.fuzz.controller.run`, says how slices are handed
 out). Progress on the terminal; reports (``summary.json``, ``summary.md``,
 ``junit.xml``) in ``--report``; every failure shrunk and saved to the corpus
@@ -53,7 +53,7 @@ def register(sub: Any) -> None:
     _options.budget(p, default=60.0,
                     help=f"wall-clock budget, e.g. 90s, 15m, 2h (default 60s); every item runs when the budget is at least "
                          f"{STARTUP_S:g}s plus {MIN_SLICE_S:g}s per item per worker; the job ends within the budget plus {GRACE_S:g}s")
-    p.add_argument("--workers", type=positive_int, default=1, help="parallel runner processes (default 1)")
+    p.add_argument("--workers", type=positive_int, default=1, help="parallel job processes (default 1)")
     _options.max_examples(p, default=None,
                           help="end each work item (one property of one target) once it has run N examples over its slices "
                                "(Hypothesis's max_examples, counted across slices) or found its failure, and the run once every "
@@ -87,7 +87,7 @@ def register(sub: Any) -> None:
     p.add_argument("--report", metavar="DIR", default=DEFAULT_REPORT, help=f"report directory (default {DEFAULT_REPORT})")
     p.add_argument("--corpus", metavar="DIR", default=None,
                    help=f"failure corpus directory (default ${CORPUS_ENV_VAR}, else ./{DEFAULT_CORPUS} in the working directory)")
-    _options.no_isolation(p, help="run targets inside the runner processes: faster, but a segfault or a hang in C code ends a runner")
+    _options.no_isolation(p, help="run targets inside the job processes: faster, but a segfault or a hang in C code ends a job process")
     _options.timeout(p, default=30.0, help="per-example timeout: a longer call is a `timeout` counterexample (default 30s)")
     _options.observe(p)
     p.add_argument("--history", nargs="+", default=[], metavar="DIR",

@@ -182,7 +182,7 @@ INPUTS = registry.input_space(strategies, {
             "padded, or at the refusal boundary",
     "engine": "the same: the engine's callers guarantee exactly this precondition (padded counts land anywhere, the "
               "refusal boundary included, since data-parallel ranks pad to the largest rank's count)",
-    ENGINE_STEPS: "num_scheduled_tokens of a step the installed vLLM's own scheduler produces (the runner's batch order, "
+    ENGINE_STEPS: "num_scheduled_tokens of a step the installed vLLM's own scheduler produces (the model runner's batch order, "
                   "int32), Np, Rp and n drawn over it as in engine; drawn and shrunk as workloads (docs/engine-steps.md); "
                   "`check --steps engine`",
 }, irreducible=(ENGINE_STEPS,))

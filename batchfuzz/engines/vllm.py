@@ -22,7 +22,7 @@ The bindings (paths inside the release, under ``vllm/v1/worker/``):
   ``split_dummy_tokens`` (the statements writing ``num_scheduled_tokens_list``),
   as ``make_dummy`` (the whole dummy layout up to the attention metadata: the
   statements writing ``attn_metadata``, ``logit_indices`` and
-  ``num_sampled_tokens``, over a stand-in runner's persistent buffers) and as
+  ``num_sampled_tokens``, over a stand-in model runner's persistent buffers) and as
   ``pad_query_start_loc`` (the statements writing ``self.query_start_loc``,
   whose ``.np`` is the contract's ``out``);
 - ``ubatch_utils.py:maybe_create_ubatch_slices`` as ``split_ubatches``, after
@@ -44,12 +44,12 @@ The bindings (paths inside the release, under ``vllm/v1/worker/``):
   three jobs batchfuzz's own), on a stand-in input batch and attention metadata;
 - ``gpu_model_runner.py:GPUModelRunner._get_cumsum_and_arange`` and
   ``_calc_spec_decode_metadata`` as ``spec_decode_metadata``, on a stand-in
-  runner with ``arange_np`` sized as the runner sizes it;
+  model runner with ``arange_np`` sized as the model runner sizes it;
 - ``dp_utils.py:coordinate_batch_across_dp`` (v1) and
-  ``gpu/dp_utils.py:sync_cudagraph_and_dp_padding`` (the new runner) as
+  ``gpu/dp_utils.py:sync_cudagraph_and_dp_padding`` (the new model runner) as
   ``coordinate_dp``: rank functions (``rank_function(ref)``) run as one process
   per rank by ``batchfuzz.distributed``, their all-reduce on the real process
-  group, the new runner's CUDA-graph manager stood in by one built from the
+  group, the new model runner's CUDA-graph manager stood in by one built from the
   case's capture sizes (docs/dp-coordination.md).
 
 Then every copy of the split that ``split_search`` finds in the release, as

@@ -1,8 +1,8 @@
 """The fuzz job (``batchfuzz fuzz``, ``merge-reports``, ``replay``), one package:
 
-- :mod:`~batchfuzz.fuzz.controller`: plans the work items, starts the runners,
+- :mod:`~batchfuzz.fuzz.controller`: plans the work items, starts the job processes,
   hands out time slices, writes the final reports;
-- :mod:`~batchfuzz.fuzz.job`: the job's description and a runner process;
+- :mod:`~batchfuzz.fuzz.job`: the job's description and a job process;
 - :mod:`~batchfuzz.fuzz.corpus`: the failure corpus (content-addressed files, replay);
 - :mod:`~batchfuzz.fuzz.report`, :mod:`~batchfuzz.fuzz.merge`: the reports of a run
   and of a sharded run's shards;

@@ -3,13 +3,13 @@
 Every contract's properties against every implementation on the chosen
 device (and any ``--target`` a user adds), one work item per contract x
 target x property, within a wall-clock budget, spread over ``--workers``
-runner processes (:mod:`batchfuzz.fuzz.job`). The budget is the examples':
-it counts from when the runners have started (batchfuzz's imports, the
-user's targets checked, the runners' imports and fork servers are start-up,
+job processes (:mod:`batchfuzz.fuzz.job`). The budget is the examples':
+it counts from when the job processes have started (batchfuzz's imports, the
+user's targets checked, the job processes' imports and fork servers are start-up,
 reported as ``startup_seconds`` in ``summary.json``, waited for at most one
 budget), and the seconds a slice spends getting its target ready (a worker
 started, the target imported) move the deadline on by their share per
-runner, up to one more budget in all. The controller hands out items
+job process, up to one more budget in all. The controller hands out items
 in time slices, round robin over every live item: every item gets its first
 slice before any gets a second, so a budget of at least ``STARTUP_S`` plus
 ``MIN_SLICE_S`` seconds per item per worker runs every item. With
@@ -63,10 +63,10 @@ from batchfuzz.fuzz.job import (
     WAITING,
     Job,
     WorkItem,
+    job_process_main,
     new_state,
     read_state,
     read_states,
-    runner_main,
     write_state,
 )
 from batchfuzz.fuzz.settings import (
@@ -208,7 +208,7 @@ def _check_targets(items: list[WorkItem], isolate: bool, timeout_s: float, load_
 
 
 def _database(args: argparse.Namespace) -> str | None:
-    """What the runners open (checked here first: a usage error before any example)."""
+    """What the job processes open (checked here first: a usage error before any example)."""
     if args.no_database:
         if args.database:
             raise UsageError("--database and --no-database contradict each other")
@@ -276,7 +276,7 @@ def _prepare_report_dir(report_dir: Path) -> None:
 
 
 class _Scheduler:
-    """Hands out slices to the runners, round robin over the live items."""
+    """Hands out slices to the job processes, round robin over the live items."""
 
     def __init__(self, job: Job, job_path: Path, stream: TextIO, progress: Any) -> None:
         from batchfuzz.execution import process_context, without_main_module
@@ -285,19 +285,19 @@ class _Scheduler:
         self.ctx, self._no_main = process_context(), without_main_module
         self.live = deque(item.index for item in job.items)
         self.slices = {item.index: 0 for item in job.items}
-        self.runners: dict[int, tuple[Any, Any]] = {}  # runner id -> (process, connection)
-        self.busy: dict[int, int] = {}  # runner id -> item index
-        self.sent: dict[int, tuple[float, float]] = {}  # runner id -> (when its slice was sent, the slice's length)
+        self.processes: dict[int, tuple[Any, Any]] = {}  # job process number -> (process, connection)
+        self.busy: dict[int, int] = {}  # job process number -> item index
+        self.sent: dict[int, tuple[float, float]] = {}  # job process number -> (when its slice was sent, the slice's length)
         self.overheads: list[float] = []  # seconds each finished slice took beyond its length (target start-up, reports)
         # item index -> one sample per finished slice: [seconds since the command started, the item's examples
         # so far, its seconds so far] (summary.json's per-property ``timeline``; the examples of a slice are
         # known only when it ends, so its end is when a sample is taken)
         self.timeline: dict[int, list[list[float]]] = {}
-        self.ready: set[int] = set()  # runners done with their start-up
+        self.ready: set[int] = set()  # job processes done with their start-up
         self.started = time.time()  # the command's start (set by _fuzz)
-        self.clock_from: float | None = None  # when the budget's clock started (the runners ready)
-        self.startup_s = 0.0  # start-up before the clock: imports, target checks, the runners' start
-        self.uncharged_s = 0.0  # the targets' start-up within slices, per runner, added to the deadline
+        self.clock_from: float | None = None  # when the budget's clock started (the job processes ready)
+        self.startup_s = 0.0  # start-up before the clock: imports, target checks, the job processes' start
+        self.uncharged_s = 0.0  # the targets' start-up within slices, per job process, added to the deadline
         self.next_id = 0
         self.signum: int | None = None
         self.stop_reason: str | None = None
@@ -310,30 +310,30 @@ class _Scheduler:
             self.stream.flush()
 
     def spawn(self) -> int:
-        rid = self.next_id
+        number = self.next_id
         self.next_id += 1
         parent, child = self.ctx.Pipe()
-        proc = self.ctx.Process(target=runner_main, args=(child, str(self.job_path), f"runner-{rid}", os.getpid()), daemon=False)
+        proc = self.ctx.Process(target=job_process_main, args=(child, str(self.job_path), f"job-{number}", os.getpid()), daemon=False)
         with self._no_main():
             proc.start()
         child.close()
-        self.runners[rid] = (proc, parent)
-        return rid
+        self.processes[number] = (proc, parent)
+        return number
 
     def request_stop(self, reason: str) -> None:
         if self.stop_reason is None:
             self.stop_reason = reason
             self.job.stop_file.touch()
-            self.say(f"batchfuzz: {reason}: stopping the runners and writing a partial report")
+            self.say(f"batchfuzz: {reason}: stopping the job processes and writing a partial report")
 
     def on_signal(self, signum: int, frame: Any) -> None:
         if self.signum is not None:
-            raise KeyboardInterrupt  # a second signal: stop waiting for the runners
+            raise KeyboardInterrupt  # a second signal: stop waiting for the job processes
         self.signum = signum
         self.request_stop(f"{signal.Signals(signum).name} received")
 
     def slice_length(self, now: float) -> float:
-        """Seconds of fuzzing the next slice gets, counted by the runner from
+        """Seconds of fuzzing the next slice gets, counted by the job process from
         when the item's target is ready: a share of what is left, so that the
         budget holds about ``TARGET_ROUNDS`` rounds over the live items. While
         some item has not had its first slice, what is left is first reduced by
@@ -361,16 +361,16 @@ class _Scheduler:
 
     def dispatch(self) -> None:
         now = time.time()
-        for rid, (_, conn) in self.runners.items():
-            if rid in self.busy or rid not in self.ready or self.stop_reason or now >= self.job.deadline:
+        for number, (_, conn) in self.processes.items():
+            if number in self.busy or number not in self.ready or self.stop_reason or now >= self.job.deadline:
                 continue
             index = self._next_item()
             if index is None:
                 return
             self.slices[index] += 1
-            self.busy[rid] = index
+            self.busy[number] = index
             length = self.slice_length(now)
-            self.sent[rid] = (now, length)
+            self.sent[number] = (now, length)
             conn.send((index, self.slices[index], length, self.shrink_length(length), self.job.deadline))
 
     def _next_item(self) -> int | None:
@@ -384,46 +384,46 @@ class _Scheduler:
 
     def start_clock(self, now: float, wait_until: float) -> None:
         """Before the budget's clock starts the deadline slides with the time
-        (start-up is not the examples'); it starts when every runner is ready,
+        (start-up is not the examples'); it starts when every job process is ready,
         or at ``wait_until``, whichever is first."""
         if self.clock_from is not None:
             return
         self.job.deadline = now + self.job.budget_s
-        if (self.runners and self.ready >= set(self.runners)) or now >= wait_until:
+        if (self.processes and self.ready >= set(self.processes)) or now >= wait_until:
             self.clock_from = now
             self.startup_s = now - self.started
 
     def uncharge(self, seconds: float) -> None:
         """A slice's target start-up: the deadline moves on by its share per
-        runner, up to one budget in all (a run stays bounded)."""
+        job process, up to one budget in all (a run stays bounded)."""
         extra = min(max(0.0, seconds) / max(1, self.job.workers), self.job.budget_s - self.uncharged_s)
         if extra > 0:
             self.uncharged_s += extra
             self.job.deadline += extra
 
-    def finish_slice(self, rid: int, index: int, status: str, startup_s: float = 0.0) -> None:
-        self.busy.pop(rid, None)
+    def finish_slice(self, number: int, index: int, status: str, startup_s: float = 0.0) -> None:
+        self.busy.pop(number, None)
         s = read_item(self.job, self.job.items[index])
         self.timeline.setdefault(index, []).append(
             [round(time.time() - self.started, 2), int(s.get("examples", 0)), round(float(s.get("seconds", 0.0)), 3)])
-        sent, length = self.sent.pop(rid, (math.nan, math.inf))
+        sent, length = self.sent.pop(number, (math.nan, math.inf))
         self.uncharge(startup_s)
         if status not in FINAL and math.isfinite(length):
             self.overheads.append(max(0.0, time.time() - sent - length - startup_s))
         if status in FINAL and index in self.live:
             self.live.remove(index)
 
-    def runner_died(self, rid: int) -> None:
-        proc, conn = self.runners.pop(rid)
-        self.ready.discard(rid)
-        index = self.busy.pop(rid, None)
-        self.sent.pop(rid, None)
+    def process_died(self, number: int) -> None:
+        proc, conn = self.processes.pop(number)
+        self.ready.discard(number)
+        index = self.busy.pop(number, None)
+        self.sent.pop(number, None)
         conn.close()
         if index is not None:
             item = self.job.items[index]
             state = read_item(self.job, item)
-            state.update(status="error", error={"type": "RunnerDied", "traceback": "",
-                                                "message": f"the runner process died (exit {proc.exitcode}) while fuzzing "
+            state.update(status="error", error={"type": "JobProcessDied", "traceback": "",
+                                                "message": f"the job process died (exit {proc.exitcode}) while fuzzing "
                                                            f"this item; the target may have crashed it (--no-isolation?)"})
             write_state(self.job, item, state, final=True)
             if index in self.live:
@@ -434,55 +434,55 @@ class _Scheduler:
 
         for _ in range(self.job.workers):
             self.spawn()
-        wait_until = time.time() + self.job.budget_s  # the runners' start-up is waited for at most one budget
+        wait_until = time.time() + self.job.budget_s  # the job processes' start-up is waited for at most one budget
         while True:
             self.start_clock(time.time(), wait_until)
             self.dispatch()
             if not self.busy and (not self.live or self.stop_reason or time.time() >= self.job.deadline):
                 break
             if time.time() > self.job.deadline + GRACE_S:
-                self.say(f"batchfuzz: runners still busy {GRACE_S:g}s after the deadline: stopping them")
+                self.say(f"batchfuzz: job processes still busy {GRACE_S:g}s after the deadline: stopping them")
                 break
-            waitables = {conn: rid for rid, (_, conn) in self.runners.items()}
-            sentinels = {proc.sentinel: rid for rid, (proc, _) in self.runners.items()}
+            waitables = {conn: number for number, (_, conn) in self.processes.items()}
+            sentinels = {proc.sentinel: number for number, (proc, _) in self.processes.items()}
             try:
                 ready = wait(list(waitables) + list(sentinels), timeout=0.5)
             except KeyboardInterrupt:
                 break
             for obj in ready:
                 if obj in waitables:
-                    rid = waitables[obj]
+                    number = waitables[obj]
                     try:
-                        index, status, startup_s = self.runners[rid][1].recv()
+                        index, status, startup_s = self.processes[number][1].recv()
                     except (EOFError, OSError):
                         continue  # its sentinel reports the death
                     if index is None and status == READY:
-                        self.ready.add(rid)
+                        self.ready.add(number)
                         continue
-                    self.finish_slice(rid, index, status, startup_s)
+                    self.finish_slice(number, index, status, startup_s)
                 elif obj in sentinels:
-                    rid = sentinels[obj]
-                    if rid in self.runners and not self.runners[rid][0].is_alive():
-                        self.runner_died(rid)
+                    number = sentinels[obj]
+                    if number in self.processes and not self.processes[number][0].is_alive():
+                        self.process_died(number)
                         if self.live and not self.stop_reason and time.time() < self.job.deadline:
                             self.spawn()
         self.shutdown()
 
     def shutdown(self) -> None:
-        for _proc, conn in self.runners.values():
+        for _proc, conn in self.processes.values():
             try:
                 conn.send(None)
             except (OSError, BrokenPipeError):
                 pass
         end = time.time() + 10
-        for proc, _ in self.runners.values():
+        for proc, _ in self.processes.values():
             proc.join(max(0.1, end - time.time()))
-        for rid, (proc, conn) in list(self.runners.items()):
+        for number, (proc, conn) in list(self.processes.items()):
             if proc.is_alive():
                 proc.kill()
                 proc.join(5)
-            if rid in self.busy:
-                item = self.job.items[self.busy[rid]]
+            if number in self.busy:
+                item = self.job.items[self.busy[number]]
                 state = read_item(self.job, item)
                 state.update(status="interrupted", reason="stopped after the deadline while still busy")
                 write_state(self.job, item, state, final=True)
@@ -522,7 +522,7 @@ def exit_code(end: End) -> int:
 
 
 class _StartInterrupted(Exception):
-    """A SIGINT or SIGTERM during start-up (before the runners take over)."""
+    """A SIGINT or SIGTERM during start-up (before the job processes take over)."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
@@ -563,8 +563,8 @@ def _lock_report_dir(report_dir: Path) -> Any:
 
 
 def cap_workers(requested: int, items: int, cores: int | None) -> tuple[int, str | None]:
-    """Runner processes worth starting: no more than the work items, nor than
-    twice the cores (each runner's worker is a second busy process); and
+    """Job processes worth starting: no more than the work items, nor than
+    twice the cores (each job process's worker is a second busy process); and
     what to say when that is fewer than asked."""
     limit = max(1, min(items, 2 * (cores or 1)))
     if requested <= limit:
@@ -580,7 +580,7 @@ def minimum_budget(items: int, workers: int) -> float:
 
 def run(args: argparse.Namespace, stream: TextIO | None = None) -> End:
     """Run the job the parsed options of ``batchfuzz fuzz`` describe: plan it,
-    check the user's targets, start the runners, hand out slices until the
+    check the user's targets, start the job processes, hand out slices until the
     budget ends, write the reports. Raises UsageError before any example runs.
     A SIGINT or SIGTERM at any moment, start-up included, ends it with a
     partial report (its End carries the signal)."""
@@ -664,7 +664,7 @@ def _run(args: argparse.Namespace, stream: TextIO | None, held: list[Any]) -> En
         for n in notes:
             out.write(f"warning: {n}\n")
         scheduler = _Scheduler(job, job_path, out, None)
-        for sig in (signal.SIGINT, signal.SIGTERM):  # from here on, a signal stops the runners and the run
+        for sig in (signal.SIGINT, signal.SIGTERM):  # from here on, a signal stops the job processes and the run
             with contextlib.suppress(ValueError):
                 signal.signal(sig, scheduler.on_signal)
     except _StartInterrupted as exc:
@@ -674,7 +674,7 @@ def _run(args: argparse.Namespace, stream: TextIO | None, held: list[Any]) -> En
 
 def _interrupted_at_start(args: argparse.Namespace, signum: int, job: Job | None, report_dir: Path, out: TextIO,
                           started: float) -> End:
-    """A partial report for a run stopped before its runners started: every item not run."""
+    """A partial report for a run stopped before its job processes started: every item not run."""
     for sig in (signal.SIGINT, signal.SIGTERM):  # the report is being written: further signals wait for it
         with contextlib.suppress(ValueError):
             signal.signal(sig, signal.SIG_IGN)
@@ -715,7 +715,7 @@ def _fuzz(args: argparse.Namespace, job: Job, scheduler: Any, out: TextIO, start
               + f", {job.workers} worker(s), profile {args.profile}, seed {job.seed}"
               + (f", shard {args.shard[0]}/{args.shard[1]}" if args.shard else "") + "\n"
               f"  database {job.database or 'off'}; corpus {job.corpus_dir}; report {job.report_dir}; "
-              f"{'targets isolated in worker processes' if job.isolate else 'targets in the runner processes'}\n")
+              f"{'targets isolated in worker processes' if job.isolate else 'targets in the job processes'}\n")
     out.flush()
     if progress is not None:
         progress.start()

@@ -567,7 +567,7 @@ class Saved:
 
 @contextlib.contextmanager
 def _locked(root: Path | str, contract: str) -> Iterator[None]:
-    """The contract's folder of the corpus, held by this process (runners on one
+    """The contract's folder of the corpus, held by this process (job processes on one
     machine save failures of one target at the same moment)."""
     import fcntl
 

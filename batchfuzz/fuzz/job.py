@@ -1,20 +1,20 @@
-"""The fuzz job's model and its runner processes.
+"""The fuzz job's model and its job processes.
 
 ``batchfuzz fuzz`` (the controller, :mod:`batchfuzz.fuzz.controller`) plans
 work items, one per contract x target x property x device (and, nightly,
 the scheduler model's conformance to vLLM's scheduler), and hands them
-out in *slices* of time to ``--workers`` runner processes. A runner
-(:func:`runner_main`) runs each slice as one Hypothesis hunt of the item's
+out in *slices* of time to ``--workers`` job processes. A job process
+(:func:`job_process_main`) runs each slice as one Hypothesis hunt of the item's
 property, generating until the slice ends (a failure found by then is shrunk
 until the job's deadline) or, with the job's ``max_examples`` (``fuzz
 --max-examples N``), until the item has N examples over all its slices,
 which ends it as passed; the target itself runs in an executor
-(``batchfuzz.execution``): an isolated worker process of the runner's, or the
-runner itself with ``--no-isolation``. Runners are made by the same process
+(``batchfuzz.execution``): an isolated worker process the job process starts, or the
+job process itself with ``--no-isolation``. Job processes are made by the same process
 mechanism as those workers (``execution.process_context``), so the whole job
 has one.
 
-Everything a runner learns is written to disk as it happens, so that neither
+Everything a job process learns is written to disk as it happens, so that neither
 the controller's display nor an interrupted run depends on a process staying
 alive:
 
@@ -26,7 +26,7 @@ alive:
   with a local copy: ``batchfuzz.fuzz.database``).
 
 Stopping: the controller creates ``<report>/.run/STOP`` on SIGINT/SIGTERM;
-every runner polls it between examples and stops, recording what it has.
+every job process polls it between examples and stops, recording what it has.
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ from typing import Any
 # the end "passed", "failed", "error", "interrupted" or "not run".
 RUNNING, IDLE, WAITING = "running", "idle", "waiting"
 FINAL = ("passed", "failed", "error", "interrupted", "not run")
-READY = "ready"  # a runner's first word: its start-up is done
-# Executors a runner keeps alive for the items it may get again (each an
+READY = "ready"  # a job process's first word: its start-up is done
+# Executors a job process keeps alive for the items it may get again (each an
 # isolated worker process).
 EXECUTOR_CACHE = 4
 
@@ -57,7 +57,7 @@ EXECUTOR_CACHE = 4
 @dataclass(frozen=True)
 class WorkItem:
     """One property of one target of one contract on one device: the unit a
-    shard owns and a runner process hunts in time slices."""
+    shard owns and a job process hunts in time slices."""
 
     index: int
     contract: str
@@ -84,7 +84,7 @@ class WorkItem:
 
 @dataclass
 class Job:
-    """Everything a runner needs, written by the controller as ``.run/job.json``."""
+    """Everything a job process needs, written by the controller as ``.run/job.json``."""
 
     items: list[WorkItem]
     report_dir: str
@@ -171,11 +171,11 @@ def stop_requested(job: Job) -> bool:
     return job.stop_file.exists()
 
 
-# --------------------------------------------------------------------------- a runner process
+# --------------------------------------------------------------------------- a job process
 
 
-class _Runner:
-    """One runner process's resources: its settings and its executors."""
+class _JobProcess:
+    """One job process's resources: its settings and its executors."""
 
     def __init__(self, job: Job, worker: str) -> None:
         from batchfuzz import profiles
@@ -205,7 +205,7 @@ class _Runner:
         self.executors.clear()
 
     def settings(self, examples_so_far: int = 0) -> Any:
-        """The job's profile with the runner's database; with the job's
+        """The job's profile with the job process's database; with the job's
         ``max_examples``, Hypothesis's ``max_examples`` is what the item still
         lacks of it (an item's examples add up over its slices)."""
         from hypothesis import settings
@@ -364,7 +364,7 @@ def _open_database(job: Job) -> Any:
 
 
 def database_losses(job: Job) -> list[str]:
-    """What the runners said about losing the shared database (one line each, deduplicated)."""
+    """What the job processes said about losing the shared database (one line each, deduplicated)."""
     seen: list[str] = []
     for p in sorted(job.run_dir.glob("database-lost-*.txt")):
         with contextlib.suppress(OSError):
@@ -404,8 +404,8 @@ def _save_failure(job: Job, item: WorkItem, contract: Any, executor: Any, failur
     return record
 
 
-def runner_main(conn: Any, job_path: str, worker: str, owner: int) -> None:
-    """A runner process: say ``(None, READY, seconds)`` once started (its
+def job_process_main(conn: Any, job_path: str, worker: str, owner: int) -> None:
+    """A job process: say ``(None, READY, seconds)`` once started (its
     imports, its fork server: start-up, not charged to the budget), then take
     ``(item index, slice number, slice seconds, shrink seconds, deadline)``
     tasks from the controller until it sends None; answer each with
@@ -422,17 +422,17 @@ def runner_main(conn: Any, job_path: str, worker: str, owner: int) -> None:
     try:
         import torch
 
-        torch.set_num_threads(1)  # one core per runner
+        torch.set_num_threads(1)  # one core per job process
     except Exception:  # pragma: no cover - torch is a dependency
         pass
     from batchfuzz import engine_steps
 
     if any(i.contract == engine_steps.CONFORMANCE_SUBJECT for i in job.items):
-        # vLLM's import and first configuration (tens of seconds) are this runner's start-up; a failure
+        # vLLM's import and first configuration (tens of seconds) are this job process's start-up; a failure
         # here shows again in the item's slice, as its error.
         with contextlib.suppress(Exception):
             engine_steps.conformance(engine_steps.sample_workload(0))
-    r = _Runner(job, worker)
+    r = _JobProcess(job, worker)
     try:
         conn.send((None, READY, 0.0))
         while True:

@@ -1,7 +1,7 @@
 """Progress of a fuzz run: a live per-contract table on a terminal, plain lines otherwise.
 
-It reads the item state files the runners write (:mod:`batchfuzz.fuzz.job`)
-from a background thread, so it costs the runners nothing.
+It reads the item state files the job processes write (:mod:`batchfuzz.fuzz.job`)
+from a background thread, so it costs the job processes nothing.
 
 - On a terminal: a table (contract, items run/total, examples, failures,
   cases per second, what is running) redrawn in place every half second with

@@ -185,7 +185,7 @@ class ContractRecord(Record):
 
 @dataclass
 class FailureRecord(Record):
-    """One failure of one work item: what the runner recorded
+    """One failure of one work item: what the job process recorded
     (``batchfuzz.fuzz.job``), with its contract and implementation."""
 
     contract: str

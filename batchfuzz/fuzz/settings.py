@@ -17,8 +17,8 @@ DEFAULT_REPORT = "reports/fuzz"
 # budget gives each item this much per worker.
 MIN_SLICE_S = 0.25
 # The part of a minimum budget kept for what the slices cost beyond their
-# length (results, state files, a runner restarted); start-up itself (imports,
-# the fork servers, the runners, the targets' workers) is not charged to the
+# length (results, state files, a job process restarted); start-up itself (imports,
+# the fork servers, the job processes, the targets' workers) is not charged to the
 # budget (batchfuzz.fuzz.controller).
 STARTUP_S = 10.0
 MAX_SLICE_S = 300.0
@@ -31,5 +31,5 @@ SHRINK_MIN_S = 2.0
 TARGET_ROUNDS = 2
 # After the deadline: the slices in flight finish (each stops generating at
 # once and shrinking by the deadline plus runner.DEADLINE_GRACE_S), then the
-# runners are stopped; a runner still busy this long after the deadline is killed.
+# job processes are stopped; a job process still busy this long after the deadline is killed.
 GRACE_S = float(os.environ.get("BATCHFUZZ_STOP_GRACE", "15"))
