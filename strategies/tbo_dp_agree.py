@@ -104,7 +104,7 @@ _SCOPE_BOUNDS = {"small": (3, 1), "ci": (2, 0)}  # ranks, largest split index
 def _scope_all(scope: str) -> list[Case]:
     max_ranks, max_split = _SCOPE_BOUNDS[scope]
     rank = list(itertools.product(FORWARD_MODES, (True, False), range(max_split + 1)))
-    out = []
+    out: list[Case] = []
     for ranks in range(1, max_ranks + 1):
         for per_rank in itertools.product(rank, repeat=ranks):
             modes, can, split = (list(x) for x in zip(*per_rank, strict=True))

@@ -81,6 +81,7 @@ def test_each_layout_is_bound_through_its_adapter(trees: dict[str, Path]) -> Non
         assert rows[path].status == "bound", rows[path]
         assert rows[other].status == "absent" and "is not in this source tree" in rows[other].reason
         target = rows[path].target
+        assert target is not None
         # the idle rank does not vote; each rank keeps its own split index
         assert target([True, True], ["idle", "decode"], [0, 3], True) == [(0, "decode"), (3, "decode")]
         assert target([True, False], ["extend", "extend"], [1, 2], True) == [(None, None)] * 2
@@ -122,12 +123,13 @@ def _release(version: str) -> engines.Bound:
 
 def test_real_releases_from_the_registry() -> None:
     old = _release("0.4.9")
-    assert old.status == "bound", old
+    assert old.status == "bound" and old.target is not None, old
     # SGLang 0.4.9 takes an idle rank for a decode one: all-idle ranks run overlap, in decode mode
     assert old.target([True, True], ["idle", "idle"], [0, 0], True) == [(0, "decode"), (0, "decode")]
     cell = matrix.run_cell(old, budget_s=120, timeout_s=120, seed=1, isolate=False, max_examples=40)
     assert (cell.verdict, cell.property) == ("fail", "mode_of_busy_ranks"), cell
     assert cell.counterexample is not None and cell.counterexample["args"]["forward_modes"] == "['idle']", cell
     new = _release("0.5.8")
+    assert new.status == "bound" and new.target is not None, new
     assert new.target([True, True], ["idle", "idle"], [0, 0], True) == [(None, None)] * 2
     assert new.target([True, True], ["idle", "extend"], [0, 2], True) == [(0, "extend"), (2, "extend")]
