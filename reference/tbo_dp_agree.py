@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from batchfuzz.reference._args import check_choice, check_int
 
 ARGUMENTS = ("can_run_tbo", "forward_modes", "split_seq_index", "enable_two_batch_overlap")
@@ -24,9 +26,10 @@ IDLE = "idle"
 
 
 def _check_bool(name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
+    """``value`` as a Python bool (a numpy bool too); TypeError naming ``name`` for anything else, 0 and 1 included."""
+    if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r:.60}")
-    return value
+    return bool(value)
 
 
 def _check_list(name: str, value: Any) -> list[Any]:
