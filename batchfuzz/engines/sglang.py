@@ -27,6 +27,11 @@ distribution) without importing SGLang or its dependencies:
 - the children's real tokens (contract L, ``tbo_children_tokens``):
   ``TboForwardBatchPreparer.compute_tbo_children_num_token_non_padded_raw``
   (with ``_split_num_token_non_padded`` in 0.5.23), one spec per module path.
+- the data-parallel agreement on two-batch overlap (contract M,
+  ``tbo_dp_agree``): ``TboDPAttentionPreparer.compute_output`` with its
+  ``_compute_global_forward_mode``, called once per rank on the gathered
+  flags and forward modes; the gathered tensor is 3-D (a row per attention
+  TP rank) in the old module, 2-D in the new one, one spec per path.
 
 Stand-ins for contract J: ``get_tbo_token_distribution_threshold`` (a server argument read
 from global state) returns the case's ``threshold``. The number of tokens
@@ -51,6 +56,7 @@ from batchfuzz.engines import Bound
 from batchfuzz.preconditions import domain
 from batchfuzz.reference.pad_graph_replay import check_args as check_replay_args
 from batchfuzz.reference.tbo_children_tokens import check_args as check_children_args
+from batchfuzz.reference.tbo_dp_agree import check_args as check_dp_args
 from batchfuzz.reference.tbo_split import check_args
 
 ENGINE = "sglang"
@@ -270,6 +276,47 @@ def _bind_children_tokens(rel: _Release, path: str) -> tuple[Callable[..., Any],
     return tbo_children_tokens, detail
 
 
+def _bind_dp_agree(rel: _Release, path: str, *, per_tp_rank: bool) -> tuple[Callable[..., Any], str]:
+    """``TboDPAttentionPreparer.compute_output`` once per rank over the gathered
+    tensor, in the release's layout: ``(dp, attn_tp, 2)`` up to 0.5.3
+    (``per_tp_rank``: the scheduler passes ``global_info[:, :, 4:6]``), ``(dp, 2)``
+    from 0.5.8 (the flag and mode columns of ``MLPSyncBatchInfo``'s gathered rows)."""
+    import torch
+
+    is_all_same = rel.loader().load(rel.loader().file(path).piece("TboDPAttentionPreparer._is_all_same"))
+    # the class's own name, as the static mode helper reads it, stood in by the piece it calls
+    loader = rel.loader(TboDPAttentionPreparer=bind.Stub("TboDPAttentionPreparer", _is_all_same=is_all_same))
+    tbo = loader.file(path)
+    output = loader.load(tbo.piece("TboDPAttentionPreparer.compute_output"))
+    global_mode = loader.load(tbo.piece("TboDPAttentionPreparer._compute_global_forward_mode"))
+    forward_mode_cls: Any = loader.load(loader.file(FORWARD_BATCH_INFO).piece("ForwardMode"))
+    names = {"extend": forward_mode_cls.EXTEND, "decode": forward_mode_cls.DECODE,
+             "target_verify": forward_mode_cls.TARGET_VERIFY, "idle": forward_mode_cls.IDLE}
+    back = {v: k for k, v in names.items()}
+
+    def tbo_dp_agree(can_run_tbo: Any, forward_modes: Any, split_seq_index: Any,
+                     enable_two_batch_overlap: Any) -> list[tuple[int | None, str | None]]:
+        can, modes, idx, enabled = check_dp_args(can_run_tbo, forward_modes, split_seq_index, enable_two_batch_overlap)
+        rows = torch.tensor([[int(c), int(names[m].value)] for c, m in zip(can, modes, strict=True)], dtype=torch.int64)
+        gathered = rows[:, None, :] if per_tp_rank else rows
+        out = []
+        for r in range(len(can)):  # every rank calls it on the same gathered tensor, with its own split index
+            preparer = bind.Stub("TboDPAttentionPreparer", enable_two_batch_overlap=enabled,
+                                 local_tbo_split_seq_index=idx[r], _compute_global_forward_mode=global_mode)
+            split, mode = output(preparer, gathered.clone())
+            if mode is not None and mode not in back:
+                raise AssertionError(f"compute_output gave rank {r} the mode {mode!r}, none of the case's modes")
+            out.append((split, None if mode is None else back[mode]))
+        return out
+
+    layout = "(dp, attn_tp = 1, 2)" if per_tp_rank else "(dp, 2)"
+    detail = (f"{path}: TboDPAttentionPreparer.compute_output with its _compute_global_forward_mode and _is_all_same, "
+              f"called once per rank on one int64 tensor of layout {layout} (each rank's flag and the release's "
+              "ForwardMode value), over a stand-in preparer holding the rank's split index and the enable switch; "
+              "the release's ForwardMode cut out of the same tree; the mode it returns mapped back to the case's names")
+    return tbo_dp_agree, detail
+
+
 @dataclass(frozen=True)
 class _Spec:
     function: str
@@ -279,6 +326,7 @@ class _Spec:
 
 
 _TBO_PROBE = ("extend", np.array([3, 1], dtype=np.int32), 0.48)
+_DP_PROBE = ([True, True], ["decode", "idle"], [1, 0], True)
 _REPLAY_PROBE = tuple(np.asarray(v) if isinstance(v, list) else v for v in (
     [2, 4], [5], [3], [7], 1, 1, [9] * 4, [9] * 4, [9] * 4))
 
@@ -289,6 +337,10 @@ SPECS = (
           functools.partial(_bind_children_tokens, path=TBO_OLD), (3, 5, 8)),
     _Spec(f"{TBO_NEW}:TboForwardBatchPreparer.compute_tbo_children_num_token_non_padded_raw", "tbo_children_tokens",
           functools.partial(_bind_children_tokens, path=TBO_NEW), (3, 5, 8)),
+    _Spec(f"{TBO_OLD}:TboDPAttentionPreparer.compute_output", "tbo_dp_agree",
+          functools.partial(_bind_dp_agree, path=TBO_OLD, per_tp_rank=True), _DP_PROBE),
+    _Spec(f"{TBO_NEW}:TboDPAttentionPreparer.compute_output", "tbo_dp_agree",
+          functools.partial(_bind_dp_agree, path=TBO_NEW, per_tp_rank=False), _DP_PROBE),
     _Spec(f"{CUDA_GRAPH_RUNNER}:CudaGraphRunner.replay_prepare", "pad_graph_replay", _bind_model_runner, _REPLAY_PROBE),
     _Spec(f"{EAGLE_DRAFT_RUNNER}:EAGLEDraftCudaGraphRunner.replay", "pad_graph_replay", _bind_eagle_draft, _REPLAY_PROBE),
 )
