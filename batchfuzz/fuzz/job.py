@@ -215,6 +215,22 @@ class _JobProcess:
             return base
         return settings(base, max_examples=max(1, self.job.max_examples - examples_so_far))
 
+    def _begin(self, item: WorkItem) -> dict[str, Any]:
+        """``item``'s state, marked running in this job process (and written)."""
+        state = read_state(self.job, item)
+        state.update(status=RUNNING, worker=self.worker, pid=os.getpid())
+        state["started"] = state["started"] or time.time()
+        write_state(self.job, item, state)
+        return state
+
+    def _errored(self, item: WorkItem, state: dict[str, Any], exc: Exception, began: float) -> dict[str, Any]:
+        """A slice that raised: ``item`` ends as an ``error`` with the exception (its final state, written)."""
+        state.update(status="error", error={"type": type(exc).__name__, "message": str(exc),
+                                            "traceback": traceback.format_exc()})
+        state["seconds"] = round(float(state["seconds"]) + time.time() - began, 3)
+        write_state(self.job, item, state, final=True)
+        return state
+
     def run_slice(self, item: WorkItem, slice_no: int, slice_s: float, shrink_s: float) -> dict[str, Any]:
         """Fuzz ``item`` for ``slice_s`` seconds from when its target is ready
         (a failure found by then is shrunk for ``shrink_s`` more), within the
@@ -227,10 +243,7 @@ class _JobProcess:
         if item.contract == engine_steps.CONFORMANCE_SUBJECT:
             return self.run_conformance_slice(item, slice_no, slice_s, shrink_s)
         job = self.job
-        state = read_state(job, item)
-        state.update(status=RUNNING, worker=self.worker, pid=os.getpid())
-        state["started"] = state["started"] or time.time()
-        write_state(job, item, state)
+        state = self._begin(item)
         began = time.time()
         self.last_startup_s = 0.0
         try:
@@ -254,15 +267,8 @@ class _JobProcess:
                             example_timeout_s=job.example_timeout_s, labels=job.labels,
                             should_stop=lambda: stop_requested(job))
         except Exception as exc:
-            state.update(status="error", error={"type": type(exc).__name__, "message": str(exc),
-                                                "traceback": traceback.format_exc()})
-            state["seconds"] = round(float(state["seconds"]) + time.time() - began, 3)
-            write_state(job, item, state, final=True)
-            return state
-        examples_before = int(state["examples"])
-        state["slices"] = int(state["slices"]) + 1
-        state["examples"] = examples_before + r.examples
-        state["seconds"] = round(float(state["seconds"]) + time.time() - began, 3)
+            return self._errored(item, state, exc, began)
+        examples_before = _count_slice(state, r.examples, began)
         for key, counter in (("events", r.events), ("scores", r.scores)):
             merged = dict(state[key])
             for k, v in counter.items():
@@ -296,10 +302,7 @@ class _JobProcess:
         from batchfuzz import engine_steps, runner
 
         job = self.job
-        state = read_state(job, item)
-        state.update(status=RUNNING, worker=self.worker, pid=os.getpid())
-        state["started"] = state["started"] or time.time()
-        write_state(job, item, state)
+        state = self._begin(item)
         began = time.time()
         self.last_startup_s = 0.0
         rs = self.settings()
@@ -315,15 +318,8 @@ class _JobProcess:
                                                 generate_until=min(job.deadline, now + slice_s),
                                                 should_stop=lambda: stop_requested(job))
         except Exception as exc:
-            state.update(status="error", error={"type": type(exc).__name__, "message": str(exc),
-                                                "traceback": traceback.format_exc()})
-            state["seconds"] = round(float(state["seconds"]) + time.time() - began, 3)
-            write_state(job, item, state, final=True)
-            return state
-        examples_before = int(state["examples"])
-        state["slices"] = int(state["slices"]) + 1
-        state["examples"] = examples_before + r.examples
-        state["seconds"] = round(float(state["seconds"]) + time.time() - began, 3)
+            return self._errored(item, state, exc, began)
+        examples_before = _count_slice(state, r.examples, began)
         if r.workload is not None:
             state["failures"].append({
                 "property": engine_steps.CONFORMANCE, "during": "", "spec": engine_steps.CONFORMANCE_SPEC, "kind": "violation",
@@ -447,3 +443,13 @@ def job_process_main(conn: Any, job_path: str, worker: str, owner: int) -> None:
             conn.send((index, state["status"], r.last_startup_s))
     finally:
         r.close()
+
+
+def _count_slice(state: dict[str, Any], examples: int, began: float) -> int:
+    """Add one slice of ``examples`` examples, begun at ``began``, to an item's
+    ``state``; return the item's examples before it."""
+    before = int(state["examples"])
+    state["slices"] = int(state["slices"]) + 1
+    state["examples"] = before + examples
+    state["seconds"] = round(float(state["seconds"]) + time.time() - began, 3)
+    return before
