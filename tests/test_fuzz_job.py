@@ -371,3 +371,17 @@ def test_max_examples_the_budget_cuts_short_is_incomplete(tmp_path: Path, capsys
     if prop["examples"]:  # (a machine too loaded to run one example in the budget: the item is "not run", as incomplete)
         assert any("ran fewer than the 1000000000 examples of --max-examples" in n and "matches_oracle" in n for n in s["notes"])
         assert prop["examples"] < 1000000000 and "(--max-examples)" in prop["reason"]
+
+
+def test_the_default_budget_is_a_minute_or_what_every_items_first_slice_needs() -> None:
+    """Given no --budget, a run gets DEFAULT_BUDGET_S, or more where its work
+    items need more for their first slices (so the quick start's `batchfuzz fuzz`
+    runs every item however many contracts are registered)."""
+    from batchfuzz.fuzz.controller import default_budget, minimum_budget
+    from batchfuzz.fuzz.settings import DEFAULT_BUDGET_S
+
+    assert default_budget(10, 1) == DEFAULT_BUDGET_S
+    many = 4 * int(DEFAULT_BUDGET_S)
+    assert minimum_budget(many, 1) > DEFAULT_BUDGET_S and default_budget(many, 1) == minimum_budget(many, 1)
+    assert default_budget(many, 8) == max(DEFAULT_BUDGET_S, minimum_budget(many, 8))
+    assert cli.build_parser().parse_args(["fuzz"]).budget is None

@@ -30,7 +30,7 @@ from typing import Any
 
 from batchfuzz import profiles
 from batchfuzz.commands import _options
-from batchfuzz.fuzz.settings import CORPUS_ENV_VAR, DEFAULT_CORPUS, DEFAULT_REPORT, GRACE_S, MIN_SLICE_S, STARTUP_S
+from batchfuzz.fuzz.settings import CORPUS_ENV_VAR, DEFAULT_BUDGET_S, DEFAULT_CORPUS, DEFAULT_REPORT, GRACE_S, MIN_SLICE_S, STARTUP_S
 from batchfuzz.usage import positive_int
 
 
@@ -50,8 +50,9 @@ def register(sub: Any) -> None:
                     "within a budget, in parallel; save every failure to the corpus; write reports. Exit codes: 0 passed, "
                     "1 failures, 2 usage error, 3 incomplete (the budget ended before every item ran), 128+N signal N.",
     )
-    _options.budget(p, default=60.0,
-                    help=f"wall-clock budget, e.g. 90s, 15m, 2h (default 60s); every item runs when the budget is at least "
+    _options.budget(p, default=None,
+                    help=f"wall-clock budget, e.g. 90s, 15m, 2h (default {DEFAULT_BUDGET_S:g}s, or the least that gives every item "
+                         f"its first slice where that is more); every item runs when the budget is at least "
                          f"{STARTUP_S:g}s plus {MIN_SLICE_S:g}s per item per worker; the job ends within the budget plus {GRACE_S:g}s")
     p.add_argument("--workers", type=positive_int, default=1, help="parallel job processes (default 1)")
     _options.max_examples(p, default=None,

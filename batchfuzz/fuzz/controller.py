@@ -70,6 +70,7 @@ from batchfuzz.fuzz.job import (
     write_state,
 )
 from batchfuzz.fuzz.settings import (
+    DEFAULT_BUDGET_S,
     GRACE_S,
     MAX_SLICE_S,
     MIN_SLICE_S,
@@ -578,6 +579,13 @@ def minimum_budget(items: int, workers: int) -> float:
     return STARTUP_S + MIN_SLICE_S * math.ceil(items / max(1, workers))
 
 
+def default_budget(items: int, workers: int) -> float:
+    """The budget of a run given none: ``DEFAULT_BUDGET_S``, or the
+    :func:`minimum_budget` of its items where that is more (a run of the
+    defaults gives every item its first slice, however many contracts are registered)."""
+    return max(DEFAULT_BUDGET_S, minimum_budget(items, workers))
+
+
 def run(args: argparse.Namespace, stream: TextIO | None = None) -> End:
     """Run the job the parsed options of ``batchfuzz fuzz`` describe: plan it,
     check the user's targets, start the job processes, hand out slices until the
@@ -625,6 +633,8 @@ def _run(args: argparse.Namespace, stream: TextIO | None, held: list[Any]) -> En
             if not torch.cuda.is_available():
                 raise UsageError("--device cuda: no CUDA device is available (torch.cuda.is_available() is False)")
         items = plan(args)
+        if args.budget is None:
+            args.budget = default_budget(len(items), cap_workers(args.workers, len(items), os.cpu_count())[0])
         _check_targets(items, isolate=not args.no_isolation, timeout_s=float(args.timeout),
                        load_timeout_s=max(float(args.budget), float(args.timeout)))
         database = _database(args)
@@ -685,7 +695,8 @@ def _interrupted_at_start(args: argparse.Namespace, signum: int, job: Job | None
             corpus_dir = Path(args.corpus).absolute() if args.corpus else corpus.default_dir()
             job = Job(items=items, report_dir=str(report_dir), corpus_dir=str(corpus_dir), database=None,
                       profile=args.profile, seed=args.seed if args.seed is not None else 0, workers=args.workers,
-                      budget_s=float(args.budget), deadline=started + float(args.budget), isolate=not args.no_isolation,
+                      budget_s=float(args.budget or DEFAULT_BUDGET_S),
+                      deadline=started + float(args.budget or DEFAULT_BUDGET_S), isolate=not args.no_isolation,
                       example_timeout_s=float(args.timeout), extra={"replay_command": "", "shard": None, "notes": []})
             for item in items:
                 write_state(job, item, new_state(item))

@@ -21,6 +21,9 @@ MIN_SLICE_S = 0.25
 # the fork servers, the job processes, the targets' workers) is not charged to the
 # budget (batchfuzz.fuzz.controller).
 STARTUP_S = 10.0
+# The budget of a run given none (seconds): a minute, or more where the work
+# items need more for their first slices (batchfuzz.fuzz.controller.default_budget).
+DEFAULT_BUDGET_S = 60.0
 MAX_SLICE_S = 300.0
 # A failure found in a slice is shrunk (and reduced) past the slice's end for
 # at most this share of the budget, or SHRINK_MIN_S seconds if that is more;
