@@ -36,7 +36,7 @@ def test_oracle_satisfies(contract: Contract, prop: Property) -> None:
 
 @pytest.mark.parametrize(("contract", "impl", "device", "prop"), impl_params())
 def test_implementation_satisfies(contract: Contract, impl: Implementation, device: str, prop: Property) -> None:
-    r = runner.hunt(contract, impl.for_device(device), prop, target_name=f"{impl.name}@{device}",
+    r = runner.hunt(contract, impl.for_device(device), prop, target_name=f"impl:{impl.name}@{device}",
                     run_settings=settings(), extra_examples=contract.examples)
     if r.failure:
         _fail_with(r)

@@ -94,8 +94,11 @@ def _both_children_real(target: Target, case: Case) -> None:
     lens = _lens(case)
     mode, thr = case.args["forward_mode"], case.args["threshold"]
     with_tokens = sum(1 for x in lens if x > 0)
+    # The two-chunk mode needs a lopsided balanced split, L outside [N * thr, N * (1 - thr)] as the engine computes
+    # it in floats: a threshold below float resolution (1 - thr == 1) cannot make "everything left" lopsided.
+    two_chunk_possible = 0 < thr and 1.0 - thr < 1.0
     possible = (len(lens) >= 2 if mode in ("decode", "target_verify") else
-                mode == "extend" and (sum(lens) >= 2 if thr > 0 else with_tokens >= 2))
+                mode == "extend" and (sum(lens) >= 2 if two_chunk_possible else with_tokens >= 2))
     if not possible:
         return
     _s, t, _two = _split(target, case)
