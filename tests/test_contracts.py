@@ -55,13 +55,15 @@ def test_error_inputs(contract: Contract, target: object, device: str, error_inp
 def test_every_property_can_fail(contract: Contract, prop: Property) -> None:
     """A property that no registered variant breaks is a defect. (Each variant's
     own search, shrunk case and canonical form are tested by the catalogue, so this
-    test does not shrink: it asks only whether a failing example is found.)"""
+    test does not shrink: it asks only whether a failing example is found, the
+    contract's explicit examples first as in the tests above; how soon the
+    search alone finds each variant is the catalogue's test.)"""
     killers = [v for v in contract.variants if prop.name in v.caught_by]
     assert killers, f"no registered variant of {contract.name} claims to break {prop.name}"
     for v in killers:
         r = runner.hunt(contract, v.fn, prop, target_name=f"variant:{v.name}",
                         run_settings=settings(settings(), max_examples=max(settings().max_examples, 200),
-                                              phases=_FIND_ONLY))
+                                              phases=_FIND_ONLY), extra_examples=contract.examples)
         if r.failure is not None:
             return
     pytest.fail(f"{prop.name} caught none of {[v.name for v in killers]}")
