@@ -124,4 +124,7 @@ def test_check_contract_in_pytest_names_the_property_not_the_test(tmp_path: Path
     records = _records(tmp_path)
     _check_names(records, "split_dummy_tokens", "engine_split:bad_split")
     assert {x["metadata"]["batchfuzz"]["pytest_nodeid"] for x in records} == {"test_mine.py::test_split"}
-    assert any(x["status"] == "failed" and x["property"] == "split_dummy_tokens.matches_oracle" for x in records)
+    # Which property fails first depends on the search (random outside CI): any of the contract's, named as such.
+    props = {p.name for p in registry.get("split_dummy_tokens").properties}
+    assert any(x["status"] == "failed" and x["property"].partition(".")[::2] in {("split_dummy_tokens", p) for p in props}
+               for x in records)
