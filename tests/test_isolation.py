@@ -56,9 +56,12 @@ def test_a_crash_costs_only_the_worker(hostile: Path, fn: str, status: str, exit
 def test_a_hang_is_a_timeout_and_the_worker_is_replaced(hostile: Path) -> None:
     contract = registry.get(CONTRACT)
     with Isolated(contract, f"{hostile}:hang") as ex:
-        start = time.perf_counter()
+        assert ex.describe()["error"] is None  # the worker is up: its start (imports, fork) is not the call's time
         out = ex.check("sum_is_num_tokens", _case(2, 50), 1.0)
-        assert out.status == TIMEOUT and time.perf_counter() - start < 5
+        # The call waited its timeout and no longer: a hang costs about one timeout. The slack (29 s over
+        # the 1 s timeout) is for a loaded machine; the CI run of 0c6fa4f beside two busy loops measured
+        # 5.7 s with the worker's start counted in, which this no longer counts.
+        assert out.status == TIMEOUT and 1.0 <= out.seconds < 30, out
         assert ex.check("sum_is_num_tokens", _case(2, 10), 5).status == PASSED
         assert ex.started == 2
 
