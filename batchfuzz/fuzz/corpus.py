@@ -467,6 +467,29 @@ def check_entry(entry: CorpusEntry) -> None:
                           "its contract, target, device, domain, property or case was changed after it was written")
 
 
+def replay_target(entry: CorpusEntry, *, targets: dict[str, str] | None = None,
+                  engines: list[str] | tuple[str, ...] = ()) -> tuple[TargetRef | None, str]:
+    """The target ``entry`` is replayed against, or None and why not.
+
+    The one rule of what a corpus file may make batchfuzz run (read by
+    :func:`replay` and by ``replay --write-tests``): the project's own code
+    as the entry names it; an engine binding only when the user named its
+    release (``engines``); a user's function only as the one ``targets``
+    maps the contract to, never the one the file names.
+    """
+    ref = entry.ref
+    if ref.kind == "engine" and not any(same_release(ref.release, named) for named in engines):
+        return None, (f"names an engine release ({ref.release}) the corpus file chose; pass --engine {ref.release} "
+                      "to use that release's code")
+    if ref.is_project_code:
+        return ref, ""
+    chosen = (targets or {}).get(entry.contract)
+    if chosen is None:
+        return None, (f"names a user's function ({entry.target}); pass --target {entry.contract}=MODULE:FUNCTION "
+                      "to use yours")
+    return parse(chosen), ""
+
+
 def replay(entry: CorpusEntry, *, targets: dict[str, str] | None = None, engines: list[str] | tuple[str, ...] = (),
            isolate: bool = True, timeout_s: float = 60.0) -> Replayed:
     """Re-check the entry's property on its stored case.
@@ -485,16 +508,9 @@ def replay(entry: CorpusEntry, *, targets: dict[str, str] | None = None, engines
 
     check_entry(entry)
     contract = _contract(entry)
-    ref = entry.ref
-    if ref.kind == "engine" and not any(same_release(ref.release, named) for named in engines):
-        return Replayed(entry, "skipped", message=f"names an engine release ({ref.release}) the corpus file chose; pass "
-                       f"--engine {ref.release} to replay it against that release's code")
-    if not ref.is_project_code:
-        chosen = (targets or {}).get(entry.contract)
-        if chosen is None:
-            return Replayed(entry, "skipped", message=f"names a user's function ({entry.target}); pass --target "
-                           f"{entry.contract}=MODULE:FUNCTION to replay it against yours")
-        ref = parse(chosen)
+    ref, why = replay_target(entry, targets=targets, engines=engines)
+    if ref is None:
+        return Replayed(entry, "skipped", message=why)
     if entry.device == "cuda":
         import torch
 

@@ -18,7 +18,6 @@ from typing import Any
 
 from batchfuzz.fuzz import corpus
 from batchfuzz.runner import Failure
-from batchfuzz.targets import parse, same_release
 
 # A crash or timeout test runs the call in a subprocess, with replay's timeout.
 TIMEOUT_S = 60.0
@@ -29,16 +28,6 @@ def failure_of(entry: corpus.CorpusEntry) -> Failure:
     exit = entry.data.get("failure", {}).get("exit", "")
     return Failure(contract=entry.contract, target=entry.target, property=entry.property, spec=entry.spec, case=entry.case,
                    error_type=entry.error_type, message=entry.message, exit=str(exit or ""), during=entry.during)
-
-
-def skip_reason(entry: corpus.CorpusEntry, targets: dict[str, str], engines: list[str] | tuple[str, ...]) -> str | None:
-    """Why no test is written for ``entry`` (the reasons ``corpus.replay`` skips it), or None."""
-    ref = entry.ref
-    if ref.kind == "engine" and not any(same_release(ref.release, named) for named in engines):
-        return f"names an engine release ({ref.release}); pass --engine {ref.release} to write its test"
-    if not ref.is_project_code and entry.contract not in targets:
-        return f"names a user's function ({entry.target}); pass --target {entry.contract}=MODULE:FUNCTION to write its test"
-    return None
 
 
 def write_tests(paths: list[Path], directory: Path, *, targets: dict[str, str], engines: list[str] | tuple[str, ...] = (),
@@ -71,12 +60,11 @@ def write_tests(paths: list[Path], directory: Path, *, targets: dict[str, str], 
             counts["malformed"] += 1
             say(f"ERROR {exc}")
             continue
-        why = skip_reason(entry, targets, engines)
-        if why is not None:
+        ref, why = corpus.replay_target(entry, targets=targets, engines=engines)
+        if ref is None:
             counts["skipped"] += 1
             say(f"skip  {path}: {why}")
             continue
-        ref = entry.ref if entry.ref.is_project_code else parse(targets[entry.contract])
         written = write_test(failure_of(entry), directory, ref, timeout_s=TIMEOUT_S, origin=str(path), key=entry.id,
                              device=entry.device)
         counts["written"] += 1
