@@ -13,27 +13,24 @@ from __future__ import annotations
 import os
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import settings
 
 from batchfuzz import profiles
 
 profiles.load()
 
-# Hypothesis's health checks that measure time: on a loaded CI machine they
-# would fail a test for the machine's speed, not for its logic.
-_TIMED_HEALTH_CHECKS = (HealthCheck.too_slow,)
-
 
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
     """Whatever profile is loaded (``--hypothesis-profile`` included), no
-    health check or deadline measures time."""
+    health check or deadline measures time (``profiles.untimed``)."""
     current = settings.default
-    if current.deadline is None and set(_TIMED_HEALTH_CHECKS) <= set(current.suppress_health_check):
+    untimed = profiles.untimed(current)
+    if untimed is current:
         return
-    settings.register_profile("untimed", current, deadline=None,
-                              suppress_health_check=[*current.suppress_health_check, *_TIMED_HEALTH_CHECKS])
+    settings.register_profile("untimed", untimed)
     settings.load_profile("untimed")
+
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # Each xdist worker owns one core: torch's intra-op threads would only

@@ -41,6 +41,21 @@ def database_path() -> str:
     return value if value and "://" not in value else DEFAULT_DATABASE
 
 
+def untimed(base: settings) -> settings:
+    """``base`` with nothing that measures wall-clock time: no deadline, and
+    Hypothesis's ``too_slow`` health check (how long input generation took)
+    suppressed. A verdict is about the code under test, not about how busy
+    the machine is: batchfuzz's own profiles are registered this way, the
+    test suite's conftest applies it to whatever profile is loaded, and
+    ``batchfuzz.testing.check_contract`` to the settings of the user's run."""
+    from hypothesis import HealthCheck
+    from hypothesis import settings as _settings
+
+    if base.deadline is None and HealthCheck.too_slow in base.suppress_health_check:
+        return base
+    return _settings(base, deadline=None, suppress_health_check=[*base.suppress_health_check, HealthCheck.too_slow])
+
+
 def register_profiles() -> None:
     from hypothesis import HealthCheck, Phase, settings
     from hypothesis.database import DirectoryBasedExampleDatabase

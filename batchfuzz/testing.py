@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 from hypothesis import settings
 
-from batchfuzz import registry, reproduce, runner
+from batchfuzz import profiles, registry, reproduce, runner
 from batchfuzz.case import Case
 from batchfuzz.registry import Contract
 
@@ -105,9 +105,14 @@ def check_contract(contract: str | Contract, target: Callable[..., Any], *, max_
     ``domain``: the contract's input domain to draw from (``"spec"``, the
     widest, or ``"engine"``; default: the one ``target`` declares with
     ``@batchfuzz.domain``, else ``spec``). ``properties``: only these.
+
+    The search runs under the current Hypothesis settings (the user's
+    profile; ``max_examples`` replaces its count) without a deadline or the
+    ``too_slow`` health check (``profiles.untimed``): a verdict is the
+    contract's, whatever the machine's load.
     """
     # The modules the properties may need (torch among them) before any example
-    # runs: a first example must not pay for an import under the test's deadline.
+    # runs: a first example must not pay for an import.
     import batchfuzz._preload  # noqa: F401
 
     c = registry.get(contract) if isinstance(contract, str) else contract
@@ -118,7 +123,8 @@ def check_contract(contract: str | Contract, target: Callable[..., Any], *, max_
     if domain is not None:
         c.domain(domain)  # KeyError naming the domains the contract has
     props = c.properties if properties is None else tuple(c.property(p) for p in properties)
-    run_settings = settings() if max_examples is None else settings(settings(), max_examples=max_examples)
+    # The user's current settings, minus what measures wall-clock time: a busy machine changes no verdict.
+    run_settings = profiles.untimed(settings() if max_examples is None else settings(settings(), max_examples=max_examples))
     name = getattr(target, "__qualname__", None) or getattr(target, "__name__", None) or "target"
     module = getattr(target, "__module__", None) or "__main__"
     ref = f"{module}:{name}" if "<" not in name else f"{module}:target"

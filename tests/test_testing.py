@@ -58,6 +58,36 @@ def test_a_users_pytest_file_fails_with_the_reproduction(tmp_path: Path) -> None
     assert "remainder_to_last(3, 5)" in out  # the shrunk and reduced call
 
 
+SLOW_USER_TESTS = '''
+import time
+
+import batchfuzz.testing
+from engine_split import even_split
+
+
+def slow_split(num_reqs, num_tokens):
+    time.sleep(0.3)  # past Hypothesis's default deadline (200 ms) on any machine
+    return even_split(num_reqs, num_tokens)
+
+
+def test_slow_split():
+    batchfuzz.testing.check_contract("split_dummy_tokens", slow_split, max_examples=3)
+'''
+
+
+def test_check_contract_in_a_users_run_measures_no_time(tmp_path: Path) -> None:
+    """Under Hypothesis's default settings (a 200 ms deadline, the ``too_slow``
+    health check: what a user's suite without a profile has), a correct
+    target that takes 300 ms a call passes: a busy machine, like a slow
+    target, changes no verdict of ``check_contract``."""
+    (tmp_path / "engine_split.py").write_text(textwrap.dedent(ENGINE_SPLIT))
+    (tmp_path / "test_slow_split.py").write_text(textwrap.dedent(SLOW_USER_TESTS))
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "test_slow_split.py"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0 and "1 passed" in out, out
+
+
 def test_counterexample_is_an_assertion_error_carrying_the_failure() -> None:
     def bad(num_reqs: int, num_tokens: int) -> list[int]:
         out = [num_tokens // num_reqs] * num_reqs
