@@ -45,9 +45,10 @@ def untimed(base: settings) -> settings:
     """``base`` with nothing that measures wall-clock time: no deadline, and
     Hypothesis's ``too_slow`` health check (how long input generation took)
     suppressed. A verdict is about the code under test, not about how busy
-    the machine is: batchfuzz's own profiles are registered this way, the
-    test suite's conftest applies it to whatever profile is loaded, and
-    ``batchfuzz.testing.check_contract`` to the settings of the user's run."""
+    the machine is: batchfuzz's own profiles below already are (their
+    ``_SLOW`` list), the test suite's conftest applies this to whatever
+    profile is loaded, and ``batchfuzz.testing.check_contract`` to the
+    settings of the user's run."""
     from hypothesis import HealthCheck
     from hypothesis import settings as _settings
 
