@@ -4,8 +4,8 @@ pyproject.toml; ``timing`` marks the few tests about wall-clock bounds).
 
 Profiles (see batchfuzz/profiles.py) are registered here, before Hypothesis's
 pytest plugin applies ``--hypothesis-profile``; without that option the
-profile comes from ``BATCHFUZZ_PROFILE``, else ``ci`` under ``CI=true``, else
-``dev``.
+profile comes from ``BATCHFUZZ_PROFILE``, else ``ci``, CI or not
+(``profiles.default_profile``: a verdict depends on the code, not on a seed).
 """
 
 from __future__ import annotations

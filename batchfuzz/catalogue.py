@@ -374,8 +374,8 @@ class _Counting(InProcess):
         self.first: tuple[int, float] | None = None
         self.start = time.perf_counter()
 
-    def check(self, prop_name: str, case: Case, timeout_s: float | None = None) -> Any:
-        outcome = super().check(prop_name, case, timeout_s)
+    def check(self, prop_name: str, case: Case, timeout_s: float | None = None, *, scores: bool = False) -> Any:
+        outcome = super().check(prop_name, case, timeout_s, scores=scores)
         if not prop_name.startswith("__") and outcome.status != "rejected":
             self.calls += 1
             if self.first is None and outcome.status in ("failed", "raises", "crash", "timeout"):

@@ -41,6 +41,7 @@ import contextlib
 import faulthandler
 import inspect
 import multiprocessing
+import operator
 import os
 import signal
 import sys
@@ -87,7 +88,7 @@ class Outcome:
     traceback: str = ""
     exit: str = ""
     seconds: float = 0.0
-    value: Any = None  # the result of a "scores" request
+    value: Any = None  # the contract's scores, when they were asked for and the property passed
 
     @property
     def ok(self) -> bool:
@@ -177,22 +178,37 @@ def _reporting(target: Callable[..., Any], refusals: tuple[type[Exception], ...]
     return call
 
 
-def evaluate(contract: registry.Contract, target: Callable[..., Any], prop_name: str, case: Case) -> Outcome:
+def _scores(contract: registry.Contract, target: Callable[..., Any], case: Case) -> dict[str, int]:
+    """The contract's scores of ``target`` on ``case``: counted, never failed
+    on, so a target that raises there scores nothing ({})."""
+    if contract.scores is None:
+        return {}
+    try:
+        return dict(contract.scores(guarded(contract, target), case))
+    except _Timeout:
+        raise
+    except Exception:
+        return {}
+
+
+def evaluate(contract: registry.Contract, target: Callable[..., Any], prop_name: str, case: Case, *,
+             scores: bool = False) -> Outcome:
     """Run one property on one case, here: the body both executors share.
-    ``prop_name`` may also be ``__scores__`` (the contract's scores) or
-    ``__admits__`` (only the target's ``@assumes`` predicates)."""
+    ``prop_name`` may also be ``__admits__`` (only the target's ``@assumes``
+    predicates). ``scores``: when the property passes, the contract's scores
+    on the same case (as it was before the property ran) are the outcome's
+    ``value``, computed in the same call (one round trip to a worker, not two)."""
     start = time.perf_counter()
     try:
         if not _admits(contract, target, case):
             return Outcome(REJECTED)
         if prop_name == "__admits__":
             return Outcome(PASSED)
-        if prop_name == "__scores__":
-            value = contract.scores(guarded(contract, target), case) if contract.scores is not None else {}
-            return Outcome(PASSED, value=value, seconds=time.perf_counter() - start)
         prop = contract.property(prop_name)
         reporting = _reporting(target, contract.refusals)
+        before = case.copy() if scores and contract.scores is not None and contract.writes else case
         prop.check(reporting if prop.raw else guarded(contract, reporting), case)
+        value = _scores(contract, target, before) if scores else None
     except _TargetRaised as raised:
         exc = raised.exc
         return Outcome(RAISES, type(exc).__name__, str(exc), "".join(traceback.format_exception(exc)),
@@ -215,7 +231,7 @@ def evaluate(contract: registry.Contract, target: Callable[..., Any], prop_name:
         return Outcome(CRASH, type(exc).__name__, f"the target raised {type(exc).__name__}: {exc}",
                        "".join(traceback.format_exception(exc)), exit=f"raised {type(exc).__name__}",
                        seconds=time.perf_counter() - start)
-    return Outcome(PASSED, seconds=time.perf_counter() - start)
+    return Outcome(PASSED, seconds=time.perf_counter() - start, value=value)
 
 
 # ---------------------------------------------------------------- executors
@@ -223,21 +239,21 @@ def evaluate(contract: registry.Contract, target: Callable[..., Any], prop_name:
 
 class Executor:
     """Where a target runs. ``check`` evaluates one property on one case within
-    ``timeout_s``; ``describe`` says what the target declares (its domain),
-    or why it cannot be used (import error, signature) before any case runs."""
+    ``timeout_s`` (with ``scores``, also the contract's scores when it passes:
+    ``evaluate``); ``describe`` says what the target declares (its domain),
+    or why it cannot be used (import error, signature) before any case runs.
+    ``keeps_cases``: a case given to ``check`` is never changed (a worker
+    gets a copy through its pipe), so a caller need not copy it first."""
 
     contract: registry.Contract
     name: str
+    keeps_cases: bool = False
 
     def describe(self) -> dict[str, Any]:
         raise NotImplementedError
 
-    def check(self, prop_name: str, case: Case, timeout_s: float | None = None) -> Outcome:
+    def check(self, prop_name: str, case: Case, timeout_s: float | None = None, *, scores: bool = False) -> Outcome:
         raise NotImplementedError
-
-    def scores(self, case: Case, timeout_s: float | None = None) -> dict[str, int]:
-        out = self.check("__scores__", case, timeout_s)
-        return dict(out.value or {}) if out.ok else {}
 
     def close(self) -> None:
         pass
@@ -328,9 +344,9 @@ class InProcess(Executor):
     def describe(self) -> dict[str, Any]:
         return {"domain": declared_domain(self.target), "error": signature_error(self.contract, self.target)}
 
-    def check(self, prop_name: str, case: Case, timeout_s: float | None = None) -> Outcome:
+    def check(self, prop_name: str, case: Case, timeout_s: float | None = None, *, scores: bool = False) -> Outcome:
         with _alarm(timeout_s), _watch_sigint():
-            outcome = evaluate(self.contract, self.target, prop_name, case)
+            outcome = evaluate(self.contract, self.target, prop_name, case, scores=scores)
         if self._harness is not None:
             changed = tampering(self._harness)
             if changed:
@@ -427,29 +443,54 @@ def _watched_modules() -> list[Any]:
             if m is not None and (name in _WATCHED or name == "batchfuzz" or name.startswith("batchfuzz."))]
 
 
-def snapshot_harness() -> dict[tuple[str, str], Any]:
+class HarnessSnapshot:
+    """The harness's functions as they were (see ``tampering``): per watched
+    module, its watched names and the values they held.
+
+    Checked after every example a worker runs, so the check that nothing
+    changed is one C-level pass per module (an ``itemgetter`` over the names,
+    ``operator.is_`` over the values): thousands of attributes in tens of
+    microseconds. Only a module that differs, or lost a name, is compared
+    name by name."""
+
+    def __init__(self) -> None:
+        self.modules: list[tuple[str, tuple[str, ...], Callable[[Any], Any], tuple[Any, ...]]] = []
+        for m in _watched_modules():
+            names = tuple(k for k in list(vars(m)) if not k.startswith("__")
+                          and (m.__name__ in _WATCHED or not k.startswith("_")))
+            if not names:
+                continue
+            getter = operator.itemgetter(*names) if len(names) > 1 else (lambda d, k=names[0]: (d[k],))
+            self.modules.append((m.__name__, names, getter, getter(vars(m))))
+
+    def __len__(self) -> int:
+        return sum(len(names) for _, names, _, _ in self.modules)
+
+
+def snapshot_harness() -> HarnessSnapshot:
     """The harness's functions as they are now (see ``tampering``)."""
-    out: dict[tuple[str, str], Any] = {}
-    for m in _watched_modules():
-        for k, v in list(vars(m).items()):
-            if not k.startswith("__") and (m.__name__ in _WATCHED or not k.startswith("_")):
-                out[m.__name__, k] = v
-    return out
+    return HarnessSnapshot()
 
 
-def tampering(before: dict[tuple[str, str], Any], *, restore: bool = True) -> list[str]:
+def tampering(before: HarnessSnapshot, *, restore: bool = True) -> list[str]:
     """The watched attributes that were replaced or deleted since ``before``
     (``numpy.array_equal``), put back when ``restore``."""
     changed = []
-    for (mod, k), v in before.items():
+    for mod, names, getter, values in before.modules:
         m = sys.modules.get(mod)
         if m is None:
             continue
-        now = vars(m).get(k, _MISSING)
-        if now is not v:
-            changed.append(f"{mod}.{k}")
-            if restore:
-                setattr(m, k, v)
+        d = vars(m)
+        try:
+            if all(map(operator.is_, getter(d), values)):
+                continue
+        except KeyError:
+            pass  # a name was deleted: found below
+        for k, v in zip(names, values, strict=True):
+            if d.get(k, _MISSING) is not v:
+                changed.append(f"{mod}.{k}")
+                if restore:
+                    setattr(m, k, v)
     return changed
 
 
@@ -546,12 +587,12 @@ def _serve(conn: Any, output: Any, contract_name: str, ref: str, device: str, sy
     conn.send(info)
     while True:
         try:
-            op, prop_name, case = conn.recv()
+            op, prop_name, case, scores = conn.recv()
         except (EOFError, OSError):
             return
         if op == "stop" or target is None or contract is None:
             return
-        outcome = evaluate(contract, target, prop_name, case)
+        outcome = evaluate(contract, target, prop_name, case, scores=scores)
         if device == "cuda" and outcome.status in (PASSED, FAILED, RAISES):
             try:
                 import torch
@@ -645,6 +686,8 @@ class Isolated(Executor):
     budget. ``orphans`` counts the processes the target left behind that had
     to be ended with its worker."""
 
+    keeps_cases = True  # a case reaches the worker pickled
+
     def __init__(self, contract: registry.Contract, ref: TargetRef | str, *, device: str | None = None,
                  env: dict[str, str] | None = None, load_timeout_s: float = START_TIMEOUT_S) -> None:
         self.contract = contract
@@ -717,7 +760,7 @@ class Isolated(Executor):
         assert self._info is not None
         return dict(self._info)
 
-    def check(self, prop_name: str, case: Case, timeout_s: float | None = None) -> Outcome:
+    def check(self, prop_name: str, case: Case, timeout_s: float | None = None, *, scores: bool = False) -> Outcome:
         if self._proc is None or not self._proc.is_alive():
             self._reap()
             self._start()
@@ -727,7 +770,7 @@ class Isolated(Executor):
         mark = self._tail.total if self._tail else 0
         stopped = False
         try:
-            self._conn.send(("check", prop_name, case))
+            self._conn.send(("check", prop_name, case, scores))
             ready = self._wait(timeout_s)
             stopped = ready is None
         except (BrokenPipeError, OSError):
@@ -818,7 +861,7 @@ class Isolated(Executor):
     def close(self) -> None:
         if self._proc is not None and self._proc.is_alive():
             with contextlib.suppress(OSError, BrokenPipeError):
-                self._conn.send(("stop", "", None))
+                self._conn.send(("stop", "", None, False))
             self._proc.join(2)
         self._kill()
         self._pid = 0

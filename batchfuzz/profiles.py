@@ -90,12 +90,18 @@ def register_profiles() -> None:
 
 
 def default_profile() -> str:
+    """The test suite's profile (the conftest loads it): ``$BATCHFUZZ_PROFILE``,
+    else ``ci`` on every machine, CI or not. A test's verdict is then a
+    function of the code alone: derandomized, no database carried from run to
+    run, nothing timed. Exploring with fresh randomness is what ``check`` and
+    ``fuzz`` do (their default is ``dev``); ``BATCHFUZZ_PROFILE=dev`` runs the
+    suite that way too."""
     name = os.environ.get(ENV_VAR)
     if name:
         if name not in PROFILES:
             raise ValueError(f"{ENV_VAR}={name!r} is not a profile; choose one of {', '.join(PROFILES)}")
         return name
-    return "ci" if os.environ.get("CI", "").lower() in ("1", "true", "yes") else "dev"
+    return "ci"
 
 
 def load(name: str | None = None) -> settings:

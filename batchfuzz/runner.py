@@ -220,8 +220,8 @@ def hunt(
         if (deadline is not None and now > deadline) or (should_stop is not None and should_stop()) or \
                 (generate_until is not None and now > generate_until and result.examples and not last_failure):
             raise _OutOfTime
-        snapshot = case.copy()
-        outcome = executor.check(prop.name, case, timeout())
+        snapshot = case if executor.keeps_cases else case.copy()
+        outcome = executor.check(prop.name, case, timeout(), scores=contract.scores is not None)
         if outcome.status == REJECTED:
             reject()
         result.examples += 1
@@ -234,8 +234,8 @@ def hunt(
                 result.first_failure_example, result.first_failure_time = result.examples, time.time()
             last_failure.append((snapshot, outcome))
             _raise_for(outcome)
-        if contract.scores is not None:
-            result.scores.update(executor.scores(snapshot, timeout()))
+        if outcome.value:
+            result.scores.update(outcome.value)
         if on_example is not None:
             on_example()
 

@@ -158,3 +158,45 @@ def test_inputs_unchanged_names_the_argument(hostile: Path) -> None:
     out = ex.check("inputs_unchanged", case)
     assert out.status == FAILED and "the target changed its argument block_tables: block_tables[0][0, 0] was 1, is 0" in out.message
     assert case.args["block_tables"][0][0, 0] == 1  # the case itself is untouched
+
+
+def _scored_step() -> Case:
+    """A one-request prefill step of contract E2 (safe: nothing is read)."""
+    return Case({"num_computed_tokens": np.array([0]), "num_scheduled_tokens": np.array([4]),
+                 "block_tables": [np.array([[1]])], "block_sizes": [4]})
+
+
+def test_scores_come_back_with_the_verdict_in_one_call() -> None:
+    """A contract with scores (E2's precision) gets them from the same request
+    as the property: one worker round trip an example, not two; ``hunt``
+    counts them."""
+    contract = registry.get("allow_microbatching")
+    with Isolated(contract, "impl:numpy@cpu") as ex:
+        out = ex.check("returns_bool", _scored_step(), 30, scores=True)
+        assert out.status == PASSED and out.value == {"steps": 1, "safe_steps": 1, "allowed_steps": 1,
+                                                      "vetoed_safe_steps": 0}, out
+        assert ex.check("returns_bool", _scored_step(), 30).value is None  # not asked for: not computed
+        calls = []
+        check = ex.check
+        ex.check = lambda *a, **k: calls.append(a[0]) or check(*a, **k)  # type: ignore[method-assign]
+        r = runner.hunt(contract, ex, contract.property("returns_bool"), target_name="impl:numpy@cpu",
+                        run_settings=settings(max_examples=15, database=None), seed=0, reduce=False, labels=False)
+    assert r.failure is None and r.examples >= 1
+    assert calls == ["returns_bool"] * r.examples  # one request an example
+    assert r.scores["steps"] == r.examples
+
+
+def test_scores_that_raise_count_nothing_and_leave_the_verdict() -> None:
+    """Scores are counted, never failed on: a target that passes the property
+    and raises in the scores' own call passes, with no scores."""
+    contract = registry.get("allow_microbatching")
+    seen = []
+
+    def once_then_raise(*args: object) -> bool:
+        seen.append(1)
+        if len(seen) > 1:
+            raise RuntimeError("only once")
+        return True
+
+    out = InProcess(contract, once_then_raise).check("returns_bool", _scored_step(), scores=True)
+    assert (out.status, out.value, len(seen)) == (PASSED, {}, 2), out

@@ -209,7 +209,9 @@ def _machine_settings(min_examples: int = 0, shrink: bool = True) -> settings:
     current = settings()
     phases = tuple(p for p in current.phases if p != Phase.explain and (shrink or p != Phase.shrink))
     steps = STEP_COUNT if current.max_examples <= 500 else NIGHTLY_STEP_COUNT
-    return settings(current, stateful_step_count=steps, report_multiple_bugs=False,
+    # No database: every machine of this file is a class of one name, so they would share one key and replay each
+    # other's failures (a variant's saved failure shrunk again against the next variant).
+    return settings(current, stateful_step_count=steps, report_multiple_bugs=False, database=None,
                     max_examples=max(current.max_examples, min_examples), phases=phases)
 
 
