@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The CUDA fuzz job against the CPU ceilings of its strategies, in one run on one
+# machine (docs/gpu-results.md, run 7; issue 23, item 5): every GPU test, then
+# `bench --loop --devices cuda` over contract E's two contracts (the CPU ceiling
+# of each strategy and the loops of every CUDA item), then the fuzz job itself
+# (`fuzz --device cuda --workers 4`), then each item's examples per second of
+# the time it ran against its contract's ceiling from the same run.
+# Usage: OUT=dir bash benchmarks/h200_fuzz_items.sh [BUDGET]   (the device tool sets OUT)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONUNBUFFERED=1 BATCHFUZZ_CACHE=/tmp/bfcache
+python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || exit 2
+budget=${1:-90s}
+r=$OUT
+{
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+  python3 -c "import sys, torch, numpy, hypothesis; print(sys.version); print('torch', torch.__version__, 'cuda', torch.version.cuda); print('numpy', numpy.__version__, 'hypothesis', hypothesis.__version__)"
+  nproc
+} > "$r/env.txt" 2>&1
+step() {
+  local name=$1; shift
+  local t=$(date +%s%N)
+  "$@" > "$r/$name.txt" 2>&1
+  local rc=$?
+  printf '%-10s rc=%-3s %7d ms  %s\n' "$name" "$rc" $(( ($(date +%s%N) - t) / 1000000 )) "$*" | tee -a "$r/steps.txt"
+}
+step gpu-tests timeout 200 python3 -m pytest -n 8 --device cuda -q -rs -p no:cacheprovider -m gpu --junitxml="$r/junit-gpu.xml"
+step loop timeout 330 python3 -m batchfuzz bench --loop --devices cuda --loop-contracts allow_microbatching,find_conflicts \
+  --loop-examples 100 --repeat 2 --json "$r/loop-cuda.json" --markdown "$r/loop-cuda.md"
+step fuzz timeout 200 python3 -m batchfuzz fuzz --device cuda --budget "$budget" --workers 4 --contract allow_microbatching \
+  --contract find_conflicts --seed 7 --no-database --report "$r/fuzz"
+python3 - "$r" <<'PY' | tee "$r/items.md"
+import json, sys
+r = sys.argv[1]
+ceilings = json.load(open(f"{r}/loop-cuda.json"))["ceilings"]
+summary = json.load(open(f"{r}/fuzz/summary.json"))
+print("| contract | target | property | examples | seconds | per second | of the CPU ceiling |")
+print("|---|---|---|---:|---:|---:|---:|")
+for contract, c in summary["contracts"].items():
+    for target, t in c["implementations"].items():
+        for prop, p in t["properties"].items():
+            rate = p["examples"] / p["seconds"] if p["seconds"] else 0.0
+            print(f"| {contract} | `{target}` | {prop} | {p['examples']} | {p['seconds']:.1f} | {rate:.0f} | "
+                  f"{rate / ceilings[contract]:.0%} |")
+PY
+tail -n 8 "$r/fuzz.txt"
