@@ -45,6 +45,41 @@ def test_remainder_on_last_reads_outside_its_row_and_the_oracle_does_not() -> No
     assert good.clean and good.max_abs_diff == 0.0
 
 
+def _prefix_prefill_model(q, k, v, o, kv_cache_dtype, k_cache, v_cache, b_loc, b_start_loc, b_seq_len, max_seq_len,
+                          max_input_len, k_scale, v_scale, sm_scale=None, causal=True, **_):
+    """A stand-in for ``context_attention_fwd``'s cached-K/V path: reads the
+    caches by the layout its docstrings give (K ``[blocks, heads, d // x,
+    slot, x]``, V ``[blocks, heads, d, slot]``), element by element, then the
+    unified kernel's model over the same metadata."""
+    import torch
+
+    assert k is None and v is None and kv_cache_dtype == "auto" and causal
+    blocks, heads, _, slots, x = k_cache.shape
+    dim = v_cache.shape[2]
+    b, s, h, d = torch.meshgrid(*(torch.arange(n) for n in (blocks, slots, heads, dim)), indexing="ij")
+    keys, vals = k_cache[b, h, d // x, s, d % x], v_cache[b, h, d, s]
+    model_kernel(q, keys, vals, o, b_start_loc, max_input_len, b_seq_len, max_seq_len, sm_scale, causal, (-1, -1),
+                 b_loc, 0.0, None, None, None)
+
+
+def test_the_prefix_prefill_adapter_hands_the_kernel_its_own_cache_layout() -> None:
+    """Through ``prefix_prefill_as_unified`` the caches arrive in the kernel's
+    own layout (the stand-in reads them by that layout): the same verdicts and
+    outputs as the unified model, the canary and the NaN slots where they were."""
+    from batchfuzz.confirm.attention import prefix_prefill_as_unified
+
+    kernel = prefix_prefill_as_unified(_prefix_prefill_model)
+    case = Case({"num_reqs": 3, "num_tokens": 5}, {"max_model_len": 2})
+    bad = replay(layout("split_dummy_tokens", case, [1, 1, 3], "remainder on last"), kernel)
+    good = replay(layout("split_dummy_tokens", case, [1, 2, 2], "oracle"), kernel)
+    assert [(c.kind, c.request) for c in bad.consequences] == [("read outside its row", 2)]
+    assert good.clean and good.max_abs_diff == 0.0
+    step = Case({"num_computed_tokens": np.array([2, 0]), "num_scheduled_tokens": np.array([1, 3]),
+                 "block_tables": [np.array([[1, 3], [1, 2]], dtype=np.int32)], "block_sizes": [2]}, {})
+    split = replay(layout("allow_microbatching", step, True, "shipped"), kernel)
+    assert split.consequences and split.consequences[0].kind == "read unwritten KV (NaN)", split.consequences
+
+
 def test_poison_past_a_row_faults_only_where_the_row_is_overrun() -> None:
     case = Case({"num_reqs": 3, "num_tokens": 5}, {"max_model_len": 2})
     with pytest.raises(DeviceFault, match="sequence 2"):
@@ -117,7 +152,8 @@ def test_extract_copies_the_kernel_files_and_checks_them(tmp_path: Path) -> None
 
     folder = kmod.extract(ReleaseSource.from_wheel(_wheel("0.33.0")), tmp_path / "k")
     manifest = kmod.read_manifest(folder)
-    assert manifest["version"] == "0.33.0" and manifest["kernels"] == {"unified": "extracted", "decode": "extracted"}
+    assert manifest["version"] == "0.33.0" and manifest["kernels"] == {"unified": "extracted", "decode": "extracted",
+                                                                          "prefix_prefill": "extracted"}
     size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
     assert size < 1 << 20  # small enough to carry to a machine without network
     victim = folder / kmod.KERNELS["unified"].files[0]

@@ -36,7 +36,10 @@ def worker():
         yield w
 
 
-def test_every_shipped_variant_has_a_consequence_and_every_control_is_clean(worker: Worker) -> None:
+def _assert_shipped_variants_confirmed(worker: Worker) -> None:
+    """Every shipped variant of A, B and E has a consequence on the worker's
+    kernel (but B's stale tail, clean on its shrunk case), and every control is
+    clean and within 0.05 of plain attention."""
     verdicts = confirm_catalogue(worker, ["split_dummy_tokens", "make_dummy", "allow_microbatching"])
     assert verdicts
     for v in verdicts:
@@ -44,6 +47,10 @@ def test_every_shipped_variant_has_a_consequence_and_every_control_is_clean(work
         assert v.control.max_abs_diff is not None and v.control.max_abs_diff < 0.05, v.target
     reaching = [v for v in verdicts if v.target != "variant:make_dummy.qsl_tail_unwritten"]
     assert all(not v.target_replay.clean for v in reaching), [(v.target, v.consequence()) for v in reaching]
+
+
+def test_every_shipped_variant_has_a_consequence_and_every_control_is_clean(worker: Worker) -> None:
+    _assert_shipped_variants_confirmed(worker)
 
 
 def test_a_poison_id_past_the_row_is_an_illegal_memory_access_survived(worker: Worker) -> None:
@@ -105,3 +112,10 @@ def test_a_stale_query_start_loc_tail_from_a_larger_step_reaches_the_kernel(work
     v = confirm_case("pad_query_start_loc", case, fn, "padding unwritten", worker)
     assert not v.target_replay.clean, v.consequence()
     assert v.control_clean
+
+
+def test_the_prefix_prefill_kernel_confirms_the_shipped_variants() -> None:
+    """vLLM's prefix-prefill kernel (``context_attention_fwd`` on its
+    cached-K/V path) over the same shipped variants as the unified kernel."""
+    with Worker(_folder(), "prefix_prefill", "cuda") as w:
+        _assert_shipped_variants_confirmed(w)

@@ -43,7 +43,7 @@ def register(sub: Any) -> None:
     p.add_argument("--kernels", metavar="DIR",
                    help="the kernel folder (default for --extract: the cache's kernels/vllm-VERSION; "
                         "required otherwise unless --kernel model, or $BATCHFUZZ_KERNELS)")
-    p.add_argument("--kernel", default="unified", help="unified (default), decode, or model (a torch model of the kernel)")
+    p.add_argument("--kernel", default="unified", help="unified (default), decode, prefix_prefill, or model (a torch model of the kernel)")
     _options.device(p, default="cuda", help="cuda (default) or cpu (only with --kernel model)")
     _options.contracts(p, help="confirm only this contract's variants (repeatable; default every contract that reaches attention)")
     p.add_argument("--all-variants", action="store_true", help="every catalogue variant, not only the shipped ones")

@@ -116,8 +116,8 @@ def _serve(conn: Any, folder: str | None, kernel_name: str, device: str) -> None
             from batchfuzz.confirm.kernels import KERNELS, load
 
             kernel = load(folder or "", kernel_name)
-            if KERNELS[kernel_name].decode_only:
-                kernel = attention.decode_as_unified(kernel)
+            if KERNELS[kernel_name].adapter:
+                kernel = getattr(attention, KERNELS[kernel_name].adapter)(kernel)
     except Exception as exc:
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
         return

@@ -280,3 +280,30 @@ def decode_as_unified(decode_attention_fwd: Callable[..., Any], num_kv_splits: i
                              softmax_scale, page_size=k.shape[1])
 
     return call
+
+
+def prefix_prefill_as_unified(context_attention_fwd: Callable[..., Any]) -> Callable[..., Any]:
+    """vLLM's Triton prefix-prefill kernel (``context_attention_fwd``) called
+    through the unified kernel's signature, on its cached-K/V path (``k`` and
+    ``v`` None: the step's own tokens' K/V are read from the cache too, at
+    positions ``seq_len - query_len`` on, as the unified kernel reads them):
+    ``cu_seqlens_q`` is its ``b_start_loc``, ``seqused_k`` its ``b_seq_len``,
+    the block table its ``b_loc``. The cache is copied, at each call, into
+    the kernel's own layout: K as ``[blocks, kv_heads, head_size // x,
+    block_size, x]`` (``x`` elements to 16 bytes), V as ``[blocks, kv_heads,
+    head_size, block_size]``, so unwritten (NaN) and canary slots stay where
+    they were."""
+    import torch
+
+    def call(q: Any, k: Any, v: Any, out: Any, cu_seqlens_q: Any, max_seqlen_q: int, seqused_k: Any,
+             max_seqlen_k: int, softmax_scale: float, causal: bool, window_size: Any, block_table: Any,
+             softcap: float, q_descale: Any, k_descale: Any, v_descale: Any, **_: Any) -> None:
+        blocks, block_size, kv_heads, head_size = k.shape
+        x = max(1, 16 // k.element_size())
+        k_cache = k.reshape(blocks, block_size, kv_heads, head_size // x, x).permute(0, 2, 3, 1, 4).contiguous()
+        v_cache = v.permute(0, 2, 3, 1).contiguous()
+        one = torch.ones((), dtype=torch.float32, device=q.device)
+        context_attention_fwd(q, None, None, out, "auto", k_cache, v_cache, block_table, cu_seqlens_q, seqused_k,
+                              max_seqlen_k, max_seqlen_q, one, one, sm_scale=softmax_scale, causal=causal)
+
+    return call

@@ -54,7 +54,11 @@ class Kernel:
     that :func:`load` returns; ``contracts`` are the contracts whose layouts
     this kernel consumes in the engine, so that ``confirm`` can replay their
     counterexamples through it (read by ``batchfuzz.confirm.layouts``).
-    ``decode_only`` kernels take one query token per sequence.
+    ``adapter`` names the function of ``batchfuzz.confirm.attention`` that
+    calls ``entry`` through the unified kernel's signature (empty: the entry
+    has that signature), read by the confirm worker; ``needs`` is a text the
+    kernel's module must contain for that call to mean what the adapter
+    says (a release without it lists the kernel as absent: :func:`extract`).
     """
 
     name: str
@@ -63,7 +67,8 @@ class Kernel:
     entry: str
     contracts: tuple[str, ...]
     description: str
-    decode_only: bool = False
+    adapter: str = ""
+    needs: str = ""
 
 
 KERNELS: dict[str, Kernel] = {
@@ -86,7 +91,19 @@ KERNELS: dict[str, Kernel] = {
             ("make_dummy",),
             "the Triton paged decode kernel (one query token per sequence): reads seq lens and the block table "
             "but no query_start_loc, so it confirms a dummy layout's seq_lens (contract B), not C's padding",
-            decode_only=True,
+            adapter="decode_as_unified",
+        ),
+        Kernel(
+            "prefix_prefill",
+            (f"{_OPS}/prefix_prefill.py",),
+            "vllm.v1.attention.ops.prefix_prefill",
+            "context_attention_fwd",
+            ("split_dummy_tokens", "make_dummy", "pad_query_start_loc", "allow_microbatching", "find_conflicts"),
+            "the Triton prefix-prefill kernel (context_attention_fwd), on its cached-K/V path (k=None: every token's "
+            "K/V read from the paged cache): reads b_start_loc (query_start_loc), b_seq_len and the block table "
+            "(b_loc) over its own cache layout, so every layout of A, B, C and E reaches it",
+            adapter="prefix_prefill_as_unified",
+            needs="KV_FROM_CACHE",
         ),
     )
 }
@@ -121,6 +138,9 @@ def extract(source: ReleaseSource, dest: str | os.PathLike[str] | None = None) -
         missing = [path for path, text in texts.items() if text is None]
         if missing:
             kernels[kernel.name] = f"absent: the release has no {', '.join(missing)}"
+            continue
+        if kernel.needs and kernel.needs not in (texts[kernel.files[0]] or ""):
+            kernels[kernel.name] = f"absent: the release's {kernel.files[0]} has no {kernel.needs} (the call confirm makes)"
             continue
         kernels[kernel.name] = "extracted"
         files.update({path: text for path, text in texts.items() if text is not None})
