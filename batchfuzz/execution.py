@@ -463,9 +463,6 @@ class HarnessSnapshot:
             getter = operator.itemgetter(*names) if len(names) > 1 else (lambda d, k=names[0]: (d[k],))
             self.modules.append((m.__name__, names, getter, getter(vars(m))))
 
-    def __len__(self) -> int:
-        return sum(len(names) for _, names, _, _ in self.modules)
-
 
 def snapshot_harness() -> HarnessSnapshot:
     """The harness's functions as they are now (see ``tampering``)."""
