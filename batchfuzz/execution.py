@@ -243,17 +243,34 @@ class Executor:
     ``evaluate``); ``describe`` says what the target declares (its domain),
     or why it cannot be used (import error, signature) before any case runs.
     ``keeps_cases``: a case given to ``check`` is never changed (a worker
-    gets a copy through its pipe), so a caller need not copy it first."""
+    gets a copy through its pipe), so a caller need not copy it first.
+
+    ``submit`` then ``collect`` is ``check`` in two halves: ``submit`` hands
+    the case over, ``collect`` returns its outcome, within ``timeout_s`` of
+    the ``submit``. Exactly one ``collect`` follows each ``submit``, and no
+    other call comes between them. ``overlaps``: ``submit`` returns before
+    the target runs (it runs in another process), so what the caller does
+    until ``collect`` overlaps the target's call (``runner.hunt`` draws the
+    next example then); elsewhere the whole call happens in ``collect``."""
 
     contract: registry.Contract
     name: str
     keeps_cases: bool = False
+    overlaps: bool = False
 
     def describe(self) -> dict[str, Any]:
         raise NotImplementedError
 
     def check(self, prop_name: str, case: Case, timeout_s: float | None = None, *, scores: bool = False) -> Outcome:
         raise NotImplementedError
+
+    def submit(self, prop_name: str, case: Case, *, scores: bool = False) -> None:
+        self._submitted = (prop_name, case, scores)
+
+    def collect(self, timeout_s: float | None = None) -> Outcome:
+        prop_name, case, scores = self._submitted
+        del self._submitted
+        return self.check(prop_name, case, timeout_s, scores=scores)
 
     def close(self) -> None:
         pass
@@ -684,6 +701,7 @@ class Isolated(Executor):
     to be ended with its worker."""
 
     keeps_cases = True  # a case reaches the worker pickled
+    overlaps = True  # the target runs in the worker while the caller goes on
 
     def __init__(self, contract: registry.Contract, ref: TargetRef | str, *, device: str | None = None,
                  env: dict[str, str] | None = None, load_timeout_s: float = START_TIMEOUT_S) -> None:
@@ -703,6 +721,8 @@ class Isolated(Executor):
         self._conn: Any = None
         self._tail: _Tail | None = None
         self._info: dict[str, Any] | None = None
+        self._sent: tuple[float, int] | None = None  # a submitted case's (perf_counter, output mark), until collected
+        self._unsent = False
 
     def _start(self) -> None:
         ctx = process_context()
@@ -758,20 +778,39 @@ class Isolated(Executor):
         return dict(self._info)
 
     def check(self, prop_name: str, case: Case, timeout_s: float | None = None, *, scores: bool = False) -> Outcome:
+        self.submit(prop_name, case, scores=scores)
+        return self.collect(timeout_s)
+
+    def submit(self, prop_name: str, case: Case, *, scores: bool = False) -> None:
+        """Send the case to the worker (started first if there is none) and return at once."""
+        if self._sent is not None:
+            raise RuntimeError(f"submit: the outcome of the case sent to {self.name} before was not collected")
         if self._proc is None or not self._proc.is_alive():
             self._reap()
             self._start()
         if self._info and self._info.get("error"):
             raise TargetError(self._info["error"])
-        start = time.perf_counter()
-        mark = self._tail.total if self._tail else 0
-        stopped = False
+        self._sent = (time.perf_counter(), self._tail.total if self._tail else 0)
         try:
             self._conn.send(("check", prop_name, case, scores))
-            ready = self._wait(timeout_s)
-            stopped = ready is None
+            self._unsent = False
         except (BrokenPipeError, OSError):
-            ready = True
+            self._unsent = True  # the worker is gone: collect reports how it ended
+
+    def collect(self, timeout_s: float | None = None) -> Outcome:
+        """The outcome of the case ``submit`` sent; ``timeout_s`` counts from the ``submit``."""
+        if self._sent is None:
+            raise RuntimeError(f"collect: no case was submitted to {self.name}")
+        (start, mark), self._sent = self._sent, None
+        stopped = False
+        if self._unsent:
+            ready: bool | None = True
+        else:
+            try:
+                ready = self._wait(None if timeout_s is None else max(0.0, timeout_s - (time.perf_counter() - start)))
+                stopped = ready is None
+            except (BrokenPipeError, OSError):
+                ready = True
         if stopped:
             self._kill()
             self.crashes += 1
@@ -862,6 +901,7 @@ class Isolated(Executor):
             self._proc.join(2)
         self._kill()
         self._pid = 0
+        self._sent = None  # a case in flight is dropped with its worker
 
 
 def executor_for(contract: registry.Contract, ref: TargetRef | str, *, isolate: bool = True, device: str | None = None,

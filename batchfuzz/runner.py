@@ -21,7 +21,7 @@ import contextlib
 import dataclasses
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -103,6 +103,13 @@ class _OutOfTime(KeyboardInterrupt):
     real failures; each slice's end would leave one such entry."""
 
 
+class _Replay(KeyboardInterrupt):
+    """Ends an overlapped Hypothesis run whose previous example failed
+    (``hunt``'s ``overlap``): the example running is not the failing one, so
+    it must be neither reported nor saved (a KeyboardInterrupt, as
+    ``_OutOfTime`` is, for the same reason)."""
+
+
 class _Failed(Exception):
     def __init__(self, outcome: Outcome) -> None:
         super().__init__(outcome.message)
@@ -175,6 +182,7 @@ def hunt(
     labels: bool = True,
     generate_until: float | None = None,
     should_stop: Callable[[], bool] | None = None,
+    overlap: bool = True,
 ) -> HuntResult:
     """Run ``prop`` against ``target`` (a callable, run here, or an executor)
     once under ``run_settings``, on cases of the contract's ``domain``
@@ -198,6 +206,20 @@ def hunt(
     labels (``hypothesis.event`` statistics; they cost a few evaluations of
     the oracle per example).
 
+    ``overlap`` (the default; it takes effect with an executor whose target
+    runs in another process, ``Executor.overlaps``, in a randomized run
+    without ``extra_examples``): an example's body submits its case and returns, and its outcome is
+    collected in the next example's body, so Hypothesis draws example k+1
+    while the worker runs example k (and the labels are computed then).
+    An example that fails is then found one body late, with an innocent
+    example's body running: that run is stopped, and a second Hypothesis
+    run replays the failing example from its choice sequence
+    (``_replay_settings``) and shrinks it, waiting for every call as without
+    ``overlap``; the result is what it would have been without. A failure
+    that does not repeat there is reported as it was found. Hypothesis's
+    own records of the first run (its statistics, observability) count the
+    failing example as passed; the replay records it as failing.
+
     Seeds: a randomized run uses ``seed`` (fresh when None); a derandomized
     run (the ``ci`` profile) is seeded from (contract, property, domain)
     alone, so its example stream does not depend on the target or on the
@@ -208,6 +230,12 @@ def hunt(
     dom = contract.domain(domain)
     result = HuntResult(prop.name)
     last_failure: list[tuple[Case, Outcome]] = []
+    want_scores = contract.scores is not None
+    # overlap: each example is submitted and its outcome collected in the next example's body (see the docstring).
+    mode = {"overlap": overlap and executor.overlaps and not extra_examples and not run_settings.derandomize,
+            "replaying": False}
+    in_flight: list[_InFlight] = []  # the example submitted and not yet collected (at most one)
+    deferred: list[tuple[Case, tuple[Any, ...], Outcome]] = []  # an overlapped example that failed: case, choices, outcome
 
     def timeout() -> float | None:
         if deadline is None:
@@ -215,29 +243,61 @@ def hunt(
         left = max(0.05, deadline + DEADLINE_GRACE_S - time.time())
         return left if example_timeout_s is None else min(example_timeout_s, left)
 
-    def body(case: Case) -> None:
-        now = time.time()
-        if (deadline is not None and now > deadline) or (should_stop is not None and should_stop()) or \
-                (generate_until is not None and now > generate_until and result.examples and not last_failure):
-            raise _OutOfTime
-        snapshot = case if executor.keeps_cases else case.copy()
-        outcome = executor.check(prop.name, case, timeout(), scores=contract.scores is not None)
-        if outcome.status == REJECTED:
-            reject()
+    def counted(case: Case, outcome: Outcome, case_labels: Sequence[str] | None) -> None:
+        """Book one example's outcome (not a rejected one); a failure is kept,
+        the rest reported (scores, ``on_example``)."""
         result.examples += 1
-        if labels:
-            for label in contract.labels(snapshot):
-                event(label)
-                result.events[label] += 1
+        result.events.update(case_labels or ())
         if failure_signature(outcome) is not None:
             if result.first_failure_example is None:
                 result.first_failure_example, result.first_failure_time = result.examples, time.time()
-            last_failure.append((snapshot, outcome))
-            _raise_for(outcome)
+            return
         if outcome.value:
             result.scores.update(outcome.value)
         if on_example is not None:
             on_example()
+
+    def settle() -> None:
+        """Collect the example in flight; one that failed is kept for its replay (``_Replay``)."""
+        f = in_flight.pop()
+        outcome = executor.collect(f.timeout_s)
+        if outcome.status == REJECTED:
+            return
+        counted(f.case, outcome, f.labels)
+        if failure_signature(outcome) is not None:
+            deferred.append((f.case, f.choices, outcome))
+            raise _Replay
+
+    def body(case: Case) -> None:
+        now = time.time()
+        if (deadline is not None and now > deadline) or (should_stop is not None and should_stop()) or \
+                (generate_until is not None and now > generate_until and result.examples and not last_failure
+                 and not mode["replaying"]):
+            raise _OutOfTime
+        if mode["overlap"]:
+            if in_flight:
+                settle()
+            choices = _choices()
+            if choices is not None:
+                executor.submit(prop.name, case, scores=want_scores)
+                in_flight.append(_InFlight(case, choices, timeout()))
+                if labels:  # while the target runs
+                    case_labels = in_flight[0].labels = contract.labels(case)
+                    for label in case_labels:
+                        event(label)
+                return
+            mode["overlap"] = False  # this Hypothesis keeps no choice sequence to replay: every example waits
+        snapshot = case if executor.keeps_cases else case.copy()
+        outcome = executor.check(prop.name, case, timeout(), scores=want_scores)
+        if outcome.status == REJECTED:
+            reject()
+        sync_labels = contract.labels(snapshot) if labels else None
+        for label in sync_labels or ():
+            event(label)
+        counted(snapshot, outcome, sync_labels)
+        if failure_signature(outcome) is not None:
+            last_failure.append((snapshot, outcome))
+            _raise_for(outcome)
 
     # One database key per (contract, domain, target, property): the inner
     # function is the same for every hunt, so without this every hunt would
@@ -246,30 +306,48 @@ def hunt(
     body._hypothesis_internal_add_digest = repr((contract.name, domain, target_name, prop.name)).encode()  # type: ignore[attr-defined]
     # Observability records name what ran: CONTRACT.PROPERTY, the target, the domain (batchfuzz.observability).
     observability.name_test(body, contract.name, prop.name)
-    test = given(case=dom.cases())(body)
-    for ex in reversed(extra_examples):
-        from hypothesis import example
 
-        test = example(case=ex)(test)
-    if run_settings.derandomize:
-        test = hypothesis_seed(_round_seed(0, contract.name, prop.name, domain))(test)
-    elif seed is not None:
-        # @seed switches the example database off; applying the settings
-        # after it switches it back on, so a seeded hunt (every round of
-        # hunt_for) still saves and replays failures.
-        test = hypothesis_seed(seed)(test)
-    test = settings(run_settings, report_multiple_bugs=False)(test)
+    def run(test_settings: settings, examples: tuple[Case, ...] = ()) -> None:
+        test = given(case=dom.cases())(body)
+        for ex in reversed(examples):
+            from hypothesis import example
+
+            test = example(case=ex)(test)
+        if test_settings.derandomize:
+            test = hypothesis_seed(_round_seed(0, contract.name, prop.name, domain))(test)
+        elif seed is not None:
+            # @seed switches the example database off; applying the settings
+            # after it switches it back on, so a seeded hunt (every round of
+            # hunt_for) still saves and replays failures.
+            test = hypothesis_seed(seed)(test)
+        test = settings(test_settings, report_multiple_bugs=False)(test)
+        try:
+            with _quiet_hypothesis(), observability.labelled(contract.name, prop.name, target_name, domain):
+                test()
+        except _Replay:
+            pass
+        except _OutOfTime:
+            result.out_of_time = True
+        except HypothesisException:
+            if not last_failure:
+                raise
+        except (_Failed, _Raised, _Crashed, _TimedOut):
+            pass
+        finally:
+            if in_flight:  # the last example's outcome (the run ended, was stopped or raised while it ran)
+                with contextlib.suppress(_Replay):
+                    settle()
+
     start = time.perf_counter()
     try:
-        with _quiet_hypothesis(), observability.labelled(contract.name, prop.name, target_name, domain):
-            test()
-    except _OutOfTime:
-        result.out_of_time = True
-    except HypothesisException:
-        if not last_failure:
-            raise
-    except (_Failed, _Raised, _Crashed, _TimedOut):
-        pass
+        run(run_settings, extra_examples)
+        if deferred and not last_failure:
+            case, choices, outcome = deferred[0]
+            mode.update(overlap=False, replaying=True)
+            result.out_of_time = False  # a slice's end stops generating, not shrinking: the replay says if time ran out
+            run(_replay_settings(run_settings, body, choices))
+            if not last_failure:  # it did not fail again: reported as it was found
+                last_failure.append((case, outcome))
     finally:
         result.seconds = time.perf_counter() - start
     if last_failure:
@@ -288,6 +366,50 @@ def hunt(
             case, outcome = reduce_case(contract, within, case, outcome, fails)
         result.failure = _failure(contract, target_name, prop, case, outcome, complete=not result.out_of_time)
     return result
+
+
+@dataclass
+class _InFlight:
+    """An overlapped example between its ``submit`` and its ``collect``."""
+
+    case: Case
+    choices: tuple[Any, ...]  # its Hypothesis choice sequence: what replays it
+    timeout_s: float | None
+    labels: Sequence[str] | None = None
+
+
+def _choices() -> tuple[Any, ...] | None:
+    """The choice sequence of the example whose body is running (Hypothesis's
+    own record of it, from which it regenerates the same example), or None
+    where this Hypothesis keeps none or this example has none (an explicit
+    ``@example``)."""
+    from hypothesis.control import current_build_context
+
+    try:
+        choices = current_build_context().data.choices
+    except (AttributeError, HypothesisException):
+        return None
+    return tuple(choices) if choices else None
+
+
+def _replay_settings(run_settings: settings, body: Callable[..., Any], choices: tuple[Any, ...]) -> settings:
+    """Settings under which a Hypothesis run starts with the example of
+    ``choices`` and shrinks it: it is saved to an in-memory database (also
+    reading and writing the run's own, where it has one) under the secondary
+    key of ``body``'s test, where Hypothesis keeps failing examples not yet
+    shrunk (as its ``fuzz_one_input`` does; one under the primary key would
+    be taken for shrunk already); the run replays the database
+    (``Phase.reuse``) and, where ``run_settings`` shrink, shrinks what fails.
+    It generates nothing new, and leaves out Hypothesis's explain phase (its
+    report is not printed: ``_quiet_hypothesis``)."""
+    from hypothesis.database import InMemoryExampleDatabase, MultiplexedDatabase, choices_to_bytes
+    from hypothesis.internal.reflection import function_digest
+
+    saved = InMemoryExampleDatabase()
+    saved.save(function_digest(body) + b".secondary", choices_to_bytes(choices))
+    database = saved if run_settings.database is None else MultiplexedDatabase(saved, run_settings.database)
+    phases = (Phase.reuse,) + ((Phase.shrink,) if Phase.shrink in run_settings.phases else ())
+    return settings(run_settings, database=database, phases=phases)
 
 
 def _failure(contract: Contract, target_name: str, prop: Property, case: Case, outcome: Outcome, *, complete: bool) -> Failure:

@@ -3,9 +3,9 @@ the tests of the execution layer (tests/test_isolation.py) and of the
 commands (tests/test_hostile.py). They are loaded by file path
 (``tests/hostile.py:segv``), like a user's target.
 
-Contract A (``split_dummy_tokens(num_reqs, num_tokens)``): ``even`` is
-correct; the others crash, exit, hang, are slow, raise, fork, print without
-end, kill the fork server, stop themselves or patch numpy. The ``zeroes_*`` and
+Contract A (``split_dummy_tokens(num_reqs, num_tokens)``): ``even`` is correct,
+``wrong_once`` (at the end) is wrong on one call only; the others crash, exit, hang,
+are slow, raise, fork, print without end, kill the fork server, stop themselves or patch numpy. The ``zeroes_*`` and
 ``*_zeroed`` functions scribble on their inputs and then give the answer the
 scribbled inputs would make right.
 """
@@ -154,3 +154,17 @@ def engine_ubatch_slices(num_scheduled_tokens: Any, num_tokens_padded: Any, num_
     """The right split, in the engine's own result type."""
     half = int(num_tokens_padded) // 2
     return [UBatchSlice(slice(0, 1), slice(0, half)), UBatchSlice(slice(1, 2), slice(half, int(num_tokens_padded)))]
+
+
+# --------------------------------------------------------------------------- a failure that does not repeat
+
+_CALLS = [0]
+
+
+def wrong_once(num_reqs: int, num_tokens: int) -> list[int]:
+    """``even``, but one token short on the third call in its process, and never again."""
+    _CALLS[0] += 1
+    out = even(num_reqs, num_tokens)
+    if _CALLS[0] == 3:
+        out[-1] -= 1
+    return out

@@ -2,7 +2,7 @@
 isolation (``batchfuzz bench --loop``).
 
 For every contract and property, on this machine, in one process, it counts
-examples per second of four loops over the same strategy
+examples per second of five loops over the same strategy
 (``contract.domain("spec").cases()``), under the same settings (no example
 database, the ``dev`` profile's phases, ``--loop-examples`` examples) and
 the same seed:
@@ -15,14 +15,18 @@ the same seed:
 - ``labels``: the same with the contract's input-class labels recorded
   (``hypothesis.event``), as the fuzz job records them;
 - ``isolated``: ``hunt`` with the target in a worker process
-  (``execution.Isolated``), labels off: the cost of isolation.
+  (``execution.Isolated``), labels off, as ``check`` and ``fuzz`` run it:
+  Hypothesis draws the next example while the worker runs the last
+  (``hunt``'s ``overlap``);
+- ``waiting``: the same with ``overlap`` off, every call waited for in its
+  own example: the cost of isolation the overlap hides.
 
 The target is the contract's first CPU implementation (``--loop-target
 oracle``: the oracle). With ``--devices cuda`` the targets are instead every
 implementation that runs on CUDA (``impl:NAME@cuda``: the work items of
 ``fuzz --device cuda``), each with its own rows; contracts without one are
 left out. The ceiling stays what it is (no target runs in it): the CPU
-ceiling a CUDA item is judged against. A repetition runs the four loops of a property back
+ceiling a CUDA item is judged against. A repetition runs the five loops of a property back
 to back, in an order that rotates from property to property and repetition
 to repetition, so a slow spell of the shared machine falls on all of them;
 every loop of a property gets ``repeat`` samples. A cell is the median of a
@@ -45,8 +49,8 @@ from typing import Any
 from batchfuzz.machine import machine_info
 from batchfuzz.output import write_outputs
 
-CEILING, IN_PROCESS, LABELS, ISOLATED = "ceiling", "in-process", "labels", "isolated"
-MODES = (CEILING, IN_PROCESS, LABELS, ISOLATED)
+CEILING, IN_PROCESS, LABELS, ISOLATED, WAITING = "ceiling", "in-process", "labels", "isolated", "waiting"
+MODES = (CEILING, IN_PROCESS, LABELS, ISOLATED, WAITING)
 # The ratio of the labelled in-process loop to the ceiling that issue 13 asks every property to reach.
 GOAL = 0.5
 
@@ -124,7 +128,7 @@ class LoopReport:
         return {
             "settings": self.settings, "machine": self.machine, "targets": self.targets,
             "timing": "examples / seconds of one Hypothesis run (time.perf_counter around it); median over repetitions; "
-                      "ratio = median / the contract's median ceiling; the four loops of a property interleaved in a "
+                      "ratio = median / the contract's median ceiling; the five loops of a property interleaved in a "
                       "rotating order",
             "ceilings": {c: self.ceiling(c) for c in self.contracts()},
             "properties": [{
@@ -206,7 +210,9 @@ class LoopReport:
     def _legend(self) -> str:
         return ("ceiling: the same strategy under a test whose body does nothing; in-process: runner.hunt, target in this "
                 "process, labels off; labels: the same recording the contract's labels (the fuzz job's default); "
-                "isolated: the target in a worker process, labels off. Rates: median [lowest-highest sample]; ratios: "
+                "isolated: the target in a worker process, labels off, the next example drawn while it runs (as check "
+                "and fuzz run it); waiting: the same, every call waited for in its own example. Rates: median "
+                "[lowest-highest sample]; ratios: "
                 "median rate / the contract's median ceiling; per contract: median over its properties (lowest)")
 
 
@@ -272,7 +278,7 @@ def targets_of(contract: Any, target: str, devices: tuple[str, ...]) -> list[str
 
 def measure(contracts: list[str] | None = None, *, examples: int = 100, repeat: int = 3, target: str = "impl",
             seed: int = 0, log: Callable[[str], None] | None = None, devices: tuple[str, ...] = ("cpu",)) -> LoopReport:
-    """Run the four loops of every property of ``contracts`` (default: all)
+    """Run the five loops of every property of ``contracts`` (default: all)
     ``repeat`` times each, interleaved, for each of the contract's targets
     on ``devices`` (see the module docstring)."""
 
@@ -333,8 +339,9 @@ def measure(contracts: list[str] | None = None, *, examples: int = 100, repeat: 
                                 # A fresh strategy, as every hunt builds its own.
                                 row.samples[mode].append(ceiling_run(contract.domain("spec").cases(), rs, s))
                                 continue
-                            r = runner.hunt(contract, isolated if mode == ISOLATED else here, prop, target_name=ref,
-                                            run_settings=rs, seed=s, domain="spec", reduce=False, labels=mode == LABELS)
+                            r = runner.hunt(contract, isolated if mode in (ISOLATED, WAITING) else here, prop,
+                                            target_name=ref, run_settings=rs, seed=s, domain="spec", reduce=False,
+                                            labels=mode == LABELS, overlap=mode == ISOLATED)
                             row.samples[mode].append(Sample(r.examples, r.seconds))
                             if r.failure is not None:
                                 row.failures.append(f"{mode}: {r.failure.error_type}: {r.failure.message[:200]}")

@@ -9,8 +9,9 @@ property, generating until the slice ends (a failure found by then is shrunk
 until the job's deadline) or, with the job's ``max_examples`` (``fuzz
 --max-examples N``), until the item has N examples over all its slices,
 which ends it as passed; the target itself runs in an executor
-(``batchfuzz.execution``): an isolated worker process the job process starts, or the
-job process itself with ``--no-isolation``. Job processes are made by the same process
+(``batchfuzz.execution``): an isolated worker process the job process starts
+(which runs one example while the job process draws the next: ``runner.hunt``'s
+``overlap``), or the job process itself with ``--no-isolation``. Job processes are made by the same process
 mechanism as those workers (``execution.process_context``), so the whole job
 has one.
 
