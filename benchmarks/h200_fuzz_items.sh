@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The CUDA fuzz job against the CPU ceilings of its strategies, in one run on one
-# machine (docs/gpu-results.md, run 7; issue 23, item 5): every GPU test, then
+# machine (docs/gpu-results.md, runs 7 and 9; issue 23, item 5): every GPU test, then
 # `bench --loop --devices cuda` over contract E's two contracts (the CPU ceiling
 # of each strategy and the loops of every CUDA item), then the fuzz job itself
 # (`fuzz --device cuda --workers 4`), then each item's examples per second of
-# the time it ran against its contract's ceiling from the same run.
+# the time it ran against its contract's ceiling from the same run (items.md);
+# the fuzz report folder comes back packed, fuzz-report.tar.gz.
 # Usage: OUT=dir bash benchmarks/h200_fuzz_items.sh [BUDGET]   (the device tool sets OUT)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -44,3 +45,5 @@ for contract, c in summary["contracts"].items():
                   f"{rate / ceilings[contract]:.0%} |")
 PY
 tail -n 8 "$r/fuzz.txt"
+# The fuzz report folder is many small files (one per item): one archive comes back from the machine whole.
+tar -czf "$r/fuzz-report.tar.gz" -C "$r" fuzz && rm -rf "$r/fuzz"
