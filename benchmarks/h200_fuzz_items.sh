@@ -7,12 +7,21 @@
 # the time it ran against its contract's ceiling from the same run (items.md);
 # the fuzz report folder comes back packed, fuzz-report.tar.gz.
 # Usage: OUT=dir bash benchmarks/h200_fuzz_items.sh [BUDGET]   (the device tool sets OUT)
+# CONTRACTS (comma-separated; default contract E's two, "all": every contract with a CUDA implementation)
+# and STEPS (default "gpu-tests loop fuzz") choose the work; a run of the fuzz step without the loop step
+# reads the ceilings from LOOP_JSON (another call's loop-cuda.json, on the same machine kind).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 BATCHFUZZ_CACHE=/tmp/bfcache
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || exit 2
 budget=${1:-90s}
 r=$OUT
+contracts=${CONTRACTS:-allow_microbatching,find_conflicts}
+steps=${STEPS:-gpu-tests loop fuzz}
+loop_json=${LOOP_JSON:-$r/loop-cuda.json}
+if [ "$contracts" = all ]; then loop_contracts=(); fuzz_contracts=(); else
+  loop_contracts=(--loop-contracts "$contracts"); fuzz_contracts=(); IFS=, read -ra cs <<< "$contracts"
+  for c in "${cs[@]}"; do fuzz_contracts+=(--contract "$c"); done; fi
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   python3 -c "import sys, torch, numpy, hypothesis; print(sys.version); print('torch', torch.__version__, 'cuda', torch.version.cuda); print('numpy', numpy.__version__, 'hypothesis', hypothesis.__version__)"
@@ -25,15 +34,18 @@ step() {
   local rc=$?
   printf '%-10s rc=%-3s %7d ms  %s\n' "$name" "$rc" $(( ($(date +%s%N) - t) / 1000000 )) "$*" | tee -a "$r/steps.txt"
 }
-step gpu-tests timeout 200 python3 -m pytest -n 8 --device cuda -q -rs -p no:cacheprovider -m gpu --junitxml="$r/junit-gpu.xml"
-step loop timeout 330 python3 -m batchfuzz bench --loop --devices cuda --loop-contracts allow_microbatching,find_conflicts \
-  --loop-examples 100 --repeat 2 --json "$r/loop-cuda.json" --markdown "$r/loop-cuda.md"
-step fuzz timeout 200 python3 -m batchfuzz fuzz --device cuda --budget "$budget" --workers 4 --contract allow_microbatching \
-  --contract find_conflicts --seed 7 --no-database --report "$r/fuzz"
-python3 - "$r" <<'PY' | tee "$r/items.md"
+case " $steps " in *" gpu-tests "*)
+  step gpu-tests timeout 200 python3 -m pytest -n 8 --device cuda -q -rs -p no:cacheprovider -m gpu --junitxml="$r/junit-gpu.xml";; esac
+case " $steps " in *" loop "*)
+  step loop timeout 580 python3 -m batchfuzz bench --loop --devices cuda "${loop_contracts[@]}" \
+    --loop-examples 100 --repeat 2 --json "$r/loop-cuda.json" --markdown "$r/loop-cuda.md";; esac
+case " $steps " in *" fuzz "*) ;; *) exit 0;; esac
+step fuzz timeout 400 python3 -m batchfuzz fuzz --device cuda --budget "$budget" --workers 4 "${fuzz_contracts[@]}" \
+  --seed 7 --no-database --report "$r/fuzz"
+python3 - "$r" "$loop_json" <<'PY' | tee "$r/items.md"
 import json, sys
 r = sys.argv[1]
-ceilings = json.load(open(f"{r}/loop-cuda.json"))["ceilings"]
+ceilings = json.load(open(sys.argv[2]))["ceilings"]
 summary = json.load(open(f"{r}/fuzz/summary.json"))
 print("| contract | target | property | examples | seconds | per second | of the CPU ceiling |")
 print("|---|---|---|---:|---:|---:|---:|")
