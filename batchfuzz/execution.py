@@ -598,6 +598,8 @@ def _serve(conn: Any, output: Any, contract_name: str, ref: str, device: str, sy
     changed = tampering(harness)
     if changed and not info["error"]:
         info["error"] = _tampered(changed).message.replace("the target replaced", "importing the target replaced")
+    if device == "cuda" and not info["error"]:
+        _warm_device()
     conn.send(info)
     while True:
         try:
@@ -625,6 +627,20 @@ def _serve(conn: Any, output: Any, contract_name: str, ref: str, device: str, sy
         conn.send(outcome)
         if outcome.status == CRASH:
             return  # the context is poisoned, or the process is: the parent starts a fresh worker
+
+
+def _warm_device() -> None:
+    """Make the worker's CUDA context now, while it is loading (its start-up,
+    which the fuzz job does not charge to a slice), not in its first case: a
+    context costs a good part of a second, more with other processes making
+    theirs. A device that cannot be used is left for the first case to report."""
+    try:
+        import torch
+
+        torch.ones(1, device="cuda").add_(1)
+        torch.cuda.synchronize()
+    except Exception:
+        pass
 
 
 def _is_device_fault(message: str) -> bool:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The CUDA fuzz job against the CPU ceilings of its strategies, in one run on one
-# machine (docs/gpu-results.md, runs 7 and 9; issue 23, item 5): every GPU test, then
+# machine (docs/gpu-results.md, runs 7, 9, 10 and 11; issue 23, item 5): every GPU test, then
 # `bench --loop --devices cuda` over contract E's two contracts (the CPU ceiling
 # of each strategy and the loops of every CUDA item), then the fuzz job itself
 # (`fuzz --device cuda --workers 4`), then each item's examples per second of

@@ -12,7 +12,11 @@ started, the target imported) move the deadline on by their share per
 job process, up to one more budget in all. The controller hands out items
 in time slices, round robin over every live item: every item gets its first
 slice before any gets a second, so a budget of at least ``STARTUP_S`` plus
-``MIN_SLICE_S`` seconds per item per worker runs every item. With
+``MIN_SLICE_S`` seconds per item per worker runs every item. Among the items
+it may hand a job process next, it prefers those of a target whose worker
+that process keeps (``EXECUTOR_CACHE``), then those of a target no process
+keeps: a worker (a CUDA one above all, whose first calls are slow) serves
+many slices instead of being replaced slice after slice. With
 ``--max-examples N`` an item is done once it has N examples over its slices
 (or has found its failure), and the run ends when every item is done: the
 budget is then only the ceiling, and an item it leaves short of N makes the
@@ -48,7 +52,7 @@ import signal
 import statistics
 import sys
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -56,6 +60,7 @@ from typing import Any, TextIO
 from batchfuzz import engine_steps, profiles, registry, runner
 from batchfuzz.fuzz import corpus
 from batchfuzz.fuzz.job import (
+    EXECUTOR_CACHE,
     FINAL,
     IDLE,
     READY,
@@ -277,7 +282,8 @@ def _prepare_report_dir(report_dir: Path) -> None:
 
 
 class _Scheduler:
-    """Hands out slices to the job processes, round robin over the live items."""
+    """Hands out slices to the job processes, round robin over the live items
+    (each process's own targets first, :meth:`_next_item`)."""
 
     def __init__(self, job: Job, job_path: Path, stream: TextIO, progress: Any) -> None:
         from batchfuzz.execution import process_context, without_main_module
@@ -288,6 +294,9 @@ class _Scheduler:
         self.slices = {item.index: 0 for item in job.items}
         self.processes: dict[int, tuple[Any, Any]] = {}  # job process number -> (process, connection)
         self.busy: dict[int, int] = {}  # job process number -> item index
+        # job process number -> the executor keys (WorkItem.executor_key) of the items it ran, most recent last, at
+        # most EXECUTOR_CACHE: the workers it keeps, as the job process's own cache keeps them
+        self.kept: dict[int, OrderedDict[tuple[str, str, str], None]] = {}
         self.sent: dict[int, tuple[float, float]] = {}  # job process number -> (when its slice was sent, the slice's length)
         self.overheads: list[float] = []  # seconds each finished slice took beyond its length (target start-up, reports)
         # item index -> one sample per finished slice: [seconds since the command started, the item's examples
@@ -365,7 +374,7 @@ class _Scheduler:
         for number, (_, conn) in self.processes.items():
             if number in self.busy or number not in self.ready or self.stop_reason or now >= self.job.deadline:
                 continue
-            index = self._next_item()
+            index = self._next_item(number)
             if index is None:
                 return
             self.slices[index] += 1
@@ -374,14 +383,46 @@ class _Scheduler:
             self.sent[number] = (now, length)
             conn.send((index, self.slices[index], length, self.shrink_length(length), self.job.deadline))
 
-    def _next_item(self) -> int | None:
+    def _next_item(self, number: int) -> int | None:
+        """The live item job process ``number`` runs next (None: every live item is running).
+
+        Candidates are the items not running with the fewest slices, so every
+        item gets its first slice before any gets a second; once every item has
+        had one, also those one slice ahead whose worker the process keeps (so
+        that the end of a round does not make it start a worker for a slice).
+        Of the candidates, in this order: one whose worker the process keeps
+        (the most recently used first), fewest slices first; one whose target
+        no job process keeps; any other. Ties go round robin: the chosen item
+        moves to the back of ``live``."""
         running = set(self.busy.values())
-        for _ in range(len(self.live)):
-            index = self.live.popleft()
-            self.live.append(index)
-            if index not in running:
-                return index
-        return None
+        free = [i for i in self.live if i not in running]
+        if not free:
+            return None
+        least = min(self.slices[i] for i in free)
+        mine = self.kept.get(number, OrderedDict())
+        recency = {key: n for n, key in enumerate(reversed(mine))}  # 0: the most recently used
+        others = {key for other, keys in self.kept.items() if other != number for key in keys}
+
+        def rank(index: int) -> tuple[int, int, int] | None:
+            key, extra = self.job.items[index].executor_key, self.slices[index] - least
+            if key in recency and extra <= (1 if least else 0):
+                return (0, extra, recency[key])
+            if extra:
+                return None
+            return (1, 0, 0) if key not in others else (2, 0, 0)
+
+        ranked = [(r, i) for i in free if (r := rank(i)) is not None]
+        index = min(ranked, key=lambda ri: ri[0])[1]  # min keeps the first of equals: round robin order
+        self.live.remove(index)
+        self.live.append(index)
+        key = self.job.items[index].executor_key
+        if key is not None:
+            mine[key] = None
+            mine.move_to_end(key)
+            while len(mine) > EXECUTOR_CACHE:
+                mine.popitem(last=False)
+            self.kept[number] = mine
+        return index
 
     def start_clock(self, now: float, wait_until: float) -> None:
         """Before the budget's clock starts the deadline slides with the time
@@ -417,6 +458,7 @@ class _Scheduler:
     def process_died(self, number: int) -> None:
         proc, conn = self.processes.pop(number)
         self.ready.discard(number)
+        self.kept.pop(number, None)
         index = self.busy.pop(number, None)
         self.sent.pop(number, None)
         conn.close()

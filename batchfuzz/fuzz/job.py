@@ -51,7 +51,9 @@ RUNNING, IDLE, WAITING = "running", "idle", "waiting"
 FINAL = ("passed", "failed", "error", "interrupted", "not run")
 READY = "ready"  # a job process's first word: its start-up is done
 # Executors a job process keeps alive for the items it may get again (each an
-# isolated worker process).
+# isolated worker process), the least recently used closed first. The
+# controller hands a job process the items of the targets it keeps
+# (controller._Scheduler._next_item), so that a worker serves many slices.
 EXECUTOR_CACHE = 4
 
 
@@ -75,6 +77,17 @@ class WorkItem:
     @builtins.property
     def id(self) -> str:
         return f"{self.index:04d}-{self.contract}-{self.target}-{self.property}"
+
+    @builtins.property
+    def executor_key(self) -> tuple[str, str, str] | None:
+        """What a job process keeps one executor per (:data:`EXECUTOR_CACHE`):
+        the item's contract, target and device; None for the conformance item,
+        which runs vLLM's scheduler in the job process and has no executor."""
+        from batchfuzz import engine_steps
+
+        if self.contract == engine_steps.CONFORMANCE_SUBJECT:
+            return None
+        return (self.contract, self.target, self.device)
 
     @builtins.property
     def shard_key(self) -> str:
@@ -190,7 +203,8 @@ class _JobProcess:
     def executor(self, contract: Any, item: WorkItem) -> Any:
         from batchfuzz.execution import executor_for
 
-        key = (item.contract, item.target, item.device)
+        key = item.executor_key
+        assert key is not None, item
         ex = self.executors.pop(key, None)
         if ex is None:
             ex = executor_for(contract, item.target, isolate=self.job.isolate, device=item.device)
