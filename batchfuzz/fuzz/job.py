@@ -163,7 +163,8 @@ def new_state(item: WorkItem) -> dict[str, Any]:
     return {
         "index": item.index, "contract": item.contract, "target": item.target, "name": item.name, "device": item.device,
         "property": item.property, "domain": item.domain, "status": WAITING, "reason": "", "worker": None, "pid": None,
-        "started": None, "finished": None, "seconds": 0.0, "slices": 0, "examples": 0, "events": {}, "scores": {},
+        "started": None, "finished": None, "seconds": 0.0, "startup_seconds": 0.0, "slices": 0, "examples": 0,
+        "events": {}, "scores": {},
         "failures": [], "error": None, "settings": {},
     }
 
@@ -283,7 +284,7 @@ class _JobProcess:
                             should_stop=lambda: stop_requested(job))
         except Exception as exc:
             return self._errored(item, state, exc, began)
-        examples_before = _count_slice(state, r.examples, began)
+        examples_before = _count_slice(state, r.examples, began, self.last_startup_s)
         for key, counter in (("events", r.events), ("scores", r.scores)):
             merged = dict(state[key])
             for k, v in counter.items():
@@ -334,7 +335,7 @@ class _JobProcess:
                                                 should_stop=lambda: stop_requested(job))
         except Exception as exc:
             return self._errored(item, state, exc, began)
-        examples_before = _count_slice(state, r.examples, began)
+        examples_before = _count_slice(state, r.examples, began, self.last_startup_s)
         if r.workload is not None:
             state["failures"].append({
                 "property": engine_steps.CONFORMANCE, "during": "", "spec": engine_steps.CONFORMANCE_SPEC, "kind": "violation",
@@ -460,11 +461,17 @@ def job_process_main(conn: Any, job_path: str, worker: str, owner: int) -> None:
         r.close()
 
 
-def _count_slice(state: dict[str, Any], examples: int, began: float) -> int:
+def _count_slice(state: dict[str, Any], examples: int, began: float, startup_s: float) -> int:
     """Add one slice of ``examples`` examples, begun at ``began``, to an item's
-    ``state``; return the item's examples before it."""
+    ``state``; return the item's examples before it. Of the slice's seconds,
+    the ``startup_s`` its target took to get ready go to the item's
+    ``startup_seconds``, the rest to its ``seconds`` (its fuzzing time, which its
+    examples per second divide by): the same start-up the controller does not
+    charge to the budget."""
     before = int(state["examples"])
     state["slices"] = int(state["slices"]) + 1
     state["examples"] = before + examples
-    state["seconds"] = round(float(state["seconds"]) + time.time() - began, 3)
+    startup_s = max(0.0, startup_s)
+    state["startup_seconds"] = round(float(state.get("startup_seconds", 0.0)) + startup_s, 3)
+    state["seconds"] = round(float(state["seconds"]) + max(0.0, time.time() - began - startup_s), 3)
     return before

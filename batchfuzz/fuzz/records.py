@@ -141,13 +141,17 @@ class Record:
 
 @dataclass
 class PropertyRecord(Record):
-    """One work item's result: an implementation's property."""
+    """One work item's result: an implementation's property. ``seconds`` is
+    its fuzzing time, ``startup_seconds`` the time its target took to get
+    ready in its slices (a worker started, the target imported), which the
+    budget does not charge either."""
 
     status: str
     examples: int
     seconds: float
     slices: int = 0
     reason: str = ""
+    startup_seconds: float = 0.0
 
 
 @dataclass

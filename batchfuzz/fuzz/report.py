@@ -175,6 +175,7 @@ def build_summary(
         status = str(s.get("status", NOT_RUN))
         examples, seconds = int(s.get("examples", 0)), float(s.get("seconds", 0.0))
         impl["properties"][item.property] = {"examples": examples, "seconds": round(seconds, 3), "status": status,
+                                             "startup_seconds": round(float(s.get("startup_seconds", 0.0)), 3),
                                              "slices": s.get("slices", 0), "reason": s.get("reason", ""),
                                              "timeline": (timeline or {}).get(item.index, [])}
         if status == NOT_RUN:
