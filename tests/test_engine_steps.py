@@ -23,6 +23,7 @@ from batchfuzz.reference._step import is_well_formed
 from batchfuzz.reproduce import reproduction
 from batchfuzz.strategies import realizable_steps
 from batchfuzz.strategies._steps import HypothesisSource
+from batchfuzz.usage import UsageError
 
 WHY = vllm_scheduler.import_error()
 needs_vllm = pytest.mark.skipif(WHY is not None, reason=f"needs vLLM's scheduler: {WHY}")
@@ -294,10 +295,14 @@ def test_the_nightly_profile_plans_the_conformance_item_or_says_why_not(monkeypa
     dev, _ = plan("--contract", "split_ubatches")
     assert conf not in [(i.contract, i.target, i.property) for i in dev]
     assert plan("--profile", "nightly", "--contract", "split_ubatches")[1] == (False, None)  # filtered out
-    items, (planned, note) = plan("--profile", "nightly", "--contract", "scheduler_model")
     if WHY is None:
+        items, (planned, note) = plan("--profile", "nightly", "--contract", "scheduler_model")
         assert planned and note is None and [(i.contract, i.target, i.property) for i in items] == [conf]
     monkeypatch.setattr(vllm_scheduler, "import_error", lambda: "vLLM's scheduler cannot be imported: planted")
+    said = (r"^--contract 'scheduler_model' matches only the conformance item, and it is skipped: "
+            r"scheduler_model/vllm-scheduler/conformance \(vLLM's scheduler cannot be imported: planted\)$")
+    with pytest.raises(UsageError, match=said):
+        plan("--profile", "nightly", "--contract", "scheduler_model")  # said why, not "matches no contract"
     everything, (planned, note) = plan("--profile", "nightly")
     assert not planned and note == "skipped: scheduler_model/vllm-scheduler/conformance (vLLM's scheduler cannot be imported: planted)"
     assert conf not in [(i.contract, i.target, i.property) for i in everything]

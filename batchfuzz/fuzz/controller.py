@@ -121,11 +121,14 @@ def plan(args: argparse.Namespace) -> list[WorkItem]:
     last: :func:`conformance_planned`); raises UsageError on a bad filter or target."""
     contracts = registry.contracts()
     names = [c.name for c in contracts]
-    conformance, _ = conformance_planned(args)
+    conformance, skipped = conformance_planned(args)
     if args.contract:
         for pat in args.contract:
-            if not any(_match(n, [pat]) for n in names) and not (conformance and _match(engine_steps.CONFORMANCE_SUBJECT, [pat])):
-                raise UsageError(f"--contract {pat!r} matches no contract; known: {', '.join(names)}")
+            if any(_match(n, [pat]) for n in names) or (conformance and _match(engine_steps.CONFORMANCE_SUBJECT, [pat])):
+                continue
+            if skipped and _match(engine_steps.CONFORMANCE_SUBJECT, [pat]):
+                raise UsageError(f"--contract {pat!r} matches only the conformance item, and it is {skipped}")
+            raise UsageError(f"--contract {pat!r} matches no contract; known: {', '.join(names)}")
         contracts = [c for c in contracts if _match(c.name, args.contract)]
     by_name = {c.name: c for c in contracts}
     # --steps SOURCE: every item of a contract draws from the domain that source feeds (engine_steps.steps_domain).
