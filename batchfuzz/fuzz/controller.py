@@ -124,9 +124,10 @@ def plan(args: argparse.Namespace) -> list[WorkItem]:
     conformance, skipped = conformance_planned(args)
     if args.contract:
         for pat in args.contract:
-            if any(_match(n, [pat]) for n in names) or (conformance and _match(engine_steps.CONFORMANCE_SUBJECT, [pat])):
+            subject = _match(engine_steps.CONFORMANCE_SUBJECT, [pat])
+            if any(_match(n, [pat]) for n in names) or (conformance and subject):
                 continue
-            if skipped and _match(engine_steps.CONFORMANCE_SUBJECT, [pat]):
+            if skipped and subject:
                 raise UsageError(f"--contract {pat!r} matches only the conformance item, and it is {skipped}")
             raise UsageError(f"--contract {pat!r} matches no contract; known: {', '.join(names)}")
         contracts = [c for c in contracts if _match(c.name, args.contract)]

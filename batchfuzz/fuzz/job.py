@@ -164,8 +164,7 @@ def new_state(item: WorkItem) -> dict[str, Any]:
         "index": item.index, "contract": item.contract, "target": item.target, "name": item.name, "device": item.device,
         "property": item.property, "domain": item.domain, "status": WAITING, "reason": "", "worker": None, "pid": None,
         "started": None, "finished": None, "seconds": 0.0, "startup_seconds": 0.0, "slices": 0, "examples": 0,
-        "events": {}, "scores": {},
-        "failures": [], "error": None, "settings": {},
+        "events": {}, "scores": {}, "failures": [], "error": None, "settings": {},
     }
 
 
@@ -471,7 +470,6 @@ def _count_slice(state: dict[str, Any], examples: int, began: float, startup_s: 
     before = int(state["examples"])
     state["slices"] = int(state["slices"]) + 1
     state["examples"] = before + examples
-    startup_s = max(0.0, startup_s)
     state["startup_seconds"] = round(float(state.get("startup_seconds", 0.0)) + startup_s, 3)
     state["seconds"] = round(float(state["seconds"]) + max(0.0, time.time() - began - startup_s), 3)
     return before
