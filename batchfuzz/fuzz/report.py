@@ -21,7 +21,15 @@ from typing import Any
 from batchfuzz.fuzz import page
 from batchfuzz.fuzz.corpus import versions
 from batchfuzz.fuzz.job import Job
-from batchfuzz.fuzz.records import ContractRecord, ErrorRecord, FailureRecord, OriginRecord, RunReport, Totals
+from batchfuzz.fuzz.records import (
+    ContractRecord,
+    ErrorRecord,
+    FailureRecord,
+    OriginRecord,
+    RunReport,
+    Totals,
+    unshrunk_note,
+)
 from batchfuzz.machine import machine_info
 from batchfuzz.output import junit_text, write_json_atomic, write_text_atomic
 
@@ -86,7 +94,10 @@ def origins(failures: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "property": best.get("property"), "during": best.get("during"), "spec": best.get("spec", ""),
             "message": best.get("message"), "inputs": best.get("inputs"), "reproduction": best.get("reproduction", ""),
             "corpus_file": best.get("corpus_file"), "new": any(bool(f.get("new")) for f in fs),
+            "shrink_complete": best.get("shrink_complete", True) is not False,
         }
+        if "confirm" in best:  # what the engine's kernel did with the case (batchfuzz confirm --json)
+            entry["confirm"] = best["confirm"]
         if any("shard" in f for f in fs):
             entry["shards"] = sorted({f["shard"] for f in fs if "shard" in f})
         out.append(entry)
@@ -288,6 +299,7 @@ def render_markdown(summary: dict[str, Any]) -> str:
                 "",
                 f"{o['error_type']}: {first}",
                 "",
+                *([f"**{unshrunk_note(o)}**", ""] if unshrunk_note(o) else []),
                 f"Corpus: `{o.get('corpus_file')}`" + (" (new)" if o.get("new") else " (already known)"),
                 "",
                 "```python",
@@ -306,6 +318,8 @@ def render_markdown(summary: dict[str, Any]) -> str:
 def render_junit(summary: dict[str, Any]) -> str:
     """JUnit XML: a testsuite per contract, a testcase per (implementation, property)."""
     root = ET.Element("testsuites", name="batchfuzz fuzz", time=f"{summary['wall_seconds']:.3f}")
+    # The failures as the run recorded them (inputs, reproduction), by contract, implementation and property.
+    whole = {(f.get("contract"), f.get("implementation"), broken_property(f)): f for f in summary.get("failures") or []}
     for cname, c in summary["contracts"].items():
         suite = ET.SubElement(root, "testsuite", name=cname)
         counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
@@ -318,10 +332,7 @@ def render_junit(summary: dict[str, Any]) -> str:
                 ET.SubElement(ET.SubElement(case, "properties"), "property", name="examples", value=str(p.get("examples", 0)))
                 counts["tests"] += 1
                 if pname in failed:
-                    f = failed[pname]
-                    first = f["message"].splitlines()[0] if f.get("message") else ""
-                    el = ET.SubElement(case, "failure", message=f"{f['error_type']}: {first}", type=str(f["error_type"]))
-                    el.text = f"{f['message']}\ncorpus: {f.get('corpus_file')}"
+                    _junit_failure(case, {**failed[pname], **whole.get((cname, iname, pname), {})})
                     counts["failures"] += 1
                 elif p.get("status") == NOT_RUN:
                     ET.SubElement(case, "skipped", message=p.get("reason") or NOT_RUN)
@@ -334,6 +345,26 @@ def render_junit(summary: dict[str, Any]) -> str:
         for k, v in counts.items():
             suite.set(k, str(v))
     return junit_text(root)
+
+
+def _junit_failure(case: ET.Element, f: dict[str, Any]) -> None:
+    """A ``<failure>`` under ``case``: the error in its message, and in its
+    body the whole message, the shrunk inputs, the reproduction and the corpus
+    file (ElementTree escapes every text)."""
+    first = f["message"].splitlines()[0] if f.get("message") else ""
+    note = unshrunk_note(f)
+    el = ET.SubElement(case, "failure", message=f"{f['error_type']}: {first}" + (f" ({note})" if note else ""),
+                       type=str(f["error_type"]))
+    inputs = f.get("inputs") if isinstance(f.get("inputs"), dict) else {}
+    body = [str(f.get("message") or "")]
+    if note:
+        body.append(note)
+    if inputs:
+        body.append("inputs (shrunk): " + ", ".join(f"{k}={v}" for k, v in inputs.items()))
+    if f.get("reproduction"):
+        body += ["reproduction:", str(f["reproduction"])]
+    body.append(f"corpus: {f.get('corpus_file')}")
+    el.text = "\n".join(body)
 
 
 def write_reports(report_dir: Path | str, summary: dict[str, Any], history: Sequence[dict[str, Any]] = ()) -> list[Path]:
