@@ -21,6 +21,7 @@ from typing import Any
 from batchfuzz.fuzz import page
 from batchfuzz.fuzz.corpus import versions
 from batchfuzz.fuzz.job import Job
+from batchfuzz.fuzz.origin import one_bug
 from batchfuzz.fuzz.records import (
     ContractRecord,
     ErrorRecord,
@@ -71,6 +72,32 @@ def broken_property(failure: dict[str, Any]) -> str:
     return str(failure.get("during") or failure.get("property") or "")
 
 
+def _violates(failure: dict[str, Any]) -> list[str]:
+    """Every property a failure's case breaks (``violates``, recorded by the
+    job process); a record without it, its own property."""
+    v = failure.get("violates")
+    return [str(p) for p in v] if isinstance(v, list) else [broken_property(failure)]
+
+
+def _group_keys(failures: list[dict[str, Any]]) -> list[str]:
+    """Each failure's origin as the report groups them: its own, but a wrong
+    answer joins the smallest wrong answer of its contract and target that is
+    the same bug (``batchfuzz.fuzz.origin.one_bug``)."""
+    keys = [_origin_id(f) for f in failures]
+    reps: dict[tuple[Any, Any], list[int]] = {}  # (contract, implementation) -> wrong answers standing for their origin
+    for k in sorted(range(len(failures)), key=lambda k: _case_order(failures[k])):
+        f = failures[k]
+        if f.get("kind") != "violation":
+            continue
+        mine = reps.setdefault((f.get("contract"), f.get("implementation")), [])
+        rep = next((r for r in mine if one_bug(_violates(failures[r]), _violates(f), broken_property(f))), None)
+        if rep is None:
+            mine.append(k)
+        else:
+            keys[k] = keys[rep]
+    return keys
+
+
 def origins(failures: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One entry per origin (``batchfuzz.fuzz.origin``) of the run's failures,
     in the order first found: what it is (``description``), every property it
@@ -78,8 +105,8 @@ def origins(failures: list[dict[str, Any]]) -> list[dict[str, Any]]:
     reproduction and corpus file. A run's report and merged shards list these
     as their failures, one line each (tests/test_origin.py reads them)."""
     groups: dict[str, list[dict[str, Any]]] = {}
-    for f in failures:
-        groups.setdefault(_origin_id(f), []).append(f)
+    for f, key in zip(failures, _group_keys(failures), strict=True):
+        groups.setdefault(key, []).append(f)
     out = []
     for oid, fs in groups.items():
         best = min(fs, key=_case_order)
@@ -90,11 +117,14 @@ def origins(failures: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "description": origin.get("description") or f"{best.get('property')}: {best.get('error_type')}",
             "kind": origin.get("kind") or best.get("kind"), "error_type": best.get("error_type"),
             "location": origin.get("location", ""), "exit": best.get("exit"),
-            "properties": sorted({broken_property(f) for f in fs}), "failures": len(fs),
+            "properties": sorted({broken_property(f) for f in fs}
+                                 | (set(_violates(best)) if best.get("kind") == "violation" else set())),
+            "failures": len(fs),
             "property": best.get("property"), "during": best.get("during"), "spec": best.get("spec", ""),
             "message": best.get("message"), "inputs": best.get("inputs"), "reproduction": best.get("reproduction", ""),
             "corpus_file": best.get("corpus_file"), "new": any(bool(f.get("new")) for f in fs),
             "shrink_complete": best.get("shrink_complete", True) is not False,
+            "origin_ids": sorted({_origin_id(f) for f in fs}),  # the failures' own origins it stands for
         }
         if "confirm" in best:  # what the engine's kernel did with the case (batchfuzz confirm --json)
             entry["confirm"] = best["confirm"]
@@ -108,7 +138,7 @@ def point_at_origins(failures: list[dict[str, Any]], found: list[dict[str, Any]]
     """Every failure's ``corpus_file`` made its origin's one entry (a failure
     saved first may have been replaced by a smaller case of its origin); the
     file it was saved to, when another, stays as ``saved_as``."""
-    kept = {o["id"]: o.get("corpus_file") for o in found}
+    kept = {member: o.get("corpus_file") for o in found for member in o.get("origin_ids") or [o["id"]]}
     for f in failures:
         file = kept.get(_origin_id(f))
         if file and f.get("corpus_file") != file:
