@@ -597,6 +597,8 @@ def merge_run(dirs: Sequence[str], report_dir: str, corpus_dest: str | None = No
     for o in s["origins"]:  # one line per origin, listing every property it breaks
         say(f"FAILED {o.get('contract')} {o.get('implementation')} {', '.join(o['properties'])} (shard "
             f"{', '.join(str(k) for k in o.get('shards', []))}): {o.get('description')}; corpus {o.get('corpus_file')}")
+        if report.unshrunk_note(o):
+            say(f"  {report.unshrunk_note(o)}")
     say(f"reports: {', '.join(str(p) for p in paths)}")
     if corpus_dest:
         c = merge_corpora(corpus_from, corpus_dest)
