@@ -334,7 +334,7 @@ def test_an_unshrunk_case_says_so_everywhere_and_junit_carries_the_inputs(tmp_pa
     (failure,) = ET.parse(tmp_path / "junit.xml").getroot().iter("failure")
     assert "NOT FULLY SHRUNK" in (failure.get("message") or "")
     body = failure.text or ""
-    assert "num_reqs=169, num_tokens=215" in body and hostile["reproduction"] in body
+    assert "num_reqs=169, num_tokens=215" in body and str(hostile["reproduction"]) in body
     # A shrink that completed is shown as it is, with no such word.
     done = {**hostile, "shrink_complete": True}
     output.write_json_atomic(job.items_dir / "0001.json", _state(job.items[1], "failed", 10, [done]))
