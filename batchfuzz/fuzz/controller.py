@@ -841,8 +841,10 @@ def finish(job: Job, scheduler: Any, out: TextIO, started: float) -> End:
               f"({summary['wall_seconds']:.1f}s, {job.workers} worker(s))\n")
     for f in summary["origins"]:  # one per origin, listing every property it breaks
         first = f["message"].splitlines()[0] if f.get("message") else ""
+        note = report.unshrunk_note(f)
         out.write(f"\nFAILED {f['contract']} {f['implementation']} {', '.join(f['properties'])}: {f['description']}: {first}\n"
-                  f"  corpus: {f.get('corpus_file')} ({'new' if f.get('new') else 'already known'})\n")
+                  + (f"  {note}\n" if note else "")
+                  + f"  corpus: {f.get('corpus_file')} ({'new' if f.get('new') else 'already known'})\n")
         out.write("".join(f"  | {line}\n" for line in f.get("reproduction", "").splitlines()))
     for e in summary["errors"]:
         out.write(f"\nERROR {e['contract']} {e['implementation']}: {e['type']}: {e['message']}\n")

@@ -117,6 +117,15 @@ class CorpusEntry:
         return entry_id(self.contract, self.target, self.device, self.domain, self.property, self.case)
 
     @builtins.property
+    def violates(self) -> list[str]:
+        """Every property the entry's case breaks, as recorded (a file written
+        before that was recorded: its own property)."""
+        v = self.data.get("violates")
+        if isinstance(v, list) and all(isinstance(p, str) for p in v):
+            return list(v)
+        return [self.property]
+
+    @builtins.property
     def origin(self) -> Origin:
         """The origin the file recorded (``batchfuzz.fuzz.origin``); for a file
         written before origins were (no ``origin`` field), the one its own
@@ -163,8 +172,10 @@ def versions() -> dict[str, str]:
 
 
 def make_entry_data(failure: Any, *, target: str, device: str, domain: str = "spec",
-                    found: dict[str, Any] | None = None, reproduction: str = "") -> dict[str, Any]:
-    """The JSON document for a :class:`batchfuzz.runner.Failure` of ``target``."""
+                    found: dict[str, Any] | None = None, reproduction: str = "",
+                    violates: list[str] | None = None) -> dict[str, Any]:
+    """The JSON document for a :class:`batchfuzz.runner.Failure` of ``target``;
+    ``violates``: every property its case breaks (default: its own)."""
     parse(target)  # a TargetError for a reference that is not one
     case: Case = failure.case
     imports: set[str] = set()
@@ -183,6 +194,8 @@ def make_entry_data(failure: Any, *, target: str, device: str, domain: str = "sp
         "failure": {"kind": failure.kind(), "error_type": failure.error_type, "message": failure.message, "exit": failure.exit},
         # What makes this failure one bug whichever property found it (batchfuzz.fuzz.origin).
         "origin": origin.to_json(),
+        # Every property the case breaks: what makes two wrong answers one bug (origin.one_bug).
+        "violates": list(violates or [failure.property]),
         # What replay decodes (JSON, never evaluated):
         "case": encode_case(case),
         # For people: the same inputs as Python literals, and a reproduction.
@@ -378,15 +391,21 @@ def load(path: Path | str) -> CorpusEntry:
     too_large = case_size_error(case)
     if too_large:
         raise CorpusError(f"{path}: {too_large}")
-    failure = data["failure"]
     domain = data.get("domain", "spec")
     if not isinstance(domain, str):
         raise CorpusError(f"{path}: field 'domain' must be a string")
+    return _entry(data, case, path)
+
+
+def _entry(data: dict[str, Any], case: Case | None = None, path: Path | None = None) -> CorpusEntry:
+    """The entry of a checked document (:func:`load`'s, or one ``make_entry_data`` made, not written yet)."""
+    failure = data["failure"]
     return CorpusEntry(
-        contract=data["contract"], property=data["property"], device=data["device"], case=case, target=target,
-        domain=domain, during=str(data.get("during") or ""), error_type=str(failure.get("error_type", "")),
-        message=str(failure.get("message", "")), kind=str(failure.get("kind", "")), spec=str(data.get("spec", "")),
-        path=path, data=data,
+        contract=data["contract"], property=data["property"], device=data["device"],
+        case=case if case is not None else decode_case(data["case"]), target=data["target"],
+        domain=data.get("domain", "spec"), during=str(data.get("during") or ""),
+        error_type=str(failure.get("error_type", "")), message=str(failure.get("message", "")),
+        kind=str(failure.get("kind", "")), spec=str(data.get("spec", "")), path=path, data=data,
     )
 
 
@@ -533,31 +552,19 @@ def replay(entry: CorpusEntry, *, targets: dict[str, str] | None = None, engines
     return Replayed(entry, "passes")
 
 
-def open_duplicate(root: Path | str, data: dict[str, Any], executor: Any, timeout_s: float = 30.0) -> Path | None:
-    """An entry already in the corpus for the same contract, target, device,
-    domain and property whose case *still fails* on ``executor``'s target.
+def one_wrong_answer(a: CorpusEntry, b: CorpusEntry) -> bool:
+    """Whether two wrong-answer entries of one contract, target, device and
+    domain are one origin, the same bug (``batchfuzz.fuzz.origin.one_bug``, the
+    smaller case by :func:`case_order`). Two cases of one property always are:
+    shrinking ends in different local minima on different nights, and the
+    smaller one stands for both."""
+    from batchfuzz.fuzz.origin import one_bug
 
-    Shrinking can end in different local minima on different nights, so the
-    same bug can come back as another small case; while an earlier entry for
-    that property still fails, the new case adds nothing (the test run is red
-    already) and is not saved. Once that entry passes, a new failure of the
-    property is a new bug and is saved.
-    """
-    from batchfuzz.runner import failure_signature
-
-    key = (data["contract"], data["target"], data["device"], data.get("domain", "spec"), data["property"],
-           data.get("during") or "")
-    for p in files(Path(root) / _safe(data["contract"])):
-        try:
-            e = load(p)
-        except CorpusError:
-            continue
-        if (e.contract, e.target, e.device, e.domain, e.property, e.during) != key:
-            continue
-        prop = checked_property(e.property, e.during)
-        if failure_signature(executor.check(prop, e.case.copy(), timeout_s)) is not None:
-            return p
-    return None
+    if (a.contract, a.target, a.device, a.domain) != (b.contract, b.target, b.device, b.domain) or \
+            not a.kind == b.kind == "violation":
+        return False
+    small, large = sorted((a, b), key=lambda e: case_order(e.contract, e.case))
+    return one_bug(small.violates, large.violates, large.property)
 
 
 def case_order(contract: str, case: Case) -> tuple[tuple[int, ...], int, str]:
@@ -597,13 +604,14 @@ def _locked(root: Path | str, contract: str) -> Iterator[None]:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
-def same_origin(root: Path | str, contract: str, origin_id: str) -> list[CorpusEntry]:
-    """The loadable entries of ``contract`` under ``root`` whose origin is ``origin_id``."""
+def same_origin(root: Path | str, entry: CorpusEntry) -> list[CorpusEntry]:
+    """The loadable entries under ``root`` of ``entry``'s origin: the same
+    origin id, or, for a wrong answer, one of the same bug (:func:`one_wrong_answer`)."""
     out = []
-    for p in files(Path(root) / _safe(contract)):
+    for p in files(Path(root) / _safe(entry.contract)):
         try:
             e = load(p)
-            if e.origin.id == origin_id:
+            if e.origin.id == entry.origin.id or one_wrong_answer(e, entry):
                 out.append(e)
         except CorpusError:
             continue
@@ -614,12 +622,13 @@ def save_failure(root: Path | str, data: dict[str, Any], executor: Any, timeout_
                  run_started: float | None = None) -> Saved:
     """Save a failure (``make_entry_data``) as its origin's one entry.
 
-    A wrong answer whose property already has an entry that still fails is
-    not saved (:func:`open_duplicate`). Otherwise, among the entries of the
-    same origin whose case still fails on ``executor``'s target and the new
-    case, the smallest (:func:`case_order`) is kept and the others of that
-    origin are deleted: an entry that passes again no longer stands for its
-    origin. Atomic writes, under a lock of the contract's folder."""
+    Among the entries of the same origin (:func:`same_origin`: for a wrong
+    answer, those of the same bug, whichever property found them) whose case
+    still fails on ``executor``'s target and the new case, the smallest
+    (:func:`case_order`) is kept and the others of that origin are deleted: a
+    later, smaller case replaces the entry, and an entry that passes again no
+    longer stands for its origin. Atomic writes, under a lock of the
+    contract's folder."""
     from batchfuzz.runner import failure_signature
 
     root = Path(root)
@@ -627,11 +636,7 @@ def save_failure(root: Path | str, data: dict[str, Any], executor: Any, timeout_
         path = path_for(root, data)
         if path.exists():  # the same failure, found again
             return Saved(path, False)
-        if data["failure"]["kind"] == "violation":
-            known = open_duplicate(root, data, executor, timeout_s)
-            if known is not None:
-                return Saved(known, False)
-        same = same_origin(root, data["contract"], data["origin"]["id"])
+        same = same_origin(root, _entry(data))
 
         def still_fails(e: CorpusEntry) -> bool:
             if run_started is not None and e.path is not None and e.path.stat().st_mtime >= run_started:

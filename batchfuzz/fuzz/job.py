@@ -392,8 +392,9 @@ def _save_failure(job: Job, item: WorkItem, contract: Any, executor: Any, failur
 
     found = {"seed": job.seed, "profile": job.profile, "worker": os.getpid()}
     repro = reproduction(failure, item.target)
+    violates = _violates(job, contract, executor, failure)
     data = corpus.make_entry_data(failure, target=item.target, device=item.device, domain=domain, found=found,
-                                  reproduction=repro)
+                                  reproduction=repro, violates=violates)
     record: dict[str, Any] = {
         "property": failure.property, "during": failure.during, "spec": failure.spec, "kind": failure.kind(),
         "error_type": failure.error_type, "message": failure.message, "exit": failure.exit,
@@ -401,6 +402,7 @@ def _save_failure(job: Job, item: WorkItem, contract: Any, executor: Any, failur
         "corpus_file": None, "new": False, "id": data["id"], "shrink_complete": failure.complete,
         # The origin (batchfuzz.fuzz.origin) and what orders its cases (corpus.case_order): the reports keep its smallest.
         "origin": data["origin"], "size": list(contract.size(failure.case)), "case": data["case"],
+        "violates": violates,  # every property the case breaks: what joins wrong answers into one origin
     }
     try:
         try:
@@ -413,6 +415,17 @@ def _save_failure(job: Job, item: WorkItem, contract: Any, executor: Any, failur
     except OSError as exc:  # the failure stays in the report even if the corpus cannot be written
         record["corpus_error"] = f"{type(exc).__name__}: {exc}"
     return record
+
+
+def _violates(job: Job, contract: Any, executor: Any, failure: Any) -> list[str]:
+    """Every property a wrong answer's shrunk case breaks (re-checked on the
+    target, while the job's deadline allows), else its own property only."""
+    from batchfuzz import runner
+
+    if failure.kind() != "violation" or time.time() >= job.deadline:
+        return [failure.property]
+    found = runner.violated_properties(contract, executor, failure.case, timeout_s=job.example_timeout_s)
+    return found if failure.property in found else [failure.property, *found]
 
 
 def job_process_main(conn: Any, job_path: str, worker: str, owner: int) -> None:

@@ -48,8 +48,9 @@ Corpora: a corpus file's name is the hash of its identity (contract, target,
 device, property, shrunk case: :func:`batchfuzz.fuzz.corpus.entry_id`), and it
 records its origin. :func:`merge_corpora` copies the shards' files (or a
 night's into the standing corpus) keeping one entry per origin, the smallest
-case. Two files of the same name are the same failure; they may differ only
-in :data:`VOLATILE_FIELDS` (when, where and under which seed it was found),
+case (the cases of one bug's wrong answers are one origin:
+``corpus.one_wrong_answer``). Two files of the same name are the same
+failure; they may differ only in :data:`VOLATILE_FIELDS` (when, where and under which seed it was found),
 and the first one is kept.
 """
 
@@ -478,6 +479,17 @@ def _origins_in(root: Path) -> dict[str, tuple[Path, corpus.CorpusEntry]]:
     return out
 
 
+def _known(by_origin: dict[str, tuple[Path, corpus.CorpusEntry]],
+           entry: corpus.CorpusEntry) -> tuple[Path, corpus.CorpusEntry] | None:
+    """The destination's entry of ``entry``'s origin: the same origin id, or,
+    for a wrong answer, the smallest of the same bug (``corpus.one_wrong_answer``)."""
+    same = by_origin.get(entry.origin.id)
+    if same is not None:
+        return same
+    related = [v for v in by_origin.values() if corpus.one_wrong_answer(v[1], entry)]
+    return min(related, key=lambda v: corpus.case_order(v[1].contract, v[1].case), default=None)
+
+
 def _smaller(a: corpus.CorpusEntry, b: corpus.CorpusEntry) -> bool:
     return corpus.case_order(a.contract, a.case) < corpus.case_order(b.contract, b.case)
 
@@ -517,7 +529,7 @@ def merge_corpora(sources: Sequence[str | os.PathLike[str]], dest: str | os.Path
             if target.exists():
                 _compare_same_name(out, rel, target, path, entry)
                 continue
-            known = by_origin.get(oid)
+            known = _known(by_origin, entry)
             if known is not None and not _smaller(entry, known[1]):
                 out.same_origin.append(f"{rel}: not copied: its origin ({entry.origin.describe()}) has the entry "
                                        f"{known[0].relative_to(root).as_posix()}, no larger")
@@ -526,6 +538,7 @@ def merge_corpora(sources: Sequence[str | os.PathLike[str]], dest: str | os.Path
             out.copied.append(rel)
             if known is not None:
                 known[0].unlink(missing_ok=True)
+                by_origin.pop(known[1].origin.id, None)
                 out.replaced.append(f"{rel}: replaces {known[0].relative_to(root).as_posix()}, a larger case of its origin "
                                     f"({entry.origin.describe()})")
             by_origin[oid] = (target, entry)
@@ -584,6 +597,8 @@ def merge_run(dirs: Sequence[str], report_dir: str, corpus_dest: str | None = No
     for o in s["origins"]:  # one line per origin, listing every property it breaks
         say(f"FAILED {o.get('contract')} {o.get('implementation')} {', '.join(o['properties'])} (shard "
             f"{', '.join(str(k) for k in o.get('shards', []))}): {o.get('description')}; corpus {o.get('corpus_file')}")
+        if report.unshrunk_note(o):
+            say(f"  {report.unshrunk_note(o)}")
     say(f"reports: {', '.join(str(p) for p in paths)}")
     if corpus_dest:
         c = merge_corpora(corpus_from, corpus_dest)

@@ -220,6 +220,16 @@ class OriginRecord(Record):
     failures: int
     corpus_file: str | None = None
     new: bool = False
+    shrink_complete: bool = True  # False: its case is the smallest found before the deadline, not a shrunk one
+
+
+def unshrunk_note(failure: dict[str, Any]) -> str:
+    """What every report says of a failure (or origin) whose shrink did not
+    complete (``"shrink_complete": false``): its case is not final; "" when it did."""
+    if failure.get("shrink_complete", True) is not False:
+        return ""
+    return ("NOT FULLY SHRUNK: the deadline ended its shrinking; this case is the smallest found so far, "
+            "not a minimal one (a run with a larger budget shrinks it further)")
 
 
 @dataclass
