@@ -541,36 +541,75 @@ def _gone(pid: int) -> bool:
     return False
 
 
-def _group_members(pgid: int, exclude: int = -1) -> list[int]:
-    """The processes of process group ``pgid`` (from /proc; empty where there is none)."""
-    members: list[int] = []
+def _process_table() -> dict[int, tuple[int, int]]:
+    """Every live process's (parent pid, process group), from /proc (zombies
+    left out; empty where there is no /proc)."""
+    table: dict[int, tuple[int, int]] = {}
     try:
         names = os.listdir("/proc")
     except OSError:
-        return members
+        return table
     for name in names:
-        if not name.isdigit() or int(name) == exclude:
+        if not name.isdigit():
             continue
         try:
             with open(f"/proc/{name}/stat", "rb") as fh:
                 fields = fh.read().rpartition(b")")[2].split()
-            if int(fields[2]) == pgid and fields[0] != b"Z":
-                members.append(int(name))
+            if fields[0] not in (b"Z", b"X"):
+                table[int(name)] = (int(fields[1]), int(fields[2]))
         except (OSError, IndexError, ValueError):
             continue
-    return members
+    return table
+
+
+def _group_members(pgid: int, exclude: int = -1) -> list[int]:
+    """The processes of process group ``pgid`` (from /proc; empty where there is none)."""
+    return [pid for pid, (_, group) in _process_table().items() if group == pgid and pid != exclude]
+
+
+def _started_by(worker: int) -> list[int]:
+    """The live processes ``worker`` started, however far down, in any session
+    (the /proc parent links; orphans re-parent to the worker, a subreaper),
+    and what is left of its process group; the worker itself left out."""
+    table = _process_table()
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found = {pid for pid, (_, group) in table.items() if group == worker}
+    todo = [worker]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    found.discard(worker)
+    return sorted(found)
+
+
+def _become_subreaper() -> None:
+    """Make this process the one that orphans of its descendants re-parent
+    to (Linux's ``PR_SET_CHILD_SUBREAPER``), instead of pid 1: a process the
+    target starts in a new session, or a double-forked daemon, stays under
+    the worker where its parent can find and end it. Elsewhere a no-op."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
 
 
 def _serve(conn: Any, output: Any, contract_name: str, ref: str, device: str, sys_path: list[str], owner: int,
            env: dict[str, str]) -> None:
     """A worker: say it is up, load the target, then answer requests until the pipe closes.
 
-    It leads a process group of its own, so that every process the target
-    starts can be ended with it; its output goes to a pipe the parent keeps
-    a bounded tail of."""
+    It leads a process group of its own and is a subreaper, so that every
+    process the target starts (in a new session too) can be found and ended
+    with it; its output goes to a pipe the parent keeps a bounded tail of."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     with contextlib.suppress(OSError):
         os.setpgid(0, 0)
+    _become_subreaper()
     watch_owner(owner)
     sys.path[:] = sys_path
     os.environ.update(env)
@@ -870,37 +909,43 @@ class Isolated(Executor):
         self._tail.drain()
         return self._tail.text(since)
 
-    def _end_group(self) -> None:
-        """End what is left of the worker's process group (what the target started)."""
+    def _end_started(self) -> None:
+        """End every process the target started (``_started_by``): while the
+        worker lives, so that orphans stay under it; rounds until none is
+        left, as one may fork while the last round is ended."""
         pid = self._pid
         if not pid:
             return
-        left = _group_members(pid, exclude=pid)
-        if left:
-            self.orphans += len(left)
-            with contextlib.suppress(OSError):
-                os.killpg(pid, signal.SIGKILL)
-            for _ in range(100):  # a killed process lingers until it has run to its end
-                if not _group_members(pid, exclude=pid):
-                    break
-                time.sleep(0.01)
+        ended: set[int] = set()
+        for _ in range(50):
+            left = _started_by(pid)
+            if not left:
+                break
+            ended.update(left)
+            for child in left:
+                with contextlib.suppress(OSError):
+                    os.kill(child, signal.SIGKILL)
+            time.sleep(0.01)  # a killed process lingers until it has run to its end
+        self.orphans += len(ended)
 
     def _kill(self) -> None:
         proc, self._proc = self._proc, None
+        self._end_started()
         if proc is not None and proc.is_alive():
             with contextlib.suppress(OSError):
                 os.kill(proc.pid, signal.SIGKILL)
             proc.join(5)
-        self._end_group()
+        self._end_started()  # those the worker's end orphaned to its group
         self._close_conn()
 
     def _reap(self) -> int | None:
         proc, self._proc = self._proc, None
         code = None
+        self._end_started()
         if proc is not None:
             proc.join(5)
             code = proc.exitcode
-        self._end_group()
+        self._end_started()
         self._close_conn()
         return code
 
@@ -912,6 +957,7 @@ class Isolated(Executor):
 
     def close(self) -> None:
         if self._proc is not None and self._proc.is_alive():
+            self._end_started()  # before the worker ends: what it leaves would re-parent out of reach
             with contextlib.suppress(OSError, BrokenPipeError):
                 self._conn.send(("stop", "", None, False))
             self._proc.join(2)
