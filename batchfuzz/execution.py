@@ -47,6 +47,7 @@ import signal
 import sys
 import time
 import traceback
+import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -453,6 +454,8 @@ class LoadTimeout(TargetError):
 # call. A target that replaces one (``numpy.array_equal = lambda *a: True``)
 # could make the properties judge a wrong result right.
 _WATCHED = ("numpy", "numpy.testing", "builtins", "math", "operator")
+_CODE = operator.attrgetter("__code__")
+_CHECK = operator.attrgetter("check")
 
 
 def _watched_modules() -> list[Any]:
@@ -460,25 +463,59 @@ def _watched_modules() -> list[Any]:
             if m is not None and (name in _WATCHED or name == "batchfuzz" or name.startswith("batchfuzz."))]
 
 
+def _watched_names(m: Any) -> tuple[str, ...]:
+    """A module's names whose values must not change: all of a watched
+    library's; a batchfuzz module's public ones and its private functions
+    and classes (``_admits``; not its private caches, which do change)."""
+    return tuple(k for k, v in list(vars(m).items()) if not k.startswith("__")
+                 and (m.__name__ in _WATCHED or not k.startswith("_") or isinstance(v, (types.FunctionType, type))))
+
+
+def _judging_functions(modules: list[Any], properties: tuple[Any, ...]) -> tuple[types.FunctionType, ...]:
+    """The Python functions the verdict runs through, whose code a target
+    could rewrite in place (``evaluate.__code__ = ...``): those of the
+    watched modules, the methods of batchfuzz's classes, every contract's
+    properties and oracle."""
+    found: dict[int, types.FunctionType] = {}
+    values: list[Any] = [p.check for p in properties] + [c.oracle for c in registry.contracts()]
+    for m in modules:
+        for v in list(vars(m).values()):
+            values.append(v)
+            if isinstance(v, type) and v.__module__.startswith("batchfuzz"):
+                members = list(vars(v).values())
+                values += members + [getattr(a, f, None) for a in members for f in ("fget", "fset", "__func__")]
+    for v in values:
+        if isinstance(v, types.FunctionType):
+            found.setdefault(id(v), v)
+    return tuple(found.values())
+
+
 class HarnessSnapshot:
     """The harness's functions as they were (see ``tampering``): per watched
-    module, its watched names and the values they held.
+    module, its watched names and the values they held; the code object of
+    every function the verdict runs through; each contract property's check.
 
     Checked after every example a worker runs, so the check that nothing
     changed is one C-level pass per module (an ``itemgetter`` over the names,
-    ``operator.is_`` over the values): thousands of attributes in tens of
-    microseconds. Only a module that differs, or lost a name, is compared
-    name by name."""
+    ``operator.is_`` over the values) and one over the code objects (a tuple
+    compared with the saved one: identity first): a few thousand attributes
+    in about a hundred microseconds (docs/fuzz-loop.md). Only what differs is
+    compared one by one. What it cannot see (an object's state, a closure's
+    cells, memory written through ctypes) is the limit the README states."""
 
     def __init__(self) -> None:
         self.modules: list[tuple[str, tuple[str, ...], Callable[[Any], Any], tuple[Any, ...]]] = []
-        for m in _watched_modules():
-            names = tuple(k for k in list(vars(m)) if not k.startswith("__")
-                          and (m.__name__ in _WATCHED or not k.startswith("_")))
+        watched = _watched_modules()
+        for m in watched:
+            names = _watched_names(m)
             if not names:
                 continue
             getter = operator.itemgetter(*names) if len(names) > 1 else (lambda d, k=names[0]: (d[k],))
             self.modules.append((m.__name__, names, getter, getter(vars(m))))
+        self.properties = tuple(p for c in registry.contracts() for p in c.properties)
+        self.checks = tuple(map(_CHECK, self.properties))
+        self.functions = _judging_functions(watched, self.properties)
+        self.codes = tuple(map(_CODE, self.functions))
 
 
 def snapshot_harness() -> HarnessSnapshot:
@@ -488,7 +525,8 @@ def snapshot_harness() -> HarnessSnapshot:
 
 def tampering(before: HarnessSnapshot, *, restore: bool = True) -> list[str]:
     """The watched attributes that were replaced or deleted since ``before``
-    (``numpy.array_equal``), put back when ``restore``."""
+    (``numpy.array_equal``, ``batchfuzz.execution.evaluate.__code__``, a
+    property's ``check``), put back when ``restore``."""
     changed = []
     for mod, names, getter, values in before.modules:
         m = sys.modules.get(mod)
@@ -505,6 +543,18 @@ def tampering(before: HarnessSnapshot, *, restore: bool = True) -> list[str]:
                 changed.append(f"{mod}.{k}")
                 if restore:
                     setattr(m, k, v)
+    if tuple(map(_CODE, before.functions)) != before.codes:
+        for f, code in zip(before.functions, before.codes, strict=True):
+            if f.__code__ is not code:
+                changed.append(f"{f.__module__}.{f.__qualname__}.__code__")
+                if restore:
+                    f.__code__ = code
+    if tuple(map(_CHECK, before.properties)) != before.checks:
+        for p, check in zip(before.properties, before.checks, strict=True):
+            if p.check is not check:
+                changed.append(f"the property {p.name}'s check")
+                if restore:
+                    object.__setattr__(p, "check", check)
     return changed
 
 

@@ -224,3 +224,24 @@ def daemon(num_reqs: int, num_tokens: int) -> list[int]:
     is an orphan in a session of its own."""
     _started(_daemon)
     return even(num_reqs, num_tokens)
+
+
+# --------------------------------------------------------------------------- a target that rewrites the judge
+
+
+def _passes(contract: Any, target: Any, prop_name: str, case: Any, *, scores: bool = False) -> Any:
+    """The code ``rewrites_judge`` gives ``batchfuzz.execution.evaluate``: run
+    there, its names are the judge's module's."""
+    return Outcome(PASSED)  # type: ignore[name-defined]  # noqa: F821
+
+
+def rewrites_judge(num_reqs: int, num_tokens: int) -> list[int]:
+    """Rewrites the judge's code (``evaluate.__code__``) on its first call,
+    so every later verdict is "passed"; wrong for three requests or more."""
+    from batchfuzz import execution
+
+    execution.evaluate.__code__ = _passes.__code__
+    out = even(num_reqs, num_tokens)
+    if num_reqs >= 3:
+        out[0] += 1
+    return out

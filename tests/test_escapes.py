@@ -78,3 +78,31 @@ def test_check_ends_a_daemon_and_says_how_many(tmp_path: Path, no_sleepers: obje
     data = json.loads(report.read_text())
     n = data["orphans_ended"]  # a sleeper a call: at least one an example
     assert n >= max(1, data["examples"]) and f"note: the target left {n} process" in r.stdout, r.stdout
+
+
+def test_a_target_that_rewrites_the_judges_code_is_a_crash_naming_it() -> None:
+    """``evaluate.__code__`` replaced on the first call: that call is a crash
+    naming the judge's function, and the next case is judged by the real code."""
+    from batchfuzz.execution import CRASH, FAILED, TAMPERED
+
+    with Isolated(registry.get(CONTRACT), f"{HOSTILE}:rewrites_judge") as ex:
+        out = ex.check("matches_oracle", _case(2, 7), 60)
+        assert (out.status, out.error_type) == (CRASH, TAMPERED), out
+        assert "batchfuzz.execution.evaluate.__code__" in out.message, out
+        assert ex.check("matches_oracle", _case(3, 7), 60).status in (CRASH, FAILED)  # caught again, never "passed"
+
+
+def test_a_rewritten_property_or_judge_is_put_back_in_process() -> None:
+    """The in-process check (a user's target, ``watch``) sees a rewritten
+    code object or property and puts it back."""
+    from batchfuzz import execution
+
+    before = execution.snapshot_harness()
+    code = execution.evaluate.__code__
+    prop = registry.get(CONTRACT).property("matches_oracle")
+    check = prop.check
+    execution.evaluate.__code__ = hostile._passes.__code__
+    object.__setattr__(prop, "check", lambda target, case: None)
+    changed = execution.tampering(before)
+    assert "batchfuzz.execution.evaluate.__code__" in changed and "the property matches_oracle's check" in changed
+    assert execution.evaluate.__code__ is code and prop.check is check
