@@ -721,8 +721,10 @@ def _serve(conn: Any, output: Any, contract_name: str, ref: str, device: str, sy
             outcome = Outcome(CRASH, "KilledForkServer", f"the target ended the process batchfuzz forks its workers from "
                               f"(the fork server, pid {server})", exit="killed the fork server")
         conn.send(outcome)
-        if outcome.status == CRASH:
-            return  # the context is poisoned, or the process is: the parent starts a fresh worker
+        if outcome.status == CRASH:  # the context is poisoned, or the process is: the parent starts a fresh worker
+            with contextlib.suppress(EOFError, OSError):
+                conn.recv()  # once it has ended what the target started (the pipe closes), while they are still ours
+            return
 
 
 def _warm_device() -> None:
@@ -999,11 +1001,11 @@ class Isolated(Executor):
         proc, self._proc = self._proc, None
         code = None
         self._end_started()
+        self._close_conn()  # a worker that reported a crash waits for this before it ends
         if proc is not None:
             proc.join(5)
             code = proc.exitcode
         self._end_started()
-        self._close_conn()
         return code
 
     def _close_conn(self) -> None:

@@ -245,3 +245,9 @@ def rewrites_judge(num_reqs: int, num_tokens: int) -> list[int]:
     if num_reqs >= 3:
         out[0] += 1
     return out
+
+
+def daemon_then_exit(num_reqs: int, num_tokens: int) -> list[int]:
+    """Leaves a double-forked daemon, then calls ``sys.exit`` (a crash its worker reports)."""
+    _started(_daemon)
+    sys.exit(4)

@@ -66,6 +66,19 @@ def test_processes_in_a_new_session_end_with_the_worker_and_are_counted(fn: str,
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_CHILD_SUBREAPER and /proc are Linux's")
+def test_a_daemon_started_by_a_call_that_crashes_ends_with_the_worker(no_sleepers: object) -> None:
+    """The call calls ``sys.exit`` after leaving a daemon: a crash, and the
+    worker waits until its parent has ended the daemon before it ends."""
+    from batchfuzz.execution import CRASH
+
+    with Isolated(registry.get(CONTRACT), f"{HOSTILE}:daemon_then_exit") as ex:
+        for n in range(3, 5):
+            assert ex.check("sum_is_num_tokens", _case(2, n), 60).status == CRASH
+            assert _sleepers() == []
+        assert ex.orphans == 2
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_CHILD_SUBREAPER and /proc are Linux's")
 def test_check_ends_a_daemon_and_says_how_many(tmp_path: Path, no_sleepers: object) -> None:
     """The command's note and report count what it ended; nothing is left."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "BATCHFUZZ_", "HYPOTHESIS_"))}
