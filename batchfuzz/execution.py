@@ -624,16 +624,17 @@ def _group_members(pgid: int, exclude: int = -1) -> list[int]:
     return [pid for pid, (_, group) in _process_table().items() if group == pgid and pid != exclude]
 
 
-def _started_by(worker: int) -> list[int]:
+def _started_by(worker: int, alive: bool = True) -> list[int]:
     """The live processes ``worker`` started, however far down, in any session
-    (the /proc parent links; orphans re-parent to the worker, a subreaper),
-    and what is left of its process group; the worker itself left out."""
+    (the /proc parent links, while it is ``alive``: orphans re-parent to the
+    worker, a subreaper), and what is left of its process group; the worker
+    itself left out. Once it is dead, its group only (its pid may be reused)."""
     table = _process_table()
     children: dict[int, list[int]] = {}
     for pid, (ppid, _) in table.items():
         children.setdefault(ppid, []).append(pid)
     found = {pid for pid, (_, group) in table.items() if group == worker}
-    todo = [worker]
+    todo = [worker] if alive else []
     while todo:
         for child in children.get(todo.pop(), ()):
             if child not in found:
@@ -968,16 +969,17 @@ class Isolated(Executor):
         self._tail.drain()
         return self._tail.text(since)
 
-    def _end_started(self) -> None:
+    def _end_started(self, alive: bool = True) -> None:
         """End every process the target started (``_started_by``): while the
-        worker lives, so that orphans stay under it; rounds until none is
-        left, as one may fork while the last round is ended."""
+        worker lives, so that orphans stay under it (``alive``; after its end,
+        what is left of its group); rounds until none is left, as one may
+        fork while the last round is ended."""
         pid = self._pid
         if not pid:
             return
         ended: set[int] = set()
         for _ in range(50):
-            left = _started_by(pid)
+            left = _started_by(pid, alive)
             if not left:
                 break
             ended.update(left)
@@ -994,18 +996,18 @@ class Isolated(Executor):
             with contextlib.suppress(OSError):
                 os.kill(proc.pid, signal.SIGKILL)
             proc.join(5)
-        self._end_started()  # those the worker's end orphaned to its group
+        self._end_started(alive=False)  # those the worker's end orphaned to its group
         self._close_conn()
 
     def _reap(self) -> int | None:
         proc, self._proc = self._proc, None
         code = None
-        self._end_started()
+        self._end_started(alive=proc is not None and proc.is_alive())
         self._close_conn()  # a worker that reported a crash waits for this before it ends
         if proc is not None:
             proc.join(5)
             code = proc.exitcode
-        self._end_started()
+        self._end_started(alive=False)
         return code
 
     def _close_conn(self) -> None:
