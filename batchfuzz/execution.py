@@ -497,13 +497,14 @@ class HarnessSnapshot:
     every function the verdict runs through; each contract property's check.
 
     Checked after every example a worker runs, so the check that nothing
-    changed is one C-level pass per module (an ``itemgetter`` over the names,
-    ``dict.get`` over every watched name at once, ``operator.is_`` over the
-    values) and one over the code objects (a tuple compared with the saved
-    one: identity first): a few thousand attributes in about a hundred
-    microseconds (docs/fuzz-loop.md). Only a module, function or property
-    that differs is compared one by one. What it cannot see (an object's state, a closure's
-    cells, memory written through ctypes) is the limit the README states."""
+    changed is two C-level passes: ``dict.get`` over every watched name of
+    every module at once (``operator.is_`` against the values), and the code
+    objects as a tuple compared with the saved one (identity first): a few
+    thousand attributes in a few hundred microseconds on a loaded 2-core
+    machine (docs/fuzz-loop.md). Only a module, function or property that
+    differs is then compared one by one. What it cannot see (an object's
+    state, a closure's cells, memory written through ctypes) is the limit
+    the README states."""
 
     def __init__(self) -> None:
         self.modules: list[tuple[str, tuple[str, ...], Callable[[Any], Any], tuple[Any, ...]]] = []
@@ -991,7 +992,7 @@ class Isolated(Executor):
 
     def _kill(self) -> None:
         proc, self._proc = self._proc, None
-        self._end_started()
+        self._end_started(alive=proc is not None and proc.is_alive())
         if proc is not None and proc.is_alive():
             with contextlib.suppress(OSError):
                 os.kill(proc.pid, signal.SIGKILL)

@@ -6,10 +6,13 @@ Two halves, for two machines:
   a source checkout, the installed distribution) copies just the files a
   kernel needs into a *kernel folder* (``cache_dir()/kernels/vllm-VERSION``
   by default) with a ``manifest.json`` naming the release, the source and each
-  file's SHA-256. A folder of a few hundred kB can be carried to a GPU machine
-  that has no network; a whole wheel cannot.
+  file's SHA-256, and the release's own ``RECORD`` rows of those files. A
+  folder of a few hundred kB can be carried to a GPU machine that has no
+  network; a whole wheel cannot. :func:`checked_files` checks a folder
+  against both, its paths confined to the kernel files (docs/confirm.md).
 - :func:`load` (the GPU machine, inside a confirm worker process only) imports
-  the kernel files from such a folder, unchanged, over stand-ins for the five
+  the kernel files from such a folder, unchanged (compiled from the checked
+  bytes, never from bytecode beside them), over stand-ins for the five
   engine modules they import (``vllm.envs``, ``vllm.logger``,
   ``vllm.platforms``, ``vllm.triton_utils``, ``vllm.v1.kv_cache_interface``).
   The stand-ins are built here from what the kernel files read of them; the
