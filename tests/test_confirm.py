@@ -388,3 +388,16 @@ def test_a_wheel_whose_record_does_not_match_is_refused_and_not_kept(tmp_path: P
     with pytest.raises(SourceError, match=r"prefix_prefill\.py differs from its RECORD"):
         fetch_wheel("vllm", "0.99.0", timeout_s=120)
     assert not list((tmp_path / "cache" / "wheels").glob("*.whl"))
+
+
+def test_a_folder_from_a_source_checkout_has_no_record_and_is_accepted(tmp_path: Path) -> None:
+    """A checkout has no RECORD: its folder says so and is checked against its manifest alone."""
+    from batchfuzz.engines.vllm import ReleaseSource
+
+    for path, text in _RELEASE.items():
+        (tmp_path / "src" / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "src" / path).write_text(text)
+    folder = kmod.extract(ReleaseSource.from_dir(tmp_path / "src"), tmp_path / "k")
+    manifest = kmod.read_manifest(folder)
+    assert manifest["record"] is False and not (folder / kmod.RECORD).exists()
+    assert manifest["kernels"] == {"unified": "extracted", "decode": "extracted", "prefix_prefill": "extracted"}
