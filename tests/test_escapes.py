@@ -71,7 +71,8 @@ def test_a_daemon_started_by_a_call_that_crashes_ends_with_the_worker(no_sleeper
     worker waits until its parent has ended the daemon before it ends."""
     from batchfuzz.execution import CRASH
 
-    with Isolated(registry.get(CONTRACT), f"{HOSTILE}:daemon_then_exit") as ex:
+    ex = Isolated(registry.get(CONTRACT), f"{HOSTILE}:daemon_then_exit")
+    with ex:
         for n in range(3, 5):
             assert ex.check("sum_is_num_tokens", _case(2, n), 60).status == CRASH
             assert _sleepers() == []
