@@ -17,7 +17,7 @@ they share:
   through the engine its first field names;
 - ``fetch_wheel``: a release wheel downloaded with pip into a cache outside
   the repository (``$BATCHFUZZ_CACHE/wheels``, default
-  ``~/.cache/batchfuzz/wheels``).
+  ``~/.cache/batchfuzz/wheels``), checked against the index's SHA-256.
 """
 
 from __future__ import annotations
@@ -301,8 +301,12 @@ def cache_dir() -> Path:
 def fetch_wheel(distribution: str, version: str, dest: str | os.PathLike[str] | None = None, timeout_s: float = 300) -> Path:
     """The wheel of ``distribution==version`` in ``dest`` (default
     ``cache_dir()/wheels``), downloaded with ``pip download --no-deps`` unless
-    it is already there. Raises SourceError with pip's last words when the
-    registry cannot be reached or has no such release."""
+    it is already there, and checked against the SHA-256 the index publishes
+    for it, whether downloaded or reused (``batchfuzz.engines._wheels``).
+    Raises SourceError with pip's last words when the registry cannot be
+    reached or has no such release, or naming the wheel that is not the release."""
+    from batchfuzz.engines import _wheels
+
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", distribution):
         raise ValueError(f"distribution must be a package name, got {distribution!r}")
     if not re.fullmatch(r"[0-9][0-9A-Za-z.+!-]*", version):
@@ -317,7 +321,8 @@ def fetch_wheel(distribution: str, version: str, dest: str | os.PathLike[str] | 
 
     found = present()
     if found is not None:
-        return found
+        return _wheels.verified(found, distribution, version, timeout_s)
+    published = _wheels.index_hash(distribution, version, timeout_s)
     # Short socket timeouts and few retries: an unreachable registry should fail in seconds, not minutes.
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", f"{distribution}=={version}",
            "-d", str(folder), "--quiet", "--timeout", "20", "--retries", "1"]
@@ -330,4 +335,8 @@ def fetch_wheel(distribution: str, version: str, dest: str | os.PathLike[str] | 
         errors = [ln for ln in (proc.stderr or proc.stdout).strip().splitlines() if ln.startswith("ERROR")] or ["(no message)"]
         said = " | ".join(ln if len(ln) <= 200 else ln[:200] + "..." for ln in errors[-2:])
         raise SourceError(f"pip download {distribution}=={version} failed (exit {proc.returncode}): {said}")
-    return found
+    try:
+        return _wheels.verified(found, distribution, version, timeout_s, published)
+    except SourceError:
+        found.unlink()  # not the release: never left in the cache
+        raise
