@@ -11,6 +11,7 @@ import sys
 import time
 
 from batchfuzz import __version__, plugins
+from batchfuzz.redaction import printable_argv
 
 # Re-exported for command modules written against the old home (batchfuzz.usage is the home).
 from batchfuzz.usage import PENDING_SIGNALS, ExitCode, UsageError, parse_duration, writable_dir, writable_file  # noqa: F401
@@ -51,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(sig, lambda signum, frame: PENDING_SIGNALS.append(signum))
     parser = build_parser()
     args = parser.parse_args(argv)
+    if argv is None:  # what Hypothesis's records and every child process keep of the command line: no password
+        sys.argv[:] = printable_argv(sys.argv)
     args.started = started
     if not getattr(args, "func", None):
         parser.print_help()

@@ -100,6 +100,22 @@ def test_urls_are_parsed_without_connecting() -> None:
         parse_redis_url("redis://:secret@[::1")
 
 
+@pytest.mark.parametrize(("text", "shown"), [
+    ("redis://:pw@h:1/0", "redis://:***@h:1/0"),
+    ("redis://user:pw@h/0", "redis://user:***@h/0"),
+    ("--database=rediss://:pw@h:1/0", "--database=rediss://:***@h:1/0"),
+    ("redis://h:1/0?ssl=1&password=pw&namespace=n", "redis://h:1/0?ssl=1&password=***&namespace=n"),
+    ("redis://h:6379/0", "redis://h:6379/0"),
+    ("redis://user@h/0", "redis://user@h/0"),
+    ("/a/local:dir@x", "/a/local:dir@x"),
+])
+def test_a_url_is_made_printable_in_one_place(text: str, shown: str) -> None:
+    from batchfuzz.redaction import printable, printable_argv
+
+    assert printable(text) == redact(text) == shown
+    assert printable_argv(["batchfuzz", "fuzz", text]) == ["batchfuzz", "fuzz", shown]
+
+
 def test_bad_argument_types_are_type_errors(tmp_path: Path) -> None:
     with pytest.raises(TypeError, match="spec must be"):
         open_database(6379, local_dir=tmp_path)  # type: ignore[arg-type]
@@ -408,3 +424,49 @@ def test_check_with_an_unreachable_shared_database_is_a_usage_error(capsys: pyte
         assert "needs the redis client" in err, err
     else:
         assert "cannot reach the example database" in err, err
+
+
+# --------------------------------------------------------------------------- the password in what a run writes
+
+
+def _files_holding(root: Path, secret: bytes) -> list[str]:
+    """Every regular file under ``root`` whose bytes hold ``secret`` (symbolic links and the like are skipped)."""
+    return sorted(str(p) for p in root.rglob("*") if p.is_file() and not p.is_symlink() and secret in p.read_bytes())
+
+
+@pytest.mark.parametrize("form", ["--database URL", "--database=URL", "?password=SECRET"])
+def test_a_fuzz_run_writes_the_redis_password_nowhere(tmp_path: Path, form: str) -> None:
+    """The promise of docs/nightly.md: the password of a ``--database`` URL is
+    in no file a ``fuzz --observe`` run writes (its reports, ``.run/``, the
+    observability records, the corpus, the local copy) nor in its output.
+    A planted failure makes the run write a corpus entry and a failure report."""
+    secret = "Pw-0f-the-night"
+    server = RedisServer(tmp_path / "redis", password=secret).start()
+    try:
+        url = server.url if form != "?password=SECRET" else f"redis://127.0.0.1:{server.port}/0?password={secret}"
+        planted = tmp_path / "planted.py"
+        planted.write_text("def split(num_reqs, num_tokens):\n    return [num_tokens // num_reqs] * num_reqs\n")
+        database = ["--database", url] if form == "--database URL" else [f"--database={url}"]
+        cmd = [sys.executable, "-m", "batchfuzz", "fuzz", "--contract", "split_dummy_tokens", "--impl", f"{planted}:*",
+               "--property", "matches_oracle", "--target", f"split_dummy_tokens={planted}:split", "--profile", "dev",
+               "--max-examples", "30", "--budget", "300", "--report", str(tmp_path / "report"),
+               "--corpus", str(tmp_path / "corpus"), "--progress", "lines", "--observe", *database]
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "BATCHFUZZ_", "HYPOTHESIS_"))}
+        env.update(PYTHONPATH=str(REPO), BATCHFUZZ_DATABASE=str(tmp_path / "local"))
+        r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
+    finally:
+        server.stop()
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out  # the planted failure, found with the shared database in use
+    assert secret not in out
+    assert "database redis://" in r.stdout and ("***@" in r.stdout or "password=***" in r.stdout), out
+    written = [tmp_path / "report", tmp_path / "corpus", tmp_path / ".hypothesis", tmp_path / "local"]
+    assert (tmp_path / "report" / ".run" / "job.json").is_file() and any((tmp_path / ".hypothesis" / "observed").iterdir())
+    assert [f for root in written for f in _files_holding(root, secret.encode())] == []
+    s = json.loads((tmp_path / "report" / "summary.json").read_text())
+    assert s["database"] is not None and "***" in s["database"], s["database"]
+    merged = tmp_path / "merged"
+    from batchfuzz import cli
+
+    assert cli.main(["merge-reports", str(tmp_path / "report"), "--report", str(merged)]) == 1
+    assert _files_holding(merged, secret.encode()) == []

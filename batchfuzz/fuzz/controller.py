@@ -327,7 +327,8 @@ class _Scheduler:
         number = self.next_id
         self.next_id += 1
         parent, child = self.ctx.Pipe()
-        proc = self.ctx.Process(target=job_process_main, args=(child, str(self.job_path), f"job-{number}", os.getpid()), daemon=False)
+        proc = self.ctx.Process(target=job_process_main, daemon=False,
+                                args=(child, str(self.job_path), f"job-{number}", os.getpid(), self.job.database))
         with self._no_main():
             proc.start()
         child.close()
@@ -771,7 +772,7 @@ def _fuzz(args: argparse.Namespace, job: Job, scheduler: Any, out: TextIO, start
               + (f", {job.max_examples} examples per item" if job.max_examples is not None else "")
               + f", {job.workers} worker(s), profile {args.profile}, seed {job.seed}"
               + (f", shard {args.shard[0]}/{args.shard[1]}" if args.shard else "") + "\n"
-              f"  database {job.database or 'off'}; corpus {job.corpus_dir}; report {job.report_dir}; "
+              f"  database {job.shown_database or 'off'}; corpus {job.corpus_dir}; report {job.report_dir}; "
               f"{'targets isolated in worker processes' if job.isolate else 'targets in the job processes'}\n")
     out.flush()
     if progress is not None:

@@ -41,7 +41,6 @@ imported only for a Redis spec.
 from __future__ import annotations
 
 import os
-import re
 import threading
 import time
 import warnings
@@ -53,6 +52,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase, MultiplexedDatabase, ReadOnlyDatabase
 
+from batchfuzz.redaction import printable
+
 OFF = "off"
 SCHEMES = ("redis", "rediss")
 DEFAULT_NAMESPACE = "batchfuzz"
@@ -63,7 +64,6 @@ RETRY_MAX_S = 60.0
 PENDING_LIMIT = 10_000
 _NAMESPACE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-:")
 _OUR_QUERY = ("namespace", "expire_days")
-_PASSWORD = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^/@:]*:)[^/]*@")  # up to the netloc's last @
 
 T = TypeVar("T")
 Warn = Callable[[str], None]
@@ -135,8 +135,9 @@ def _directory(path: str | os.PathLike[str], what: str) -> DirectoryBasedExample
 
 
 def redact(url: str) -> str:
-    """``url`` with its password replaced by ``***`` (for messages, reports and ``repr``); never raises."""
-    return _PASSWORD.sub(r"\1***@", url)
+    """``url`` with its password replaced by ``***`` (for messages, reports and ``repr``); never raises.
+    :func:`batchfuzz.redaction.printable`, the one place that does it."""
+    return printable(url)
 
 
 class RedisURL(NamedTuple):

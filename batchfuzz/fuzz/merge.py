@@ -77,6 +77,7 @@ from batchfuzz.fuzz.records import (
     Totals,
 )
 from batchfuzz.output import copy_atomic, junit_text, markdown_table, write_json_atomic, write_text_atomic
+from batchfuzz.redaction import printable
 from batchfuzz.usage import ExitCode, UsageError
 
 VOLATILE_FIELDS = ("date", "found")  # found = {seed, profile, worker}: differ between processes finding the same failure
@@ -362,7 +363,7 @@ def merge(reports: Sequence[ShardReport]) -> Merged:
         startup_seconds=max(float(r.record.startup_seconds or 0.0) for r in shards),
         database_lost=[m for r in shards for m in r.record.database_lost], seed=first.seed, isolated=first.isolated,
         device=next((r.record.device for r in shards if r.record.device), None),  # an empty shard has none
-        database=first.database, corpus=first.corpus,
+        database=None if first.database is None else printable(first.database), corpus=first.corpus,
         shard=None, replay_command=None, host=None,  # the merged run is the whole run
         origins=[OriginRecord.from_json(o, "merged origins") for o in found],
         extra={**first.extra, "merged": True, "shards": {
