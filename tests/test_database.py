@@ -29,7 +29,7 @@ from batchfuzz.fuzz.database import (
     parse_redis_url,
     redact,
 )
-from tests.redis_server import RedisServer, free_port, redis_server, redis_url
+from tests.redis_server import RedisServer, WrongTypeServer, free_port, redis_server, redis_url
 
 __all__ = ["redis_server", "redis_url"]  # fixtures, imported for pytest
 
@@ -304,6 +304,62 @@ def test_the_default_warning_is_a_database_warning(tmp_path: Path, redis_server:
             db.save(b"k", b"v")
     ours = [w for w in caught if issubclass(w.category, DatabaseWarning)]
     assert len(ours) == 1 and "lost the shared example database" in str(ours[0].message)
+
+
+# --------------------------------------------------------------------------- a server answering wrong types
+
+# RESP replies of the wrong type for every command: an integer, a string, arrays, a null, a set of integers, a map, a double.
+WRONG_REPLIES = [b":7\r\n", b"$5\r\nhello\r\n", b"*2\r\n:1\r\n:2\r\n", b"_\r\n", b"~2\r\n:1\r\n:2\r\n",
+                 b"%1\r\n:1\r\n:2\r\n", b",1.5\r\n"]
+
+
+@pytest.mark.parametrize("reply", WRONG_REPLIES)
+def test_a_server_answering_wrong_types_is_lost_like_a_silent_one(tmp_path: Path, reply: bytes) -> None:
+    """A fetch or a save that gets a reply of the wrong type raises nothing:
+    the server is lost (one warning), fetches give the local copy's bytes."""
+    pytest.importorskip("redis", reason="the redis client is not installed (pip install 'batchfuzz[redis]')")
+    server = WrongTypeServer(reply)
+    try:
+        messages: list[str] = []
+        db = open_database(server.url, local_dir=tmp_path / "local", warn=messages.append)
+        assert db is not None
+        assert list(db.fetch(b"k")) == []  # a set of integers, a string: never handed to Hypothesis as examples
+        db.save(b"k", b"v")
+        assert list(db.fetch(b"k")) == [b"v"]
+    finally:
+        server.close()
+    assert len(messages) == 1 and "lost the shared example database" in messages[0], messages
+    assert _shared(db).lost is not None
+
+
+def test_a_wrong_greeting_at_start_is_a_database_error(tmp_path: Path) -> None:
+    pytest.importorskip("redis", reason="the redis client is not installed (pip install 'batchfuzz[redis]')")
+    server = WrongTypeServer(b"+OK\r\n", hello=b"$5\r\nhello\r\n")
+    try:
+        with pytest.raises(DatabaseError, match="cannot reach the example database"):
+            open_database(server.url, local_dir=tmp_path / "local")
+    finally:
+        server.close()
+
+
+def test_a_fuzz_run_against_a_server_answering_wrong_types_passes_on_the_local_copy(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A correct implementation passes (exit 0), the loss said in summary.json, not an item error (exit 1)."""
+    pytest.importorskip("redis", reason="the redis client is not installed (pip install 'batchfuzz[redis]')")
+    from batchfuzz import cli
+
+    server = WrongTypeServer(b":7\r\n")
+    try:
+        code = cli.main(["fuzz", "--contract", "split_dummy_tokens", "--impl", "impl:numpy@cpu", "--property",
+                         "matches_oracle", "--profile", "dev", "--max-examples", "20", "--budget", "300",
+                         "--database", server.url, "--report", str(tmp_path / "report"), "--corpus",
+                         str(tmp_path / "corpus"), "--progress", "none"])
+    finally:
+        server.close()
+    out = capsys.readouterr().out
+    s = json.loads((tmp_path / "report" / "summary.json").read_text())
+    assert code == 0 and s["errors"] == [], out
+    assert s["database_lost"] and "TypeError" in s["database_lost"][0], s["database_lost"]
 
 
 # --------------------------------------------------------------------------- across processes
