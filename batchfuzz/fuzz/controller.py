@@ -680,14 +680,14 @@ def _run(args: argparse.Namespace, stream: TextIO | None, held: list[Any]) -> En
             if not torch.cuda.is_available():
                 raise UsageError("--device cuda: no CUDA device is available (torch.cuda.is_available() is False)")
         items = plan(args)
+        from batchfuzz.fuzz.page import read_history
+
+        history = read_history(getattr(args, "history", None) or [])  # untrusted files: refused before any target starts
         if args.budget is None:
             args.budget = default_budget(len(items), cap_workers(args.workers, len(items), os.cpu_count())[0])
         _check_targets(items, isolate=not args.no_isolation, timeout_s=float(args.timeout),
                        load_timeout_s=max(float(args.budget), float(args.timeout)))
         database = _database(args)
-        from batchfuzz.fuzz.page import read_history
-
-        history = read_history(getattr(args, "history", None) or [])
         held.append(_lock_report_dir(report_dir))
         seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
         corpus_dir = Path(args.corpus).absolute() if args.corpus else corpus.default_dir()
