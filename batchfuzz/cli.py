@@ -68,6 +68,20 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"batchfuzz: error: {exc}", file=sys.stderr)
         return ExitCode.USAGE
+    finally:
+        if words and words[0] in _OWNS_SIGNALS and argv is None:
+            _ignore_signals_until_exit()
+
+
+def _ignore_signals_until_exit() -> None:
+    """The command has written its reports and chosen its exit code: a signal
+    from now on must not change it. Python puts a handler of its own back to
+    the default as the interpreter finalizes (a SIGTERM then would end the
+    process with 143 beside a complete report); an ignored signal stays ignored."""
+    import signal
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
 
 
 if __name__ == "__main__":
