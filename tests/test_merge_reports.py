@@ -387,6 +387,15 @@ def _raw(d: Path, change: Any) -> None:
     (d / "summary.json").write_text(change((d / "summary.json").read_text()))
 
 
+def _replace(path: Path, by: str) -> None:
+    """``path`` replaced by a FIFO (``by`` "fifo") or a symbolic link to ``by``."""
+    path.unlink()
+    if by == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to(by)
+
+
 def _first_property(s: dict[str, Any]) -> dict[str, Any]:
     prop: dict[str, Any] = next(iter(_impl(s)["properties"].values()))
     return prop
@@ -394,9 +403,9 @@ def _first_property(s: dict[str, Any]) -> dict[str, Any]:
 
 # Each: a damage to a report directory, and what the refusal says. The merge and the history share the reader.
 HOSTILE = {
-    "fifo summary": (lambda d: ((d / "summary.json").unlink(), os.mkfifo(d / "summary.json")),
+    "fifo summary": (lambda d: _replace(d / "summary.json", "fifo"),
                      r"summary.json: not a regular file \(a FIFO\)"),
-    "dev/zero summary": (lambda d: ((d / "summary.json").unlink(), (d / "summary.json").symlink_to("/dev/zero")),
+    "dev/zero summary": (lambda d: _replace(d / "summary.json", "/dev/zero"),
                          r"summary.json: a symbolic link \(to '/dev/zero'\)"),
     "deep json": (lambda d: (d / "summary.json").write_text("[" * 100_000 + "]" * 100_000), r"summary.json: JSON nested deeper than"),
     "5000-digit integer": (lambda d: _raw(d, lambda t: t.replace('"workers": 1', '"workers": ' + "9" * 5000, 1)),
@@ -413,8 +422,8 @@ HOSTILE = {
                            r"summary.json: .*split_dummy_tokens.* must be an object, got list"),
 }
 MERGE_ONLY = {
-    "fifo junit": (lambda d: ((d / "junit.xml").unlink(), os.mkfifo(d / "junit.xml")), r"junit.xml: not a regular file \(a FIFO\)"),
-    "dev/zero junit": (lambda d: ((d / "junit.xml").unlink(), (d / "junit.xml").symlink_to("/dev/zero")),
+    "fifo junit": (lambda d: _replace(d / "junit.xml", "fifo"), r"junit.xml: not a regular file \(a FIFO\)"),
+    "dev/zero junit": (lambda d: _replace(d / "junit.xml", "/dev/zero"),
                        r"junit.xml: a symbolic link"),
     "entities in junit": (lambda d: (d / "junit.xml").write_text('<!DOCTYPE x [<!ENTITY a "aaaa">]><testsuites/>'),
                           r"junit.xml: not a batchfuzz JUnit report \(it declares a DOCTYPE"),

@@ -93,3 +93,36 @@ def test_a_signal_after_the_reports_leaves_the_exit_code_theirs(tmp_path: Path) 
     s = json.loads((tmp_path / "report" / "summary.json").read_text())
     assert s["status"] == "passed" and s["partial"] is False, s["status"]
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_a_signal_inside_an_import_waits_and_a_second_one_stops_at_once(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The start-up handler itself: inside an import the first signal is kept
+    for the next safe point, a second raises at once (an import that never
+    ends must not make the run unstoppable); outside an import it raises."""
+    from batchfuzz.fuzz import controller
+    from batchfuzz.usage import PENDING_SIGNALS
+
+    (tmp_path / "signalled_module.py").write_text(
+        "import sys\nfrom batchfuzz.fuzz import controller\nRESULTS = []\n"
+        "controller._signal_at_start(15, sys._getframe())\nRESULTS.append('deferred')\n"
+        "try:\n    controller._signal_at_start(2, sys._getframe())\n"
+        "except controller._StartInterrupted as exc:\n    RESULTS.append(exc.signum)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    PENDING_SIGNALS.clear()
+    try:
+        import signalled_module
+
+        assert signalled_module.RESULTS == ["deferred", 2] and PENDING_SIGNALS == []
+        controller._signal_at_start(15, sys._getframe())  # raises: not in an import
+    except controller._StartInterrupted as exc:
+        assert exc.signum == 15
+    else:
+        pytest.fail("a signal outside an import must stop start-up")
+    finally:
+        PENDING_SIGNALS.clear()
+        sys.modules.pop("signalled_module", None)
+    PENDING_SIGNALS.append(15)  # what an import deferred: the next safe point acts on it
+    with pytest.raises(controller._StartInterrupted):
+        controller._safe_point()
+    assert PENDING_SIGNALS == []

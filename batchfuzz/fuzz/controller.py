@@ -586,10 +586,13 @@ def _signal_at_start(signum: int, frame: Any) -> None:
     """SIGINT/SIGTERM during start-up: stop it, but never from inside an import
     (torch's, seconds long: an exception there leaves modules half made, and
     importing them again fails or crashes). A signal that comes during an
-    import waits in ``PENDING_SIGNALS`` for the next :func:`_safe_point`."""
-    if _importing(frame):
+    import waits in ``PENDING_SIGNALS`` for the next :func:`_safe_point`; a
+    second one stops start-up at once (an import that never ends, a user's
+    module under ``--no-isolation``, must not make the run unstoppable)."""
+    if _importing(frame) and not PENDING_SIGNALS:
         PENDING_SIGNALS.append(signum)
         return
+    PENDING_SIGNALS.clear()
     raise _StartInterrupted(signum)
 
 
