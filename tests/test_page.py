@@ -140,7 +140,7 @@ def test_history_from_earlier_report_directories(tmp_path: Path) -> None:
     assert '<h2 id="history"' not in page.build_page(_summary())
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "summary.json").write_text("{")
-    with pytest.raises(UsageError, match=r"--history .*bad: .*not JSON.*--history .*missing: cannot read"):
+    with pytest.raises(UsageError, match=r"--history .*bad: .*not valid JSON.*--history .*missing: cannot read"):
         page.read_history([str(tmp_path / "bad"), str(tmp_path / "missing")])
 
 

@@ -12,7 +12,8 @@ A corpus file is untrusted data:
 - it is read as JSON only (never executed), at most ``MAX_FILE_BYTES`` bytes,
   nested at most ``MAX_DEPTH`` deep, UTF-8, integers within Python's
   int-string limit, and only as a regular file (a symbolic link, a FIFO or a
-  device named ``x.json`` is not opened for reading); anything else is
+  device named ``x.json`` is not opened for reading: the reader every
+  untrusted file gets, :func:`batchfuzz.fuzz.untrusted.load_json`); anything else is
   rejected, naming the file, and the other files are still replayed;
 - its ``device`` is ``cpu`` or ``cuda``, and its ``id`` is the address of
   its content (an entry edited after it was written is malformed);
@@ -48,7 +49,6 @@ import hashlib
 import json
 import os
 import platform
-import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,6 +59,7 @@ import numpy as np
 from batchfuzz import __version__
 from batchfuzz.case import Case
 from batchfuzz.codec import CodecError, decode_case, encode_case, literal
+from batchfuzz.fuzz import untrusted
 from batchfuzz.fuzz.origin import KINDS, Origin, OriginError, origin_of
 from batchfuzz.fuzz.settings import CORPUS_ENV_VAR, DEFAULT_CORPUS
 from batchfuzz.output import write_json_atomic
@@ -243,30 +244,6 @@ def files(root: Path | str | None = None) -> list[Path]:
 # ---------------------------------------------------------------- loading untrusted files
 
 
-def _depth(text: str) -> int:
-    """How deep ``[`` and ``{`` nest in JSON text (outside strings), without parsing it."""
-    depth = deepest = 0
-    in_string = escaped = False
-    for ch in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-            if deepest > MAX_DEPTH:
-                return deepest
-        elif ch in "]}":
-            depth -= 1
-    return deepest
-
-
 def case_size_error(case: Case) -> str | None:
     """Why a case is too large to replay safely, or None."""
     numbers = 0
@@ -302,68 +279,13 @@ def case_size_error(case: Case) -> str | None:
     return walk(case.args, "args") or walk(case.context, "context")
 
 
-def _read_bounded(path: Path) -> bytes:
-    """The bytes of a regular file, at most ``MAX_FILE_BYTES``: a symbolic
-    link, a FIFO, a device or a folder is refused without reading it (a
-    symbolic link to ``/dev/zero`` has size 0 and would read forever, a FIFO
-    would block)."""
-    try:
-        st = os.lstat(path)
-    except OSError as exc:
-        raise CorpusError(f"{path}: cannot read corpus file: {exc.strerror or exc}") from None
-    if stat.S_ISLNK(st.st_mode):
-        raise CorpusError(f"{path}: a symbolic link (to {os.readlink(path)!r}); a corpus file must be a regular file")
-    if not stat.S_ISREG(st.st_mode):
-        raise CorpusError(f"{path}: not a regular file ({_file_kind(st.st_mode)}); a corpus file must be a regular file")
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-    except OSError as exc:
-        raise CorpusError(f"{path}: cannot read corpus file: {exc.strerror or exc}") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):  # replaced between the lstat and the open
-            raise CorpusError(f"{path}: not a regular file; a corpus file must be a regular file")
-        chunks, size = [], 0
-        while size <= MAX_FILE_BYTES:
-            chunk = os.read(fd, min(1 << 16, MAX_FILE_BYTES + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    except OSError as exc:
-        raise CorpusError(f"{path}: cannot read corpus file: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-    if size > MAX_FILE_BYTES:
-        raise CorpusError(f"{path}: more than {MAX_FILE_BYTES} bytes, larger than a corpus file may be")
-    return b"".join(chunks)
-
-
-def _file_kind(mode: int) -> str:
-    for test, word in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISDIR, "a directory"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return word
-    return "not a regular file"
-
-
 def load(path: Path | str) -> CorpusEntry:
     """Decode one corpus file. Never executes code; raises CorpusError naming the file."""
     path = Path(path)
-    raw = _read_bounded(path)
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise CorpusError(f"{path}: not a text file (not UTF-8 at byte {exc.start})") from None
-    if _depth(text) > MAX_DEPTH:
-        raise CorpusError(f"{path}: JSON nested deeper than {MAX_DEPTH} levels")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CorpusError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
-    except RecursionError:
-        raise CorpusError(f"{path}: JSON nested too deep") from None
-    except ValueError as exc:  # an integer past Python's int-string limit (4300 digits)
-        raise CorpusError(f"{path}: not valid JSON for a corpus file: {exc}") from None
+        data = untrusted.load_json(path, limit=MAX_FILE_BYTES, max_depth=MAX_DEPTH, what="corpus file")
+    except untrusted.UntrustedFileError as exc:
+        raise CorpusError(str(exc)) from None
     if not isinstance(data, dict):
         raise CorpusError(f"{path}: a corpus file must hold a JSON object, got {type(data).__name__}")
     if data.get("format") == OLD_FORMAT:

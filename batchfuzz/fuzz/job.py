@@ -103,7 +103,7 @@ class Job:
     items: list[WorkItem]
     report_dir: str
     corpus_dir: str
-    database: str | None
+    database: str | None  # what the job processes open; written to job.json and reports only printable (a password hidden)
     profile: str
     seed: int
     workers: int
@@ -128,10 +128,19 @@ class Job:
     def stop_file(self) -> Path:
         return self.run_dir / "STOP"
 
+    @property
+    def shown_database(self) -> str | None:
+        """The database as every report and message shows it: its password hidden (``batchfuzz.redaction``)."""
+        from batchfuzz.redaction import printable
+
+        return None if self.database is None else printable(self.database)
+
     def save(self, path: Path) -> None:
+        """``.run/job.json``, with the database printable: the job processes get
+        the spec itself through their pipe (:func:`job_process_main`)."""
         from batchfuzz.output import write_json_atomic
 
-        write_json_atomic(path, asdict(self))
+        write_json_atomic(path, {**asdict(self), "database": self.shown_database})
 
     @classmethod
     def load(cls, path: str | Path) -> Job:
@@ -428,8 +437,9 @@ def _violates(job: Job, contract: Any, executor: Any, failure: Any) -> list[str]
     return found if failure.property in found else [failure.property, *found]
 
 
-def job_process_main(conn: Any, job_path: str, worker: str, owner: int) -> None:
-    """A job process: say ``(None, READY, seconds)`` once started (its
+def job_process_main(conn: Any, job_path: str, worker: str, owner: int, database: str | None = None) -> None:
+    """A job process of the job in ``job_path``, opening ``database`` (the
+    job's spec, which ``job.json`` holds only printable): say ``(None, READY, seconds)`` once started (its
     imports, its fork server: start-up, not charged to the budget), then take
     ``(item index, slice number, slice seconds, shrink seconds, deadline)``
     tasks from the controller until it sends None; answer each with
@@ -441,6 +451,7 @@ def job_process_main(conn: Any, job_path: str, worker: str, owner: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the controller decides when to stop (the STOP file)
     watch_owner(owner)
     job = Job.load(job_path)
+    job.database = database
     if job.isolate:
         start_fork_server()  # this process's own (the controller's is not reachable from here): start it early
     try:

@@ -27,7 +27,9 @@ more suite, ``batchfuzz.shards``, with an error per missing shard.
 
 Checked, with every problem named at once (:class:`MergeError`): a
 directory without a readable report, garbage or truncated files (named, with
-line and column), a ``junit.xml`` whose test cases are not those of its
+line and column), files past the limits of every untrusted file
+(:mod:`batchfuzz.fuzz.untrusted`: regular files, size, depth, integers,
+finite numbers), a bad ``timeline``, a shard count past ``shards.MAX_SHARDS``, a ``junit.xml`` whose test cases are not those of its
 ``summary.json`` (the two files of different runs), a shard given twice,
 shards of different runs (different N, seed or item list), the same work item
 in two shards. A missing shard is not an error: the merge goes on and says
@@ -66,7 +68,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from batchfuzz.fuzz import corpus, page, report
+from batchfuzz.fuzz import corpus, page, report, untrusted
 from batchfuzz.fuzz.records import (
     ContractRecord,
     FailureRecord,
@@ -77,7 +79,9 @@ from batchfuzz.fuzz.records import (
     RunReport,
     Totals,
 )
+from batchfuzz.fuzz.shards import MAX_SHARDS
 from batchfuzz.output import copy_atomic, junit_text, markdown_table, write_json_atomic, write_text_atomic
+from batchfuzz.redaction import printable
 from batchfuzz.usage import ExitCode, UsageError
 
 VOLATILE_FIELDS = ("date", "found")  # found = {seed, profile, worker}: differ between processes finding the same failure
@@ -129,28 +133,28 @@ class Merged:
 
 
 def _read_json(path: Path) -> Any:
+    if not os.path.lexists(path):
+        raise MergeError(f"{path}: missing (is {path.parent} the report directory of a batchfuzz fuzz run?)")
     try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise MergeError(f"{path}: missing (is {path.parent} the report directory of a batchfuzz fuzz run?)") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise MergeError(f"{path}: cannot read: {exc}") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise MergeError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); truncated?") from None
+        return untrusted.load_report(path)
+    except untrusted.UntrustedFileError as exc:
+        raise MergeError(str(exc)) from None
 
 
 def _read_junit(path: Path) -> ET.Element:
+    if not os.path.lexists(path):
+        raise MergeError(f"{path}: missing (is {path.parent} the report directory of a batchfuzz fuzz run?)")
     try:
-        root = ET.parse(path).getroot()
-    except FileNotFoundError:
-        raise MergeError(f"{path}: missing (is {path.parent} the report directory of a batchfuzz fuzz run?)") from None
+        raw = untrusted.read_bounded(path, untrusted.MAX_REPORT_BYTES, "report file")
+    except untrusted.UntrustedFileError as exc:
+        raise MergeError(str(exc)) from None
+    if b"<!DOCTYPE" in raw or b"<!ENTITY" in raw:  # batchfuzz writes neither: entities could expand without bound
+        raise MergeError(f"{path}: not a batchfuzz JUnit report (it declares a DOCTYPE or entities)")
+    try:
+        root = ET.fromstring(raw)
     except ET.ParseError as exc:
         line, col = exc.position
         raise MergeError(f"{path}: not well-formed XML (line {line}, column {col}); truncated?") from None
-    except OSError as exc:
-        raise MergeError(f"{path}: cannot read: {exc}") from None
     if root.tag != "testsuites" or any(child.tag != "testsuite" for child in root):
         raise MergeError(f"{path}: not a batchfuzz JUnit report (expected <testsuites> holding <testsuite> elements)")
     return root
@@ -174,6 +178,9 @@ def load_shard(directory: str | os.PathLike[str]) -> ShardReport:
         record = RunReport.from_json(summary, str(path))
     except RecordError as exc:
         raise MergeError(str(exc)) from None
+    bad_timeline = _timeline_problem(record)
+    if bad_timeline:
+        raise MergeError(f"{path}: {bad_timeline}")
     junit = _read_junit(d / "junit.xml")
     if _testcases(junit) != _testcases(ET.fromstring(report.render_junit(summary))):
         raise MergeError(f"{d / 'junit.xml'}: its test cases are not those of {path} (files of different runs?)")
@@ -181,12 +188,27 @@ def load_shard(directory: str | os.PathLike[str]) -> ShardReport:
     shard = record.shard
     if shard is not None:
         ok = all(isinstance(shard.get(k), int) and not isinstance(shard.get(k), bool) for k in ("index", "count"))
-        if not ok or not 1 <= shard["index"] <= shard["count"]:
-            raise MergeError(f"{path}: field 'shard' must be {{\"index\": K, \"count\": N}} with 1 <= K <= N, got {shard!r}")
+        if not ok or not 1 <= shard["index"] <= shard["count"] <= MAX_SHARDS:
+            raise MergeError(f"{path}: field 'shard' must be {{\"index\": K, \"count\": N}} with 1 <= K <= N <= {MAX_SHARDS}, "
+                             f"got {shard!r}")
         if "plan" in shard and not isinstance(shard["plan"], str):
             raise MergeError(f"{path}: field 'shard.plan' must be a string, got {shard['plan']!r}")
         shard_report.index, shard_report.count, shard_report.sharded = shard["index"], shard["count"], True
     return shard_report
+
+
+def _timeline_problem(record: RunReport) -> str | None:
+    """Why a property's ``timeline`` (what the page plots) is not a list of
+    [seconds, examples, seconds] samples, or None."""
+    for cname, c in record.contracts.items():
+        for iname, impl in c.implementations.items():
+            for pname, p in impl.properties.items():
+                timeline = p.extra.get("timeline", [])
+                if not isinstance(timeline, list) or not all(
+                        isinstance(s, list) and len(s) == 3
+                        and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in s) for s in timeline):
+                    return f"{cname}/{iname}/{pname}: field 'timeline' must be a list of [seconds, examples, seconds] samples"
+    return None
 
 
 # --------------------------------------------------------------------------- checking the set
@@ -363,7 +385,7 @@ def merge(reports: Sequence[ShardReport]) -> Merged:
         startup_seconds=max(float(r.record.startup_seconds or 0.0) for r in shards),
         database_lost=[m for r in shards for m in r.record.database_lost], seed=first.seed, isolated=first.isolated,
         device=next((r.record.device for r in shards if r.record.device), None),  # an empty shard has none
-        database=first.database, corpus=first.corpus,
+        database=None if first.database is None else printable(first.database), corpus=first.corpus,
         shard=None, replay_command=None, host=None,  # the merged run is the whole run
         origins=[OriginRecord.from_json(o, "merged origins") for o in found],
         extra={**first.extra, "merged": True, "shards": {

@@ -38,8 +38,8 @@ from __future__ import annotations
 
 import html
 import io
-import json
 import math
+import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -84,25 +84,51 @@ def night(summary: dict[str, Any], where: str) -> dict[str, Any]:
 def read_history(dirs: Iterable[str], what: str = "--history") -> list[dict[str, Any]]:
     """The :func:`night` of each report directory's ``summary.json``, oldest
     first (by ``started``); every unreadable one named at once in a UsageError
-    (``what`` is the option that gave them)."""
+    (``what`` is the option that gave them). Each file is read with the limits
+    of every untrusted file (:func:`batchfuzz.fuzz.untrusted.load_report`), and
+    what :func:`night` reads of it is checked (:func:`night_problem`)."""
+    from batchfuzz.fuzz.untrusted import UntrustedFileError, load_report
+
     nights, problems = [], []
     for d in dirs:
         path = Path(d) / "summary.json"
+        if not path.parent.is_dir() or not os.path.lexists(path):
+            problems.append(f"{what} {d}: cannot read {path} (no such file)")
+            continue
         try:
-            data = json.loads(path.read_text())
-        except OSError as exc:
-            problems.append(f"{what} {d}: cannot read {path} ({exc.strerror or exc})")
+            data = load_report(path)
+        except UntrustedFileError as exc:
+            problems.append(f"{what} {d}: {exc}")
             continue
-        except json.JSONDecodeError as exc:
-            problems.append(f"{what} {d}: {path} is not JSON ({exc.msg}, line {exc.lineno} column {exc.colno})")
-            continue
-        if not isinstance(data, dict) or not isinstance(data.get("contracts"), dict) or not isinstance(data.get("totals"), dict):
-            problems.append(f"{what} {d}: {path} is not a batchfuzz fuzz summary (no contracts and totals)")
+        why = night_problem(data)
+        if why:
+            problems.append(f"{what} {d}: {path}: {why}")
             continue
         nights.append(night(data, str(d)))
     if problems:
         raise UsageError("; ".join(problems))
     return sorted(nights, key=lambda n: n["started"])
+
+
+def night_problem(summary: Any) -> str | None:
+    """Why :func:`night` cannot read ``summary`` (a field missing or of the wrong type), or None."""
+    if not isinstance(summary, dict) or not isinstance(summary.get("contracts"), dict) or not isinstance(summary.get("totals"), dict):
+        return "is not a batchfuzz fuzz summary (no contracts and totals)"
+    number, integer = ((int, float), "a number"), ((int,), "an integer")
+    totals = summary["totals"]
+    fields: list[tuple[str, Any, tuple[tuple[type, ...], str]]] = [
+        ("started", summary.get("started"), ((str, type(None)), "a string or null")),
+        ("status", summary.get("status", ""), ((str,), "a string")), ("totals.throughput", totals.get("throughput", 0.0), number)]
+    fields += [(f"totals.{k}", totals.get(k, 0), integer) for k in ("examples", "failures", "errors")]
+    for name, c in summary["contracts"].items():
+        if not isinstance(c, dict):
+            return f"field 'contracts.{name}' must be an object, got {type(c).__name__}"
+        fields += [(f"contracts.{name}.{k}", c.get(k, 0), integer) for k in ("examples", "failures")]
+        fields.append((f"contracts.{name}.cases_per_second", c.get("cases_per_second", 0.0), number))
+    for name, value, (types, word) in fields:
+        if isinstance(value, bool) or not isinstance(value, types):
+            return f"field {name!r} must be {word}, got {type(value).__name__}"
+    return None
 
 
 # --------------------------------------------------------------------------- plots

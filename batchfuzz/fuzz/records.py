@@ -300,16 +300,15 @@ class RunReport(Record):
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> RunReport:
-        """``summary.json`` at ``path``, read through the records; RecordError naming the file."""
-        import json
+        """``summary.json`` at ``path``, read through the records with the limits of
+        every untrusted file (:func:`batchfuzz.fuzz.untrusted.load_report`); RecordError naming the file."""
+        from batchfuzz.fuzz.untrusted import UntrustedFileError, load_report
 
         p = Path(path)
+        if not os.path.lexists(p):
+            raise RecordError(f"{p}: missing")
         try:
-            data = json.loads(p.read_text())
-        except FileNotFoundError:
-            raise RecordError(f"{p}: missing") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise RecordError(f"{p}: cannot read: {exc}") from None
-        except json.JSONDecodeError as exc:
-            raise RecordError(f"{p}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); truncated?") from None
+            data = load_report(p)
+        except UntrustedFileError as exc:
+            raise RecordError(str(exc)) from None
         return cls.from_json(data, str(p))

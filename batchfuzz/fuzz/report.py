@@ -267,7 +267,7 @@ def build_summary(
         partial=partial, interrupted_by=interrupted_by, status=status, started=_iso(started), finished=_iso(finished),
         wall_seconds=round(wall, 3), startup_seconds=round(startup_seconds, 3), budget_seconds=job.budget_s,
         database_lost=list(database_lost or []), profile=job.profile, seed=job.seed, workers=job.workers,
-        isolated=job.isolate, device=job.items[0].device if job.items else None, database=job.database,
+        isolated=job.isolate, device=job.items[0].device if job.items else None, database=job.shown_database,
         corpus=job.corpus_dir, shard=job.extra.get("shard"), replay_command=job.extra.get("replay_command"),
         versions=versions(), host={"platform": machine["platform"], "cpus": machine["cpu_count"]},
         totals=Totals(
