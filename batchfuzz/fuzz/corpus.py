@@ -448,6 +448,10 @@ def check_entry(entry: CorpusEntry) -> None:
     except KeyError:
         known = ", ".join(p.name for p in contract.properties)
         raise CorpusError(f"{where}: contract {entry.contract!r} has no property {prop!r} (has: {known})") from None
+    if entry.during and prop != entry.during:
+        raise CorpusError(f"{where}: field 'during' {entry.during!r} is set for property {entry.property!r}, which is "
+                          "not a crash, timeout or raises entry")
+    _check_project_target(entry, contract)
     if tuple(entry.case.args) != contract.arguments:
         raise CorpusError(f"{where}: the case's arguments {list(entry.case.args)} are not {entry.contract}'s "
                           f"{list(contract.arguments)}")
@@ -465,6 +469,22 @@ def check_entry(entry: CorpusEntry) -> None:
     if entry.data.get("format") == FORMAT and entry.data.get("upgraded_from") is None and recorded != entry.id:
         raise CorpusError(f"{where}: field 'id' {recorded!r} is not the address of the file's content ({entry.id}): "
                           "its contract, target, device, domain, property or case was changed after it was written")
+    if entry.path is not None and entry.path.name != f"{recorded}.json":
+        raise CorpusError(f"{where}: the file's name is not its id {recorded!r} ({recorded}.json): a corpus file is "
+                          "named by the address of its content")
+
+
+def _check_project_target(entry: CorpusEntry, contract: Any) -> None:
+    """Raise CorpusError when the entry names an implementation or a variant
+    its contract does not have (the name would reach a written test)."""
+    ref = entry.ref
+    try:
+        if ref.kind == "impl":
+            contract.implementation(ref.name)
+        elif ref.kind == "variant":
+            contract.variant(ref.name)
+    except KeyError as exc:  # the registry's UnknownName: its message names the contract and what it has
+        raise CorpusError(f"{entry.path or '<corpus entry>'}: {exc}") from None
 
 
 def replay_target(entry: CorpusEntry, *, targets: dict[str, str] | None = None,
