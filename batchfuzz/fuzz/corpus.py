@@ -63,6 +63,7 @@ from batchfuzz.fuzz.origin import KINDS, Origin, OriginError, origin_of
 from batchfuzz.fuzz.settings import CORPUS_ENV_VAR, DEFAULT_CORPUS
 from batchfuzz.output import write_json_atomic
 from batchfuzz.targets import TargetError, TargetRef, parse, same_release
+from batchfuzz.text import MAX_NAME_CHARS, outside, printable
 
 
 def checked_property(prop: str, during: str) -> str:
@@ -180,7 +181,9 @@ def make_entry_data(failure: Any, *, target: str, device: str, domain: str = "sp
         "property": failure.property,
         "during": failure.during,
         "spec": failure.spec,
-        "failure": {"kind": failure.kind(), "error_type": failure.error_type, "message": failure.message, "exit": failure.exit},
+        # The target's text, bounded and printable (an Outcome's is already): the entry stays one replay reads.
+        "failure": {"kind": failure.kind(), "error_type": outside(failure.error_type, MAX_NAME_CHARS),
+                    "message": outside(failure.message), "exit": outside(failure.exit, MAX_NAME_CHARS)},
         # What makes this failure one bug whichever property found it (batchfuzz.fuzz.origin).
         "origin": origin.to_json(),
         # What replay decodes (JSON, never evaluated):
@@ -686,7 +689,7 @@ def describe(replayed: Replayed) -> str:
         lines.append("  reproduction:")
         lines.extend("    " + line for line in repro.splitlines())
     lines.append(f"  replay: batchfuzz replay {e.path}")
-    return "\n".join(lines)
+    return printable("\n".join(lines))  # the file's text, shown on a terminal
 
 
 def replay_paths(paths: list[Path], targets: dict[str, str], isolate: bool = True, quiet: bool = False,
