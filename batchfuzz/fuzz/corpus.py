@@ -704,7 +704,7 @@ def replay_paths(paths: list[Path], targets: dict[str, str], isolate: bool = Tru
     from batchfuzz.usage import UsageError
 
     def say(text: str) -> None:
-        print(text, file=out or sys.stdout)
+        print(printable(text), file=out or sys.stdout)  # names and errors from corpus files
 
     roots = list(paths) or [default_dir()]
     found: list[Path] = []
