@@ -556,6 +556,22 @@ def replay(entry: CorpusEntry, *, targets: dict[str, str] | None = None, engines
     return Replayed(entry, "passes")
 
 
+def replayed_origin(entry: CorpusEntry, executor: Any, timeout_s: float = 30.0) -> Origin | None:
+    """The origin ``entry``'s own case gives on ``executor``'s target now
+    (what it raises, where, or the property it breaks: not the origin the
+    file records), or None when the case passes."""
+    from batchfuzz.runner import _failure, failure_signature
+
+    contract = _contract(entry)
+    prop = contract.property(checked_property(entry.property, entry.during))
+    outcome = executor.check(prop.name, entry.case.copy(), timeout_s)
+    if failure_signature(outcome) is None:
+        return None
+    f = _failure(contract, entry.target, prop, entry.case, outcome, complete=True)
+    return origin_of(contract=entry.contract, target=entry.target, device=entry.device, kind=f.kind(), prop=f.property,
+                     error_type=f.error_type, traceback=f.traceback, exit=f.exit, case=entry.case)
+
+
 def open_duplicate(root: Path | str, data: dict[str, Any], executor: Any, timeout_s: float = 30.0) -> Path | None:
     """An entry already in the corpus for the same contract, target, device,
     domain and property whose case *still fails* on ``executor``'s target.
