@@ -147,7 +147,7 @@ def _parts(failure: Failure, target: TargetRef | str | None, timeout_s: float,
     A comment holds only batchfuzz's own text (the registry's names and
     sentences); every value from a target or a corpus file (its target, its
     error, the file's path) is a Python literal (``repr``), so no text from
-    outside can start a statement (docs/corpus.md)."""
+    outside can start a statement (docs/nightly.md, "The corpus as committed tests")."""
     contract = registry.get(failure.contract)
     given = target or failure.target
     ref = parse(given) if isinstance(given, str) else given
