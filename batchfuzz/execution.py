@@ -57,6 +57,7 @@ from batchfuzz import registry
 from batchfuzz.case import Case, copy_value
 from batchfuzz.preconditions import declared_assumptions, declared_domain
 from batchfuzz.targets import TargetError, TargetRef, parse
+from batchfuzz.text import MAX_NAME_CHARS, MAX_TRACEBACK_CHARS, bounded, outside, printable
 
 PASSED, FAILED, REJECTED, CRASH, TIMEOUT, RAISES = "passed", "failed", "rejected", "crash", "timeout", "raises"
 # The verdicts about the target itself rather than about its result: each is
@@ -91,6 +92,15 @@ class Outcome:
     exit: str = ""
     seconds: float = 0.0
     value: Any = None  # the contract's scores, when they were asked for and the property passed
+
+    def __post_init__(self) -> None:
+        # What a target produced, kept bounded and printable from where it is made (batchfuzz.text): a
+        # 10 MB message or a lone surrogate cannot reach a pipe, a report, a corpus entry or a terminal.
+        if self.status not in (PASSED, REJECTED):
+            self.error_type = outside(self.error_type, MAX_NAME_CHARS)
+            self.message = outside(self.message)
+            self.traceback = outside(self.traceback, MAX_TRACEBACK_CHARS)
+            self.exit = outside(self.exit, MAX_NAME_CHARS)
 
     @property
     def ok(self) -> bool:
@@ -193,6 +203,20 @@ def _scores(contract: registry.Contract, target: Callable[..., Any], case: Case)
         return {}
 
 
+def _text(exc: BaseException) -> str:
+    """``str(exc)``, or a note when its ``__str__`` raises (a target's own exception class)."""
+    try:
+        return str(exc)
+    except Exception as err:
+        return f"<str() of this {type(exc).__name__} raised {type(err).__name__}>"
+
+
+def _formatted(exc: BaseException) -> str:
+    """``exc``'s traceback with each part (a frame, a message) bounded, so a
+    huge message cannot push the frames (the origin's location) out."""
+    return "".join(bounded(part) for part in traceback.format_exception(exc))
+
+
 def evaluate(contract: registry.Contract, target: Callable[..., Any], prop_name: str, case: Case, *,
              scores: bool = False) -> Outcome:
     """Run one property on one case, here: the body both executors share.
@@ -213,25 +237,23 @@ def evaluate(contract: registry.Contract, target: Callable[..., Any], prop_name:
         value = _scores(contract, target, before) if scores else None
     except _TargetRaised as raised:
         exc = raised.exc
-        return Outcome(RAISES, type(exc).__name__, str(exc), "".join(traceback.format_exception(exc)),
-                       seconds=time.perf_counter() - start)
+        return Outcome(RAISES, type(exc).__name__, _text(exc), _formatted(exc), seconds=time.perf_counter() - start)
     except _Timeout as exc:
         return Outcome(TIMEOUT, "Timeout", str(exc), seconds=time.perf_counter() - start)
     except Exception as exc:
-        return Outcome(FAILED, type(exc).__name__, str(exc), "".join(traceback.format_exception(exc)),
-                       seconds=time.perf_counter() - start)
+        return Outcome(FAILED, type(exc).__name__, _text(exc), _formatted(exc), seconds=time.perf_counter() - start)
     except SystemExit as exc:
         return Outcome(CRASH, "SystemExit", f"the target called sys.exit({exc.code!r})", exit=f"sys.exit({exc.code!r})",
                        seconds=time.perf_counter() - start)
     except KeyboardInterrupt as exc:
         if _INTERRUPTS.seen or isinstance(exc, _OwnInterrupt):
             raise  # the user pressed Ctrl-C (a SIGINT arrived): stop, not a verdict on the target
-        return Outcome(CRASH, type(exc).__name__, f"the target raised {type(exc).__name__} (no SIGINT arrived): {exc}",
-                       "".join(traceback.format_exception(exc)), exit=f"raised {type(exc).__name__}",
+        return Outcome(CRASH, type(exc).__name__, f"the target raised {type(exc).__name__} (no SIGINT arrived): "
+                       f"{_text(exc)}", _formatted(exc), exit=f"raised {type(exc).__name__}",
                        seconds=time.perf_counter() - start)
     except BaseException as exc:
-        return Outcome(CRASH, type(exc).__name__, f"the target raised {type(exc).__name__}: {exc}",
-                       "".join(traceback.format_exception(exc)), exit=f"raised {type(exc).__name__}",
+        return Outcome(CRASH, type(exc).__name__, f"the target raised {type(exc).__name__}: {_text(exc)}",
+                       _formatted(exc), exit=f"raised {type(exc).__name__}",
                        seconds=time.perf_counter() - start)
     return Outcome(PASSED, seconds=time.perf_counter() - start, value=value)
 
@@ -690,9 +712,9 @@ def _serve(conn: Any, output: Any, contract_name: str, ref: str, device: str, sy
         target = parse(ref).load(contract)
         info = {"domain": declared_domain(target), "error": signature_error(contract, target)}
     except (TargetError, KeyError) as exc:
-        info, target, contract = {"domain": None, "error": str(exc)}, None, None
+        info, target, contract = {"domain": None, "error": outside(_text(exc))}, None, None
     except Exception as exc:
-        info, target, contract = {"domain": None, "error": f"{type(exc).__name__}: {exc}"}, None, None
+        info, target, contract = {"domain": None, "error": outside(f"{type(exc).__name__}: {_text(exc)}")}, None, None
     changed = tampering(harness)
     if changed and not info["error"]:
         info["error"] = _tampered(changed).message.replace("the target replaced", "importing the target replaced")
@@ -795,7 +817,7 @@ class _Tail:
         with self.lock:
             n = min(len(self.buf), self.total - since)
             data = bytes(self.buf[len(self.buf) - n:]) if n > 0 else b""
-        return data.decode("utf-8", "replace")[-_STDERR_TAIL:].strip()
+        return printable(data.decode("utf-8", "replace")[-_STDERR_TAIL:].strip())
 
     def drain(self, timeout_s: float = 1.0) -> None:
         """Wait (a little) for what a dead worker printed last."""

@@ -251,3 +251,17 @@ def daemon_then_exit(num_reqs: int, num_tokens: int) -> list[int]:
     """Leaves a double-forked daemon, then calls ``sys.exit`` (a crash its worker reports)."""
     _started(_daemon)
     sys.exit(4)
+
+
+# --------------------------------------------------------------------------- what a target raises (issue 36)
+
+
+def raises_unprintable(num_reqs: int, num_tokens: int) -> list[int]:
+    """Raises a message a terminal, XML or UTF-8 cannot take as it is: a lone
+    surrogate, NUL, an ESC sequence (clear the screen), BEL."""
+    raise ValueError("surrogate \ud800, NUL \x00, ESC \x1b[2J, BEL \x07 end")
+
+
+def raises_huge(num_reqs: int, num_tokens: int) -> list[int]:
+    """Raises a 10 MB message."""
+    raise ValueError("huge " + "x" * 10_000_000)

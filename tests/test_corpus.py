@@ -260,6 +260,7 @@ def test_binary_and_oversized_files_are_rejected_by_name(tmp_path: Path) -> None
     ("case", {"args": {"requests": 3, "tokens": 5}, "context": {}}, r"arguments \['requests', 'tokens'\] are not"),
     ("case", {"args": {"num_reqs": 5, "num_tokens": 3}, "context": {}}, r"not an input of split_dummy_tokens's spec domain"),
     ("domain", "nightly", r"has no domain 'nightly'"),
+    ("during", "x\nimport os", r"field 'during' 'x\\nimport os' is set for property 'max_is_ceil'"),
 ])
 def test_an_entry_that_does_not_fit_its_contract_is_malformed(tmp_path: Path, planted: Path, field: str, value: Any,
                                                               match: str) -> None:

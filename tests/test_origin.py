@@ -133,14 +133,58 @@ def test_a_night_merged_into_the_corpus_keeps_the_smaller_case(tmp_path: Path) -
         night1 = corpus.save_failure(tmp_path / "n1", _data(_raised(4, 9, "matches_oracle")), ex)
         night2 = corpus.save_failure(tmp_path / "n2", _data(_raised(3, 5, "sum_is_num_tokens")), ex)
     dest = tmp_path / "standing"
-    first = merge.merge_corpora([tmp_path / "n1"], dest)
+    targets = {CONTRACT: TARGET}  # the user's function the merge replays the entries against, as replay --target
+    first = merge.merge_corpora([tmp_path / "n1"], dest, targets=targets)
     assert len(first.copied) == 1 and not first.replaced
-    second = merge.merge_corpora([tmp_path / "n2"], dest)
+    second = merge.merge_corpora([tmp_path / "n2"], dest, targets=targets)
     assert len(second.copied) == 1 and len(second.replaced) == 1, second
     assert [p.name for p in corpus.files(dest)] == [night2.path.name]
-    third = merge.merge_corpora([tmp_path / "n1"], dest)  # the larger case again: kept out
+    third = merge.merge_corpora([tmp_path / "n1"], dest, targets=targets)  # the larger case again: kept out
     assert not third.copied and len(third.same_origin) == 1 and [p.name for p in corpus.files(dest)] == [night2.path.name]
     assert night1.path.exists()  # a source is never changed
+    # Without the function to replay them on, a smaller case is copied beside its origin's entry, never over it.
+    unchecked = tmp_path / "unchecked"
+    merge.merge_corpora([tmp_path / "n1"], unchecked)
+    beside = merge.merge_corpora([tmp_path / "n2"], unchecked)
+    assert "copied beside" in beside.replaced[0] and len(corpus.files(unchecked)) == 2, beside
+
+
+def _variant_entry(root: Path, r: int, n: int, origin: dict[str, Any] | None = None) -> Path:
+    """A corpus entry of contract A's variant that puts the whole remainder on
+    the last request (wrong at R=3, N=5; right for one request), saved by its
+    id; ``origin``: the one it records instead of its own (a crafted file)."""
+    target = "variant:remainder_to_last.v1_runner"
+    failure = runner.Failure(contract=CONTRACT, target=target, property="matches_oracle", spec="s",
+                             case=Case({"num_reqs": r, "num_tokens": n}, {"max_model_len": n}),
+                             error_type="PropertyViolation", message="m")
+    data = corpus.make_entry_data(failure, target=target, device="cpu")
+    if origin is not None:
+        data["origin"] = origin
+    return corpus.save(root, data)[0]
+
+
+def test_a_crafted_smaller_passing_entry_with_a_real_origin_does_not_replace_the_real_failure(tmp_path: Path) -> None:
+    """Issue 36 item 6: a smaller entry that passes, recording the origin of a
+    real failure, replaced it in the merge (replay: "1 still fail" became "1
+    pass"). The merge replays a candidate before it replaces: the real entry
+    stays; and a real failure arriving after such an entry replaces it, larger
+    as it is. The origin a file records is never taken for its own."""
+    real = _variant_entry(tmp_path / "real", 3, 5)
+    crafted = _variant_entry(tmp_path / "crafted", 1, 1, origin=json.loads(real.read_text())["origin"])
+    assert corpus.replay(corpus.load(crafted), isolate=False).status == "passes"
+    assert corpus.load(crafted).origin.id == corpus.load(real).origin.id  # as the file claims
+
+    dest = tmp_path / "standing"
+    merge.merge_corpora([tmp_path / "real"], dest)
+    result = merge.merge_corpora([tmp_path / "crafted"], dest)
+    assert not result.copied and "it passes on replay" in result.same_origin[0], result
+    assert corpus.replay_paths([dest], {}, quiet=True)["fails"] == 1
+
+    planted = tmp_path / "planted-first"
+    merge.merge_corpora([tmp_path / "crafted"], planted)  # no entry of its origin there: copied (it records a failure)
+    after = merge.merge_corpora([tmp_path / "real"], planted)
+    assert after.copied == [f"{CONTRACT}/{real.name}"] and "which passes on replay" in after.replaced[0], after
+    assert [p.name for p in corpus.files(planted)] == [real.name]
 
 
 # --------------------------------------------------------------------------- the whole story

@@ -64,6 +64,7 @@ from batchfuzz.fuzz.origin import KINDS, Origin, OriginError, origin_of
 from batchfuzz.fuzz.settings import CORPUS_ENV_VAR, DEFAULT_CORPUS
 from batchfuzz.output import write_json_atomic
 from batchfuzz.targets import TargetError, TargetRef, parse, same_release
+from batchfuzz.text import MAX_NAME_CHARS, outside, printable
 
 
 def checked_property(prop: str, during: str) -> str:
@@ -192,7 +193,9 @@ def make_entry_data(failure: Any, *, target: str, device: str, domain: str = "sp
         "property": failure.property,
         "during": failure.during,
         "spec": failure.spec,
-        "failure": {"kind": failure.kind(), "error_type": failure.error_type, "message": failure.message, "exit": failure.exit},
+        # The target's text, bounded and printable (an Outcome's is already): the entry stays one replay reads.
+        "failure": {"kind": failure.kind(), "error_type": outside(failure.error_type, MAX_NAME_CHARS),
+                    "message": outside(failure.message), "exit": outside(failure.exit, MAX_NAME_CHARS)},
         # What makes this failure one bug whichever property found it (batchfuzz.fuzz.origin).
         "origin": origin.to_json(),
         # Every property the case breaks: what makes two wrong answers one bug (origin.one_bug).
@@ -389,6 +392,10 @@ def check_entry(entry: CorpusEntry) -> None:
     except KeyError:
         known = ", ".join(p.name for p in contract.properties)
         raise CorpusError(f"{where}: contract {entry.contract!r} has no property {prop!r} (has: {known})") from None
+    if entry.during and prop != entry.during:
+        raise CorpusError(f"{where}: field 'during' {entry.during!r} is set for property {entry.property!r}, which is "
+                          "not a crash, timeout or raises entry")
+    _check_project_target(entry, contract)
     if tuple(entry.case.args) != contract.arguments:
         raise CorpusError(f"{where}: the case's arguments {list(entry.case.args)} are not {entry.contract}'s "
                           f"{list(contract.arguments)}")
@@ -406,6 +413,22 @@ def check_entry(entry: CorpusEntry) -> None:
     if entry.data.get("format") == FORMAT and entry.data.get("upgraded_from") is None and recorded != entry.id:
         raise CorpusError(f"{where}: field 'id' {recorded!r} is not the address of the file's content ({entry.id}): "
                           "its contract, target, device, domain, property or case was changed after it was written")
+    if entry.path is not None and entry.path.name != f"{recorded}.json":
+        raise CorpusError(f"{where}: the file's name is not its id {recorded!r} ({recorded}.json): a corpus file is "
+                          "named by the address of its content")
+
+
+def _check_project_target(entry: CorpusEntry, contract: Any) -> None:
+    """Raise CorpusError when the entry names an implementation or a variant
+    its contract does not have (the name would reach a written test)."""
+    ref = entry.ref
+    try:
+        if ref.kind == "impl":
+            contract.implementation(ref.name)
+        elif ref.kind == "variant":
+            contract.variant(ref.name)
+    except KeyError as exc:  # the registry's UnknownName: its message names the contract and what it has
+        raise CorpusError(f"{entry.path or '<corpus entry>'}: {exc}") from None
 
 
 def replay_target(entry: CorpusEntry, *, targets: dict[str, str] | None = None,
@@ -472,6 +495,22 @@ def replay(entry: CorpusEntry, *, targets: dict[str, str] | None = None, engines
         return Replayed(entry, "fails", outcome.error_type if outcome.status == "failed" else outcome.status,
                         outcome.message + (f" ({outcome.exit})" if outcome.exit else ""))
     return Replayed(entry, "passes")
+
+
+def replayed_origin(entry: CorpusEntry, executor: Any, timeout_s: float = 30.0) -> Origin | None:
+    """The origin ``entry``'s own case gives on ``executor``'s target now
+    (what it raises, where, or the property it breaks: not the origin the
+    file records), or None when the case passes."""
+    from batchfuzz.runner import _failure, failure_signature
+
+    contract = _contract(entry)
+    prop = contract.property(checked_property(entry.property, entry.during))
+    outcome = executor.check(prop.name, entry.case.copy(), timeout_s)
+    if failure_signature(outcome) is None:
+        return None
+    f = _failure(contract, entry.target, prop, entry.case, outcome, complete=True)
+    return origin_of(contract=entry.contract, target=entry.target, device=entry.device, kind=f.kind(), prop=f.property,
+                     error_type=f.error_type, traceback=f.traceback, exit=f.exit, case=entry.case)
 
 
 def one_wrong_answer(a: CorpusEntry, b: CorpusEntry) -> bool:
@@ -593,7 +632,7 @@ def describe(replayed: Replayed) -> str:
         lines.append("  reproduction:")
         lines.extend("    " + line for line in repro.splitlines())
     lines.append(f"  replay: batchfuzz replay {e.path}")
-    return "\n".join(lines)
+    return printable("\n".join(lines))  # the file's text, shown on a terminal
 
 
 def replay_paths(paths: list[Path], targets: dict[str, str], isolate: bool = True, quiet: bool = False,
@@ -608,7 +647,7 @@ def replay_paths(paths: list[Path], targets: dict[str, str], isolate: bool = Tru
     from batchfuzz.usage import UsageError
 
     def say(text: str) -> None:
-        print(text, file=out or sys.stdout)
+        print(printable(text), file=out or sys.stdout)  # names and errors from corpus files
 
     roots = list(paths) or [default_dir()]
     found: list[Path] = []
