@@ -114,7 +114,8 @@ def run_matrix(engine: Any, args: argparse.Namespace) -> int:
     started = time.time()
     print(matrix.to_text([]), flush=True)
     try:
-        releases = matrix.engine_releases(engine, sources, search=matrix.searched(args.function, args.contract))
+        releases = matrix.engine_releases(engine, sources, search=matrix.searched(args.function, args.contract),
+                                           isolate=not args.no_isolation, timeout_s=args.timeout)
         with bar:
             cells = matrix.run_matrix(releases, budget_s=args.budget, timeout_s=args.timeout,
                                       seed=seed, isolate=not args.no_isolation, keep=keep, on_cell=show,

@@ -118,6 +118,10 @@ class ReleaseSource(_engines.ReleaseSource):
 _STAND_INS: dict[str, Any] = {"logger": logging.getLogger("batchfuzz.engines.vllm")}
 
 
+# What a binding's builder gives: the target and what was cut out, and optionally the configuration values it assumed.
+_Built = tuple[Callable[..., Any], str] | tuple[Callable[..., Any], str, tuple[str, ...]]
+
+
 class _Release:
     """One release: its source and the files parsed so far (shared by every binding)."""
 
@@ -520,7 +524,7 @@ def _bind_split_attn_metadata(rel: _Release) -> tuple[Callable[..., Any], str]:
                     "assumes every microbatch holds a real token (the caller refuses other splits)")
 
 
-def _bind_mrv2_ubatch_prepare(rel: _Release) -> tuple[Callable[..., Any], str]:
+def _bind_mrv2_ubatch_prepare(rel: _Release) -> _Built:
     graph_mode = Stub("CUDAGraphMode", NONE="NONE", PIECEWISE="PIECEWISE", FULL="FULL")
     scope = rel.loader(
         UBatchSlices=list, CUDAGraphMode=graph_mode,
@@ -533,6 +537,11 @@ def _bind_mrv2_ubatch_prepare(rel: _Release) -> tuple[Callable[..., Any], str]:
     prepare = scope.load(piece)
     attn_piece = scope.file(MRV2_DEFAULT_STATE).piece("DefaultModelState.prepare_attn")
     prepare_attn = scope.load(attn_piece)
+    # 0.34.0: prepare(..., batch_desc, dp_sync_state) instead of prepare(..., cg_mode); a FULL descriptor with no
+    # uniform token count (contract F's steps are not uniform spec-decode batches) and no DP agreement.
+    by_descriptor = "batch_desc" in inspect.signature(prepare).parameters
+    mode_arg: Any = (Stub("BatchExecutionDescriptor", cg_mode=graph_mode.FULL, uniform_token_count=None)
+                     if by_descriptor else graph_mode.FULL)
     batch_piece = scope.file(INPUT_BATCH).piece("InputBatch")
     input_batch_cls: Any = scope.load(batch_piece)
     if not (isinstance(input_batch_cls, type) and dataclasses.is_dataclass(input_batch_cls)):
@@ -565,7 +574,7 @@ def _bind_mrv2_ubatch_prepare(rel: _Release) -> tuple[Callable[..., Any], str]:
                       ubatch_dcp_local_seq_lens=[None] * n, attn_groups=[[]], kv_cache_config=None,
                       methods={"_make_forward_contexts": lambda self, *a: contexts(*a)})
         prepare(ubatch_runner, batch, (s.tensor(s.table),), torch.arange(s.padded, dtype=torch.int64).reshape(1, -1),
-                graph_mode.FULL)
+                mode_arg)
         out = []
         for meta in contexts.last.arg(1, "attn_metadata"):
             num_reqs = meta["num_reqs"]
@@ -574,11 +583,14 @@ def _bind_mrv2_ubatch_prepare(rel: _Release) -> tuple[Callable[..., Any], str]:
                                  meta["max_query_len"]))
         return out
 
+    assumed: tuple[str, ...] = ("batch_desc=FULL with uniform_token_count=None", "dp_sync_state=None") if by_descriptor else ()
     return slice_ubatch_metadata, (f"{piece.label} (create_ubatch_slices, _slice_input_batch, _slice_query_start_loc, "
                                    f"_slice_seq_lens) with num_ubatches = len(ubatch_slices), its model state's "
-                                   f"{attn_piece.label} in FULL graph mode over the release's own {batch_piece.label}; result: "
+                                   f"{attn_piece.label} in FULL graph mode"
+                                   f"{' (batch_desc: FULL, uniform_token_count None; dp_sync_state None)' if by_descriptor else ''}"
+                                   f" over the release's own {batch_piece.label}; result: "
                                    "what it passes to build_attn_metadata (seq_lens[:num_reqs]; num_computed_tokens = "
-                                   "seq_lens - query lengths, as CommonAttentionMetadata.compute_num_computed_tokens)")
+                                   "seq_lens - query lengths, as CommonAttentionMetadata.compute_num_computed_tokens)"), assumed
 
 
 # ---------------------------------------------------------------- the v1 microbatch veto (E)
@@ -795,8 +807,9 @@ class _Collective:
             self.all_reduce(tensor)
             return tensor
 
+        # No rank has failed (dead_dp_ranks: the fault-tolerance path's record of failed ranks).
         return Stub("dp_group", device=torch.device("cpu"), device_group="dp-device-group", cpu_group="dp-cpu-group",
-                    cpu_all_reduce_=reduce_, all_reduce=reduce_)
+                    cpu_all_reduce_=reduce_, all_reduce=reduce_, dead_dp_ranks=set())
 
 
 class _OnceLogger(logging.LoggerAdapter):
@@ -814,20 +827,31 @@ def _dp_loader(rel: _Release, collective: _Collective, **extra: Any) -> bind.Loa
     stand_ins["logger"] = _OnceLogger(logging.getLogger("batchfuzz.engines.vllm"), {})
     # The collective, the context switch that skips it (never set here), the host-sync guard and pinned memory: the
     # engine's runtime, not its decision.
-    stand_ins.update(dist=Stub("torch.distributed", all_reduce=collective.all_reduce), get_dp_group=collective.dp_group,
+    # One TP rank: the fault-tolerance barrier over its CPU group has no one to wait for.
+    stand_ins.update(dist=Stub("torch.distributed", all_reduce=collective.all_reduce, barrier=_no_barrier),
+                     get_dp_group=collective.dp_group, get_tp_group=_tp_group,
                      should_skip_dp_coordination=lambda: False, gpu_sync_allowed=contextlib.nullcontext, PIN_MEMORY=False)
     stand_ins.update(extra)
     return bind.Loader(rel.source, "vllm", stand_ins=stand_ins, files=rel.files)
 
 
-def _parallel_config(world: int, rank: int, config: Any) -> Stub:
+def _no_barrier(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+def _tp_group() -> Stub:
+    return Stub("tp_group", cpu_group="tp-cpu-group", world_size=1)
+
+
+def _parallel_config(world: int, rank: int, config: Any, fault_tolerance: bool = False) -> Stub:
     n, (decode, prefill), _sizes, _ubatch = config
     return Stub("parallel_config", data_parallel_size=world, data_parallel_rank=rank, num_ubatches=n, ubatch_size=n,
                 use_ubatching=True, enable_dbo=n == 2, dbo_decode_token_threshold=decode, dbo_prefill_token_threshold=prefill,
-                disable_nccl_for_dp_synchronization=True)
+                disable_nccl_for_dp_synchronization=True, enable_fault_tolerance=fault_tolerance, tensor_parallel_size=1)
 
 
-_RankBuilt = tuple[Callable[..., Any], str, Callable[..., bool]]
+# A rank function, what was cut out, the steps it is checked on, the configuration values it assumed.
+_RankBuilt = tuple[Callable[..., Any], str, Callable[..., bool], tuple[str, ...]]
 
 
 def _v1_steps(*args: Any) -> bool:
@@ -868,7 +892,7 @@ def _rank_v1_coordinate(rel: _Release) -> _RankBuilt:
                   "parallel_config: this rank of data_parallel_size ranks, ubatching on, the case's thresholds and "
                   "num_ubatches, CPU synchronisation (gloo); dist.all_reduce and get_dp_group() on the real process group; "
                   "should_skip_dp_coordination() False; result: (should_ubatch, num_tokens_after_padding, synced mode), "
-                  "the descriptor's count num_tokens_after_padding[rank]"), _v1_steps
+                  "the descriptor's count num_tokens_after_padding[rank]"), _v1_steps, ()
 
 
 class _GraphManager:
@@ -920,8 +944,11 @@ def _rank_mrv2_sync(rel: _Release) -> _RankBuilt:
         raise bind.Unbindable(f"{piece.label} no longer reads CUDAGraphMode")
     params = set(inspect.signature(sync).parameters)
     microbatching = {"parallel_config", "allow_ubatching", "uniform_decode"} <= params
+    # 0.34.0 reads parallel_config.enable_fault_tolerance: every step is run with it off and on (no rank dead, one
+    # TP rank), and the two decisions must agree (raised otherwise: a `raises` counterexample naming both).
+    both_ft = microbatching and "enable_fault_tolerance" in f.text
 
-    def rank(rank: int, world: int, all_reduce: Callable[[torch.Tensor], None], step: Any, config: Any) -> RankDecision:
+    def once(rank: int, world: int, step: Any, config: Any, fault_tolerance: bool) -> RankDecision:
         tokens, padded, allow, mode, uniform, reqs = step
         _n, _thr, sizes, ubatch_sizes = config
         manager = _GraphManager(descriptor, modes, tuple(sizes), tuple(ubatch_sizes or ()))
@@ -929,26 +956,38 @@ def _rank_mrv2_sync(rel: _Release) -> _RankBuilt:
                                uniform_token_count=uniform or None)
         kwargs: dict[str, Any] = {"max_query_len": None, "num_active_loras": 0}
         if microbatching:
-            kwargs.update(parallel_config=_parallel_config(world, rank, config), allow_ubatching=bool(allow),
-                          uniform_decode=uniform > 0)
-        collective.current = all_reduce
-        try:
-            desc, state = sync(manager, desired, tokens, reqs, uniform or None, world, rank,
-                               **{k: v for k, v in kwargs.items() if k in params})
-        finally:
-            collective.current = None
+            kwargs.update(parallel_config=_parallel_config(world, rank, config, fault_tolerance),
+                          allow_ubatching=bool(allow), uniform_decode=uniform > 0)
+        desc, state = sync(manager, desired, tokens, reqs, uniform or None, world, rank,
+                           **{k: v for k, v in kwargs.items() if k in params})
         across = getattr(state, "num_tokens_across_dp", state)
         counts = tuple(int(x) for x in bind.to_numpy(across).tolist())
         return RankDecision(getattr(desc, "num_ubatches", 1) > 1, counts, int(desc.cg_mode.value), int(desc.num_tokens))
 
+    def rank(rank: int, world: int, all_reduce: Callable[[torch.Tensor], None], step: Any, config: Any) -> RankDecision:
+        collective.current = all_reduce
+        try:
+            off = once(rank, world, step, config, False)
+            on = once(rank, world, step, config, True) if both_ft else off
+        finally:
+            collective.current = None
+        if on != off:
+            raise AssertionError(f"rank {rank}: parallel_config.enable_fault_tolerance=True (no rank dead) decided {on}, "
+                                 f"False decided {off}")
+        return off
+
     assumption = ("" if microbatching else "; this release's new model runner never microbatches: checked on steps where "
                   "some rank does not allow it")
+    if both_ft:
+        assumption += ("; every step run with parallel_config.enable_fault_tolerance False and True (no dead DP rank, "
+                       "tensor_parallel_size 1: its TP barrier a no-op), the two decisions compared")
     return rank, (f"{piece.label}; the CUDA-graph manager stood in by one dispatching from the case's capture sizes "
                   f"(FULL for uniform decodes, PIECEWISE otherwise; FULL microbatched graphs at ubatch_capture_sizes); "
                   f"desired_batch_desc from this rank's padded count and mode; get_dp_group().cpu_all_reduce_ / "
                   f"dist.all_reduce on the real process group; max_query_len None; result: the descriptor (split = "
                   f"num_ubatches > 1, its cg_mode and num_tokens) and num_tokens_across_dp{assumption}"), \
-        (_dispatching_steps if microbatching else _dispatching_steps_no_microbatching)
+        (_dispatching_steps if microbatching else _dispatching_steps_no_microbatching), \
+        (("parallel_config.enable_fault_tolerance=False and =True",) if both_ft else ())
 
 
 _RANK_BUILDERS: dict[str, Callable[[_Release], _RankBuilt]] = {
@@ -957,12 +996,12 @@ _RANK_BUILDERS: dict[str, Callable[[_Release], _RankBuilt]] = {
 }
 
 
-def _bind_dp(function: str) -> Callable[[_Release], tuple[Callable[..., Any], str]]:
-    def build(rel: _Release) -> tuple[Callable[..., Any], str]:
-        rank, detail, steps = _RANK_BUILDERS[function](rel)  # cut out here: an absent or unbindable release says so now
+def _bind_dp(function: str) -> Callable[[_Release], _Built]:
+    def build(rel: _Release) -> _Built:
+        rank, detail, steps, assumed = _RANK_BUILDERS[function](rel)  # cut out here: an absent or unbindable release says so now
         _probe_ranks(rank, function)
         target = assumes(steps)(ranks_target(f"{ENGINE}::{rel.source.ref}::{function}::coordinate_dp", "processes"))
-        return target, detail + "; every rank a process of a gloo group (batchfuzz.distributed)"
+        return target, detail + "; every rank a process of a gloo group (batchfuzz.distributed)", assumed
 
     return build
 
@@ -976,6 +1015,8 @@ def _probe_ranks(rank: Callable[..., Any], function: str) -> None:
             distributed.run_in_process(rank, per_rank_args(*args))
         except distributed.RankFailure as exc:
             cause = exc.__cause__
+            if cause is None or bind.raised_in_engine(cause):
+                continue  # the engine's own behaviour: the properties judge it
             if isinstance(cause, (AttributeError, NameError, TypeError, ImportError, KeyError, LookupError, bind.StandInReached)):
                 raise bind.Unbindable(f"dry run of {function} as coordinate_dp failed: {type(cause).__name__}: {cause}") from exc
 
@@ -1004,8 +1045,9 @@ def rank_function(ref: str) -> Callable[..., Any]:
 class _Spec:
     function: str
     contract: str
-    build: Callable[[_Release], tuple[Callable[..., Any], str]]
+    build: Callable[[_Release], _Built]
     probe: tuple[Any, ...]
+    assumed: tuple[str, ...] = ()  # configuration the engine reads and the stand-ins give, as NAME=VALUE
 
 
 def _probe_buffers() -> DummyBuffers:
@@ -1060,48 +1102,79 @@ def _ref(source: _engines.ReleaseSource, spec: _Spec) -> str:
     return f"{ENGINE}::{source.ref}::{spec.function}::{spec.contract}"
 
 
-def _bind_one(rel: _Release, spec: _Spec) -> Bound:
+def _bind_one(rel: _Release, spec: _Spec, probe: bool = True) -> Bound:
+    """One spec bound in ``rel``, dry-run on its probe input (``bind.probe``)
+    unless ``probe`` is False: a worker rebuilding a target the matrix bound
+    (``resolve``) calls the engine's code only in the properties' calls."""
     release = f"vllm {rel.source.version}"
+    raised = ""
     try:
-        target, detail = spec.build(rel)
-        bind.probe(target, *_probe_args(spec), what=f"{spec.function} as {spec.contract}")
+        built = spec.build(rel)
+        target, detail, assumed = built[0], built[1], (*spec.assumed, *(built[2] if len(built) > 2 else ()))
+        if probe:
+            raised = bind.probe(target, *_probe_args(spec), what=f"{spec.function} as {spec.contract}")
     except bind.Absent as exc:
         return Bound(release, spec.function, spec.contract, "absent", reason=str(exc))
     except bind.Unbindable as exc:
-        return Bound(release, spec.function, spec.contract, "unbindable", reason=str(exc))
+        return Bound(release, spec.function, spec.contract, "unbindable", reason=str(exc), assumed=spec.assumed)
     target.__name__ = spec.contract
     target.__qualname__ = f"vllm_{rel.source.version.replace('.', '_')}.{spec.function.split(':')[-1]}[{spec.contract}]"
     # The engine's code is checked on the inputs the engine's callers produce.
     target = domain("engine")(target)
-    return Bound(release, spec.function, spec.contract, "bound", target=target, ref=_ref(rel.source, spec), detail=detail)
+    return Bound(release, spec.function, spec.contract, "bound", target=target, ref=_ref(rel.source, spec), detail=detail,
+                 assumed=assumed, probe_raised=raised, probe_args=_probe_args(spec) if raised else ())
 
 
-def _bind_site(rel: _Release, site: split_search.SplitSite) -> Bound:
-    """A copy of the split the search found, as contract A's target."""
+def _bind_site(rel: _Release, site: split_search.SplitSite, probe: bool = True) -> Bound:
+    """A copy of the split the search found, as contract A's target; a site
+    whose dividend counts no tokens is ``not-split`` (``split_search.not_a_token_split``)."""
     release = f"vllm {rel.source.version}"
     detail = f"found by the split search (batchfuzz.engines.split_search): {site.describe()}"
+    other = split_search.not_a_token_split(site)
+    if other:
+        return Bound(release, site.function, split_search.CONTRACT, "not-split", reason=other, detail=detail)
+    raised = ""
     try:
         target = split_search.bind_site(site, rel.loader())
-        bind.probe(target, 3, 5, what=site.function)
+        if probe:
+            raised = bind.probe(target, *split_search.PROBE, what=site.function)
     except (bind.Absent, bind.Unbindable) as exc:
         return Bound(release, site.function, split_search.CONTRACT, "unbindable", reason=str(exc), detail=detail)
     target.__qualname__ = f"vllm_{rel.source.version.replace('.', '_')}.{site.function.split(':')[-1]}[{split_search.CONTRACT}]"
     target = domain("engine")(target)
     ref = f"{ENGINE}::{rel.source.ref}::{site.function}::{split_search.CONTRACT}"
-    return Bound(release, site.function, split_search.CONTRACT, "bound", target=target, ref=ref, detail=detail)
+    return Bound(release, site.function, split_search.CONTRACT, "bound", target=target, ref=ref, detail=detail,
+                 probe_raised=raised, probe_args=split_search.PROBE if raised else ())
 
 
-def bindings(source: _engines.ReleaseSource, *, search: bool = True) -> list[Bound]:
-    """Every binding of this module for one release, in SPECS order, then
-    (``search``) one per copy of the split ``split_search`` finds in the
-    release, in path and line order."""
+@dataclass(frozen=True)
+class Planned:
+    """One binding of a release before it is made: its row's function and
+    contract, and ``bind()`` giving its Bound (cutting out, loading and
+    probing the release's code: what ``matrix`` runs in a worker process)."""
+
+    function: str
+    contract: str
+    bind: Callable[[], Bound]
+
+
+def binding_plan(source: _engines.ReleaseSource, *, search: bool = True) -> list[Planned]:
+    """The bindings of one release, not yet made: SPECS in order, then
+    (``search``) each copy of the split ``split_search`` finds, in path and
+    line order. Finding them reads the source text only."""
     if not isinstance(source, _engines.ReleaseSource):
         raise TypeError(f"source must be a ReleaseSource, got {type(source).__name__}")
     rel = _Release(source)
-    out = [_bind_one(rel, spec) for spec in SPECS]
+    plan = [Planned(spec.function, spec.contract, functools.partial(_bind_one, rel, spec)) for spec in SPECS]
     if search:
-        out += [_bind_site(rel, site) for site in split_search.search(source)]
-    return out
+        plan += [Planned(site.function, split_search.CONTRACT, functools.partial(_bind_site, rel, site))
+                 for site in split_search.search(source)]
+    return plan
+
+
+def bindings(source: _engines.ReleaseSource, *, search: bool = True) -> list[Bound]:
+    """Every binding of this module for one release (``binding_plan``), made in this process."""
+    return [p.bind() for p in binding_plan(source, search=search)]
 
 
 @functools.lru_cache(maxsize=16)
@@ -1114,10 +1187,10 @@ def _resolved(source_ref: str, function: str, contract: str) -> Bound:
     spec = next((s for s in SPECS if s.function == function and s.contract == contract), None)
     if spec is None and contract == split_search.CONTRACT and "#" in function:
         rel = _release(source_ref)
-        return _bind_site(rel, split_search.find(rel.source, function))
+        return _bind_site(rel, split_search.find(rel.source, function), probe=False)
     if spec is None:
         raise LookupError(f"batchfuzz.engines.vllm has no binding of {function} to {contract}")
-    return _bind_one(_release(source_ref), spec)
+    return _bind_one(_release(source_ref), spec, probe=False)
 
 
 def resolve(ref: str) -> Callable[..., Any]:
