@@ -58,6 +58,8 @@ CUMSUM = f"{V1}:GPUModelRunner._get_cumsum_and_arange"
 SPEC = f"{V1}:GPUModelRunner._calc_spec_decode_metadata"
 COORDINATE = "vllm/v1/worker/dp_utils.py:coordinate_batch_across_dp"
 SYNC = "vllm/v1/worker/gpu/dp_utils.py:sync_cudagraph_and_dp_padding"
+DISPATCH = "vllm/v1/worker/gpu/dp_utils.py:dispatch_cg_and_sync_dp"
+MRV2_SLICES = "vllm/v1/worker/gpu/ubatch_utils.py:create_ubatch_slices"
 # The release's source, its bindings by (function, contract), and the texts of the files they read.
 Release = tuple[vllm.ReleaseSource, dict[tuple[str, str], engines.Bound], dict[str, str]]
 
@@ -143,7 +145,8 @@ def test_every_binding_is_bound_in_the_reference_release(release: Release) -> No
         (V1_DUMMY_RUN, "pad_query_start_loc"), (UBATCH, "split_ubatches"), (ALLOW, "allow_microbatching"),
         (SPLIT_ATTN, "slice_ubatch_metadata"), (MRV2_PREPARE, "slice_ubatch_metadata"), (REORDER, "batch_order"),
         (SPLIT, "batch_order"), (EXTENDS, "batch_order"), (THRESHOLD, "batch_order"), (CUMSUM, "spec_decode_metadata"),
-        (SPEC, "spec_decode_metadata"), (COORDINATE, "coordinate_dp"), (SYNC, "coordinate_dp")])
+        (SPEC, "spec_decode_metadata"), (COORDINATE, "coordinate_dp"), (SYNC, "coordinate_dp"),
+        (DISPATCH, "allow_microbatching"), (MRV2_SLICES, "split_ubatches")])
     for bound in table.values():
         assert bound.status == "bound", (bound.function, bound.reason)
         assert bound.release == f"vllm {RELEASE}" and bound.ref.startswith(f"vllm::{source.ref}::") and bound.detail
@@ -263,6 +266,39 @@ def test_allow_microbatching_allows_the_realizable_decode_reader(release: Releas
     args = failure.case.args
     assert (args["num_computed_tokens"].tolist(), args["num_scheduled_tokens"].tolist(), [t.tolist() for t in args["block_tables"]],
             args["block_sizes"]) == ([2, 0], [1, 3], [[[1, 3], [1, 2]]], [2])
+
+
+@pytest.fixture(scope="module")
+def release_0_34() -> dict[tuple[str, str], engines.Bound]:
+    try:
+        wheel = engines.fetch_wheel("vllm", "0.34.0")
+    except engines.SourceError as exc:
+        pytest.skip(f"cannot download vllm==0.34.0 from the package registry: {exc}")
+    return by_key(vllm.bindings(vllm.ReleaseSource.from_wheel(wheel), search=False))
+
+
+def test_0_34_binds_the_new_runner_and_says_where_the_v1_runners_behaviour_went(
+        release_0_34: dict[tuple[str, str], engines.Bound]) -> None:
+    """0.34.0 deleted the v1 model runner: F's prepare (batch_desc, dp_sync_state) and I's sync (it reads
+    parallel_config.enable_fault_tolerance) bind, stating what they assumed; E and D bind on the new runner;
+    each v1 row is absent with where its behaviour went."""
+    t = release_0_34
+    for key in ((MRV2_PREPARE, "slice_ubatch_metadata"), (SYNC, "coordinate_dp"), (DISPATCH, "allow_microbatching"),
+                (MRV2_SLICES, "split_ubatches")):
+        assert t[key].status == "bound", (key, t[key].reason)
+    assert t[(SYNC, "coordinate_dp")].assumed == ("parallel_config.enable_fault_tolerance=False and =True",)
+    assert "dp_sync_state=None" in t[(MRV2_PREPARE, "slice_ubatch_metadata")].assumed
+    for key in ((ALLOW, "allow_microbatching"), (SPEC, "spec_decode_metadata"), (SPLIT_ATTN, "slice_ubatch_metadata")):
+        assert t[key].status == "absent" and t[key].reason.startswith("v1 model runner deleted: "), t[key].reason
+    assert "dispatch_cg_and_sync_dp" in t[(ALLOW, "allow_microbatching")].reason
+
+
+def test_the_new_runner_splits_the_step_the_v1_veto_exists_for(release_0_34: dict[tuple[str, str], engines.Bound]) -> None:
+    """The new runner has no veto: with every rank allowing and the DBO threshold met, it splits the realizable
+    step the contract vetoes (the one 0.33.0's v1 check also lets through, above)."""
+    allow = bound_target(release_0_34[(DISPATCH, "allow_microbatching")])
+    c, q, tables, sizes = np.array([2, 0]), np.array([1, 3]), [np.array([[1, 3], [1, 2]])], [2]
+    assert allow(c, q, tables, sizes) is True and decision_oracle.allow_microbatching(c, q, tables, sizes) is False
 
 
 def _metadata_equal(got: list[Any], expected: list[Any]) -> bool:

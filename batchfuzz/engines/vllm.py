@@ -85,6 +85,7 @@ from batchfuzz.engines import Bound, SourceError, split_search
 from batchfuzz.impl import batch_order_numpy, spec_decode_metadata_numpy
 from batchfuzz.impl._dp import per_rank_args, ranks_target
 from batchfuzz.preconditions import assumes, domain
+from batchfuzz.reference import split_ubatches as ubatch_oracle
 from batchfuzz.reference.coordinate_dp import RankDecision
 from batchfuzz.reference.make_dummy import DummyBatch, DummyBuffers
 from batchfuzz.reference.slice_ubatch_metadata import UbatchMetadata
@@ -437,6 +438,41 @@ def _bind_ubatch_slices(rel: _Release) -> tuple[Callable[..., Any], str]:
                             "UBatchSlices as ((rs, re), (ts, te))")
 
 
+def _split_not_refused(num_scheduled_tokens: Any, num_tokens_padded: Any, num_reqs_padded: Any, num_ubatches: Any) -> bool:
+    """The steps contract D does not refuse: the new model runner has no refusal of its own (its DP sync decided the
+    split; an empty microbatch runs as a dummy), so it is compared with D where D splits."""
+    total = int(np.sum(np.asarray(num_scheduled_tokens)))
+    return not ubatch_oracle.refuses(total, int(num_tokens_padded), int(num_ubatches))
+
+
+def _bind_mrv2_ubatch_slices(rel: _Release) -> _Built:
+    loader = rel.loader(UBatchSlices=list)
+    piece = loader.file(MRV2_UBATCH_UTILS).piece("create_ubatch_slices")
+    create = loader.load(piece)
+    uniform = "uniform_token_count" in inspect.signature(create).parameters
+
+    def split_ubatches(num_scheduled_tokens: Any, num_tokens_padded: Any, num_reqs_padded: Any, num_ubatches: Any
+                       ) -> list[tuple[tuple[int, int], tuple[int, int]]] | None:
+        nst = bind.int_array("num_scheduled_tokens", num_scheduled_tokens, minimum=1)
+        n_padded = bind.count("num_tokens_padded", num_tokens_padded, 1)
+        r_padded = bind.count("num_reqs_padded", num_reqs_padded, 1)
+        n = bind.count("num_ubatches", num_ubatches, 2)
+        if nst.size == 0 or n_padded < int(nst.sum()) or r_padded < nst.size:
+            raise ValueError(f"need len(num_scheduled_tokens) >= 1, num_tokens_padded >= sum = {int(nst.sum())}, "
+                             f"num_reqs_padded >= {nst.size}; got num_tokens_padded={n_padded}, num_reqs_padded={r_padded}")
+        batch = Stub("InputBatch", num_scheduled_tokens=bind.cast_exact("num_scheduled_tokens", nst, np.int32),
+                     num_tokens_after_padding=n_padded, num_reqs_after_padding=r_padded, num_reqs=int(nst.size))
+        return bind.slice_pairs(create(batch, n, None) if uniform else create(batch, n))
+
+    target = assumes(_split_not_refused)(split_ubatches)
+    assumed = ("uniform_token_count=None",) if uniform else ()
+    return target, (f"{piece.label} with maybe_create_ubatch_slices over a stand-in InputBatch (num_scheduled_tokens, "
+                    "num_tokens_after_padding = Np, num_reqs_after_padding = Rp); checked on the steps contract D does not "
+                    "refuse (the new runner splits whatever its DP sync agreed to split)"
+                    + ("; uniform_token_count None: the request-boundary cut of a uniform spec-decode batch is not contract "
+                       "D's split and is not checked here" if uniform else "")), assumed
+
+
 # ---------------------------------------------------------------- per-microbatch attention metadata (F)
 
 ATTN_BACKEND = "vllm/v1/attention/backend.py"
@@ -626,6 +662,43 @@ def _bind_allow_microbatching(rel: _Release) -> tuple[Callable[..., Any], str]:
 
     return allow_microbatching, (f"{piece.label}; ubatching on, reorder_batch_threshold = 1, int32 persistent arrays with "
                                  "one row per request")
+
+
+# The new model runner has no veto of its own: its step is split when every DP rank votes allow_ubatching (it has a
+# UBatchRunner and the step is not a dummy run) and the smallest rank's token count reaches the DBO threshold
+# (sync_cudagraph_and_dp_padding, ubatch_utils.check_ubatch_thresholds; docs/vllm-code.md).
+_MRV2_ALLOW_ASSUMED = ("allow_ubatching=True (a UBatchRunner, not a dummy run)",
+                       "data_parallel_size=2, the other rank's step the same as this one",
+                       "dbo_decode_token_threshold=1", "dbo_prefill_token_threshold=1", "num_ubatches=2",
+                       "cudagraph_manager=None (eager)", "parallel_config.enable_fault_tolerance=False")
+
+
+def _bind_mrv2_allow_microbatching(rel: _Release) -> _Built:
+    # should_skip_dp_coordination() True: the sync copies this rank's column to every rank's (the other rank's step
+    # is this one), so the decision is the step's own, with no collective.
+    loader = _dp_loader(rel, _Collective(), should_skip_dp_coordination=lambda: True)
+    f = loader.file(MRV2_DP_UTILS)
+    piece = f.piece("dispatch_cg_and_sync_dp")
+    dispatch = loader.load(piece)
+    if "allow_ubatching" not in inspect.signature(dispatch).parameters:
+        raise bind.Absent(f"{piece.label} takes no allow_ubatching: this release's new model runner does not microbatch")
+    config = (2, (1, 1), (), None)
+
+    def allow_microbatching(num_computed_tokens: Any, num_scheduled_tokens: Any, block_tables: Any, block_sizes: Any) -> Any:
+        q = bind.int_array("num_scheduled_tokens", num_scheduled_tokens)
+        c = bind.int_array("num_computed_tokens", num_computed_tokens)
+        if c.size != q.size:
+            raise ValueError(f"num_computed_tokens has {c.size} entries, num_scheduled_tokens {q.size}")
+        uniform = int(q[0]) if q.size and bool((q == q[0]).all()) else None
+        desc, _state = dispatch(None, int(q.size), int(q.sum()), uniform, 2, 0, need_eager=True,
+                                parallel_config=_parallel_config(2, 0, config), allow_ubatching=True,
+                                uniform_decode=uniform == 1)
+        return int(getattr(desc, "num_ubatches", 1)) > 1
+
+    return allow_microbatching, (f"{piece.label} and the sync_cudagraph_and_dp_padding it calls on rank 0 of 2, the "
+                                 "vote allow_ubatching=True as the model runner casts it for a real step; result: the "
+                                 "descriptor's num_ubatches > 1 (the step is split); the step's KV-cache state (computed "
+                                 "counts, block tables) is not read"), _MRV2_ALLOW_ASSUMED
 
 
 def allow_microbatching_on_steps(source: _engines.ReleaseSource) -> Callable[..., Callable[[], bool]]:
@@ -1070,6 +1143,10 @@ SPECS: tuple[_Spec, ...] = (
           (np.array([3, 2], dtype=np.int32), 6, 3, 2)),
     _Spec(f"{V1_RUNNER}:GPUModelRunner._allow_microbatching", "allow_microbatching", _bind_allow_microbatching,
           (np.array([0, 2]), np.array([3, 2]), [np.array([[1, 2], [1, 3]])], [2])),
+    _Spec(f"{MRV2_UBATCH_UTILS}:create_ubatch_slices", "split_ubatches", _bind_mrv2_ubatch_slices,
+          (np.array([3, 2], dtype=np.int32), 6, 3, 2)),
+    _Spec(f"{MRV2_DP_UTILS}:dispatch_cg_and_sync_dp", "allow_microbatching", _bind_mrv2_allow_microbatching,
+          (np.array([0, 2]), np.array([3, 2]), [np.array([[1, 2], [1, 3]])], [2])),
     _Spec(f"{UBATCH_UTILS}:split_attn_metadata", "slice_ubatch_metadata", _bind_split_attn_metadata,
           (np.array([5, 11]), np.array([3, 0]), np.arange(16), np.arange(6).reshape(3, 2), 16, 3,
            [((0, 2), (0, 8)), ((1, 3), (8, 16))])),
@@ -1093,6 +1170,35 @@ SPECS: tuple[_Spec, ...] = (
 )
 
 
+# Where the behaviour of a v1 model-runner binding went once that runner was deleted (0.34.0): said in the absent
+# cell, read from the release's own new runner (vllm/v1/worker/gpu/; docs/vllm-code.md, 0.34.0).
+_DUMMY_MOVED = "its dummy batch is built by the new runner's GPUModelRunner._dummy_run and InputBatch.make_dummy (their rows)"
+_MOVED: dict[str, str] = {
+    f"{V1_RUNNER}:GPUModelRunner._dummy_run": _DUMMY_MOVED,
+    f"{V1_RUNNER}:GPUModelRunner._allow_microbatching": (
+        "the new runner has no such veto: a step is split when every DP rank votes allow_ubatching and the DBO "
+        "threshold is met (gpu/dp_utils.py:dispatch_cg_and_sync_dp, its row)"),
+    f"{UBATCH_UTILS}:split_attn_metadata": "the new runner slices per-microbatch metadata in UBatchRunner.prepare (its row)",
+    f"{V1_RUNNER}:GPUModelRunner.calculate_reorder_batch_threshold": (
+        "the new runner does not reorder its input batch (nothing under vllm/v1/worker/gpu/ reads a reorder threshold)"),
+    f"{ATTN_UTILS}:reorder_batch_to_split_decodes_and_prefills": (
+        "the new runner does not reorder its input batch, and the v1 runner that called this is gone"),
+    f"{V1_RUNNER}:GPUModelRunner._get_cumsum_and_arange": (
+        "the new runner computes logits indices in a Triton kernel (gpu/input_batch.py:combine_sampled_and_draft_tokens), "
+        "target and bonus indices in the rejection sampler's kernels: no host-side function computes them"),
+}
+_MOVED[f"{V1_RUNNER}:GPUModelRunner._calc_spec_decode_metadata"] = _MOVED[f"{V1_RUNNER}:GPUModelRunner._get_cumsum_and_arange"]
+
+
+def _absent_reason(rel: _Release, spec: _Spec, exc: bind.Absent) -> str:
+    """Why ``spec`` is absent: the binding's own words, and where the behaviour went when the release has the new
+    model runner but no v1 one."""
+    moved = _MOVED.get(spec.function)
+    if moved is None or rel.source.read(V1_RUNNER) is not None or rel.source.read(MRV2_RUNNER) is None:
+        return str(exc)
+    return f"v1 model runner deleted: {moved} ({exc})"
+
+
 def _probe_args(spec: _Spec) -> tuple[Any, ...]:
     fresh = {"buffers": _probe_buffers, "out": lambda: np.zeros(5, dtype=np.int32)}
     return tuple(fresh[a]() if isinstance(a, str) else a for a in spec.probe)
@@ -1114,7 +1220,7 @@ def _bind_one(rel: _Release, spec: _Spec, probe: bool = True) -> Bound:
         if probe:
             raised = bind.probe(target, *_probe_args(spec), what=f"{spec.function} as {spec.contract}")
     except bind.Absent as exc:
-        return Bound(release, spec.function, spec.contract, "absent", reason=str(exc))
+        return Bound(release, spec.function, spec.contract, "absent", reason=_absent_reason(rel, spec, exc))
     except bind.Unbindable as exc:
         return Bound(release, spec.function, spec.contract, "unbindable", reason=str(exc), assumed=spec.assumed)
     target.__name__ = spec.contract
