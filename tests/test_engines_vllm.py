@@ -269,12 +269,39 @@ def test_allow_microbatching_allows_the_realizable_decode_reader(release: Releas
 
 
 @pytest.fixture(scope="module")
-def release_0_34() -> dict[tuple[str, str], engines.Bound]:
+def release_0_34_files() -> tuple[dict[tuple[str, str], engines.Bound], dict[str, str]]:
+    """0.34.0's bindings and the texts of the files they read."""
     try:
         wheel = engines.fetch_wheel("vllm", "0.34.0")
     except engines.SourceError as exc:
         pytest.skip(f"cannot download vllm==0.34.0 from the package registry: {exc}")
-    return by_key(vllm.bindings(vllm.ReleaseSource.from_wheel(wheel), search=False))
+    source = _Recording.from_wheel(wheel)
+    source.seen = set()
+    table = by_key(vllm.bindings(source, search=False))
+    return table, {p: source.read(p) or "" for p in sorted(source.seen)}
+
+
+@pytest.fixture(scope="module")
+def release_0_34(release_0_34_files: tuple[dict[tuple[str, str], engines.Bound], dict[str, str]]
+                 ) -> dict[tuple[str, str], engines.Bound]:
+    return release_0_34_files[0]
+
+
+def test_0_34_sync_checks_the_fault_tolerance_path(release_0_34_files: tuple[dict[tuple[str, str], engines.Bound],
+                                                                             dict[str, str]], tmp_path: Path) -> None:
+    """0.34.0's sync with parallel_config.enable_fault_tolerance on and no dead rank decides as with it off; a
+    planted fault-tolerance path that drops a live rank's column is caught as an exception naming both decisions."""
+    from batchfuzz.reference.coordinate_dp import coordinate_dp
+
+    table, files = release_0_34_files
+    sync = bound_target(table[(SYNC, "coordinate_dp")])
+    args = _dp_args([3, 4], [4, 4], [0, 0], [0, 0], [3, 4], [4, 8], [0, 1])
+    assert sync(*args) == coordinate_dp(*args)
+    planted = edited(tmp_path, files, "vllm/v1/worker/gpu/dp_utils.py", "if dead_dp_ranks := get_dp_group().dead_dp_ranks:",
+                     "if dead_dp_ranks := {0}:")
+    bad = bound_target(by_key(vllm.bindings(planted, search=False))[(SYNC, "coordinate_dp")])
+    with pytest.raises(Exception, match=r"enable_fault_tolerance=True \(no rank dead\) decided .* False decided"):
+        bad(*args)
 
 
 def test_0_34_binds_the_new_runner_and_says_where_the_v1_runners_behaviour_went(
