@@ -36,7 +36,8 @@ from batchfuzz.output import write_outputs
 from batchfuzz.progress import Progress
 from batchfuzz.usage import UsageError
 
-EXIT_CODES = "Exit codes: 0 all pass, 1 a fail or an unbindable function, 2 usage error, 3 a cell incomplete."
+EXIT_CODES = ("Exit codes: 0 every checked cell passes, 1 a counterexample (a fail), 2 usage error, 3 a cell incomplete, "
+              "4 no counterexample but a cell could not be checked (unbindable, error).")
 
 
 def register(sub: Any) -> None:
