@@ -60,6 +60,7 @@ COORDINATE = "vllm/v1/worker/dp_utils.py:coordinate_batch_across_dp"
 SYNC = "vllm/v1/worker/gpu/dp_utils.py:sync_cudagraph_and_dp_padding"
 DISPATCH = "vllm/v1/worker/gpu/dp_utils.py:dispatch_cg_and_sync_dp"
 MRV2_SLICES = "vllm/v1/worker/gpu/ubatch_utils.py:create_ubatch_slices"
+COMBINE = "vllm/v1/worker/gpu/input_batch.py:combine_sampled_and_draft_tokens"
 # The release's source, its bindings by (function, contract), and the texts of the files they read.
 Release = tuple[vllm.ReleaseSource, dict[tuple[str, str], engines.Bound], dict[str, str]]
 
@@ -146,7 +147,7 @@ def test_every_binding_is_bound_in_the_reference_release(release: Release) -> No
         (SPLIT_ATTN, "slice_ubatch_metadata"), (MRV2_PREPARE, "slice_ubatch_metadata"), (REORDER, "batch_order"),
         (SPLIT, "batch_order"), (EXTENDS, "batch_order"), (THRESHOLD, "batch_order"), (CUMSUM, "spec_decode_metadata"),
         (SPEC, "spec_decode_metadata"), (COORDINATE, "coordinate_dp"), (SYNC, "coordinate_dp"),
-        (DISPATCH, "allow_microbatching"), (MRV2_SLICES, "split_ubatches")])
+        (DISPATCH, "allow_microbatching"), (MRV2_SLICES, "split_ubatches"), (COMBINE, "spec_decode_metadata")])
     for bound in table.values():
         assert bound.status == "bound", (bound.function, bound.reason)
         assert bound.release == f"vllm {RELEASE}" and bound.ref.startswith(f"vllm::{source.ref}::") and bound.detail
@@ -311,13 +312,31 @@ def test_0_34_binds_the_new_runner_and_says_where_the_v1_runners_behaviour_went(
     each v1 row is absent with where its behaviour went."""
     t = release_0_34
     for key in ((MRV2_PREPARE, "slice_ubatch_metadata"), (SYNC, "coordinate_dp"), (DISPATCH, "allow_microbatching"),
-                (MRV2_SLICES, "split_ubatches")):
+                (MRV2_SLICES, "split_ubatches"), (COMBINE, "spec_decode_metadata")):
         assert t[key].status == "bound", (key, t[key].reason)
     assert t[(SYNC, "coordinate_dp")].assumed == ("parallel_config.enable_fault_tolerance=False and =True",)
     assert "dp_sync_state=None" in t[(MRV2_PREPARE, "slice_ubatch_metadata")].assumed
     for key in ((ALLOW, "allow_microbatching"), (SPEC, "spec_decode_metadata"), (SPLIT_ATTN, "slice_ubatch_metadata")):
         assert t[key].status == "absent" and t[key].reason.startswith("v1 model runner deleted: "), t[key].reason
     assert "dispatch_cg_and_sync_dp" in t[(ALLOW, "allow_microbatching")].reason
+
+
+def test_the_new_runners_logits_kernel_meets_contract_h_and_a_planted_off_by_one_does_not(
+        release_0_34_files: tuple[dict[tuple[str, str], engines.Bound], dict[str, str]], tmp_path: Path) -> None:
+    """The new runner's Triton kernel, run by Triton's interpreter: its logits indices and the positions it
+    writes drafts to are the contract's; a kernel whose logits start one token late is caught."""
+    pytest.importorskip("triton", reason="the new runner's logits indices are a Triton kernel; Triton is not installed")
+    table, files = release_0_34_files
+    combine = bound_target(table[(COMBINE, "spec_decode_metadata")])
+    steps = (([2, 0, 1], [3, 4, 2]), ([0], [1]), ([3], [4]), ([1, 2], [5, 3]))
+    for d, q in steps:
+        assert combine(d, q) == spec_oracle.spec_decode_metadata(d, q), (d, q)
+    planted = edited(tmp_path, files, "vllm/v1/worker/gpu/input_batch.py", "logits_start = query_end - num_logits\n",
+                     "logits_start = query_end - num_logits + 1\n")
+    late = bound_target(by_key(vllm.bindings(planted, search=False))[(COMBINE, "spec_decode_metadata")])
+    contract = registry.get("spec_decode_metadata")
+    with pytest.raises(PropertyViolation):
+        contract.property("matches_oracle").check(late, Case({"num_draft_tokens": [0], "num_scheduled_tokens": [1]}))
 
 
 def test_the_new_runner_splits_the_step_the_v1_veto_exists_for(release_0_34: dict[tuple[str, str], engines.Bound]) -> None:

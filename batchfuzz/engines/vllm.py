@@ -859,6 +859,62 @@ def _bind_spec_decode_metadata(rel: _Release) -> tuple[Callable[..., Any], str]:
 
     return spec_decode_metadata, (f"{piece.label} with its _get_cumsum_and_arange, self.arange_np and scratch as the model runner "
                                   "sizes them, input_ids = positions (draft_token_ids are then the drafts' positions)")
+def _interpreted_kernel(loader: bind.Loader, piece: bind.Piece) -> Any:
+    """A Triton kernel cut out of the release, run by Triton's interpreter on CPU tensors (its ``@triton.jit`` is
+    not applied by the loader; the interpreter takes its place). Unbindable without Triton."""
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+    except ImportError as exc:
+        raise bind.Unbindable(f"{piece.label} is a Triton kernel, and Triton is not importable here: {exc}") from None
+    return InterpretedFunction(loader.load(piece))
+
+
+def _bind_mrv2_spec_logits(rel: _Release) -> _Built:
+    try:
+        import triton
+        import triton.language as tl
+    except ImportError as exc:
+        raise bind.Unbindable(f"the new runner computes logits indices in a Triton kernel; Triton is not importable: {exc}") from None
+    f = rel.loader(tl=tl, triton=triton).file(INPUT_BATCH)
+    kernel_piece = f.piece("_combine_sampled_and_draft_tokens_kernel")
+    kernel = _interpreted_kernel(rel.loader(tl=tl, triton=triton), kernel_piece)
+    scope = rel.loader(tl=tl, triton=triton, _combine_sampled_and_draft_tokens_kernel=kernel)
+    piece = scope.file(INPUT_BATCH).piece("combine_sampled_and_draft_tokens")
+    combine = scope.load(piece)
+    ours = spec_decode_metadata_numpy.calc_from()
+
+    def spec_decode_metadata(num_draft_tokens: Any, num_scheduled_tokens: Any) -> Any:
+        d_list, q_list = check_spec_args(num_draft_tokens, num_scheduled_tokens)
+        d, q = np.asarray(d_list, dtype=np.int64), np.asarray(q_list, dtype=np.int64)
+        r, total = int(d.size), int(q.sum())
+        qsl = torch.zeros(r + 1, dtype=torch.int32)
+        qsl[1:] = torch.from_numpy(np.cumsum(q).astype(np.int32))
+        cu_sampled = np.concatenate([[0], np.cumsum(d + 1)])  # the model runner's cu_num_logits (one bonus token)
+        # Draft j of request i is token id 1 + (its index among all drafts): where the kernel writes it is its position.
+        width = max(1, int(d.max()))
+        drafts = torch.zeros(r, width, dtype=torch.int32)
+        cu_draft = np.concatenate([[0], np.cumsum(d)])
+        for i in range(r):
+            drafts[i, : int(d[i])] = torch.arange(int(cu_draft[i]) + 1, int(cu_draft[i + 1]) + 1, dtype=torch.int32)
+        input_ids = torch.zeros(total, dtype=torch.int32)
+        prefill_len = torch.ones(r, dtype=torch.int32)  # every request past its prompt: seq_len = 1 + q > prefill_len
+        logits = combine(input_ids, torch.arange(r, dtype=torch.int32), torch.zeros(r, dtype=torch.int32), qsl,
+                         (prefill_len + torch.from_numpy(q.astype(np.int32))), prefill_len, drafts,
+                         torch.from_numpy(cu_sampled.astype(np.int32)), int(cu_sampled[-1]))
+        ids = bind.to_numpy(input_ids)
+        positions = [int(np.flatnonzero(ids == k)[0]) if (ids == k).any() else -1 for k in range(1, int(cu_draft[-1]) + 1)]
+        own = ours(d_list, q_list)
+        return SpecDecodeIndices(bind.to_numpy(logits).tolist(), own.target_logits_indices, own.bonus_logits_indices,
+                                 own.cu_num_draft_tokens, cu_sampled[1:].tolist(), positions)
+
+    assumed = ("num_new_sampled_tokens=1 (one bonus token)", "every request past its prompt (seq_len > prefill_len)")
+    return spec_decode_metadata, (f"{piece.label} and its {kernel_piece.label}, run by Triton's interpreter on CPU "
+                                  "tensors: logits_indices, and draft_token_positions where the kernel writes each "
+                                  "draft into input_ids; cu_num_sampled_tokens the model runner's cu_num_logits "
+                                  "(cumsum of d + 1); target and bonus indices and cu_num_draft_tokens: batchfuzz's own "
+                                  "(the new runner computes them in its rejection sampler's kernels)"), assumed
+
+
 # ---------------------------------------------------------------- data-parallel coordination (F)
 
 
@@ -1162,6 +1218,8 @@ SPECS: tuple[_Spec, ...] = (
           ([2, 0, 1], [3, 4, 2])),
     _Spec(f"{V1_RUNNER}:GPUModelRunner._calc_spec_decode_metadata", "spec_decode_metadata", _bind_spec_decode_metadata,
           ([2, 0, 1], [3, 4, 2])),
+    _Spec(f"{INPUT_BATCH}:combine_sampled_and_draft_tokens", "spec_decode_metadata", _bind_mrv2_spec_logits,
+          ([2, 0, 1], [3, 4, 2])),
     _Spec(f"{DP_UTILS}:coordinate_batch_across_dp", "coordinate_dp", _bind_dp(f"{DP_UTILS}:coordinate_batch_across_dp"),
           ([3, 4], [4, 4], [1, 1], [1, 1], [0, 0], [3, 4], 2, (2, 2), [2, 4, 8], None)),
     _Spec(f"{MRV2_DP_UTILS}:sync_cudagraph_and_dp_padding", "coordinate_dp",
@@ -1184,8 +1242,8 @@ _MOVED: dict[str, str] = {
     f"{ATTN_UTILS}:reorder_batch_to_split_decodes_and_prefills": (
         "the new runner does not reorder its input batch, and the v1 runner that called this is gone"),
     f"{V1_RUNNER}:GPUModelRunner._get_cumsum_and_arange": (
-        "the new runner computes logits indices in a Triton kernel (gpu/input_batch.py:combine_sampled_and_draft_tokens), "
-        "target and bonus indices in the rejection sampler's kernels: no host-side function computes them"),
+        "the new runner computes logits indices in a Triton kernel (gpu/input_batch.py:combine_sampled_and_draft_tokens, "
+        "its row), target and bonus indices in the rejection sampler's kernels"),
 }
 _MOVED[f"{V1_RUNNER}:GPUModelRunner._calc_spec_decode_metadata"] = _MOVED[f"{V1_RUNNER}:GPUModelRunner._get_cumsum_and_arange"]
 
