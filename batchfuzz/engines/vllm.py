@@ -869,6 +869,17 @@ def _interpreted_kernel(loader: bind.Loader, piece: bind.Piece) -> Any:
     return InterpretedFunction(loader.load(piece))
 
 
+# Triton's interpreter runs the kernel's programs (one per request) one after another in Python: milliseconds each
+# on an idle machine, so a step of hundreds of requests could outlast the per-call timeout, a timeout that would be
+# the interpreter's, not the engine's. The binding is checked on steps of at most this many requests.
+_INTERPRETED_MAX_REQS = 16
+
+
+def _interpretable_step(num_draft_tokens: Any, num_scheduled_tokens: Any) -> bool:
+    """A step small enough for the interpreted kernel (``_INTERPRETED_MAX_REQS``)."""
+    return len(num_draft_tokens) <= _INTERPRETED_MAX_REQS
+
+
 def _bind_mrv2_spec_logits(rel: _Release) -> _Built:
     try:
         import triton
@@ -907,12 +918,14 @@ def _bind_mrv2_spec_logits(rel: _Release) -> _Built:
         return SpecDecodeIndices(bind.to_numpy(logits).tolist(), own.target_logits_indices, own.bonus_logits_indices,
                                  own.cu_num_draft_tokens, cu_sampled[1:].tolist(), positions)
 
-    assumed = ("num_new_sampled_tokens=1 (one bonus token)", "every request past its prompt (seq_len > prefill_len)")
-    return spec_decode_metadata, (f"{piece.label} and its {kernel_piece.label}, run by Triton's interpreter on CPU "
-                                  "tensors: logits_indices, and draft_token_positions where the kernel writes each "
-                                  "draft into input_ids; cu_num_sampled_tokens the model runner's cu_num_logits "
-                                  "(cumsum of d + 1); target and bonus indices and cu_num_draft_tokens: batchfuzz's own "
-                                  "(the new runner computes them in its rejection sampler's kernels)"), assumed
+    assumed = ("num_new_sampled_tokens=1 (one bonus token)", "every request past its prompt (seq_len > prefill_len)",
+               f"steps of at most {_INTERPRETED_MAX_REQS} requests (Triton's interpreter is slow)")
+    target = assumes(_interpretable_step)(spec_decode_metadata)
+    return target, (f"{piece.label} and its {kernel_piece.label}, run by Triton's interpreter on CPU tensors: "
+                    "logits_indices, and draft_token_positions where the kernel writes each draft into input_ids; "
+                    "cu_num_sampled_tokens the model runner's cu_num_logits (cumsum of d + 1); target and bonus indices "
+                    "and cu_num_draft_tokens: batchfuzz's own (the new runner computes them in its rejection sampler's "
+                    "kernels)"), assumed
 
 
 # ---------------------------------------------------------------- data-parallel coordination (F)
