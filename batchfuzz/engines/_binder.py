@@ -133,6 +133,7 @@ def isolated_bindings(engine: Any, source: ReleaseSource, *, search: bool = True
     keys: list[tuple[str, str]] | None = None
     start = 0
     while keys is None or start < len(keys):
+        began = start
         worker = _Worker(engine, source, search, start)
         stage: tuple[Any, ...] = ("plan",)
         while True:
@@ -153,8 +154,11 @@ def isolated_bindings(engine: Any, source: ReleaseSource, *, search: bool = True
             raise SourceError(f"the worker binding {source!r} ended before it listed the bindings ({ended})")
         if message is not None:  # "end": every binding made
             break
-        rows.append(_lost(engine, source, keys[start], stage, ended, timeout_s))
-        start += 1
+        if stage[0] in ("begin", "probe"):  # it ended inside a binding: that row says so, the next worker goes on
+            rows.append(_lost(engine, source, keys[start], stage, ended, timeout_s))
+            start += 1
+        elif start == began:  # it ended between bindings without making one: no progress to build on
+            raise SourceError(f"the worker binding {source!r} ended between bindings ({ended})")
     return rows
 
 
