@@ -229,12 +229,20 @@ ENGINE_FILENAME_PREFIX = "<source "  # the file name cut-out code is compiled un
 _HARNESS_DIR = str(Path(__file__).resolve().parents[1])  # batchfuzz's own code: adapters and stand-ins
 
 
+# An index of the wrong rank says the engine expects another shape than the binding gave (a layout that does not
+# fit); an index of the right rank out of range is the engine's own (an off-by-one).
+_RANK_MISMATCH = ("too many indices", "dimension")
+
+
 def raised_in_engine(exc: BaseException) -> bool:
     """Whether ``exc`` was raised by the engine's own lines: the innermost
     frame that is engine or batchfuzz code is an engine line (numpy and
     torch frames below it count as the engine's call), and the exception is
-    not one that says a stand-in or an argument does not fit (``_MISFITS``)."""
+    not one that says a stand-in or an argument does not fit (``_MISFITS``,
+    or an ``IndexError`` of an index of the wrong rank: ``_RANK_MISMATCH``)."""
     if isinstance(exc, _MISFITS):
+        return False
+    if isinstance(exc, IndexError) and any(m in str(exc) for m in _RANK_MISMATCH):
         return False
     tb, last = exc.__traceback__, None
     while tb is not None:
