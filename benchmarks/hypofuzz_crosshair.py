@@ -219,7 +219,8 @@ def markdown(results: list[Result], tools: tuple[str, ...], cap_s: float) -> str
     return "\n".join(out)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The command line (tests/test_hypothesis_tests.py parses the one docs/hypofuzz-crosshair.md shows)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--contract", action="append", help="a contract name or section letter (repeatable; default A, C, D)")
     p.add_argument("--variant", action="append", help="only these variants (repeatable)")
@@ -228,6 +229,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", help="write every run here")
     p.add_argument("--markdown", help="write the table here")
     p.add_argument("--one", nargs=3, metavar=("TOOL", "CONTRACT", "VARIANT"), help=argparse.SUPPRESS)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser()
     a = p.parse_args(argv)
     if a.cap <= 0:
         p.error(f"--cap must be a positive number of seconds, got {a.cap:g}")
@@ -236,20 +242,35 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from batchfuzz import registry
 
+    try:
+        contracts = registry.select(a.contract or DEFAULT_CONTRACTS)
+    except registry.UnknownName as exc:
+        p.error(f"--contract: {exc}")
+    items = [(c, v) for c in contracts for v in c.variants if not a.variant or v.name in a.variant]
+    unknown = sorted(set(a.variant or ()) - {v.name for _, v in items})
+    if unknown:
+        p.error(f"--variant {', '.join(unknown)}: no such variant of {', '.join(c.name for c in contracts)}")
     tools = tuple(a.tool or TOOLS)
     results = []
-    for c in registry.select(a.contract or DEFAULT_CONTRACTS):
-        for v in c.variants:
-            if a.variant and v.name not in a.variant:
-                continue
-            for tool in tools:
-                r = run_hypofuzz(c.name, v.name, a.cap) if tool == "hypofuzz" else run_hunt(c.name, v.name, tool, a.cap)
-                print(f"{c.name} {v.name} {tool}: {_cell(r)} (wall {r.wall_s:.1f} s, load {r.load}) {r.note}", flush=True)
-                results.append(r)
+    for c, v in items:
+        for tool in tools:
+            r = run_hypofuzz(c.name, v.name, a.cap) if tool == "hypofuzz" else run_hunt(c.name, v.name, tool, a.cap)
+            print(f"{c.name} {v.name} {tool}: {_cell(r)} (wall {r.wall_s:.1f} s, load {r.load}) {r.note}", flush=True)
+            results.append(r)
     table = markdown(results, tools, a.cap)
     print(table)
     if a.json:
-        Path(a.json).write_text(json.dumps({"cap_s": a.cap, "cpus": os.cpu_count(), "runs": [asdict(r) for r in results]}, indent=1))
+        from importlib.metadata import PackageNotFoundError, version
+
+        def _version(dist: str) -> str | None:
+            try:
+                return version(dist)
+            except PackageNotFoundError:
+                return None
+
+        versions = {d: _version(d) for d in ("hypothesis", "hypofuzz", "hypothesis-crosshair", "crosshair-tool")}
+        Path(a.json).write_text(json.dumps({"cap_s": a.cap, "cpus": os.cpu_count(), "versions": versions,
+                                            "runs": [asdict(r) for r in results]}, indent=1))
     if a.markdown:
         Path(a.markdown).write_text(table + "\n")
     return 0
