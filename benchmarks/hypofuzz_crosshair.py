@@ -47,6 +47,7 @@ DEFAULT_CAP_S = 30.0
 SHRINK_S = 30.0  # a found case's shrink, past the cap
 START_S = 120.0  # HypoFuzz's start (collection in the hub, then in its worker), before the cap counts
 POLL_S = 0.2
+REPORT_WAIT_S = 5.0  # after HypoFuzz saved a failure: for the report that ends its search, saved in the background
 TARGET_MODULE = "benchmarks/hypofuzz_target.py"
 
 
@@ -140,8 +141,9 @@ def _database_key(contract: str, variant: str) -> bytes:
 
 @dataclass
 class _Progress:
-    """What HypoFuzz's database says of one test: a failure saved, and its
-    last progress report's inputs and seconds of fuzzing (None: no report yet)."""
+    """What HypoFuzz's database says of one test: a failure saved, and the
+    inputs and seconds of fuzzing of its last progress report from the
+    search (not the shrink; None: no such report yet)."""
 
     failed: bool
     inputs: int
@@ -149,19 +151,34 @@ class _Progress:
 
 
 def _hypofuzz_progress(db_dir: str, key: bytes) -> _Progress:
-    from hypofuzz.database import FailureState, HypofuzzDatabase
+    from hypofuzz.database import FailureState, HypofuzzDatabase, Phase
     from hypothesis.database import DirectoryBasedExampleDatabase
 
     db = HypofuzzDatabase(DirectoryBasedExampleDatabase(db_dir))
     failed = any(any(True for _ in db.failures(state=s).fetch(key)) for s in (FailureState.UNSHRUNK, FailureState.SHRUNK))
-    last = max(db.reports.fetch(key), key=lambda r: r.elapsed_time, default=None)
+    # A report is saved as a phase ends: the one that ends the search (its phase
+    # generate or replay) counts the inputs up to the failure.
+    searching = [r for r in db.reports.fetch(key) if r.phase in (Phase.GENERATE, Phase.REPLAY)]
+    last = max(searching, key=lambda r: r.elapsed_time, default=None)
     return _Progress(failed, sum(last.status_counts.values()) if last else 0, last.elapsed_time if last else None)
+
+
+def _shrinking(db_dir: str, key: bytes) -> bool:
+    """Whether HypoFuzz has left its search for the shrink (a report of a later phase is saved)."""
+    from hypofuzz.database import HypofuzzDatabase, Phase
+    from hypothesis.database import DirectoryBasedExampleDatabase
+
+    return any(r.phase in (Phase.SHRINK, Phase.FAILED) for r in HypofuzzDatabase(DirectoryBasedExampleDatabase(db_dir)).reports.fetch(key))
 
 
 def _watch(proc: subprocess.Popen[bytes], db_dir: str, key: bytes, start: float, cap_s: float) -> _Progress:
     """Poll HypoFuzz's database until a failure is saved, the process ends,
     or the cap passes (counted from its first progress report: its worker
-    has collected the test and started; START_S before that); what it said then."""
+    has collected the test and started; START_S before that). After a
+    failure, up to REPORT_WAIT_S more for the report that ends its search
+    (saved as its shrink starts, in the background; HypoFuzz 25.11.1 saves
+    no later one: its worker fails after the shrink, docs/hypofuzz-crosshair.md).
+    What it says then."""
     fuzzing = None
     progress = _hypofuzz_progress(db_dir, key)
     while proc.poll() is None and not progress.failed:
@@ -172,7 +189,12 @@ def _watch(proc: subprocess.Popen[bytes], db_dir: str, key: bytes, start: float,
             break
         time.sleep(POLL_S)
         progress = _hypofuzz_progress(db_dir, key)
-    return progress
+    found, seen = time.time(), progress.fuzzed_s
+    while progress.failed and proc.poll() is None and not _shrinking(db_dir, key) and time.time() < found + REPORT_WAIT_S:
+        time.sleep(POLL_S)
+        if _hypofuzz_progress(db_dir, key).fuzzed_s != seen:
+            break
+    return _hypofuzz_progress(db_dir, key)
 
 
 def run_hypofuzz(contract: str, variant: str, cap_s: float) -> Result:
@@ -191,7 +213,7 @@ def run_hypofuzz(contract: str, variant: str, cap_s: float) -> Result:
         log.seek(0)
         text = log.read().decode(errors="replace")
     wall = time.time() - start
-    note = f"{progress.inputs} inputs in {progress.fuzzed_s or 0:.2f} s of fuzzing (its last report)"
+    note = f"{progress.inputs} inputs in {progress.fuzzed_s or 0:.2f} s of fuzzing (its report as the search ended)"
     if progress.fuzzed_s is None:
         note = "never started fuzzing: " + text.strip()[-300:]
     return Result(contract, variant, "hypofuzz", progress.failed, progress.fuzzed_s if progress.failed else None,
