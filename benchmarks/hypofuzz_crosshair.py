@@ -94,10 +94,17 @@ def hunt_one(contract: str, variant: str, tool: str, cap_s: float) -> dict[str, 
         r = runner.hunt(c, v.fn, c.property(v.caught_by[0]), target_name=f"variant:{variant}", run_settings=rs,
                         generate_until=start + cap_s, deadline=start + cap_s + SHRINK_S, labels=False)
     f = r.failure
+    case, note = "", "" if f is None or f.complete else "shrink cut short"
+    if f is not None:
+        try:
+            case = catalogue.compact_args(f.case.args)
+        except BaseException as exc:  # CrossHair's errors are BaseExceptions: a value used outside its path
+            if isinstance(exc, KeyboardInterrupt | SystemExit):
+                raise
+            note = f"the reported case holds a symbolic value: printing it raised {type(exc).__name__}: {str(exc)[:100]}"
     return {"found": f is not None, "examples_to_find": r.first_failure_example,
             "seconds_to_find": None if r.first_failure_time is None else r.first_failure_time - start,
-            "examples": r.examples, "case": catalogue.compact_args(f.case.args) if f else "",
-            "note": "" if f is None or f.complete else "shrink cut short"}
+            "examples": r.examples, "case": case, "note": note}
 
 
 def _load() -> float:
