@@ -70,8 +70,9 @@ def make_test(contract: str | Contract, prop: str | Property, target: str | Call
               domain: str | None = None, settings: Settings | None = None) -> Callable[[], None]:
     """One Hypothesis test: ``prop`` of ``contract`` on ``target``, on cases of
     ``domain`` (default: the one the target declares, else ``spec``). Named
-    :func:`name_of_test`; its example-database key is its own (contract, domain,
-    target, property), as ``runner.hunt``'s is."""
+    :func:`name_of_test`. Its example-database key is its own (contract,
+    domain, target, property), as ``runner.hunt``'s is; under pytest,
+    Hypothesis's plug-in (and HypoFuzz) key it by the test's node id instead."""
     import batchfuzz._preload  # noqa: F401  (torch and the registry now, not in the first example)
 
     c = registry.get(contract) if isinstance(contract, str) else contract

@@ -155,6 +155,8 @@ def test_the_page_shows_these_files_and_commands() -> None:
         "python -m pytest -q -p no:cacheprovider --hypothesis-profile=crosshair test_contracts_fuzz.py -k 'mysplit and max_is_ceil'",
         "hypothesis fuzz --no-dashboard -n 1 -- -p no:cacheprovider test_contracts_fuzz.py -k 'mysplit and max_is_ceil'",
         "PYTHONPATH=$PWD python3 benchmarks/hypofuzz_crosshair.py --cap 30 --json hypofuzz-crosshair.json",
+        "PYTHONPATH=$PWD python3 benchmarks/hypofuzz_crosshair.py --contract A --variant ceil_then_trim_last "
+        "--variant uneven_spread --tool crosshair --cap 30",
     ]
 
 
@@ -191,14 +193,19 @@ def test_the_pages_hypofuzz_command_ends_on_the_failure(tmp_path: Path) -> None:
     assert "Found a failing input for every test!" in run.stderr, run.stdout + run.stderr
 
 
-def test_the_pages_benchmark_command_parses() -> None:
+def test_the_pages_benchmark_commands_parse() -> None:
     """The benchmark (run once for the page's figures; minutes) is only parsed here."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
         import hypofuzz_crosshair
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
-    argv = shlex.split(_page_commands()[3])
-    assert argv[:2] == ["PYTHONPATH=$PWD", "python3"] and argv[2] == "benchmarks/hypofuzz_crosshair.py"
-    a = hypofuzz_crosshair.parser().parse_args(argv[3:])
-    assert (a.cap, a.json, a.tool, a.contract) == (30.0, "hypofuzz-crosshair.json", None, None)
+    parsed = []
+    for command in _page_commands()[3:]:
+        argv = shlex.split(command)
+        assert argv[:3] == ["PYTHONPATH=$PWD", "python3", "benchmarks/hypofuzz_crosshair.py"]
+        parsed.append(hypofuzz_crosshair.parser().parse_args(argv[3:]))
+    assert [(a.cap, a.json, a.tool, a.contract, a.variant) for a in parsed] == [
+        (30.0, "hypofuzz-crosshair.json", None, None, None),
+        (30.0, None, ["crosshair"], ["A"], ["ceil_then_trim_last", "uneven_spread"]),
+    ]
