@@ -210,7 +210,7 @@ class Bound:
 ENGINES_ENV_VAR = "BATCHFUZZ_ENGINES"
 ENTRY_POINT_GROUP = "batchfuzz.engines"
 # Modules of this package that are the harness, not an engine.
-_HARNESS_MODULES = frozenset({"matrix", "split_search"})
+_HARNESS_MODULES = frozenset({"matrix", "split_search", "locate", "follow"})
 
 
 class UnknownEngine(LookupError):
