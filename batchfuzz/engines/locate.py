@@ -12,8 +12,8 @@ structure rule of ``split_search``), the binding used and its status.
 release: the function's definition in the older release looked up in the
 newer one, by name, then by structure, then by vocabulary (the distinctive
 names its code uses), and classified ``unchanged``, ``changed``,
-``signature``, ``moved``, ``renamed``, ``removed``, ``added`` or
-``newly bound``; a removed function names the newer release's functions its
+``signature``, ``moved``, ``renamed``, ``removed``, ``added``, ``newly
+bound`` or ``absent`` (in neither); a removed function names the newer release's functions its
 behaviour most likely went to, with the share of its distinctive names
 each holds.
 """
@@ -280,7 +280,7 @@ class _Fate:
     went: tuple[Candidate, ...] = ()
 
 
-CHANGES = ("unchanged", "changed", "signature", "moved", "renamed", "removed", "added", "newly bound")
+CHANGES = ("unchanged", "changed", "signature", "moved", "renamed", "removed", "added", "newly bound", "absent")
 
 
 def _weights(defs: Iterable[Definition]) -> dict[str, float]:
@@ -411,15 +411,20 @@ def drift(engine: Any, older: ReleaseSource, newer: ReleaseSource, keep: Callabl
         function, contract = key
         cell = (function, contract, old_status.get(key, ""), new_status.get(key, ""))
         d = old_files.find(function)
-        if d is None:  # not defined in the older release: the newer one's
-            change = "newly bound" if key in old_status else "added"
-            out.append(Drift(*cell, change=change, now=_now(new_files, function),
-                             detail="" if key in old_status else f"not bound in {older.version}"))
+        if d is None:  # a function the older release does not define
+            now = _now(new_files, function)
+            change, detail = ("added", f"not in {older.version}") if now else ("absent", "in neither release")
+            out.append(Drift(*cell, change=change, now=now, detail=detail))
             continue
         if d.function not in memo:
             memo[d.function] = follow(d, new_files, old_files)
         f = memo[d.function]
-        out.append(Drift(*cell, change=f.change, now=f.now, detail=f.detail, went=f.went))
+        if key in old_status:
+            out.append(Drift(*cell, change=f.change, now=f.now, detail=f.detail, went=f.went))
+        else:  # defined before, bound only now
+            detail = f"defined in {older.version}, not bound there; since: {f.change}"
+            out.append(Drift(*cell, change="newly bound", now=f.now, detail="; ".join(filter(None, (detail, f.detail))),
+                             went=f.went))
     return out
 
 
