@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from batchfuzz import engines
-from batchfuzz.engines import follow, locate, vllm
+from batchfuzz.engines import follow, locate, matrix, vllm
 
 OLD = {
     "pkg/runner.py": '''
@@ -273,3 +273,88 @@ def test_where_and_drift_run_no_cell_and_refuse_one_release(index: Path, tmp_pat
     assert {d["change"] for d in data["drift"]} == {"removed", "absent"}
     assert {r["release"] for r in data["where"]} == {"0.90.0", "0.91.0"}
     assert len(data["where"]) == 2 * len(vllm.SPECS)  # no split copy in these trees
+
+
+# ---------------------------------------------------------------- the documented command lines, as written
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+def _doc_commands(doc: str, prefix: str = "batchfuzz ") -> list[str]:
+    """The ``batchfuzz`` lines of a doc's bash blocks."""
+    text = (DOCS / doc).read_text()
+    blocks = text.split("```bash\n")[1:]
+    return [ln for b in blocks for ln in b.split("```", 1)[0].splitlines() if ln.startswith(prefix)]
+
+
+def _wheel_or_skip(version: str) -> Path:
+    try:
+        return engines.fetch_wheel("vllm", version)
+    except engines.SourceError as exc:
+        pytest.skip(f"cannot download vllm=={version} from the package registry: {exc}")
+
+
+def _tables(text: str) -> str:
+    """A generated file without its timing line."""
+    return "\n".join(ln for ln in text.splitlines() if not ln.startswith("Made in "))
+
+
+def test_the_committed_tables_are_what_the_documented_commands_make(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/where-it-lives.md's commands, run as written (in a folder of their own), give the committed files."""
+    import shlex
+
+    from batchfuzz.cli import main
+
+    lines = [ln for ln in _doc_commands("where-it-lives.md") if "--markdown docs/" in ln]
+    assert len(lines) == 2, lines
+    for version in ("0.33.0", "0.34.0"):
+        _wheel_or_skip(version)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "docs").mkdir()
+    for line in lines:
+        argv = shlex.split(line)
+        assert main(argv[1:]) == 0, line
+        written = argv[argv.index("--markdown") + 1]
+        assert _tables((tmp_path / written).read_text()) == _tables((DOCS.parent / written).read_text()), (
+            f"{written} is not what `{line}` makes now: run it again and commit the result")
+    capsys.readouterr()
+
+
+def test_the_ci_workflow_runs_as_written_in_a_checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/engine-ci.md's workflow: its batchfuzz lines, exactly as written, in a checkout holding the newest
+    published release's ubatch_utils.py with maybe_create_ubatch_slices renamed (its pip lines are not run)."""
+    import shlex
+
+    yaml = pytest.importorskip("yaml")
+    from batchfuzz.cli import main
+
+    text = (DOCS / "engine-ci.md").read_text()
+    workflow = yaml.safe_load(text.split("```yaml\n", 1)[1].split("```", 1)[0])
+    runs = [s["run"] for s in workflow["jobs"]["batchfuzz"]["steps"] if "run" in s]
+    assert [r for r in runs if not r.startswith("batchfuzz ")] == [
+        "python -m pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu\n"
+        "python -m pip install batchfuzz\n"]
+    base = follow.baseline("unknown", vllm.RELEASES)
+    assert base is not None
+    with zipfile.ZipFile(_wheel_or_skip(base)) as z:
+        ubatch = z.read("vllm/v1/worker/ubatch_utils.py").decode()
+    checkout = tmp_path / "checkout"
+    (checkout / "vllm" / "v1" / "worker").mkdir(parents=True)
+    assert ubatch.count("def maybe_create_ubatch_slices(") == 1
+    (checkout / "vllm" / "v1" / "worker" / "ubatch_utils.py").write_text(
+        ubatch.replace("def maybe_create_ubatch_slices(", "def maybe_create_ubatch_slices_renamed("))
+    monkeypatch.chdir(checkout)
+    codes = [main(shlex.split(run)[1:]) for run in runs if run.startswith("batchfuzz ")]
+    said = capsys.readouterr().out
+    rows = json.loads((checkout / "batchfuzz-matrix.json").read_text())["rows"]
+    # The matrix's own exit code: this partial checkout lacks the files some bindings also read.
+    assert codes == [0, matrix.exit_code([matrix.Cell(**r) for r in rows])], codes
+    assert f"vllm unknown was never seen: its drift against {base}" in said
+    renamed = ("| `vllm/v1/worker/ubatch_utils.py:maybe_create_ubatch_slices` | split_ubatches | bound | absent | renamed | "
+               "`vllm/v1/worker/ubatch_utils.py:maybe_create_ubatch_slices_renamed` |")
+    assert renamed in said
+    where = (checkout / "batchfuzz-where.md").read_text()
+    assert "| split_ubatches | `vllm/v1/worker/ubatch_utils.py` | `maybe_create_ubatch_slices` | - | by name |" in where
+    assert rows and {r["release"] for r in rows} == {"unknown"}

@@ -136,7 +136,7 @@ def after(engine: Any, args: argparse.Namespace, sources: Sequence[Any]) -> None
     """``--follow``: the released versions the matrix ran, recorded as seen (not a source checkout's)."""
     from batchfuzz.engines import follow
 
-    if following(args):
-        released = [s.version for s in sources if s.ref.startswith(("wheel:", "installed:"))]
+    released = [s.version for s in sources if s.ref.startswith(("wheel:", "installed:"))]
+    if following(args) and released:
         path = follow.record(engine.ENGINE, released)
-        print(f"recorded as seen in {path}: {', '.join(released) or 'none'}")
+        print(f"recorded as seen in {path}: {', '.join(released)}")

@@ -14,7 +14,10 @@ engine|model``, contracts D and E on the domain that step source feeds,
 ``fail`` (property and shrunk counterexample), ``absent``, ``unbindable``
 (with the reason), ``incomplete`` or ``error`` (``batchfuzz.engines.matrix``).
 Nothing of the engine is imported or installed: the functions are cut out of
-the release's source text.
+the release's source text. ``--where``, ``--drift``, ``--latest``,
+``--follow`` and ``--profile nightly`` (``batchfuzz.commands._follow``;
+docs/where-it-lives.md) say where the bindings live and how they drifted,
+and follow the newest releases.
 
 Exit codes: 0 every bound cell passed; 1 a cell failed, or a function is
 unbindable or could not be run; 2 a usage error (an unknown engine, a release
