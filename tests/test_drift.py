@@ -321,6 +321,28 @@ def test_the_committed_tables_are_what_the_documented_commands_make(tmp_path: Pa
     capsys.readouterr()
 
 
+def test_the_documented_nightly_line_follows_the_index(index: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/where-it-lives.md's nightly line, as written, on the folder index: the two newest releases, the new one's
+    drift first, both recorded; every batchfuzz line of that doc is run by this test or the one above."""
+    import shlex
+
+    from batchfuzz.cli import main
+
+    lines = _doc_commands("where-it-lives.md")
+    (line,) = [ln for ln in lines if "--profile nightly" in ln]
+    assert len(lines) == 3 and sum("--markdown docs/" in ln for ln in lines) == 2, lines
+    follow.record("vllm", ["0.90.0"])
+    monkeypatch.chdir(tmp_path)
+    assert main(shlex.split(line)[1:]) == 0
+    said = capsys.readouterr().out
+    assert "on the package index: 0.90.0, 0.91.0" in said and "vllm 0.91.0 was never seen: its drift against 0.90.0" in said
+    assert "vllm 0.90.0 was never seen" not in said
+    written = json.loads((tmp_path / "vllm-nightly.json").read_text())
+    assert {r["release"] for r in written["rows"]} == {"0.90.0", "0.91.0"} and written["seed"] == 7
+    assert {"0.90.0", "0.91.0"} <= follow.seen("vllm")
+
+
 def test_the_ci_workflow_runs_as_written_in_a_checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     """docs/engine-ci.md's workflow: its batchfuzz lines, exactly as written, in a checkout holding the newest

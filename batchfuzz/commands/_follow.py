@@ -33,8 +33,8 @@ def add_options(p: argparse.ArgumentParser) -> None:
                         "its function moved, was renamed, changed its signature or was removed, and where a removed one's "
                         "behaviour went; run no cell; --markdown/--json write it")
     p.add_argument("--latest", type=positive_int, default=None, metavar="N",
-                   help="also the N newest final releases on pip's configured package index (pip index versions); an index "
-                        "that cannot be reached is said, and the run goes on without them")
+                   help="also the N newest final releases on pip's configured package index (pip index versions), and "
+                        "--follow; an index that cannot be reached is said, and the run goes on without them")
     p.add_argument("--follow", action="store_true",
                    help="before the matrix, a drift report for each release never seen before (against the newest release "
                         "seen before it; a --source checkout always); after it, the releases run are recorded as seen "
