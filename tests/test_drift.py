@@ -111,6 +111,18 @@ class FakeEngine:
         return out
 
 
+@dataclass(frozen=True)
+class _Assuming:
+    """A binding that says which configuration values it gave the code (as a Bound may)."""
+
+    release: str
+    function: str
+    contract: str
+    status: str
+    reason: str = ""
+    assumed: tuple[str, ...] = ()
+
+
 class _Tree(engines.ReleaseSource):
     distribution = "pkg"
     package = "pkg"
@@ -168,6 +180,11 @@ def test_the_table_says_where_each_binding_lives_and_how_it_was_found(tmp_path: 
     assert (by["vanished"].status, by["vanished"].lines) == ("absent", "")
     text = locate.where_markdown(rows, "fake 1.1.0")
     assert "| slice_ubatch_metadata | `pkg/runner.py` | `Runner.prepare` | 8-9 | by name |" in text
+    assuming = _Assuming("fake 1.1.0", "pkg/runner.py:Runner.decide", "allow_microbatching", "unbindable", "why",
+                         ("config.enable_fault_tolerance=False",))
+    (row,) = locate.where(FakeEngine, tree(tmp_path / "c", NEW, "1.1.0"), bound=[assuming])  # type: ignore[list-item]
+    assert row.assumed == ("config.enable_fault_tolerance=False",)
+    assert "| unbindable: why (assumed: config.enable_fault_tolerance=False) |" in locate.where_markdown([row], "t")
 
 
 def test_versions_order_and_the_baseline_is_the_newest_seen_before() -> None:

@@ -200,6 +200,7 @@ class Location:
     reason: str = ""
     lines: str = ""  # "first-last" of the definition in this release, "" when it is not there
     signature: str = ""
+    assumed: tuple[str, ...] = ()  # the configuration values the binding gave the code (a Bound's ``assumed``)
 
 
 def bindings(engine: Any, source: ReleaseSource, keep: Callable[[Bound], bool] = lambda b: True) -> list[Bound]:
@@ -236,7 +237,7 @@ def where(engine: Any, source: ReleaseSource, keep: Callable[[Bound], bool] = la
         out.append(Location(release=source.version, contract=b.contract, function=b.function, path=path,
                             qualname=qual.split("#", 1)[0], found=found, binding=binding, status=b.status,
                             reason=_first_line(b.reason), lines="{}-{}".format(*d.lines()) if d else "",
-                            signature=d.signature() if d else ""))
+                            signature=d.signature() if d else "", assumed=tuple(getattr(b, "assumed", ()))))
     return out
 
 
@@ -446,6 +447,8 @@ def where_markdown(locations: Sequence[Location], title: str) -> str:
            "|---|---|---|---|---|---|---|"]
     for loc in locations:
         status = loc.status + (f": {loc.reason}" if loc.reason else "")
+        if loc.assumed:
+            status += " (assumed: " + "; ".join(loc.assumed) + ")"
         qual = loc.function.partition(":")[2]
         out.append(f"| {loc.contract} | `{loc.path}` | `{_cell(qual)}` | {loc.lines or '-'} | {_cell(loc.found)} | "
                    f"`{loc.binding}` | {_cell(status)} |")
