@@ -170,6 +170,10 @@ def test_a_function_in_another_file_under_its_name_has_moved(tmp_path: Path) -> 
     d = next(x for x in locate.drift(FakeEngine, older, newer) if x.function.endswith("helper_count"))
     assert (d.change, d.now) == ("moved", "pkg/other.py:Runner.helper_count"), d
     assert "the same qualified name in another file" in d.detail
+    # A method of the same name in another class, with other code, is no move (locate.MOVE_SHARE).
+    unrelated = {**NEW, "pkg/other.py": "class Player:\n    def vanished(self, path):\n        return open(path).read()\n"}
+    d = next(x for x in locate.drift(FakeEngine, older, tree(tmp_path / "c", unrelated, "1.1.0")) if x.function.endswith("vanished"))
+    assert (d.change, d.now) == ("removed", ""), d
 
 
 def test_the_table_says_where_each_binding_lives_and_how_it_was_found(tmp_path: Path) -> None:
@@ -304,11 +308,11 @@ def _doc_commands(doc: str, prefix: str = "batchfuzz ") -> list[str]:
     return [ln for b in blocks for ln in b.split("```", 1)[0].splitlines() if ln.startswith(prefix)]
 
 
-def _wheel_or_skip(version: str) -> Path:
+def _wheel_or_skip(version: str, distribution: str = "vllm") -> Path:
     try:
-        return engines.fetch_wheel("vllm", version)
+        return engines.fetch_wheel(distribution, version)
     except engines.SourceError as exc:
-        pytest.skip(f"cannot download vllm=={version} from the package registry: {exc}")
+        pytest.skip(f"cannot download {distribution}=={version} from the package registry: {exc}")
 
 
 def _tables(text: str) -> str:
@@ -324,9 +328,11 @@ def test_the_committed_tables_are_what_the_documented_commands_make(tmp_path: Pa
     from batchfuzz.cli import main
 
     lines = [ln for ln in _doc_commands("where-it-lives.md") if "--markdown docs/" in ln]
-    assert len(lines) == 2, lines
-    for version in ("0.33.0", "0.34.0"):
-        _wheel_or_skip(version)
+    assert len(lines) == 3, lines
+    for line in lines:
+        argv = shlex.split(line)
+        for i in (i for i, a in enumerate(argv) if a == "--release"):
+            _wheel_or_skip(argv[i + 1], "sglang" if "sglang" in argv else "vllm")
     monkeypatch.chdir(tmp_path)
     (tmp_path / "docs").mkdir()
     for line in lines:
@@ -348,7 +354,7 @@ def test_the_documented_nightly_line_follows_the_index(index: Path, tmp_path: Pa
 
     lines = _doc_commands("where-it-lives.md")
     (line,) = [ln for ln in lines if "--profile nightly" in ln]
-    assert len(lines) == 3 and sum("--markdown docs/" in ln for ln in lines) == 2, lines
+    assert len(lines) == 4 and sum("--markdown docs/" in ln for ln in lines) == 3, lines
     follow.record("vllm", ["0.90.0"])
     monkeypatch.chdir(tmp_path)
     assert main(shlex.split(line)[1:]) == 0

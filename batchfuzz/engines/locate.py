@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import ast
 import builtins
+import dataclasses
+import functools
 import inspect
 import math
 import re
@@ -34,6 +36,9 @@ from batchfuzz.engines import Bound, ReleaseSource, split_search
 # Similarity (weighted Dice over distinctive names) from which a function of
 # the same file or class under a new name counts as the old one renamed.
 RENAME_SIMILARITY = 0.6
+# The share of its distinctive names a function of the same name in another
+# class must hold to count as the old one moved there.
+MOVE_SHARE = 0.5
 # Containment (the weighted share of a removed function's distinctive names a
 # newer function uses) from which that function is named as where the
 # behaviour may have gone (at most CANDIDATES of them, best first).
@@ -216,12 +221,14 @@ def _builder(engine: Any, bound: Bound) -> tuple[str, str]:
                 f"{split_search.__name__}.bind_site")
     spec = next((s for s in engine.SPECS if s.function == bound.function and s.contract == bound.contract), None)
     build = getattr(spec, "build", None)
+    while isinstance(build, functools.partial):  # a builder given its path: the function it calls
+        build = build.func
     if build is None:
         return "by name", "?"
     qual = getattr(build, "__qualname__", getattr(build, "__name__", "?"))
     if ".<locals>." in qual:  # a builder made by a factory (one per function)
         qual = qual.split(".<locals>.", 1)[0] + "(...)"
-    return getattr(spec, "found", "") or "by name", f"{build.__module__}.{qual}"
+    return getattr(spec, "found", "") or "by name", f"{getattr(build, '__module__', '?')}.{qual}"
 
 
 def where(engine: Any, source: ReleaseSource, keep: Callable[[Bound], bool] = lambda b: True,
@@ -373,12 +380,13 @@ def follow(old: Definition, files: _Files, old_files: _Files) -> _Fate:
         weights = _weights(named)
         exact = [d for d in named if d.qualname == old.qualname]
         best = max(exact or named, key=lambda d: containment(old.names(), d.names(), weights))
-        _change, detail = _compare(old, best)
         score = containment(old.names(), best.names(), weights)
-        how = "the same qualified name" if best.qualname == old.qualname else f"the same name, now in {best.owner or 'the module'}"
-        note = f"{how} in another file, holding {score:.2f} of its distinctive names"
-        return _Fate("moved", now=best.function, detail="; ".join(filter(None, (note, detail))))
-    pool = _pool(files, old)
+        if exact or score >= MOVE_SHARE:  # a common method name in another class is no move by itself
+            _change, detail = _compare(old, best)
+            how = "the same qualified name" if exact else f"the same name, now in {best.owner or 'the module'}"
+            note = f"{how} in another file, holding {score:.2f} of its distinctive names"
+            return _Fate("moved", now=best.function, detail="; ".join(filter(None, (note, detail))))
+    pool = list({d.function: d for d in [*_pool(files, old), *named]}.values())
     structure = old.structure()
     twin = next((d for d in pool if d.structure() == structure), None)
     if twin is not None:
@@ -426,7 +434,9 @@ def drift(engine: Any, older: ReleaseSource, newer: ReleaseSource, keep: Callabl
             detail = f"defined in {older.version}, not bound there; since: {f.change}"
             out.append(Drift(*cell, change="newly bound", now=f.now, detail="; ".join(filter(None, (detail, f.detail))),
                              went=f.went))
-    return out
+    came = {f.now: old for old, f in memo.items() if f.change in ("moved", "renamed") and f.now}
+    return [dataclasses.replace(d, detail=f"not in {older.version}: where {came[d.now]} went")
+            if d.change == "added" and d.now in came else d for d in out]
 
 
 def _now(files: _Files, function: str) -> str:
