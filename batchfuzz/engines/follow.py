@@ -18,7 +18,7 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-from batchfuzz.engines import SourceError, cache_dir
+from batchfuzz.engines import SourceError, cache_dir, pip_said
 from batchfuzz.output import write_json_atomic
 
 _FINAL = re.compile(r"(\d+(?:\.\d+)*)(?:\.post(\d+))?")
@@ -47,9 +47,7 @@ def index_versions(distribution: str, timeout_s: float = 60) -> list[str]:
         raise SourceError(f"pip index versions {distribution} took more than {timeout_s:g} s") from None
     listed = next((ln.split(":", 1)[1] for ln in proc.stdout.splitlines() if ln.startswith("Available versions:")), None)
     if proc.returncode != 0 or listed is None:
-        errors = [ln for ln in (proc.stderr or proc.stdout).strip().splitlines() if ln.startswith("ERROR")] or ["(no message)"]
-        said = " | ".join(ln if len(ln) <= 200 else ln[:200] + "..." for ln in errors[-2:])
-        raise SourceError(f"pip index versions {distribution} failed (exit {proc.returncode}): {said}")
+        raise SourceError(f"pip index versions {distribution} failed (exit {proc.returncode}): {pip_said(proc)}")
     return [v.strip() for v in listed.split(",") if v.strip()]
 
 
