@@ -72,12 +72,13 @@ def reports_only(args: argparse.Namespace) -> bool:
 
 def report(engine: Any, args: argparse.Namespace, sources: Sequence[Any], keep: Callable[[Any], bool]) -> int:
     """``--where`` and ``--drift``: the tables, printed and written; no cell runs."""
-    from batchfuzz.engines import locate
+    from batchfuzz.engines import locate, matrix
 
     if args.drift and len(sources) < 2:
         raise UsageError(f"--drift compares releases: give two or more (the older first), got {len(sources)}")
     started = time.time()
-    made = {s.ref: locate.bindings(engine, s, keep) for s in sources}
+    search = matrix.searched(args.function, args.contract)
+    made = {s.ref: locate.bindings(engine, s, keep, search) for s in sources}
     parts, data = [], {}
     if args.where:
         found = [locate.where(engine, s, bound=made[s.ref]) for s in sources]
@@ -108,7 +109,7 @@ def _title(engine: Any, source: Any) -> str:
 
 def before(engine: Any, args: argparse.Namespace, sources: Sequence[Any], keep: Callable[[Any], bool]) -> None:
     """``--follow``: the drift report of each release given that was never seen, against the newest seen before it."""
-    from batchfuzz.engines import SourceError, fetch_wheel, follow, locate
+    from batchfuzz.engines import SourceError, fetch_wheel, follow, locate, matrix
 
     if not following(args):
         return
@@ -128,7 +129,7 @@ def before(engine: Any, args: argparse.Namespace, sources: Sequence[Any], keep: 
             continue
         print(f"{engine.ENGINE} {source.version} was never seen: its drift against {base}, the newest release seen "
               "before it, first", flush=True)
-        drifts = locate.drift(engine, older, source, keep)
+        drifts = locate.drift(engine, older, source, keep, search=matrix.searched(args.function, args.contract))
         print(locate.drift_markdown(drifts, older.version, source.version), flush=True)
 
 

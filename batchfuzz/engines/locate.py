@@ -208,9 +208,11 @@ class Location:
     assumed: tuple[str, ...] = ()  # the configuration values the binding gave the code (a Bound's ``assumed``)
 
 
-def bindings(engine: Any, source: ReleaseSource, keep: Callable[[Bound], bool] = lambda b: True) -> list[Bound]:
-    """The engine's bindings for ``source``, the split search's copies included, selected by ``keep``."""
-    extra = {"search": True} if "search" in inspect.signature(engine.bindings).parameters else {}
+def bindings(engine: Any, source: ReleaseSource, keep: Callable[[Bound], bool] = lambda b: True,
+             search: bool = True) -> list[Bound]:
+    """The engine's bindings for ``source``, selected by ``keep``, the split search's copies included
+    (``search``: worth leaving out when ``keep`` keeps none, ``matrix.searched``)."""
+    extra = {"search": search} if "search" in inspect.signature(engine.bindings).parameters else {}
     return [b for b in engine.bindings(source, **extra) if keep(b)]
 
 
@@ -406,11 +408,11 @@ def follow(old: Definition, files: _Files, old_files: _Files) -> _Fate:
 
 
 def drift(engine: Any, older: ReleaseSource, newer: ReleaseSource, keep: Callable[[Bound], bool] = lambda b: True,
-          bound: tuple[Sequence[Bound], Sequence[Bound]] | None = None) -> list[Drift]:
+          bound: tuple[Sequence[Bound], Sequence[Bound]] | None = None, search: bool = True) -> list[Drift]:
     """Every cell of either release (older's first, then the newer's own),
     with what became of its function (``bound``: both releases' bindings,
-    when already made)."""
-    a, b = bound if bound is not None else (bindings(engine, older, keep), bindings(engine, newer, keep))
+    when already made; else made with ``keep`` and ``search`` as :func:`bindings` takes them)."""
+    a, b = bound if bound is not None else (bindings(engine, older, keep, search), bindings(engine, newer, keep, search))
     old_status = {(x.function, x.contract): x.status for x in a}
     new_status = {(x.function, x.contract): x.status for x in b}
     old_files, new_files = _Files(older), _Files(newer)
