@@ -98,7 +98,7 @@ class FakeEngine:
     SPECS = tuple(_Spec(f"pkg/runner.py:Runner.{m}", c, _build_by_name) for m, c in (
         ("decide", "allow_microbatching"), ("prepare", "slice_ubatch_metadata"), ("helper_count", "split_dummy_tokens"),
         ("calc_spec_metadata", "spec_decode_metadata"), ("vanished", "split_ubatches")))
-    SPECS += (_Spec("pkg/moved.py:Runner.added_here", "make_dummy", _build_by_name),)
+    SPECS += (_Spec("pkg/moved.py:Runner.added_here", "spec_decode_metadata", _build_by_name),)
 
     @staticmethod
     def bindings(source: engines.ReleaseSource) -> list[engines.Bound]:
@@ -106,6 +106,9 @@ class FakeEngine:
         for spec in FakeEngine.SPECS:
             path, _, qual = spec.function.partition(":")
             there = qual in locate.definitions(path, source.read(path) or "")
+            if there and qual.endswith("added_here"):  # the one this engine can bind
+                out.append(engines.Bound(f"fake {source.version}", spec.function, spec.contract, "bound", target=len))
+                continue
             out.append(engines.Bound(f"fake {source.version}", spec.function, spec.contract,
                                      "unbindable" if there else "absent", reason="" if there else f"{qual} is not in {path}"))
         return out
@@ -161,6 +164,9 @@ def test_a_removed_function_names_where_its_behaviour_went(drifted: dict[str, lo
     report = locate.drift_markdown(list(drifted.values()), "1.0.0", "1.1.0")
     assert "`pkg/new_runner/inputs.py:prepare_inputs` (" in report
     assert "no function of 1.1.0 holds" in report
+    # The registry's own answer: the functions bound to the same contract in the newer release.
+    assert drifted["calc_spec_metadata"].checked == ("pkg/moved.py:Runner.added_here",)
+    assert "- spec_decode_metadata: `pkg/moved.py:Runner.added_here`" in report and "- split_ubatches: none" in report
 
 
 def test_a_function_in_another_file_under_its_name_has_moved(tmp_path: Path) -> None:

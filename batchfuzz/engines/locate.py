@@ -278,6 +278,7 @@ class Drift:
     now: str = ""  # where the function is in the newer release
     detail: str = ""
     went: tuple[Candidate, ...] = ()
+    checked: tuple[str, ...] = ()  # the newer release's bound functions of the same contract
 
 
 @dataclass(frozen=True)
@@ -437,8 +438,13 @@ def drift(engine: Any, older: ReleaseSource, newer: ReleaseSource, keep: Callabl
             out.append(Drift(*cell, change="newly bound", now=f.now, detail="; ".join(filter(None, (detail, f.detail))),
                              went=f.went))
     came = {f.now: old for old, f in memo.items() if f.change in ("moved", "renamed") and f.now}
-    return [dataclasses.replace(d, detail=f"not in {older.version}: where {came[d.now]} went")
-            if d.change == "added" and d.now in came else d for d in out]
+    out = [dataclasses.replace(d, detail=f"not in {older.version}: where {came[d.now]} went")
+           if d.change == "added" and d.now in came else d for d in out]
+    checked: dict[str, list[str]] = {}
+    for x in b:
+        if x.status == "bound":
+            checked.setdefault(x.contract, []).append(x.function)
+    return [dataclasses.replace(d, checked=tuple(checked.get(d.contract, ()))) if d.change == "removed" else d for d in out]
 
 
 def _now(files: _Files, function: str) -> str:
@@ -484,4 +490,10 @@ def drift_markdown(drifts: Sequence[Drift], older: str, newer: str) -> str:
             went = "; ".join(f"`{c.function}` ({c.share:.2f})" for c in d.went) or \
                 f"no function of {newer} holds {WENT_SHARE} of its distinctive names"
             out.append(f"- `{function}`: {went}")
+        out += ["", f"The functions bound to the same contract in {newer}, where the engine's bindings check that "
+                "contract now:", ""]
+        for contract in dict.fromkeys(d.contract for d in drifts if d.change == "removed"):
+            d = next(x for x in drifts if x.change == "removed" and x.contract == contract)
+            shown = ", ".join(f"`{f}`" for f in d.checked[:6]) + (f" and {len(d.checked) - 6} more" if len(d.checked) > 6 else "")
+            out.append(f"- {contract}: {shown or 'none'}")
     return "\n".join(out) + "\n"
