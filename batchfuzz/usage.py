@@ -19,6 +19,7 @@ class ExitCode(enum.IntEnum):
     COUNTEREXAMPLE = 1  # a counterexample (wrong result, crash, timeout), a failing entry, or a harness error
     USAGE = 2  # bad usage or bad input, found before any example runs
     INCOMPLETE = 3  # the budget (or a missing shard) left work that did not run
+    UNCHECKED = 4  # a release matrix's cell could not be checked (unbindable, or an error binding or running it)
 
 
 # SIGINT/SIGTERM that arrived while the commands were being imported, kept by

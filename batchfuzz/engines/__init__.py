@@ -174,7 +174,7 @@ def _recorded_version(text: str | None) -> str:
     return "unknown"
 
 
-STATUSES = ("bound", "absent", "unbindable")
+STATUSES = ("bound", "absent", "unbindable", "not-split", "error")
 
 
 @dataclass(frozen=True)
@@ -182,11 +182,18 @@ class Bound:
     """One engine function bound to one contract.
 
     ``status``: "bound" (``target`` has the contract's canonical signature),
-    "absent" (the release does not have the function) or "unbindable" (it has
-    it, but its code has changed beyond what the binding understands);
-    ``reason`` says why for the last two. ``detail`` says what was cut out
-    (lines, fragment, stand-ins). ``ref`` rebuilds this target in a fresh
-    process through ``resolve(ref)``.
+    "absent" (the release does not have the function), "unbindable" (it has
+    it, but its code has changed beyond what the binding understands),
+    "not-split" (a row of the split search that is not a token split) or
+    "error" (binding it ended the process that bound it); ``reason`` says why
+    for all but the first. ``detail`` says what was cut out (lines, fragment,
+    stand-ins); ``assumed`` the values the binding gave configuration the
+    engine reads (``"parallel_config.enable_fault_tolerance=False"``).
+    ``probe_raised``: the exception the engine's own lines raised on the
+    bind-time probe input ``probe_args`` (``bind.probe``), checked by the
+    matrix as a counterexample. ``ref`` rebuilds this target in a fresh
+    process through ``resolve(ref)``; a binding made in another process
+    (``matrix``'s isolated binding) has the ref and no ``target``.
     """
 
     release: str
@@ -197,12 +204,17 @@ class Bound:
     target: Callable[..., Any] | None = None
     ref: str = ""
     detail: str = ""
+    assumed: tuple[str, ...] = ()
+    probe_raised: str = ""
+    probe_args: tuple[Any, ...] = ()
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
             raise ValueError(f"status must be one of {STATUSES}, got {self.status!r}")
-        if (self.status == "bound") != (self.target is not None):
-            raise ValueError(f"a {self.status!r} binding {'needs' if self.status == 'bound' else 'has no'} target")
+        if self.status == "bound" and self.target is None and not self.ref:
+            raise ValueError("a 'bound' binding needs a target or a ref")
+        if self.status != "bound" and self.target is not None:
+            raise ValueError(f"a {self.status!r} binding has no target")
 
 
 # ---------------------------------------------------------------- the engine registry
