@@ -14,7 +14,10 @@ engine|model``, contracts D and E on the domain that step source feeds,
 ``fail`` (property and shrunk counterexample), ``absent``, ``unbindable``
 (with the reason), ``incomplete`` or ``error`` (``batchfuzz.engines.matrix``).
 Nothing of the engine is imported or installed: the functions are cut out of
-the release's source text.
+the release's source text. ``--where``, ``--drift``, ``--latest``,
+``--follow`` and ``--profile nightly`` (``batchfuzz.commands._follow``;
+docs/where-it-lives.md) say where the bindings live and how they drifted,
+and follow the newest releases.
 
 Exit codes: 0 every bound cell passed; 1 a cell failed, or a function is
 unbindable or could not be run; 2 a usage error (an unknown engine, a release
@@ -31,7 +34,7 @@ import sys
 import time
 from typing import Any
 
-from batchfuzz.commands import _options
+from batchfuzz.commands import _follow, _options
 from batchfuzz.output import write_outputs
 from batchfuzz.progress import Progress
 from batchfuzz.usage import UsageError
@@ -74,6 +77,7 @@ def add_matrix_options(p: argparse.ArgumentParser, whose: str) -> None:
     _options.no_isolation(p, help="run the release's code in this process")
     _options.json_output(p, help="write the matrix here as JSON ({'rows': [...]})")
     _options.markdown_output(p, help="write the matrix here as a Markdown table")
+    _follow.add_options(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -94,10 +98,14 @@ def run_matrix(engine: Any, args: argparse.Namespace) -> int:
     try:
         matrix.check_steps(args.steps)
         keep = matrix.selection(engine, args.function, args.contract)
-        sources = matrix.release_sources(engine, releases=[*args.release, *(engine.RELEASES if args.all_releases else ())],
+        releases = [*args.release, *(engine.RELEASES if args.all_releases else ()), *_follow.latest(engine, args)]
+        sources = matrix.release_sources(engine, releases=list(dict.fromkeys(releases)),
                                          wheels=args.wheel, dirs=args.source, installed=args.installed)
     except (LookupError, ValueError) as exc:  # SourceError is a LookupError
         raise UsageError(str(exc)) from None
+    if _follow.reports_only(args):
+        return _follow.report(engine, args, sources, keep)
+    _follow.before(engine, args, sources, keep)
     seed = args.seed if args.seed is not None else matrix.new_seed()
     print(f"batchfuzz {engine.ENGINE}: {len(sources)} release(s) ({', '.join(s.version for s in sources)}), budget "
           f"{args.budget:g}s per cell, {matrix.steps_phrase(args.steps)}, seed {seed}", flush=True)
@@ -124,6 +132,7 @@ def run_matrix(engine: Any, args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 128 + signal.SIGINT
+    _follow.after(engine, args, sources)
     counts = {v: sum(c.verdict == v for c in cells) for v in matrix.VERDICTS}
     print(f"\n{len(cells)} cells in {time.time() - started:.0f}s: " + ", ".join(f"{n} {v}" for v, n in counts.items() if n))
     write_outputs(args.json_path, {"seed": seed, "budget": args.budget, "steps": args.steps, "rows": [c.to_json() for c in cells]},

@@ -222,7 +222,7 @@ class Bound:
 ENGINES_ENV_VAR = "BATCHFUZZ_ENGINES"
 ENTRY_POINT_GROUP = "batchfuzz.engines"
 # Modules of this package that are the harness, not an engine.
-_HARNESS_MODULES = frozenset({"matrix", "split_search"})
+_HARNESS_MODULES = frozenset({"matrix", "split_search", "locate", "follow"})
 
 
 class UnknownEngine(LookupError):
@@ -344,11 +344,15 @@ def fetch_wheel(distribution: str, version: str, dest: str | os.PathLike[str] | 
         raise SourceError(f"pip download {distribution}=={version} took more than {timeout_s:g} s") from None
     found = present()
     if proc.returncode != 0 or found is None:
-        errors = [ln for ln in (proc.stderr or proc.stdout).strip().splitlines() if ln.startswith("ERROR")] or ["(no message)"]
-        said = " | ".join(ln if len(ln) <= 200 else ln[:200] + "..." for ln in errors[-2:])
-        raise SourceError(f"pip download {distribution}=={version} failed (exit {proc.returncode}): {said}")
+        raise SourceError(f"pip download {distribution}=={version} failed (exit {proc.returncode}): {pip_said(proc)}")
     try:
         return _wheels.verified(found, distribution, version, timeout_s, published)
     except SourceError:
         found.unlink()  # not the release: never left in the cache
         raise
+
+
+def pip_said(proc: subprocess.CompletedProcess[str]) -> str:
+    """A failed pip command's last two ERROR lines, each cut to 200 characters."""
+    errors = [ln for ln in (proc.stderr or proc.stdout).strip().splitlines() if ln.startswith("ERROR")] or ["(no message)"]
+    return " | ".join(ln if len(ln) <= 200 else ln[:200] + "..." for ln in errors[-2:])
