@@ -227,13 +227,17 @@ def prepare_inputs(num_draft_tokens, cu_num_scheduled_tokens):
 
 
 def _wheel(folder: Path, version: str, files: dict[str, str]) -> str:
-    name = f"vllm-{version}-py3-none-any.whl"
+    """A wheel of ``files`` whose RECORD vouches for each (the wheel cache checks it)."""
+    from batchfuzz.engines._wheels import record_digest
+
+    name, info = f"vllm-{version}-py3-none-any.whl", f"vllm-{version}.dist-info"
+    files = {"vllm/__init__.py": "", **files, f"{info}/METADATA": f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    rows = [f"{rel},{record_digest(text.encode())},{len(text.encode())}" for rel, text in files.items()]
     with zipfile.ZipFile(folder / name, "w") as z:
-        for rel, text in {"vllm/__init__.py": "", **files}.items():
+        for rel, text in files.items():
             z.writestr(rel, text)
-        z.writestr(f"vllm-{version}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n")
-        z.writestr(f"vllm-{version}.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
-        z.writestr(f"vllm-{version}.dist-info/RECORD", "")
+        z.writestr(f"{info}/RECORD", "\n".join([*rows, f"{info}/RECORD,,"]) + "\n")
     return name
 
 
