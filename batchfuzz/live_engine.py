@@ -144,9 +144,9 @@ def draw_workload(src: Source, settings: LiveSettings = LiveSettings(), bounds: 
     fresh one-token prompt arriving first, one output token, ``n = 1``, no abort."""
     b = {**DEFAULT_BOUNDS, **(bounds or {})}
     longest = min(b["max_prompt_len"], settings.max_model_len - b["max_output_len"] - 1)
-    next_token = [1]
+    next_token = [0]
 
-    def fresh(k: int) -> list[int]:
+    def fresh(k: int) -> list[int]:  # token ids 1..VOCAB_SIZE-1, new ones first
         out = [1 + (next_token[0] + i) % (VOCAB_SIZE - 1) for i in range(k)]
         next_token[0] += k
         return out
@@ -326,7 +326,8 @@ class LiveEngine:
                           max_num_batched_tokens=s.token_budget, max_num_seqs=s.max_num_seqs, max_model_len=s.max_model_len,
                           enable_prefix_caching=s.prefix_caching, enable_chunked_prefill=True, disable_log_stats=True)
         self.engine = LLMEngine.from_engine_args(args)
-        core = self.engine.engine_core.engine_core  # InprocClient -> EngineCore
+        client: Any = self.engine.engine_core  # an InprocClient: VLLM_ENABLE_V1_MULTIPROCESSING=0
+        core = client.engine_core
         self.scheduler = core.scheduler
         self.runner = core.model_executor.driver_worker.worker.model_runner
         self.recorder = StepRecorder(self.runner, self.scheduler, s.max_model_len)
@@ -362,7 +363,7 @@ class LiveEngine:
                 if aborts.get(step):
                     self.engine.abort_request(aborts.pop(step))
                 for out in self.engine.step():
-                    outputs[out.request_id[len(prefix):]] = [list(c.token_ids) for c in out.outputs]
+                    outputs[out.request_id[len(prefix):]] = [list(c.token_ids) for c in getattr(out, "outputs", [])]
                 step += 1
                 if step > max_steps:
                     raise RuntimeError(f"workload did not finish in {max_steps} engine steps: {w.to_dict()}")
@@ -395,3 +396,151 @@ def run_workload(eng: LiveEngine, w: LiveWorkload) -> Served:
         index, what = served.violations[0]
         raise LiveViolation(f"step {index} of {len(served.steps)}: {what}\n    workload = {w.to_dict()}")
     return served
+
+
+# ---------------------------------------------------------------- planted bugs (patched into a running engine, never installed)
+
+
+class StalePadding:
+    """Planted: ``_prepare_inputs`` leaves ``query_start_loc``'s padded tail as the previous step left it
+    (contract C's shipped bug, ``padding_unwritten``, in the live engine)."""
+
+    def __init__(self, runner: Any) -> None:
+        self.runner, self.original, self.name = runner, runner._prepare_inputs, "_prepare_inputs"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        before = self.runner.query_start_loc.np.copy()
+        result = self.original(*args, **kwargs)
+        r = self.runner.input_batch.num_reqs
+        self.runner.query_start_loc.np[r + 1:] = before[r + 1:]
+        return result
+
+
+class ShiftedPositions:
+    """Planted: the batched arange of a request that resumes with more than one token
+    (a later prefill chunk, or a prefill after a prefix hit) starts at 1, not 0."""
+
+    def __init__(self, runner: Any) -> None:
+        self.runner, self.original, self.name = runner, runner._get_cumsum_and_arange, "_get_cumsum_and_arange"
+
+    def __call__(self, num_tokens: np.ndarray, arange_out: np.ndarray, *args: Any, **kwargs: Any) -> Any:
+        cu = self.original(num_tokens, arange_out, *args, **kwargs)
+        computed = self.runner.input_batch.num_computed_tokens_cpu
+        for i, n in enumerate(num_tokens):
+            if n > 1 and i < len(computed) and computed[i] > 0:
+                arange_out[cu[i] - n:cu[i]] += 1
+        return cu
+
+
+PLANTS: dict[str, type[StalePadding] | type[ShiftedPositions]] = {"stale_padding": StalePadding,
+                                                                 "shifted_positions": ShiftedPositions}
+
+
+@contextmanager
+def planted(eng: LiveEngine, name: str) -> Iterator[None]:
+    """Patch the planted bug ``name`` onto ``eng``'s model runner instance for the duration."""
+    if name not in PLANTS:
+        raise ValueError(f"plant must be one of {sorted(PLANTS)}, got {name!r}")
+    plant = PLANTS[name](eng.runner)
+    setattr(eng.runner, plant.name, plant)
+    try:
+        yield
+    finally:
+        delattr(eng.runner, plant.name)  # the class's method shows through again
+
+
+# ---------------------------------------------------------------- search and the command
+
+
+@dataclass
+class SearchResult:
+    examples: int  # workloads served
+    steps: int  # engine steps captured and checked
+    workload: LiveWorkload | None  # the shrunk failing workload, or None
+    violation: str = ""
+
+    def reproduction(self, plant: str | None = None) -> str:
+        """The command that serves the failing workload again and exits 1 on its violation."""
+        if self.workload is None:
+            return ""
+        line = f"python -m batchfuzz.live_engine --workload '{json.dumps(self.workload.to_dict())}'"
+        return line + (f" --plant {plant}" if plant else "")
+
+
+class _Counter:
+    """Serves each workload Hypothesis tries, counting them and their steps."""
+
+    def __init__(self, eng: LiveEngine) -> None:
+        self.eng, self.examples, self.steps = eng, 0, 0
+
+    def violates(self, w: LiveWorkload) -> bool:
+        served = self.eng.serve(w)
+        self.examples += 1
+        self.steps += len(served.steps)
+        return bool(served.violations)
+
+
+def search(eng: LiveEngine, *, examples: int, seed: int = 0, **bounds: int) -> SearchResult:
+    """Up to ``examples`` workloads, and Hypothesis's shrinking of the first that breaks an invariant."""
+    import random
+
+    from hypothesis import HealthCheck, Phase, find, settings
+    from hypothesis.errors import NoSuchExample
+
+    counter = _Counter(eng)
+    config = settings(max_examples=examples, database=None, deadline=None, suppress_health_check=list(HealthCheck),
+                      phases=[Phase.generate, Phase.shrink])
+    try:
+        found = find(workloads(eng.settings, **bounds), counter.violates, settings=config, random=random.Random(seed))
+    except NoSuchExample:
+        return SearchResult(counter.examples, counter.steps, None)
+    served = eng.serve(found)
+    first = served.violations[0] if served.violations else (-1, "no violation on a second run (not reproducible)")
+    return SearchResult(counter.examples, counter.steps, found, f"step {first[0]}: {first[1]}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m batchfuzz.live_engine``: search (or serve one ``--workload``); 0 clean, 1 a violation, 2 usage."""
+    p = argparse.ArgumentParser(prog="python -m batchfuzz.live_engine", description=__doc__.splitlines()[0])
+    p.add_argument("--examples", type=int, default=20, help="workloads to try (default 20)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--plant", choices=sorted(PLANTS), help="a planted step-metadata bug, patched in for this run")
+    p.add_argument("--workload", help="serve this workload (LiveWorkload.to_dict() as JSON) instead of searching")
+    a = p.parse_args(argv)
+    if a.examples < 1:
+        p.error(f"--examples must be >= 1, got {a.examples}")
+    workload = None
+    if a.workload is not None:
+        try:
+            workload = LiveWorkload.from_dict(json.loads(a.workload))
+        except (ValueError, TypeError) as exc:
+            p.error(f"--workload {a.workload[:200]!r}: {exc}")
+    try:
+        eng = engine()
+    except LiveUnavailable as exc:
+        p.error(str(exc))
+    print(f"vLLM engine started in {eng.startup_seconds:.1f}s ({eng.settings})")
+    with planted(eng, a.plant) if a.plant else _nothing():
+        if workload is not None:
+            served = eng.serve(workload)
+            for index, what in served.violations[:5]:
+                print(f"step {index}: {what}")
+            print(f"{len(served.steps)} steps, {len(served.violations)} violations")
+            return 1 if served.violations else 0
+        result = search(eng, examples=a.examples, seed=a.seed)
+    if result.workload is None:
+        print(f"no violation in {result.examples} workloads ({result.steps} steps)")
+        return 0
+    print(f"VIOLATION after {result.examples} workloads ({result.steps} steps): {result.violation}")
+    print(f"    workload = {result.workload.to_dict()}")
+    print(f"    --- serve it again: {result.reproduction(a.plant)}")
+    return 1
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
+if __name__ == "__main__":
+    sys.exit(main())
