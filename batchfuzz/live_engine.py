@@ -334,12 +334,13 @@ class LiveEngine:
         self.startup_seconds = time.perf_counter() - started
         self.served = 0
 
-    def serve(self, w: LiveWorkload, *, check: bool = True, max_steps: int = 2000) -> Served:
-        """Submit ``w``'s requests at their arrival steps, step the engine until all finish, abort on schedule."""
+    def serve(self, w: LiveWorkload, *, check: bool = True, capture: bool = True, max_steps: int = 2000) -> Served:
+        """Submit ``w``'s requests at their arrival steps, step the engine until all finish, abort on schedule.
+        ``capture=False`` leaves the hook idle (the benchmark's baseline)."""
         from vllm import SamplingParams
 
         rec = self.recorder
-        rec.steps, rec.violations, rec.check, rec.armed = [], [], check, True
+        rec.steps, rec.violations, rec.check, rec.armed = [], [], check, capture
         prefix = f"w{self.served}-"
         self.served += 1
         outputs: dict[str, list[list[int]]] = {}

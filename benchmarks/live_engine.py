@@ -1,0 +1,56 @@
+"""Cost of the live engine's checks (docs/live-engine.md, "Measured").
+
+One process: imports vLLM, starts the engine once (``live_engine.engine()``)
+and serves the same seeded workloads three times, interleaved per workload so
+that the machine's load falls on every mode alike: the hook idle (the
+engine's own step time), steps captured only, steps captured and checked.
+Prints the start-up, workloads/s and steps/s per mode, and the checked
+mode's time per step over the idle one's.
+
+    python3 benchmarks/live_engine.py --workloads 40
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+MODES = {"idle": {"capture": False, "check": False}, "captured": {"capture": True, "check": False},
+         "checked": {"capture": True, "check": True}}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--workloads", type=int, default=40)
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args()
+    started = time.perf_counter()
+    from batchfuzz import live_engine as le
+
+    why = le.import_error()
+    if why:
+        raise SystemExit(why)
+    print(f"import vLLM: {time.perf_counter() - started:.1f}s")
+    eng = le.engine()
+    print(f"engine start: {eng.startup_seconds:.1f}s ({eng.settings})")
+    seconds = dict.fromkeys(MODES, 0.0)
+    steps = dict.fromkeys(MODES, 0)
+    violations = 0
+    for i in range(a.workloads):
+        w = le.sample_workload(a.seed + i, eng.settings)
+        for mode, flags in MODES.items():
+            t = time.perf_counter()
+            served = eng.serve(w, **flags)
+            seconds[mode] += time.perf_counter() - t
+            steps[mode] += len(served.steps)
+            violations += len(served.violations)
+    engine_steps = steps["captured"]  # the idle mode captures none; every mode runs the same steps
+    for mode in MODES:
+        print(f"{mode:9s} {a.workloads / seconds[mode]:6.2f} workloads/s  {engine_steps / seconds[mode]:7.1f} steps/s  "
+              f"{1000 * seconds[mode] / engine_steps:6.2f} ms/step")
+    print(f"checked/idle time per step: {seconds['checked'] / seconds['idle']:.2f}; "
+          f"{engine_steps} steps per mode, {violations} violations")
+
+
+if __name__ == "__main__":
+    main()
