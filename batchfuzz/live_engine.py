@@ -30,7 +30,7 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -100,6 +100,9 @@ class LiveSettings:
     max_num_seqs: int = 8
     max_model_len: int = 96
     prefix_caching: bool = True
+    # The final RMSNorm's weight is multiplied by this after loading: the dummy weights (uniform in
+    # +-1e-3) give nearly uniform logits, so greedy answers would be decided by float noise.
+    logit_scale: float = 1e5
 
 
 # ---------------------------------------------------------------- workloads
@@ -307,6 +310,7 @@ class Served:
     steps: list[CapturedStep]
     outputs: dict[str, list[list[int]]]  # request id -> one token list per sequence (n of them)
     violations: list[tuple[int, str]]  # (step index, what broke)
+    top2: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # n = 1: per token, the top two log-probs
 
 
 class LiveEngine:
@@ -330,20 +334,23 @@ class LiveEngine:
         core = client.engine_core
         self.scheduler = core.scheduler
         self.runner = core.model_executor.driver_worker.worker.model_runner
+        import torch
+
+        with torch.no_grad():
+            self.runner.model.model.norm.weight.mul_(s.logit_scale)
         self.recorder = StepRecorder(self.runner, self.scheduler, s.max_model_len)
         self.startup_seconds = time.perf_counter() - started
         self.served = 0
 
-    def serve(self, w: LiveWorkload, *, check: bool = True, capture: bool = True, max_steps: int = 2000) -> Served:
+    def serve(self, w: LiveWorkload, *, check: bool = True, capture: bool = True, logprobs: bool = False,
+              max_steps: int = 2000) -> Served:
         """Submit ``w``'s requests at their arrival steps, step the engine until all finish, abort on schedule.
-        ``capture=False`` leaves the hook idle (the benchmark's baseline)."""
-        from vllm import SamplingParams
-
+        ``capture=False`` leaves the hook idle (the benchmark's baseline); ``logprobs`` records ``Served.top2``."""
         rec = self.recorder
         rec.steps, rec.violations, rec.check, rec.armed = [], [], check, capture
         prefix = f"w{self.served}-"
         self.served += 1
-        outputs: dict[str, list[list[int]]] = {}
+        served = Served([], {}, [])
         pending = list(enumerate(w.requests))
         aborts: dict[int, list[str]] = {}
         step = 0
@@ -354,24 +361,21 @@ class LiveEngine:
                 while pending and pending[0][1].arrival <= step:
                     i, r = pending.pop(0)
                     rid = f"{prefix}{i}"
-                    # vLLM allows n > 1 only when sampling; unseeded, since a seeded request whose prefill
-                    # is chunked fails on the CPU (docs/live-engine.md, "Found on the way").
-                    params = SamplingParams(n=r.n, max_tokens=r.max_tokens, temperature=0.0 if r.n == 1 else 1.0,
-                                            ignore_eos=True)
-                    self.engine.add_request(rid, {"prompt_token_ids": list(r.prompt)}, params)
+                    self.engine.add_request(rid, {"prompt_token_ids": list(r.prompt)}, _params(r, logprobs))
                     if r.abort_after is not None:
                         aborts.setdefault(step + r.abort_after, []).append(rid)
                 if aborts.get(step):
                     self.engine.abort_request(aborts.pop(step))
                 for out in self.engine.step():
-                    outputs[out.request_id[len(prefix):]] = [list(c.token_ids) for c in getattr(out, "outputs", [])]
+                    _record(served, out.request_id[len(prefix):], getattr(out, "outputs", []))
                 step += 1
                 if step > max_steps:
                     raise RuntimeError(f"workload did not finish in {max_steps} engine steps: {w.to_dict()}")
         finally:
             rec.armed = False
             self.reset()
-        return Served(rec.steps, outputs, rec.violations)
+        served.steps, served.violations = rec.steps, rec.violations
+        return served
 
     def reset(self) -> None:
         """Nothing of one workload leaks into the next: unfinished requests aborted, the prefix cache emptied."""
@@ -382,6 +386,23 @@ class LiveEngine:
                 self.engine.step()
         if not self.engine.reset_prefix_cache():
             raise RuntimeError("vLLM refused to reset its prefix cache (requests still hold blocks)")
+
+
+def _params(r: LiveRequest, logprobs: bool) -> Any:
+    """Greedy for ``n = 1``; vLLM allows ``n > 1`` only when sampling, done unseeded, since a seeded
+    request whose prefill is chunked fails on the CPU (docs/live-engine.md, "Found on the way")."""
+    from vllm import SamplingParams
+
+    return SamplingParams(n=r.n, max_tokens=r.max_tokens, temperature=0.0 if r.n == 1 else 1.0, ignore_eos=True,
+                          logprobs=2 if logprobs and r.n == 1 else None)
+
+
+def _record(served: Served, rid: str, completions: Sequence[Any]) -> None:
+    """A request's outputs so far (cumulative: the last one seen is the whole answer)."""
+    served.outputs[rid] = [list(c.token_ids) for c in completions]
+    if len(completions) == 1 and completions[0].logprobs:
+        top = [sorted((lp.logprob for lp in d.values()), reverse=True) for d in completions[0].logprobs]
+        served.top2[rid] = [(t[0], t[1] if len(t) > 1 else float("-inf")) for t in top]
 
 
 @functools.cache
@@ -397,6 +418,55 @@ def run_workload(eng: LiveEngine, w: LiveWorkload) -> Served:
         index, what = served.violations[0]
         raise LiveViolation(f"step {index} of {len(served.steps)}: {what}\n    workload = {w.to_dict()}")
     return served
+
+
+# ---------------------------------------------------------------- answers that must not change
+
+# A greedy answer that differs counts only where the top token led the runner-up by more than this
+# (natural log-probability) in both runs; docs/live-engine.md says how it was measured.
+TOLERANCE = 1e-3
+
+
+@dataclass
+class AnswerCheck:
+    """Greedy answers of a workload's requests served together, against each served alone."""
+
+    differences: list[str] = field(default_factory=list)  # counted: a margin above the tolerance
+    near_ties: int = 0  # divergences at a margin within the tolerance (not counted)
+    noise: float = 0.0  # the largest |top log-prob together - alone| while the answers agree
+    compared: int = 0  # requests compared
+
+
+def compare_answers(eng: LiveEngine, w: LiveWorkload, tolerance: float = TOLERANCE) -> AnswerCheck:
+    """Metamorphic: a greedy request's answer must not depend on what else is served with it, what
+    the prefix cache holds (alone, it holds nothing), or how its prefill is chunked among others."""
+    together = eng.serve(w, logprobs=True)
+    result = AnswerCheck()
+    for i, r in enumerate(w.requests):
+        rid = str(i)
+        if r.n != 1 or r.abort_after is not None or rid not in together.top2:
+            continue  # sampled, or cut short by its abort
+        alone = eng.serve(LiveWorkload((replace(r, arrival=0),)), logprobs=True)
+        _compare(result, f"request {i}", (together.outputs[rid][0], together.top2[rid]),
+                 (alone.outputs["0"][0], alone.top2["0"]), tolerance)
+    return result
+
+
+def _compare(result: AnswerCheck, name: str, a: tuple[list[int], list[tuple[float, float]]],
+             b: tuple[list[int], list[tuple[float, float]]], tolerance: float) -> None:
+    (ta, la), (tb, lb) = a, b
+    k = next((j for j, (x, y) in enumerate(zip(ta, tb, strict=True)) if x != y), len(ta))
+    if k:
+        result.noise = max(result.noise, max(abs(la[j][0] - lb[j][0]) for j in range(k)))
+    result.compared += 1
+    if k == len(ta):
+        return
+    margin = min(la[k][0] - la[k][1], lb[k][0] - lb[k][1])
+    if margin > tolerance:
+        result.differences.append(f"{name}: token {k} is {ta[k]} served together, {tb[k]} alone, "
+                                  f"margin {margin:.4g} > {tolerance:g} ({ta} against {tb})")
+    else:
+        result.near_ties += 1
 
 
 # ---------------------------------------------------------------- planted bugs (patched into a running engine, never installed)
@@ -460,44 +530,56 @@ class SearchResult:
     workload: LiveWorkload | None  # the shrunk failing workload, or None
     violation: str = ""
 
-    def reproduction(self, plant: str | None = None) -> str:
+    def reproduction(self, plant: str | None = None, prop: str = "steps") -> str:
         """The command that serves the failing workload again and exits 1 on its violation."""
         if self.workload is None:
             return ""
         line = f"python -m batchfuzz.live_engine --workload '{json.dumps(self.workload.to_dict())}'"
-        return line + (f" --plant {plant}" if plant else "")
+        return line + (f" --plant {plant}" if plant else "") + (f" --property {prop}" if prop != "steps" else "")
+
+
+PROPERTIES = ("steps", "answers")  # every step's metadata; answers together and alone
 
 
 class _Counter:
     """Serves each workload Hypothesis tries, counting them and their steps."""
 
-    def __init__(self, eng: LiveEngine) -> None:
-        self.eng, self.examples, self.steps = eng, 0, 0
+    def __init__(self, eng: LiveEngine, prop: str) -> None:
+        self.eng, self.prop, self.examples, self.steps = eng, prop, 0, 0
+
+    def violation(self, w: LiveWorkload) -> str:
+        """The first broken rule or counted difference of ``w``, or ''."""
+        self.examples += 1
+        if self.prop == "answers":
+            diffs = compare_answers(self.eng, w).differences
+            return diffs[0] if diffs else ""
+        served = self.eng.serve(w)
+        self.steps += len(served.steps)
+        return f"step {served.violations[0][0]}: {served.violations[0][1]}" if served.violations else ""
 
     def violates(self, w: LiveWorkload) -> bool:
-        served = self.eng.serve(w)
-        self.examples += 1
-        self.steps += len(served.steps)
-        return bool(served.violations)
+        return bool(self.violation(w))
 
 
-def search(eng: LiveEngine, *, examples: int, seed: int = 0, **bounds: int) -> SearchResult:
-    """Up to ``examples`` workloads, and Hypothesis's shrinking of the first that breaks an invariant."""
+def search(eng: LiveEngine, *, examples: int, seed: int = 0, prop: str = "steps", **bounds: int) -> SearchResult:
+    """Up to ``examples`` workloads, and Hypothesis's shrinking of the first that breaks ``prop``
+    (one of :data:`PROPERTIES`)."""
+    if prop not in PROPERTIES:
+        raise ValueError(f"prop must be one of {PROPERTIES}, got {prop!r}")
     import random
 
     from hypothesis import HealthCheck, Phase, find, settings
     from hypothesis.errors import NoSuchExample
 
-    counter = _Counter(eng)
+    counter = _Counter(eng, prop)
     config = settings(max_examples=examples, database=None, deadline=None, suppress_health_check=list(HealthCheck),
                       phases=[Phase.generate, Phase.shrink])
     try:
         found = find(workloads(eng.settings, **bounds), counter.violates, settings=config, random=random.Random(seed))
     except NoSuchExample:
         return SearchResult(counter.examples, counter.steps, None)
-    served = eng.serve(found)
-    first = served.violations[0] if served.violations else (-1, "no violation on a second run (not reproducible)")
-    return SearchResult(counter.examples, counter.steps, found, f"step {first[0]}: {first[1]}")
+    again = _Counter(eng, prop).violation(found)
+    return SearchResult(counter.examples, counter.steps, found, again or "no violation on a second run (not reproducible)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -507,6 +589,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--plant", choices=sorted(PLANTS), help="a planted step-metadata bug, patched in for this run")
     p.add_argument("--workload", help="serve this workload (LiveWorkload.to_dict() as JSON) instead of searching")
+    p.add_argument("--property", choices=PROPERTIES, default="steps",
+                   help="steps: every step's metadata (default); answers: greedy answers together and alone")
     a = p.parse_args(argv)
     if a.examples < 1:
         p.error(f"--examples must be >= 1, got {a.examples}")
@@ -523,18 +607,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"vLLM engine started in {eng.startup_seconds:.1f}s ({eng.settings})")
     with planted(eng, a.plant) if a.plant else _nothing():
         if workload is not None:
-            served = eng.serve(workload)
-            for index, what in served.violations[:5]:
-                print(f"step {index}: {what}")
-            print(f"{len(served.steps)} steps, {len(served.violations)} violations")
-            return 1 if served.violations else 0
-        result = search(eng, examples=a.examples, seed=a.seed)
+            found = _Counter(eng, a.property).violation(workload)
+            print(found or f"no violation ({a.property})")
+            return 1 if found else 0
+        result = search(eng, examples=a.examples, seed=a.seed, prop=a.property)
     if result.workload is None:
         print(f"no violation in {result.examples} workloads ({result.steps} steps)")
         return 0
     print(f"VIOLATION after {result.examples} workloads ({result.steps} steps): {result.violation}")
     print(f"    workload = {result.workload.to_dict()}")
-    print(f"    --- serve it again: {result.reproduction(a.plant)}")
+    print(f"    --- serve it again: {result.reproduction(a.plant, a.property)}")
     return 1
 
 

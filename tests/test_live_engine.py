@@ -72,6 +72,17 @@ def test_usage_errors_exit_2_naming_the_argument(argv: list[str], named: str, ca
     assert named in capsys.readouterr().err
 
 
+def test_an_answer_difference_counts_only_above_the_tolerance() -> None:
+    agree = ([5, 6], [(-1.0, -2.0), (-0.5, -0.7)])
+    result = le.AnswerCheck()
+    le._compare(result, "r", agree, ([5, 6], [(-1.25, -2.0), (-0.5, -0.7)]), 0.1)
+    assert (result.differences, result.near_ties, result.noise, result.compared) == ([], 0, 0.25, 1)
+    le._compare(result, "r", agree, ([5, 7], [(-1.0, -2.0), (-0.6, -0.65)]), 0.1)  # runner-up within 0.05
+    assert result.differences == [] and result.near_ties == 1
+    le._compare(result, "r", agree, ([5, 7], [(-1.0, -2.0), (-0.5, -0.9)]), 0.1)
+    assert len(result.differences) == 1 and "token 1 is 6 served together, 7 alone" in result.differences[0]
+
+
 @pytest.fixture(scope="module")
 def engine() -> le.LiveEngine:
     return le.engine()
@@ -113,3 +124,24 @@ def test_planted_shifted_positions_is_caught_and_shrunk(engine: le.LiveEngine) -
     assert argv[:3] == ["python", "-m", "batchfuzz.live_engine"]
     assert le.main(argv[3:]) == 1
     assert le.main(argv[3:5]) == 0  # without the plant, the same workload is clean
+
+
+@needs_vllm
+def test_the_shipped_engine_answers_alike_together_and_alone(engine: le.LiveEngine) -> None:
+    # A shared two-block prefix, a copy arriving with it and a chunked prompt: every request compared.
+    shared = tuple(range(1, 65))
+    w = le.LiveWorkload((le.LiveRequest(0, shared + (70,), 3), le.LiveRequest(0, shared + (70,), 3),
+                         le.LiveRequest(1, shared + (71, 72), 3), le.LiveRequest(1, tuple(range(100, 140)), 3)))
+    result = le.compare_answers(engine, w)
+    assert result.compared == 4 and result.differences == [], result.differences
+
+
+@needs_vllm
+def test_planted_shifted_positions_changes_answers_and_is_shrunk(engine: le.LiveEngine) -> None:
+    # The shifted second chunk leaves a slot unwritten that attention then reads: the answer depends on history.
+    # One request per workload keeps the search cheap (each example is served twice).
+    with le.planted(engine, "shifted_positions"):
+        result = le.search(engine, examples=40, seed=0, prop="answers", max_events=1)
+    assert result.workload is not None and "served together" in result.violation
+    (req,) = result.workload.requests
+    assert len(req.prompt) == engine.settings.token_budget + 2 and req.max_tokens == 1
