@@ -95,7 +95,7 @@ class LiveSettings:
     """The engine's configuration: a small token budget (chunked prefill) and a small KV pool (preemption)."""
 
     block_size: int = 32  # the CPU attention needs a multiple of 32
-    num_blocks: int = 8  # the KV pool (num_gpu_blocks_override)
+    num_blocks: int = 6  # the KV pool (num_gpu_blocks_override): 192 tokens
     token_budget: int = 32  # max_num_batched_tokens
     max_num_seqs: int = 8
     max_model_len: int = 96
