@@ -584,7 +584,8 @@ def search(eng: LiveEngine, *, examples: int, seed: int = 0, prop: str = "steps"
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m batchfuzz.live_engine``: search (or serve one ``--workload``); 0 clean, 1 a violation, 2 usage."""
-    p = argparse.ArgumentParser(prog="python -m batchfuzz.live_engine", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m batchfuzz.live_engine", description="Serve workloads on vLLM's engine "
+                                "and check every step's metadata (docs/live-engine.md).")
     p.add_argument("--examples", type=int, default=20, help="workloads to try (default 20)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--plant", choices=sorted(PLANTS), help="a planted step-metadata bug, patched in for this run")
