@@ -526,7 +526,7 @@ def planted(eng: LiveEngine, name: str) -> Iterator[None]:
 @dataclass
 class SearchResult:
     examples: int  # workloads served
-    steps: int  # engine steps captured and checked
+    steps: int  # engine steps captured and checked (property "steps")
     workload: LiveWorkload | None  # the shrunk failing workload, or None
     violation: str = ""
 
@@ -612,10 +612,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(found or f"no violation ({a.property})")
             return 1 if found else 0
         result = search(eng, examples=a.examples, seed=a.seed, prop=a.property)
+    tried = f"{result.examples} workloads" + (f" ({result.steps} steps)" if a.property == "steps" else "")
     if result.workload is None:
-        print(f"no violation in {result.examples} workloads ({result.steps} steps)")
+        print(f"no violation in {tried}")
         return 0
-    print(f"VIOLATION after {result.examples} workloads ({result.steps} steps): {result.violation}")
+    print(f"VIOLATION after {tried}: {result.violation}")
     print(f"    workload = {result.workload.to_dict()}")
     print(f"    --- serve it again: {result.reproduction(a.plant, a.property)}")
     return 1
