@@ -34,6 +34,7 @@ tests/test_hostile.py (random) and tests/test_exhaustive.py (exhaustive).
 
 from __future__ import annotations
 
+import shlex
 import sys
 import time
 from collections.abc import Callable
@@ -409,7 +410,8 @@ def _print_counterexample(plan: _Plan, failure: runner.Failure, replay: str, wha
     written = reproduce.write_test(failure, write_test, plan.ref, timeout_s=max(10.0, 3 * plan.timeout),
                                    origin=f"`batchfuzz check {plan.contract.name} {plan.ref.spec}`") if write_test else None
     if written:
-        print(f"--- regression test written: {written} (pytest {written})")
+        # `python -m pytest`: it puts the working directory on sys.path, so the target's module imports as it did here
+        print(f"--- regression test written: {written} (run it: python -m pytest {shlex.quote(written)})")
     return dict(
         test_file=written, status=COUNTEREXAMPLE, property=failure.property, during=failure.during, message=failure.message,
         error_type=failure.error_type, exit=failure.exit, shrink_complete=failure.complete,

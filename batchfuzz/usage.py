@@ -19,6 +19,7 @@ class ExitCode(enum.IntEnum):
     COUNTEREXAMPLE = 1  # a counterexample (wrong result, crash, timeout), a failing entry, or a harness error
     USAGE = 2  # bad usage or bad input, found before any example runs
     INCOMPLETE = 3  # the budget (or a missing shard) left work that did not run
+    NOTHING_REPLAYED = 4  # replay: no entry was replayed (none found, or every one skipped)
 
 
 # SIGINT/SIGTERM that arrived while the commands were being imported, kept by

@@ -74,7 +74,7 @@ def test_an_engine_release_a_corpus_file_names_is_not_run_unless_the_user_names_
     path = _save(tmp_path / "corpus", _entry(target))
     outcome = corpus.replay(corpus.load(path), isolate=False)
     assert outcome.status == "skipped" and f"--engine dir:{release}" in outcome.message, outcome
-    assert cli.main(["replay", "--no-isolation", str(path)]) == 0
+    assert cli.main(["replay", "--no-isolation", str(path)]) == 4  # skipped: nothing replayed
     assert not marker.exists(), "a corpus file made batchfuzz run code from a directory it named"
     # Named by the user, the release is replayed (and its code runs: the user chose it).
     assert corpus.replay(corpus.load(path), engines=[f"dir:{release}"], isolate=False).status == "passes"

@@ -105,8 +105,8 @@ def run_matrix(engine: Any, args: argparse.Namespace) -> int:
 
     def show(cell: Any) -> None:
         bar.advance(matrix.to_text([cell], among=(spec.function for spec in engine.SPECS)).splitlines()[1])
-        for line in matrix.next_step(cell):  # a failing cell's reproduction and check line
-            bar.say(f"    {line}")
+        for line in matrix.next_step(cell):  # a failing cell's reproduction and check line, not indented: pasted, they run
+            bar.say(line)
 
     def starting(bound: Any) -> None:
         bar.update(now=f"{bound.release} {bound.function} ({bound.contract})")

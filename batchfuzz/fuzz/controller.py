@@ -243,13 +243,20 @@ def _replay_command(args: argparse.Namespace, seed: int) -> str:
              f"--workers {args.workers}", f"--device {args.device}"]
     parts += [f"--contract {q(c)}" for c in args.contract or []]
     parts += [f"--impl {q(i)}" for i in args.impl or []]
+    parts += [f"--property {q(p)}" for p in getattr(args, "property", None) or []]
     parts += [f"--target {q(f'{c}={s}')}" for c, s in args.target]
+    if getattr(args, "domain", None):
+        parts.append(f"--domain {q(args.domain)}")
     if getattr(args, "steps", None):
         parts.append(f"--steps {args.steps}")
     if args.shard:
         parts.append(f"--shard {args.shard[0]}/{args.shard[1]}")
     if args.no_isolation:
         parts.append("--no-isolation")
+    if args.no_database:  # the examples a database replays change the run: the same one, or none
+        parts.append("--no-database")
+    elif args.database:
+        parts.append(f"--database {q(args.database)}")
     if args.timeout != 30.0:
         parts.append(f"--timeout {args.timeout:g}")
     if getattr(args, "max_examples", None) is not None:
@@ -843,7 +850,10 @@ def finish(job: Job, scheduler: Any, out: TextIO, started: float) -> End:
         first = f["message"].splitlines()[0] if f.get("message") else ""
         out.write(f"\nFAILED {f['contract']} {f['implementation']} {', '.join(f['properties'])}: {f['description']}: {first}\n"
                   f"  corpus: {f.get('corpus_file')} ({'new' if f.get('new') else 'already known'})\n")
-        out.write("".join(f"  | {line}\n" for line in f.get("reproduction", "").splitlines()))
+        if f.get("reproduction"):  # not indented: pasted as printed, it runs
+            out.write(f"--- reproduction (copy-paste; run it with python) ---\n{f['reproduction']}\n")
+        if f.get("corpus_file"):
+            out.write(f"--- replay: {corpus.replay_command(f['contract'], f['implementation'], f['corpus_file'])}\n")
     for e in summary["errors"]:
         out.write(f"\nERROR {e['contract']} {e['implementation']}: {e['type']}: {e['message']}\n")
     for n in summary["notes"]:

@@ -48,6 +48,7 @@ import hashlib
 import json
 import os
 import platform
+import shlex
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -189,11 +190,31 @@ def make_entry_data(failure: Any, *, target: str, device: str, domain: str = "sp
         "inputs": {k: literal(v, imports) for k, v in case.args.items()},
         "context": {k: literal(v, imports) for k, v in case.context.items()},
         "reproduction": reproduction,
-        "replay": "batchfuzz replay <this file>",
+        "replay": replay_command(failure.contract, target, "<this file>"),
         "versions": versions(),
         "date": _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
         "found": dict(found or {}),
     }
+
+
+def replay_command(contract: str, target: str, path: Path | str) -> str:
+    """The ``batchfuzz replay`` line that replays the entry at ``path``, as
+    :func:`replay_target` needs it named: a user's function with ``--target``
+    (the one the entry recorded), an engine's code with ``--engine`` (its
+    release); without them replay would skip the entry."""
+    try:
+        ref: TargetRef | None = parse(target)
+    except TargetError:  # not a target reference (a conformance item's subject): replayed as the project's own
+        ref = None
+    words = ["batchfuzz", "replay"]
+    if ref is None:
+        pass
+    elif ref.kind == "engine":
+        words += ["--engine", ref.release]
+    elif not ref.is_project_code:
+        words += ["--target", f"{contract}={target}"]
+    text = str(path)
+    return shlex.join(words) + " " + (text if text == "<this file>" else shlex.quote(text))
 
 
 def path_for(root: Path | str, data: dict[str, Any]) -> Path:
@@ -663,9 +684,9 @@ def describe(replayed: Replayed) -> str:
     ]
     repro = e.data.get("reproduction")
     if isinstance(repro, str) and repro:
-        lines.append("  reproduction:")
-        lines.extend("    " + line for line in repro.splitlines())
-    lines.append(f"  replay: batchfuzz replay {e.path}")
+        lines.append("--- reproduction (copy-paste; run it with python) ---")
+        lines.extend(repro.splitlines())  # not indented: pasted as printed, it runs
+    lines.append(f"--- replay: {replay_command(e.contract, e.target, e.path or '<this file>')}")
     return "\n".join(lines)
 
 
