@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
 from batchfuzz import output, profiles, registry
-from batchfuzz.usage import UsageError, writable_dir, writable_file
+from batchfuzz.usage import UsageError, refuse_system_dir, writable_dir, writable_file
 
 if TYPE_CHECKING:  # the rest is imported by run(): `batchfuzz --help` stays light
     from batchfuzz import exhaustive, runner
@@ -282,6 +282,8 @@ def _database(spec: str | None) -> Any:
     nightly run with its examples), its local copy written."""
     if not spec:
         return None
+    if "://" not in spec:
+        refuse_system_dir(spec, "--database")
     from batchfuzz.fuzz.database import DatabaseError, open_database
 
     try:

@@ -155,3 +155,4 @@ def test_the_engine_matrix_prints_a_reproduction_and_a_check_line_that_work(tmp_
     assert failing.returncode == 1 and "PropertyViolation" in failing.stderr, failing.stdout + failing.stderr
     again = _shell(_command(r.stdout, "--- check it again: "), tmp_path, env)
     assert again.returncode == 1 and "COUNTEREXAMPLE" in again.stdout, again.stdout + again.stderr
+

@@ -85,7 +85,7 @@ from batchfuzz.fuzz.settings import (
     TARGET_ROUNDS,
 )
 from batchfuzz.targets import TargetError, parse
-from batchfuzz.usage import PENDING_SIGNALS, ExitCode, UsageError, writable_dir
+from batchfuzz.usage import PENDING_SIGNALS, ExitCode, UsageError, refuse_system_dir, writable_dir
 
 _RANDOM_PROFILES = ("dev", "nightly")
 
@@ -229,6 +229,8 @@ def _database(args: argparse.Namespace) -> str | None:
     from batchfuzz.fuzz.database import DatabaseError, open_database
 
     if "://" not in spec:
+        if spec != "off":
+            refuse_system_dir(spec, "--database")
         spec = str(Path(spec).absolute())
     try:
         open_database(spec, local_dir=profiles.database_path())
@@ -680,6 +682,9 @@ def _run(args: argparse.Namespace, stream: TextIO | None, held: list[Any]) -> En
     report_dir = Path(args.report).absolute()
     job: Job | None = None
     try:
+        refuse_system_dir(args.report, "--report")  # before its lock file is written there
+        if args.corpus:
+            refuse_system_dir(args.corpus, "--corpus")
         if args.device == "cuda":
             import torch
 
