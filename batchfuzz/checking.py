@@ -90,8 +90,8 @@ class CheckRequest:
     scope: str | None = None  # with exhaustive; default registry.DEFAULT_SCOPE
     json_path: str | None = None
     write_test: str | None = None  # a directory: a counterexample is also written there as a pytest file
-    started: float | None = None  # when the command started (time.time()); default: now
-    imported: float | None = None  # when its imports were done: before that is start-up, not budget
+    started: float | None = None  # when the command started (time.time()); default: now. Until the target is
+    # ready (imports, the worker, its probe) is start-up: the budget's clock starts after it
 
 
 @dataclass(frozen=True)
@@ -207,7 +207,6 @@ def _plan(request: CheckRequest) -> _Plan:
     started = request.started or time.time()
     budget = request.budget_s if request.budget_s is not None else \
         EXHAUSTIVE_BUDGET_S if request.exhaustive else DEFAULT_BUDGET_S
-    deadline = started + budget
     try:
         contract = registry.get(request.contract)
     except KeyError as exc:
@@ -257,12 +256,12 @@ def _plan(request: CheckRequest) -> _Plan:
     if why:
         executor.close()
         raise UsageError(f"target {request.target}: {why}; bind it to the contract's result (docs/bindings.md)")
-    # The budget is the examples': batchfuzz's own start (imports, the fork server, the worker) is not charged to it.
-    imported = request.imported or request.started or time.time()
-    startup_s = getattr(executor, "startup_s", 0.0) + max(0.0, imported - started)
+    # The budget is the examples': its clock starts now. batchfuzz's own start (the command's and the registry's
+    # imports, the fork server, the worker, the target's load and probe) is start-up, reported, not charged.
+    ready = time.time()
     return _Plan(contract=contract, props=props, scope=scope, domain=domain, budget=budget, timeout=timeout,
                  database=database, ref=ref, executor=executor, info=info, started=started,
-                 deadline=deadline + startup_s, startup_s=startup_s)
+                 deadline=ready + budget, startup_s=ready - started)
 
 
 def _steps_domain(contract: registry.Contract, source: str, domain: str | None) -> str:
