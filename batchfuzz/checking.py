@@ -144,11 +144,13 @@ class _Lines:
             self.stream.write("\r" + line.ljust(78) if self.tty else line + "\n")
         else:
             status = "FAIL" if p.failed else "ok"
-            line = f"  {status:4} {p.property:40} {p.examples:7d} examples  {p.seconds_left:5.0f}s left"
             if self.tty:
+                line = f"  {status:4} {p.property:40} {p.examples:7d} examples  {p.seconds_left:5.0f}s left"
                 self.stream.write("\r" + line.ljust(78))
             elif time.time() - self.last > self.PLAIN_EVERY_S:
-                self.stream.write(line + "\n")
+                # a heartbeat, not a row of the results table printed at the end (a log would show each twice)
+                self.stream.write(f"... {p.property}: {p.examples} examples so far{' (failed)' if p.failed else ''}, "
+                                  f"{p.seconds_left:.0f}s of the budget left\n")
                 self.last = time.time()
         self.stream.flush()
 

@@ -337,7 +337,7 @@ def test_a_budget_too_short_for_every_first_slice_is_said_with_the_number(tmp_pa
 
     items = 8  # every property of the contract on one implementation
     need = fuzz.minimum_budget(items, 1)
-    code = cli.main(["fuzz", "--contract", CONTRACT, "--impl", "impl:numpy@cpu", "--profile", "ci", "--budget",
+    code = cli.main(["fuzz", "--contract", CONTRACT, "--impl", "impl:numpy@cpu", "--profile", "ci", "--workers", "1", "--budget",
                      f"{need - 0.1:g}", "--report", str(tmp_path / "report"), "--corpus", str(tmp_path / "corpus"),
                      "--progress", "none", "--no-database"])
     out = capsys.readouterr().out
