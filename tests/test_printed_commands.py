@@ -151,6 +151,9 @@ def test_the_engine_matrix_prints_a_reproduction_and_a_check_line_that_work(tmp_
     r = _shell("batchfuzz engine toyengine --source checkout --contract pad_query_start_loc --max-examples 25 "
                "--budget 240 --seed 3", tmp_path, env)
     assert r.returncode == 1, r.stdout + r.stderr
+    # what it does while no cell has ended (tests/test_ux.py: the download lines)
+    assert "\nbinding toyengine 1.4.0: reading its source, binding its functions\n" in r.stdout, r.stdout
+    assert re.search(r"^bound toyengine 1\.4\.0 in \d+s: 1 absent, 2 bound; running its cells$", r.stdout, re.M), r.stdout
     failing = _python(_block(r.stdout), tmp_path, env=env)
     assert failing.returncode == 1 and "PropertyViolation" in failing.stderr, failing.stdout + failing.stderr
     again = _shell(_command(r.stdout, "--- check it again: "), tmp_path, env)

@@ -168,3 +168,29 @@ def test_checks_plain_progress_lines_are_not_rows_of_its_results(capsys: pytest.
     lines.last = 0.0  # its last line long ago: this one is printed
     lines(checking.Progress(property="matches_oracle", examples=40, failed=False, seconds_left=12.0))
     assert stream.getvalue() == "... matches_oracle: 40 examples so far, 12s of the budget left\n"
+
+
+# ---------------------------------------------------------------- the engine matrix says what it does
+
+
+def test_a_wheel_download_is_said_before_and_after_with_its_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``pip download`` of a release wheel can take minutes: a line before it,
+    one after with the size, one for a cached wheel (pip itself faked here)."""
+    import subprocess
+
+    from batchfuzz import engines
+
+    def fake_pip(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        folder = Path(cmd[cmd.index("-d") + 1])
+        (folder / "toyengine-1.4.0-py3-none-any.whl").write_bytes(b"x" * 2_500_000)
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(engines.subprocess, "run", fake_pip)
+    said: list[str] = []
+    path = engines.fetch_wheel("toyengine", "1.4.0", dest=tmp_path, say=said.append)
+    assert said[0] == (f"downloading toyengine==1.4.0: its release wheel, with pip download into {tmp_path} (once: later "
+                       "runs use the cached file; at most 300s)")
+    assert said[1].startswith("downloaded toyengine-1.4.0-py3-none-any.whl (2.5 MB) in "), said
+    said.clear()
+    assert engines.fetch_wheel("toyengine", "1.4.0", dest=tmp_path, say=said.append) == path
+    assert said == [f"toyengine==1.4.0: the cached wheel {path} (2.5 MB)"]

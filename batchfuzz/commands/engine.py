@@ -14,7 +14,9 @@ engine|model``, contracts D and E on the domain that step source feeds,
 ``fail`` (property and shrunk counterexample), ``absent``, ``unbindable``
 (with the reason), ``incomplete`` or ``error`` (``batchfuzz.engines.matrix``).
 Nothing of the engine is imported or installed: the functions are cut out of
-the release's source text.
+the release's source text. While no cell has ended it says what it is doing:
+a wheel being downloaded (then its size), a release being bound (then how
+many functions were bound), the cell running (in its heartbeat line).
 
 Exit codes: 0 every bound cell passed; 1 a cell failed, or a function is
 unbindable or could not be run; 2 a usage error (an unknown engine, a release
@@ -26,9 +28,12 @@ incomplete.
 from __future__ import annotations
 
 import argparse
+import functools
 import signal
 import sys
 import time
+from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from batchfuzz.commands import _options
@@ -75,6 +80,20 @@ def add_matrix_options(p: argparse.ArgumentParser, whose: str) -> None:
     _options.markdown_output(p, help="write the matrix here as a Markdown table")
 
 
+def _bind_release(bar: Progress, engine: str, name: str, bindings: Callable[[], list[Any]]) -> list[Any]:
+    """A release's bindings (``bindings()``: its source read, its functions cut
+    out and probed, the split searched for: seconds to minutes for a wheel),
+    saying so before and after, so that a long wait is not a silent one."""
+    bar.update(now=f"binding {engine} {name}")
+    bar.say(f"binding {engine} {name}: reading its source, binding its functions")
+    started = time.time()
+    bound = bindings()
+    statuses = Counter(b.status for b in bound)
+    bar.say(f"bound {engine} {name} in {time.time() - started:.0f}s: "
+            + ", ".join(f"{n} {status}" for status, n in sorted(statuses.items())) + "; running its cells")
+    return bound
+
+
 def run(args: argparse.Namespace) -> int:
     from batchfuzz import engines
 
@@ -94,7 +113,8 @@ def run_matrix(engine: Any, args: argparse.Namespace) -> int:
         matrix.check_steps(args.steps)
         keep = matrix.selection(engine, args.function, args.contract)
         sources = matrix.release_sources(engine, releases=[*args.release, *(engine.RELEASES if args.all_releases else ())],
-                                         wheels=args.wheel, dirs=args.source, installed=args.installed)
+                                         wheels=args.wheel, dirs=args.source, installed=args.installed,
+                                         say=lambda line: print(line, flush=True))
     except (LookupError, ValueError) as exc:  # SourceError is a LookupError
         raise UsageError(str(exc)) from None
     seed = args.seed if args.seed is not None else matrix.new_seed()
@@ -114,7 +134,8 @@ def run_matrix(engine: Any, args: argparse.Namespace) -> int:
     started = time.time()
     print(matrix.to_text([]), flush=True)
     try:
-        releases = matrix.engine_releases(engine, sources, search=matrix.searched(args.function, args.contract))
+        releases = [(name, functools.partial(_bind_release, bar, engine.ENGINE, name, bindings)) for name, bindings in
+                    matrix.engine_releases(engine, sources, search=matrix.searched(args.function, args.contract))]
         with bar:
             cells = matrix.run_matrix(releases, budget_s=args.budget, timeout_s=args.timeout,
                                       seed=seed, isolate=not args.no_isolation, keep=keep, on_cell=show,

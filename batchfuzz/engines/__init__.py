@@ -29,6 +29,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import zipfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -298,10 +299,13 @@ def cache_dir() -> Path:
     return Path(os.environ.get("BATCHFUZZ_CACHE") or Path.home() / ".cache" / "batchfuzz")
 
 
-def fetch_wheel(distribution: str, version: str, dest: str | os.PathLike[str] | None = None, timeout_s: float = 300) -> Path:
+def fetch_wheel(distribution: str, version: str, dest: str | os.PathLike[str] | None = None, timeout_s: float = 300,
+                say: Callable[[str], None] | None = None) -> Path:
     """The wheel of ``distribution==version`` in ``dest`` (default
     ``cache_dir()/wheels``), downloaded with ``pip download --no-deps`` unless
-    it is already there. Raises SourceError with pip's last words when the
+    it is already there. ``say`` receives a line before a download (it may
+    take minutes, silently), one after it with the wheel's size, and one for
+    a cached wheel. Raises SourceError with pip's last words when the
     registry cannot be reached or has no such release."""
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", distribution):
         raise ValueError(f"distribution must be a package name, got {distribution!r}")
@@ -317,7 +321,13 @@ def fetch_wheel(distribution: str, version: str, dest: str | os.PathLike[str] | 
 
     found = present()
     if found is not None:
+        if say is not None:
+            say(f"{distribution}=={version}: the cached wheel {found} ({_megabytes(found)})")
         return found
+    if say is not None:
+        say(f"downloading {distribution}=={version}: its release wheel, with pip download into {folder} (once: later "
+            f"runs use the cached file; at most {timeout_s:g}s)")
+    started = time.monotonic()
     # Short socket timeouts and few retries: an unreachable registry should fail in seconds, not minutes.
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", f"{distribution}=={version}",
            "-d", str(folder), "--quiet", "--timeout", "20", "--retries", "1"]
@@ -330,4 +340,10 @@ def fetch_wheel(distribution: str, version: str, dest: str | os.PathLike[str] | 
         errors = [ln for ln in (proc.stderr or proc.stdout).strip().splitlines() if ln.startswith("ERROR")] or ["(no message)"]
         said = " | ".join(ln if len(ln) <= 200 else ln[:200] + "..." for ln in errors[-2:])
         raise SourceError(f"pip download {distribution}=={version} failed (exit {proc.returncode}): {said}")
+    if say is not None:
+        say(f"downloaded {found.name} ({_megabytes(found)}) in {time.monotonic() - started:.0f}s")
     return found
+
+
+def _megabytes(path: Path) -> str:
+    return f"{path.stat().st_size / 1e6:.1f} MB"

@@ -265,15 +265,16 @@ def run_matrix(releases: Iterable[tuple[str, Callable[[], list[Bound]]]], *, bud
 
 
 def release_sources(engine: Any, *, releases: Sequence[str] = (), wheels: Sequence[str] = (), dirs: Sequence[str] = (),
-                    installed: bool = False) -> list[ReleaseSource]:
+                    installed: bool = False, say: Callable[[str], None] | None = None) -> list[ReleaseSource]:
     """The releases of ``engine`` (an engine module) asked for, in this order:
     each version of ``releases`` (its wheel fetched into the cache,
     ``batchfuzz.engines.fetch_wheel``), each wheel file, each source checkout,
-    and the installed distribution. Raises SourceError (or ValueError for a
+    and the installed distribution; ``say`` hears of each download
+    (``fetch_wheel``). Raises SourceError (or ValueError for a
     malformed version) naming the release that cannot be opened, ValueError
     when none is asked for."""
     kind: type[ReleaseSource] = engine.ReleaseSource
-    sources = [kind.from_wheel(fetch_wheel(kind.distribution, version)) for version in releases]
+    sources = [kind.from_wheel(fetch_wheel(kind.distribution, version, say=say)) for version in releases]
     sources += [kind.from_wheel(w) for w in wheels]
     sources += [kind.from_dir(d) for d in dirs]
     if installed:
