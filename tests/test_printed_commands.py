@@ -159,3 +159,16 @@ def test_the_engine_matrix_prints_a_reproduction_and_a_check_line_that_work(tmp_
     again = _shell(_command(r.stdout, "--- check it again: "), tmp_path, env)
     assert again.returncode == 1 and "COUNTEREXAMPLE" in again.stdout, again.stdout + again.stderr
 
+
+
+def test_the_demo_shows_a_counterexample_whose_next_steps_work(tmp_path: Path) -> None:
+    """The README's quick start runs ``batchfuzz demo`` before the fuzz job: it
+    exits 0 having shown the bundled bug's counterexample; its reproduction
+    fails as printed and its replay line finds the same property again."""
+    r = _shell("batchfuzz demo", tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "got      [1, 1, 3]\n  expected [1, 2, 2]" in r.stdout, r.stdout
+    failing = _python(_block(r.stdout), tmp_path)
+    assert failing.returncode == 1 and "PropertyViolation" in failing.stderr, failing.stdout + failing.stderr
+    again = _shell(_command(r.stdout, "--- replay the search: "), tmp_path)
+    assert again.returncode == 1 and "COUNTEREXAMPLE: property matches_oracle " in again.stdout, again.stdout + again.stderr
