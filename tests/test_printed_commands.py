@@ -123,6 +123,10 @@ def test_fuzz_prints_a_replay_line_a_reproduction_and_a_rerun_line_that_work(pro
     rerun = _command(r.stdout, "rerun with the same seed: ")
     failing = _python(repro, project)
     assert failing.returncode == 1 and "PropertyViolation" in failing.stderr, failing.stdout + failing.stderr
+    skipped = _shell("batchfuzz replay corp", project)  # the entry names a user's function: skipped, saying how
+    assert skipped.returncode == 4 and "1 skipped" in skipped.stdout, skipped.stdout + skipped.stderr
+    told = _shell(_command(skipped.stdout, "replay it against, that one with: "), project)
+    assert told.returncode == 1 and "1 still fail" in told.stdout, told.stdout + told.stderr
     replayed = _shell(replay, project)
     assert replayed.returncode == 1 and "1 still fail" in replayed.stdout, replayed.stdout + replayed.stderr
     # replay's own next steps, printed under the entry that still fails, work too
@@ -172,3 +176,12 @@ def test_the_demo_shows_a_counterexample_whose_next_steps_work(tmp_path: Path) -
     assert failing.returncode == 1 and "PropertyViolation" in failing.stderr, failing.stdout + failing.stderr
     again = _shell(_command(r.stdout, "--- replay the search: "), tmp_path)
     assert again.returncode == 1 and "COUNTEREXAMPLE: property matches_oracle " in again.stdout, again.stdout + again.stderr
+
+
+def test_an_exhaustive_check_prints_a_reproduction_and_a_replay_line_that_work(project: Path) -> None:
+    r = _shell("batchfuzz check split_dummy_tokens mymod:bad_split --exhaustive --scope ci", project)
+    assert r.returncode == 1, r.stdout + r.stderr
+    failing = _python(_block(r.stdout), project)
+    assert failing.returncode == 1 and "PropertyViolation" in failing.stderr, failing.stdout + failing.stderr
+    again = _shell(_command(r.stdout, "--- replay: "), project)
+    assert again.returncode == 1 and _block(again.stdout) == _block(r.stdout), again.stdout + again.stderr  # the same case

@@ -499,15 +499,16 @@ def replay_target(entry: CorpusEntry, *, targets: dict[str, str] | None = None,
     maps the contract to, never the one the file names.
     """
     ref = entry.ref
+    again = replay_command(entry.contract, entry.target, entry.path or "<this file>")
     if ref.kind == "engine" and not any(same_release(ref.release, named) for named in engines):
-        return None, (f"names an engine release ({ref.release}) the corpus file chose; pass --engine {ref.release} "
-                      "to use that release's code")
+        return None, (f"names an engine release ({ref.release}) the corpus file chose; to run that release's code, "
+                      f"replay it with: {again}")
     if ref.is_project_code:
         return ref, ""
     chosen = (targets or {}).get(entry.contract)
     if chosen is None:
-        return None, (f"names a user's function ({entry.target}); pass --target {entry.contract}=MODULE:FUNCTION "
-                      "to use yours")
+        return None, (f"names a user's function ({entry.target}); --target {entry.contract}=MODULE:FUNCTION names the "
+                      f"one to replay it against, that one with: {again}")
     return parse(chosen), ""
 
 
@@ -727,7 +728,7 @@ def replay_paths(paths: list[Path], targets: dict[str, str], isolate: bool = Tru
         elif not quiet:
             e = replayed.entry
             word = "pass " if replayed.status == "passes" else "skip "
-            extra = f" ({replayed.message})" if replayed.message else ""
+            extra = f": {replayed.message}" if replayed.message else ""  # it may end with a command: nothing after it
             say(f"{word} {path}: {e.contract}/{e.target} {e.property}{extra}")
     say(f"{len(found)} corpus entries: {counts['passes']} pass, {counts['fails']} still fail, "
         f"{counts['skipped']} skipped, {counts['malformed']} malformed")
