@@ -402,7 +402,7 @@ def _print_counterexample(plan: _Plan, failure: runner.Failure, replay: str, wha
     print(f"{failure.error_type}: {failure.message}\n")
     if not failure.complete:
         print("(the budget ended while shrinking: the case is the smallest found so far)\n")
-    print("--- reproduction (copy-paste; run it with python) ---")
+    print(reproduce.HEADER)
     print(repro)
     also: list[str] = []
     if time.time() < plan.deadline + runner.DEADLINE_GRACE_S and failure.property not in PSEUDO_PROPERTIES:

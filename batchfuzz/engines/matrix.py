@@ -50,7 +50,7 @@ from typing import Any
 
 from hypothesis import settings
 
-from batchfuzz import engine_steps, profiles, registry, runner
+from batchfuzz import engine_steps, profiles, registry, reproduce, runner
 from batchfuzz.codec import encode_case, literal
 from batchfuzz.engines import Bound, ReleaseSource, fetch_wheel, split_search
 from batchfuzz.execution import LoadTimeout, executor_for
@@ -180,7 +180,7 @@ def next_step(cell: Cell) -> list[str]:
     has no code to run: its reason says why)."""
     lines = []
     if cell.reproduction:
-        lines += ["--- reproduction (copy-paste; run it with python) ---", *cell.reproduction.splitlines()]
+        lines += [reproduce.HEADER, *cell.reproduction.splitlines()]
     if cell.check_command:
         lines.append(f"--- check it again: {cell.check_command}")
     return lines

@@ -57,7 +57,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from batchfuzz import engine_steps, profiles, registry, runner
+from batchfuzz import engine_steps, profiles, registry, reproduce, runner
 from batchfuzz.fuzz import corpus
 from batchfuzz.fuzz.job import (
     EXECUTOR_CACHE,
@@ -877,7 +877,7 @@ def finish(job: Job, scheduler: Any, out: TextIO, started: float) -> End:
         out.write(f"\nFAILED {f['contract']} {f['implementation']} {', '.join(f['properties'])}: {f['description']}: {first}\n"
                   f"  corpus: {f.get('corpus_file')} ({'new' if f.get('new') else 'already known'})\n")
         if f.get("reproduction"):  # not indented: pasted as printed, it runs
-            out.write(f"--- reproduction (copy-paste; run it with python) ---\n{f['reproduction']}\n")
+            out.write(f"{reproduce.HEADER}\n{f['reproduction']}\n")
         if f.get("corpus_file"):
             out.write(f"--- replay: {corpus.replay_command(f['contract'], f['implementation'], f['corpus_file'])}\n")
     for e in summary["errors"]:

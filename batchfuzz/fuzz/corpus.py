@@ -207,11 +207,9 @@ def replay_command(contract: str, target: str, path: Path | str) -> str:
     except TargetError:  # not a target reference (a conformance item's subject): replayed as the project's own
         ref = None
     words = ["batchfuzz", "replay"]
-    if ref is None:
-        pass
-    elif ref.kind == "engine":
+    if ref is not None and ref.kind == "engine":
         words += ["--engine", ref.release]
-    elif not ref.is_project_code:
+    elif ref is not None and not ref.is_project_code:
         words += ["--target", f"{contract}={target}"]
     text = str(path)
     return shlex.join(words) + " " + (text if text == "<this file>" else shlex.quote(text))
@@ -685,7 +683,9 @@ def describe(replayed: Replayed) -> str:
     ]
     repro = e.data.get("reproduction")
     if isinstance(repro, str) and repro:
-        lines.append("--- reproduction (copy-paste; run it with python) ---")
+        from batchfuzz.reproduce import HEADER
+
+        lines.append(HEADER)
         lines.extend(repro.splitlines())  # not indented: pasted as printed, it runs
     lines.append(f"--- replay: {replay_command(e.contract, e.target, e.path or '<this file>')}")
     return "\n".join(lines)
