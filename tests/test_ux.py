@@ -139,7 +139,7 @@ def test_the_live_clock_adds_up_and_its_time_left_never_goes_back_up(tmp_path: P
     monkeypatch.setattr(fuzz_progress, "time", clock)
     job = types.SimpleNamespace(budget_s=60.0, deadline=clock.now + 60.0)
     p = fuzz_progress.Progress(io.StringIO(), job, started=clock.now, tty=False)  # type: ignore[arg-type]
-    seen = []
+    seen: list[float] = []
     for step, deadline in [(5, None), (5, None), (10, "clock"), (20, None), (3, +4.0), (10, None), (60, None)]:
         clock.now += step
         if deadline == "clock":  # the job processes are ready: the budget's clock starts
