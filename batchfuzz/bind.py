@@ -53,6 +53,8 @@ from batchfuzz.binding.kit import (
     cpu_gpu_buffer,
     int_array,
     probe,
+    probes_reported,
+    raised_in_engine,
     slice_pairs,
     table,
     to_numpy,
@@ -66,7 +68,7 @@ from batchfuzz.binding.source import Piece, SourceFile, SourceTree, TextTree
 __all__ = [
     "Absent", "Call", "Loader", "Piece", "Record", "Recorder", "SourceFile", "SourceTree", "StandInReached", "Stub",
     "TextTree", "Unbindable", "Writes", "block_table", "cast_exact", "count", "cpu_gpu_buffer", "int_array", "probe",
-    "slice_pairs", "table", "to_numpy", "tuple_part", "unreachable",
+    "probes_reported", "raised_in_engine", "slice_pairs", "table", "to_numpy", "tuple_part", "unreachable",
 ]
 
 

@@ -404,11 +404,15 @@ def _print_counterexample(plan: _Plan, failure: runner.Failure, replay: str, wha
         print("(the budget ended while shrinking: the case is the smallest found so far)\n")
     print(reproduce.HEADER)
     print(repro)
-    also: list[str] = []
-    if time.time() < plan.deadline + runner.DEADLINE_GRACE_S and failure.property not in PSEUDO_PROPERTIES:
+    # Which properties the case breaks: None where that was not computed (said, never left out silently).
+    also: list[str] | None = None
+    if failure.property in PSEUDO_PROPERTIES:
+        also = []
+    elif time.time() < plan.deadline + runner.DEADLINE_GRACE_S:
         also = runner.violated_properties(plan.contract, plan.executor, failure.case, timeout_s=plan.timeout)
-        if also:
-            print(f"--- {what} violates: {', '.join(also)}")
+        print(f"--- {what} violates: {', '.join(also) or 'none of the properties when re-checked (a flaky target?)'}")
+    else:
+        print(f"--- which properties {what} violates: not checked (the budget ended; a larger --budget checks them)")
     print(f"--- {replay}")
     written = reproduce.write_test(failure, write_test, plan.ref, timeout_s=max(10.0, 3 * plan.timeout),
                                    origin=f"`batchfuzz check {plan.contract.name} {plan.ref.spec}`") if write_test else None

@@ -11,6 +11,7 @@ import sys
 import time
 
 from batchfuzz import __version__, plugins
+from batchfuzz.redaction import printable_argv
 
 # Re-exported for command modules written against the old home (batchfuzz.usage is the home).
 from batchfuzz.usage import PENDING_SIGNALS, ExitCode, UsageError, parse_duration, writable_dir, writable_file  # noqa: F401
@@ -51,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(sig, lambda signum, frame: PENDING_SIGNALS.append(signum))
     parser = build_parser()
     args = parser.parse_args(argv)
+    if argv is None:  # what Hypothesis's records and every child process keep of the command line: no password
+        sys.argv[:] = printable_argv(sys.argv)
     args.started = started
     if not getattr(args, "func", None):
         parser.print_help()
@@ -64,6 +67,20 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"batchfuzz: error: {exc}", file=sys.stderr)
         return ExitCode.USAGE
+    finally:
+        if words and words[0] in _OWNS_SIGNALS and argv is None:
+            _ignore_signals_until_exit()
+
+
+def _ignore_signals_until_exit() -> None:
+    """The command has written its reports and chosen its exit code: a signal
+    from now on must not change it. Python puts a handler of its own back to
+    the default as the interpreter finalizes (a SIGTERM then would end the
+    process with 143 beside a complete report); an ignored signal stays ignored."""
+    import signal
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
 
 
 if __name__ == "__main__":

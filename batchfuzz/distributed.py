@@ -13,7 +13,10 @@ rank's answer in rank order, in one of two modes:
   and reused across calls (a call costs a few pipe messages, not a process
   start): one pool of ``max_ranks`` processes holds a group over the first
   ``k`` ranks for every ``2 <= k <= max_ranks``. The rendezvous is a
-  ``FileStore`` in a private temporary directory (no port, loopback only).
+  ``FileStore`` in a private temporary directory (no port); the group's own
+  connections are TCP sockets on 127.0.0.1 only (gloo's, or NCCL's
+  bootstrap: the rank processes pin both to the loopback interface, whatever
+  ``GLOO_SOCKET_IFNAME`` or ``NCCL_SOCKET_IFNAME`` the caller set).
 - ``in_process`` (:func:`run_in_process`): every rank in this process, the
   all-reduce replaced by a sum over the ranks' tensors. Ranks run one after
   the other up to their next collective (the stand-in records the tensor and
@@ -198,6 +201,14 @@ def _die_with_parent() -> None:
         pass
 
 
+def _loopback_interface() -> str:
+    """The name of the loopback network interface (``lo`` on Linux)."""
+    import socket
+
+    names = [name for _, name in socket.if_nameindex()]
+    return next((n for n in ("lo", "lo0") if n in names), "lo")
+
+
 def _rank_main(rank: int, max_ranks: int, store_path: str, backend: str, timeout_s: float,
                conn: mpc.Connection, phases: Any, parent: int) -> None:
     _die_with_parent()
@@ -207,7 +218,9 @@ def _rank_main(rank: int, max_ranks: int, store_path: str, backend: str, timeout
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-
+    # gloo (and NCCL's bootstrap) listen on the interface these name, else wherever the host name resolves:
+    # loopback, whatever the caller's environment says (a cluster's GLOO_SOCKET_IFNAME=eth0).
+    os.environ["GLOO_SOCKET_IFNAME"] = os.environ["NCCL_SOCKET_IFNAME"] = _loopback_interface()
     store = dist.FileStore(store_path, max_ranks)
     # The collective's own timeout is past the pool's deadline (the pool judges first and then stops every rank);
     # it only ends ranks whose pool is gone.

@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import faulthandler
 import inspect
+import itertools
 import multiprocessing
 import operator
 import os
@@ -47,6 +48,7 @@ import signal
 import sys
 import time
 import traceback
+import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -55,6 +57,7 @@ from batchfuzz import registry
 from batchfuzz.case import Case, copy_value
 from batchfuzz.preconditions import declared_assumptions, declared_domain
 from batchfuzz.targets import TargetError, TargetRef, parse
+from batchfuzz.text import MAX_NAME_CHARS, MAX_TRACEBACK_CHARS, bounded, outside, printable
 
 PASSED, FAILED, REJECTED, CRASH, TIMEOUT, RAISES = "passed", "failed", "rejected", "crash", "timeout", "raises"
 # The verdicts about the target itself rather than about its result: each is
@@ -89,6 +92,15 @@ class Outcome:
     exit: str = ""
     seconds: float = 0.0
     value: Any = None  # the contract's scores, when they were asked for and the property passed
+
+    def __post_init__(self) -> None:
+        # What a target produced, kept bounded and printable from where it is made (batchfuzz.text): a
+        # 10 MB message or a lone surrogate cannot reach a pipe, a report, a corpus entry or a terminal.
+        if self.status not in (PASSED, REJECTED):
+            self.error_type = outside(self.error_type, MAX_NAME_CHARS)
+            self.message = outside(self.message)
+            self.traceback = outside(self.traceback, MAX_TRACEBACK_CHARS)
+            self.exit = outside(self.exit, MAX_NAME_CHARS)
 
     @property
     def ok(self) -> bool:
@@ -191,6 +203,20 @@ def _scores(contract: registry.Contract, target: Callable[..., Any], case: Case)
         return {}
 
 
+def _text(exc: BaseException) -> str:
+    """``str(exc)``, or a note when its ``__str__`` raises (a target's own exception class)."""
+    try:
+        return str(exc)
+    except Exception as err:
+        return f"<str() of this {type(exc).__name__} raised {type(err).__name__}>"
+
+
+def _formatted(exc: BaseException) -> str:
+    """``exc``'s traceback with each part (a frame, a message) bounded, so a
+    huge message cannot push the frames (the origin's location) out."""
+    return "".join(bounded(part) for part in traceback.format_exception(exc))
+
+
 def evaluate(contract: registry.Contract, target: Callable[..., Any], prop_name: str, case: Case, *,
              scores: bool = False) -> Outcome:
     """Run one property on one case, here: the body both executors share.
@@ -211,25 +237,23 @@ def evaluate(contract: registry.Contract, target: Callable[..., Any], prop_name:
         value = _scores(contract, target, before) if scores else None
     except _TargetRaised as raised:
         exc = raised.exc
-        return Outcome(RAISES, type(exc).__name__, str(exc), "".join(traceback.format_exception(exc)),
-                       seconds=time.perf_counter() - start)
+        return Outcome(RAISES, type(exc).__name__, _text(exc), _formatted(exc), seconds=time.perf_counter() - start)
     except _Timeout as exc:
         return Outcome(TIMEOUT, "Timeout", str(exc), seconds=time.perf_counter() - start)
     except Exception as exc:
-        return Outcome(FAILED, type(exc).__name__, str(exc), "".join(traceback.format_exception(exc)),
-                       seconds=time.perf_counter() - start)
+        return Outcome(FAILED, type(exc).__name__, _text(exc), _formatted(exc), seconds=time.perf_counter() - start)
     except SystemExit as exc:
         return Outcome(CRASH, "SystemExit", f"the target called sys.exit({exc.code!r})", exit=f"sys.exit({exc.code!r})",
                        seconds=time.perf_counter() - start)
     except KeyboardInterrupt as exc:
         if _INTERRUPTS.seen or isinstance(exc, _OwnInterrupt):
             raise  # the user pressed Ctrl-C (a SIGINT arrived): stop, not a verdict on the target
-        return Outcome(CRASH, type(exc).__name__, f"the target raised {type(exc).__name__} (no SIGINT arrived): {exc}",
-                       "".join(traceback.format_exception(exc)), exit=f"raised {type(exc).__name__}",
+        return Outcome(CRASH, type(exc).__name__, f"the target raised {type(exc).__name__} (no SIGINT arrived): "
+                       f"{_text(exc)}", _formatted(exc), exit=f"raised {type(exc).__name__}",
                        seconds=time.perf_counter() - start)
     except BaseException as exc:
-        return Outcome(CRASH, type(exc).__name__, f"the target raised {type(exc).__name__}: {exc}",
-                       "".join(traceback.format_exception(exc)), exit=f"raised {type(exc).__name__}",
+        return Outcome(CRASH, type(exc).__name__, f"the target raised {type(exc).__name__}: {_text(exc)}",
+                       _formatted(exc), exit=f"raised {type(exc).__name__}",
                        seconds=time.perf_counter() - start)
     return Outcome(PASSED, seconds=time.perf_counter() - start, value=value)
 
@@ -453,6 +477,8 @@ class LoadTimeout(TargetError):
 # call. A target that replaces one (``numpy.array_equal = lambda *a: True``)
 # could make the properties judge a wrong result right.
 _WATCHED = ("numpy", "numpy.testing", "builtins", "math", "operator")
+_CODE = operator.attrgetter("__code__")
+_CHECK = operator.attrgetter("check")
 
 
 def _watched_modules() -> list[Any]:
@@ -460,25 +486,65 @@ def _watched_modules() -> list[Any]:
             if m is not None and (name in _WATCHED or name == "batchfuzz" or name.startswith("batchfuzz."))]
 
 
+def _watched_names(m: Any) -> tuple[str, ...]:
+    """A module's names whose values must not change: all of a watched
+    library's; a batchfuzz module's public ones and its private functions
+    and classes (``_admits``; not its private caches, which do change)."""
+    return tuple(k for k, v in list(vars(m).items()) if not k.startswith("__")
+                 and (m.__name__ in _WATCHED or not k.startswith("_") or isinstance(v, (types.FunctionType, type))))
+
+
+def _judging_functions(modules: list[Any], properties: tuple[Any, ...]) -> tuple[types.FunctionType, ...]:
+    """The Python functions the verdict runs through, whose code a target
+    could rewrite in place (``evaluate.__code__ = ...``): those of the
+    watched modules, the methods of batchfuzz's classes, every contract's
+    properties and oracle."""
+    found: dict[int, types.FunctionType] = {}
+    values: list[Any] = [p.check for p in properties] + [c.oracle for c in registry.contracts()]
+    for m in modules:
+        for v in list(vars(m).values()):
+            values.append(v)
+            if isinstance(v, type) and v.__module__.startswith("batchfuzz"):
+                members = list(vars(v).values())
+                values += members + [getattr(a, f, None) for a in members for f in ("fget", "fset", "__func__")]
+    for v in values:
+        if isinstance(v, types.FunctionType):
+            found.setdefault(id(v), v)
+    return tuple(found.values())
+
+
 class HarnessSnapshot:
     """The harness's functions as they were (see ``tampering``): per watched
-    module, its watched names and the values they held.
+    module, its watched names and the values they held; the code object of
+    every function the verdict runs through; each contract property's check.
 
     Checked after every example a worker runs, so the check that nothing
-    changed is one C-level pass per module (an ``itemgetter`` over the names,
-    ``operator.is_`` over the values): thousands of attributes in tens of
-    microseconds. Only a module that differs, or lost a name, is compared
-    name by name."""
+    changed is two C-level passes: ``dict.get`` over every watched name of
+    every module at once (``operator.is_`` against the values), and the code
+    objects as a tuple compared with the saved one (identity first): a few
+    thousand attributes in a few hundred microseconds on a loaded 2-core
+    machine (docs/fuzz-loop.md). Only a module, function or property that
+    differs is then compared one by one. What it cannot see (an object's
+    state, a closure's cells, memory written through ctypes) is the limit
+    the README states."""
 
     def __init__(self) -> None:
         self.modules: list[tuple[str, tuple[str, ...], Callable[[Any], Any], tuple[Any, ...]]] = []
-        for m in _watched_modules():
-            names = tuple(k for k in list(vars(m)) if not k.startswith("__")
-                          and (m.__name__ in _WATCHED or not k.startswith("_")))
+        watched = _watched_modules()
+        for m in watched:
+            names = _watched_names(m)
             if not names:
                 continue
             getter = operator.itemgetter(*names) if len(names) > 1 else (lambda d, k=names[0]: (d[k],))
             self.modules.append((m.__name__, names, getter, getter(vars(m))))
+        # The same names flat, for the pass that finds nothing changed: one C-level map over them all.
+        self.dicts = tuple(vars(sys.modules[mod]) for mod, names, _, _ in self.modules for _ in names)
+        self.names = tuple(k for _, names, _, _ in self.modules for k in names)
+        self.values = tuple(v for _, _, _, values in self.modules for v in values)
+        self.properties = tuple(p for c in registry.contracts() for p in c.properties)
+        self.checks = tuple(map(_CHECK, self.properties))
+        self.functions = _judging_functions(watched, self.properties)
+        self.codes = tuple(map(_CODE, self.functions))
 
 
 def snapshot_harness() -> HarnessSnapshot:
@@ -488,9 +554,11 @@ def snapshot_harness() -> HarnessSnapshot:
 
 def tampering(before: HarnessSnapshot, *, restore: bool = True) -> list[str]:
     """The watched attributes that were replaced or deleted since ``before``
-    (``numpy.array_equal``), put back when ``restore``."""
+    (``numpy.array_equal``, ``batchfuzz.execution.evaluate.__code__``, a
+    property's ``check``), put back when ``restore``."""
     changed = []
-    for mod, names, getter, values in before.modules:
+    same = all(map(operator.is_, map(dict.get, before.dicts, before.names, itertools.repeat(_MISSING)), before.values))
+    for mod, names, getter, values in () if same else before.modules:
         m = sys.modules.get(mod)
         if m is None:
             continue
@@ -505,6 +573,18 @@ def tampering(before: HarnessSnapshot, *, restore: bool = True) -> list[str]:
                 changed.append(f"{mod}.{k}")
                 if restore:
                     setattr(m, k, v)
+    if tuple(map(_CODE, before.functions)) != before.codes:
+        for f, code in zip(before.functions, before.codes, strict=True):
+            if f.__code__ is not code:
+                changed.append(f"{f.__module__}.{f.__qualname__}.__code__")
+                if restore:
+                    f.__code__ = code
+    if tuple(map(_CHECK, before.properties)) != before.checks:
+        for p, check in zip(before.properties, before.checks, strict=True):
+            if p.check is not check:
+                changed.append(f"the property {p.name}'s check")
+                if restore:
+                    object.__setattr__(p, "check", check)
     return changed
 
 
@@ -541,36 +621,76 @@ def _gone(pid: int) -> bool:
     return False
 
 
-def _group_members(pgid: int, exclude: int = -1) -> list[int]:
-    """The processes of process group ``pgid`` (from /proc; empty where there is none)."""
-    members: list[int] = []
+def _process_table() -> dict[int, tuple[int, int]]:
+    """Every live process's (parent pid, process group), from /proc (zombies
+    left out; empty where there is no /proc)."""
+    table: dict[int, tuple[int, int]] = {}
     try:
         names = os.listdir("/proc")
     except OSError:
-        return members
+        return table
     for name in names:
-        if not name.isdigit() or int(name) == exclude:
+        if not name.isdigit():
             continue
         try:
             with open(f"/proc/{name}/stat", "rb") as fh:
                 fields = fh.read().rpartition(b")")[2].split()
-            if int(fields[2]) == pgid and fields[0] != b"Z":
-                members.append(int(name))
+            if fields[0] not in (b"Z", b"X"):
+                table[int(name)] = (int(fields[1]), int(fields[2]))
         except (OSError, IndexError, ValueError):
             continue
-    return members
+    return table
+
+
+def _group_members(pgid: int, exclude: int = -1) -> list[int]:
+    """The processes of process group ``pgid`` (from /proc; empty where there is none)."""
+    return [pid for pid, (_, group) in _process_table().items() if group == pgid and pid != exclude]
+
+
+def _started_by(worker: int, alive: bool = True) -> list[int]:
+    """The live processes ``worker`` started, however far down, in any session
+    (the /proc parent links, while it is ``alive``: orphans re-parent to the
+    worker, a subreaper), and what is left of its process group; the worker
+    itself left out. Once it is dead, its group only (its pid may be reused)."""
+    table = _process_table()
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found = {pid for pid, (_, group) in table.items() if group == worker}
+    todo = [worker] if alive else []
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    found.discard(worker)
+    return sorted(found)
+
+
+def _become_subreaper() -> None:
+    """Make this process the one that orphans of its descendants re-parent
+    to (Linux's ``PR_SET_CHILD_SUBREAPER``), instead of pid 1: a process the
+    target starts in a new session, or a double-forked daemon, stays under
+    the worker where its parent can find and end it. Elsewhere a no-op."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
 
 
 def _serve(conn: Any, output: Any, contract_name: str, ref: str, device: str, sys_path: list[str], owner: int,
            env: dict[str, str]) -> None:
     """A worker: say it is up, load the target, then answer requests until the pipe closes.
 
-    It leads a process group of its own, so that every process the target
-    starts can be ended with it; its output goes to a pipe the parent keeps
-    a bounded tail of."""
+    It leads a process group of its own and is a subreaper, so that every
+    process the target starts (in a new session too) can be found and ended
+    with it; its output goes to a pipe the parent keeps a bounded tail of."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     with contextlib.suppress(OSError):
         os.setpgid(0, 0)
+    _become_subreaper()
     watch_owner(owner)
     sys.path[:] = sys_path
     os.environ.update(env)
@@ -592,9 +712,9 @@ def _serve(conn: Any, output: Any, contract_name: str, ref: str, device: str, sy
         target = parse(ref).load(contract)
         info = {"domain": declared_domain(target), "error": signature_error(contract, target)}
     except (TargetError, KeyError) as exc:
-        info, target, contract = {"domain": None, "error": str(exc)}, None, None
+        info, target, contract = {"domain": None, "error": outside(_text(exc))}, None, None
     except Exception as exc:
-        info, target, contract = {"domain": None, "error": f"{type(exc).__name__}: {exc}"}, None, None
+        info, target, contract = {"domain": None, "error": outside(f"{type(exc).__name__}: {_text(exc)}")}, None, None
     changed = tampering(harness)
     if changed and not info["error"]:
         info["error"] = _tampered(changed).message.replace("the target replaced", "importing the target replaced")
@@ -625,8 +745,10 @@ def _serve(conn: Any, output: Any, contract_name: str, ref: str, device: str, sy
             outcome = Outcome(CRASH, "KilledForkServer", f"the target ended the process batchfuzz forks its workers from "
                               f"(the fork server, pid {server})", exit="killed the fork server")
         conn.send(outcome)
-        if outcome.status == CRASH:
-            return  # the context is poisoned, or the process is: the parent starts a fresh worker
+        if outcome.status == CRASH:  # the context is poisoned, or the process is: the parent starts a fresh worker
+            with contextlib.suppress(EOFError, OSError):
+                conn.recv()  # once it has ended what the target started (the pipe closes), while they are still ours
+            return
 
 
 def _warm_device() -> None:
@@ -695,7 +817,7 @@ class _Tail:
         with self.lock:
             n = min(len(self.buf), self.total - since)
             data = bytes(self.buf[len(self.buf) - n:]) if n > 0 else b""
-        return data.decode("utf-8", "replace")[-_STDERR_TAIL:].strip()
+        return printable(data.decode("utf-8", "replace")[-_STDERR_TAIL:].strip())
 
     def drain(self, timeout_s: float = 1.0) -> None:
         """Wait (a little) for what a dead worker printed last."""
@@ -870,38 +992,45 @@ class Isolated(Executor):
         self._tail.drain()
         return self._tail.text(since)
 
-    def _end_group(self) -> None:
-        """End what is left of the worker's process group (what the target started)."""
+    def _end_started(self, alive: bool = True) -> None:
+        """End every process the target started (``_started_by``): while the
+        worker lives, so that orphans stay under it (``alive``; after its end,
+        what is left of its group); rounds until none is left, as one may
+        fork while the last round is ended."""
         pid = self._pid
         if not pid:
             return
-        left = _group_members(pid, exclude=pid)
-        if left:
-            self.orphans += len(left)
-            with contextlib.suppress(OSError):
-                os.killpg(pid, signal.SIGKILL)
-            for _ in range(100):  # a killed process lingers until it has run to its end
-                if not _group_members(pid, exclude=pid):
-                    break
-                time.sleep(0.01)
+        ended: set[int] = set()
+        for _ in range(50):
+            left = _started_by(pid, alive)
+            if not left:
+                break
+            ended.update(left)
+            for child in left:
+                with contextlib.suppress(OSError):
+                    os.kill(child, signal.SIGKILL)
+            time.sleep(0.01)  # a killed process lingers until it has run to its end
+        self.orphans += len(ended)
 
     def _kill(self) -> None:
         proc, self._proc = self._proc, None
+        self._end_started(alive=proc is not None and proc.is_alive())
         if proc is not None and proc.is_alive():
             with contextlib.suppress(OSError):
                 os.kill(proc.pid, signal.SIGKILL)
             proc.join(5)
-        self._end_group()
+        self._end_started(alive=False)  # those the worker's end orphaned to its group
         self._close_conn()
 
     def _reap(self) -> int | None:
         proc, self._proc = self._proc, None
         code = None
+        self._end_started(alive=proc is not None and proc.is_alive())
+        self._close_conn()  # a worker that reported a crash waits for this before it ends
         if proc is not None:
             proc.join(5)
             code = proc.exitcode
-        self._end_group()
-        self._close_conn()
+        self._end_started(alive=False)
         return code
 
     def _close_conn(self) -> None:
@@ -912,6 +1041,7 @@ class Isolated(Executor):
 
     def close(self) -> None:
         if self._proc is not None and self._proc.is_alive():
+            self._end_started()  # before the worker ends: what it leaves would re-parent out of reach
             with contextlib.suppress(OSError, BrokenPipeError):
                 self._conn.send(("stop", "", None, False))
             self._proc.join(2)

@@ -11,14 +11,16 @@ does not write records of its own; it makes Hypothesis's say what ran:
   :func:`labelled` makes the written record's ``property``
   ``CONTRACT.PROPERTY`` (``split_dummy_tokens.matches_oracle``);
 - the metadata: while a hunt runs, :func:`labelled` has every record
-  Hypothesis's own file writer receives from this thread carry
+  every observability callback receives from this thread (Hypothesis's own
+  file writer, and any a user, Tyche or HypoFuzz registered) carry
   ``metadata.batchfuzz`` (:func:`describe`: contract, property, target,
   target kind, implementation or variant, device, engine and release,
   domain, batchfuzz's version; inside a pytest test, ``pytest_nodeid``, the
   test that called ``check_contract``), and ``CONTRACT.PROPERTY`` as its
   ``property``.
-  The writer is Hypothesis's own, decorated in place (one callback that
-  labels a record and hands it on): records of other tests pass unchanged.
+  Each callback is decorated in place (:class:`_Relabel`: it labels a
+  record and hands it on, and equals the callback it decorates, so removing
+  that one removes it): records of other tests pass unchanged.
 
 Switched on as Hypothesis switches on: its environment variable, read by
 every process as it imports Hypothesis (the fuzz job's processes are
@@ -102,6 +104,8 @@ class _Labelled:
         self._inner, self._extra = inner, extra
 
     def __getattr__(self, name: str) -> Any:
+        if name == "_inner" or name.startswith("__"):  # a copy being built has no _inner yet
+            raise AttributeError(name)
         return getattr(self._inner, name)
 
     def to_json(self) -> dict[str, Any]:
@@ -122,10 +126,24 @@ def _writer() -> Callable[[Any, int], None] | None:
     return getattr(_obs, "_deliver_to_file", None)
 
 
-def _write_labelled(observation: Any, thread_id: int) -> None:
-    writer = _writer()
-    if writer is not None:
-        writer(_label(observation, thread_id), thread_id)
+class _Relabel:
+    """An observability callback handed the records of a running hunt
+    labelled (:func:`_label`); equal to the callback it decorates."""
+
+    def __init__(self, inner: Callable[..., None], all_threads: bool) -> None:
+        self.inner, self.all_threads = inner, all_threads
+
+    def __call__(self, observation: Any, thread_id: int | None = None) -> None:
+        if self.all_threads:
+            self.inner(_label(observation, thread_id if thread_id is not None else threading.get_ident()), thread_id)
+        else:
+            self.inner(_label(observation, threading.get_ident()))
+
+    def __eq__(self, other: object) -> bool:
+        return bool(self.inner == (other.inner if isinstance(other, _Relabel) else other))
+
+    def __hash__(self) -> int:
+        return hash(self.inner)
 
 
 def _registered() -> list[Any]:
@@ -133,15 +151,16 @@ def _registered() -> list[Any]:
 
 
 def _install() -> None:
-    """Put :func:`_write_labelled` in the place of Hypothesis's file writer, once."""
-    writer = _writer()
-    if writer is None:
-        return
+    """Decorate every callback registered (for all threads, and this thread's) with :class:`_Relabel`, once."""
     with _lock:
-        registered = _registered()
-        if writer in registered and _write_labelled not in registered:
-            _obs.remove_observability_callback(writer)
-            _obs.add_observability_callback(_write_labelled, all_threads=True)
+        every = getattr(_obs, "_callbacks_all_threads", [])
+        for k, f in enumerate(every):
+            if not isinstance(f, _Relabel):
+                every[k] = _Relabel(f, all_threads=True)
+        mine = getattr(_obs, "_callbacks", {}).get(threading.get_ident(), [])
+        for k, f in enumerate(mine):
+            if not isinstance(f, _Relabel):
+                mine[k] = _Relabel(f, all_threads=False)
 
 
 def switch_on() -> None:
@@ -152,10 +171,10 @@ def switch_on() -> None:
     os.environ.setdefault(ENV_VAR, "1")
     os.environ.setdefault(NOCOVER_ENV_VAR, "1")
     _obs.OBSERVABILITY_COLLECT_COVERAGE = False
+    writer = _writer()
     with _lock:
-        registered = _registered()
-        if _writer() is not None and _writer() not in registered and _write_labelled not in registered:
-            _obs.add_observability_callback(_write_labelled, all_threads=True)
+        if writer is not None and writer not in _registered():  # a _Relabel of it is equal to it
+            _obs.add_observability_callback(_Relabel(writer, all_threads=True), all_threads=True)
 
 
 def enabled() -> bool:

@@ -2,7 +2,10 @@
 file in the same folder, then ``os.replace``, so a reader or a killed writer
 never sees half a file), JSON (numpy scalars as Python ones), Markdown tables
 and JUnit documents. Reports, corpus files, state files and the commands'
-``--json`` / ``--markdown`` outputs all use these functions."""
+``--json`` / ``--markdown`` outputs all use these functions. Text files and
+JUnit documents are written printable (``batchfuzz.text.printable``: no
+control character but tab and newline, no lone surrogate), whatever a
+target or a merged report put in them; JSON escapes them itself."""
 
 from __future__ import annotations
 
@@ -14,6 +17,8 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+from batchfuzz.text import printable
 
 
 def _atomic(path: Path | str, write: Callable[[Any], None], *, fsync: bool = False) -> None:
@@ -62,8 +67,8 @@ def write_json_atomic(path: Path | str, data: Any, *, fsync: bool = True, defaul
 
 
 def write_text_atomic(path: Path | str, text: str) -> None:
-    """``text`` written atomically."""
-    _atomic(path, lambda fh: fh.write(text))
+    """``text`` written atomically, printable (``batchfuzz.text.printable``)."""
+    _atomic(path, lambda fh: fh.write(printable(text)))
 
 
 def copy_atomic(source: Path | str, dest: Path | str) -> None:
@@ -105,6 +110,7 @@ def markdown_table(head: Sequence[str], rows: Sequence[Sequence[Any]], align: st
 
 
 def junit_text(root: ET.Element) -> str:
-    """A JUnit XML document (indented, with its declaration) from its root element."""
+    """A JUnit XML document (indented, with its declaration) from its root
+    element; printable, so well-formed whatever its texts held (a NUL, an ESC)."""
     ET.indent(root)
-    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + printable(ET.tostring(root, encoding="unicode")) + "\n"

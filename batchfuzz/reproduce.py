@@ -29,13 +29,15 @@ written test files with pytest.
 
 from __future__ import annotations
 
+import keyword
 import os
 from typing import Any
 
 from batchfuzz import registry
 from batchfuzz.codec import call_literal, literal
 from batchfuzz.execution import checked_property
-from batchfuzz.runner import CRASH_PROPERTY, TIMEOUT_PROPERTY, Failure
+from batchfuzz.registry import Property
+from batchfuzz.runner import CRASH_PROPERTY, RAISES_PROPERTY, TIMEOUT_PROPERTY, Failure
 from batchfuzz.targets import TargetRef, parse
 
 # The line a printed reproduction follows (check, fuzz, replay, the engine matrix): it is printed
@@ -45,6 +47,7 @@ HEADER = "--- reproduction (copy-paste; run it with python) ---"
 # Context keys only statistics read (labels); left out of reproductions.
 _STATISTICS_ONLY = ("labels", "source", "kind")
 _EXPECTED_LIMIT = 400  # characters: a longer expected value is not printed
+_ERROR_LIMIT = 200  # characters of the error's first line kept in ``found``
 
 
 def import_lines(ref: TargetRef, contract: str, name: str) -> list[str]:
@@ -74,9 +77,32 @@ def import_lines(ref: TargetRef, contract: str, name: str) -> list[str]:
 
 
 def _name(ref: TargetRef) -> str:
-    if ref.kind == "user":
-        return ref.name.rpartition(":")[2].split(".")[-1]
-    return ref.function_name
+    """The Python name a reproduction calls the target by: an identifier,
+    whatever the reference holds (a corpus file chooses it)."""
+    name = ref.name.rpartition(":")[2].split(".")[-1] if ref.kind == "user" else ref.function_name
+    if name.isidentifier() and not keyword.iskeyword(name):
+        return name
+    return "target_" + "".join(ch if ch.isascii() and ch.isalnum() else "_" for ch in name)
+
+
+def _violated(contract: registry.Contract, failure: Failure) -> Property:
+    """The property ``failure`` violates, as batchfuzz states it (the
+    registry's, or the runner's pseudo-property), never the failure's text."""
+    pseudo = {p.name: p for p in (CRASH_PROPERTY, TIMEOUT_PROPERTY, RAISES_PROPERTY)}
+    return pseudo.get(failure.property) or contract.property(failure.property)
+
+
+def _found_line(failure: Failure, ref: TargetRef, origin: str) -> str:
+    """The statement ``found = {...}``: the target, what it did and where it
+    was found, as literals (text from a target or a corpus file)."""
+    first = failure.message.splitlines()[0] if failure.message else ""
+    error = f"{failure.error_type}: {first}" if first else failure.error_type
+    found = {"target": ref.spec, "error": error[:_ERROR_LIMIT]}
+    if failure.exit:
+        found["exit"] = failure.exit[:_ERROR_LIMIT]
+    if origin:
+        found["in"] = origin
+    return f"found = {found!r}  # what batchfuzz found"
 
 
 def _context(failure: Failure) -> dict[str, Any]:
@@ -115,10 +141,17 @@ def reproduction(failure: Failure, target: TargetRef | str | None = None, *, tim
     return "\n".join([*head, *setup, *body])
 
 
-def _parts(failure: Failure, target: TargetRef | str | None, timeout_s: float) -> tuple[list[str], list[str], list[str]]:
+def _parts(failure: Failure, target: TargetRef | str | None, timeout_s: float,
+           origin: str = "") -> tuple[list[str], list[str], list[str]]:
     """A reproduction in three parts: its comment lines, the lines that set
     it up (imports; for a crash or a timeout, the call's source), and the
-    statements that check it (a test function's body)."""
+    statements that check it (a test function's body, first the ``found``
+    line: what was found, where, as literals).
+
+    A comment holds only batchfuzz's own text (the registry's names and
+    sentences); every value from a target or a corpus file (its target, its
+    error, the file's path) is a Python literal (``repr``), so no text from
+    outside can start a statement (docs/nightly.md, "The corpus as committed tests")."""
     contract = registry.get(failure.contract)
     given = target or failure.target
     ref = parse(given) if isinstance(given, str) else given
@@ -132,10 +165,11 @@ def _parts(failure: Failure, target: TargetRef | str | None, timeout_s: float) -
     if rebuilt:
         args = "args"
     check = f"assert_property({contract.name!r}, {prop!r}, {name}, {args}, {context})"
-    head = [f"# batchfuzz reproduction: {contract.name}, target {ref.spec}",
-            f"# violates {failure.property}: {failure.spec}",
-            f"# {failure.error_type}: {failure.message.splitlines()[0] if failure.message else ''}",
+    violated = _violated(contract, failure)
+    head = [f"# batchfuzz reproduction: {contract.name}, property {violated.name}",
+            f"# {violated.name}: {violated.spec}",
             "# Run it with python: it fails while the bug is there and passes once it is fixed."]
+    found = _found_line(failure, ref, origin)
     if not crash:
         if contract.reproduce is not None:
             calls = contract.reproduce(name, failure.case, prop, imports)
@@ -145,16 +179,19 @@ def _parts(failure: Failure, target: TargetRef | str | None, timeout_s: float) -
         if rebuilt:
             calls = [f"result = {name}(*(args[k] for k in {list(contract.arguments)!r}))"]
         setup = [*sorted(imports), *import_lines(ref, contract.name, name), "from batchfuzz.testing import assert_property", ""]
-        body = [*rebuilt, *calls]
+        body = [found, *rebuilt, *calls]
         if expected is not None:
             body.append(f"expected = {expected}  # the contract's answer ({contract.oracle.__module__})")
         body.append(check)
         return head, setup, body
     inner = [*sorted(imports), *import_lines(ref, contract.name, name), "from batchfuzz.testing import assert_property",
              *rebuilt, check]
-    how = "ran past its per-example timeout" if failure.property == TIMEOUT_PROPERTY.name else f"ended: {failure.exit}"
-    setup = ["import subprocess", "import sys", "", "CALL = '''", *inner, "'''"]
-    body = [f"# In batchfuzz's worker process the call {how}.",
+    how = "ran past its per-example timeout" if failure.property == TIMEOUT_PROPERTY.name else "ended as found['exit'] says"
+    source = "\n".join(inner)
+    # Readable between triple quotes, unless a literal in it could end them or mean another text there.
+    call = [f"CALL = {source!r}"] if "\\" in source or "'''" in source else ["CALL = '''", *inner, "'''"]
+    setup = ["import subprocess", "import sys", "", *call]
+    body = [found, f"# In batchfuzz's worker process the call {how}.",
             f"run = subprocess.run([sys.executable, '-c', CALL], timeout={timeout_s:g})  # a hang raises TimeoutExpired",
             "assert run.returncode == 0, f'the call ended with exit status {run.returncode}'"]
     return head, setup, body
@@ -173,13 +210,15 @@ def regression_test(failure: Failure, target: TargetRef | str | None = None, *, 
     ``origin`` says where the failure was found (a corpus file, a check);
     ``key`` makes the test's name unique (a corpus entry's id); a failure
     recorded on ``cuda`` skips where no CUDA device is."""
-    head, setup, body = _parts(failure, target, timeout_s)
+    head, setup, body = _parts(failure, target, timeout_s, origin)
     head = [line for line in head if not line.startswith("# Run it with python")]
     while setup and not setup[-1]:
         setup = setup[:-1]
-    doc = [f'"""Regression test written by batchfuzz{f" from {origin}" if origin else ""}.', "",
-           f"{failure.contract}: {failure.property}" + (f" (while checking {failure.during})" if failure.during else "")
-           + f" on {target.spec if isinstance(target, TargetRef) else target or failure.target}.",
+    contract = registry.get(failure.contract)
+    violated = _violated(contract, failure)
+    checked = contract.property(checked_property(failure.property, failure.during)).name
+    doc = ['"""Regression test written by batchfuzz (``found`` says where and on which target).', "",
+           f"{contract.name}: {violated.name}" + (f" (while checking {checked})" if checked != violated.name else "") + ".",
            "It fails while the bug is there and passes once it is fixed; commit it with your tests.", '"""']
     mark: list[str] = []
     if device == "cuda":

@@ -30,6 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from batchfuzz.text import outside
+
 Target = Callable[..., Any]
 PROJECT_KINDS = ("impl", "variant", "oracle", "engine")
 
@@ -169,7 +171,7 @@ def load_function(spec: str) -> Target:
     except TargetError:
         raise
     except Exception as exc:
-        raise TargetError(f"cannot import {module_part!r}: {type(exc).__name__}: {exc}") from exc
+        raise TargetError(outside(f"cannot import {module_part!r}: {type(exc).__name__}: {exc}")) from exc
     obj: Any = module
     for part in attr_path.split("."):
         if not hasattr(obj, part):

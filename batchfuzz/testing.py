@@ -15,6 +15,11 @@ contract expects, ready to paste into a file. The Hypothesis settings are
 those of the active profile (your ``conftest.py``'s, or Hypothesis's
 defaults); ``max_examples`` overrides the number of examples per property.
 
+:func:`contract_tests` makes one pytest test per property instead (each
+property passes, fails and is selected on its own)::
+
+    test_my_dummy_split = batchfuzz.testing.contract_tests("split_dummy_tokens", my_engine.split)
+
 The message ends with an ``@batchfuzz.testing.example(...)`` line: put above
 the test, it makes every later ``check_contract`` of that contract in the
 test run that case first, for every property (as Hypothesis's ``@example``
@@ -32,6 +37,7 @@ from hypothesis import settings
 
 from batchfuzz import profiles, registry, reproduce, runner
 from batchfuzz.case import Case
+from batchfuzz.codec import literal
 from batchfuzz.registry import Contract
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -85,14 +91,16 @@ def _example_cases(c: Contract, domain: str | None, target: Callable[..., Any]) 
 
 class Counterexample(AssertionError):
     """A property of the contract fails on the target. ``failure`` holds the
-    shrunk case, the property and the error; the message is the reproduction."""
+    shrunk case, the property and the error; the message says the property,
+    the case and the error, then the reproduction."""
 
     def __init__(self, failure: runner.Failure, reproduction: str) -> None:
         self.failure = failure
         first = failure.message.splitlines()[0] if failure.message else ""
+        case = ", ".join(f"{k}={literal(v)}" for k, v in {**failure.case.args, **failure.case.context}.items())
         super().__init__(
-            f"{failure.contract}: property {failure.property} fails ({failure.spec})\n"
-            f"{failure.error_type}: {first}\n\n{reproduction}"
+            f"{failure.contract}: property {failure.property} fails on {case}"
+            + ("" if failure.complete else " (not fully shrunk)") + f"\n{failure.error_type}: {first}\n\n{reproduction}"
         )
 
 
@@ -111,6 +119,7 @@ def check_contract(contract: str | Contract, target: Callable[..., Any], *, max_
     ``too_slow`` health check (``profiles.untimed``): a verdict is the
     contract's, whatever the machine's load.
     """
+    __tracebackhide__ = True  # pytest shows the test's line and the Counterexample, not this function's source
     # The modules the properties may need (torch among them) before any example
     # runs: a first example must not pay for an import.
     import batchfuzz._preload  # noqa: F401
@@ -134,6 +143,29 @@ def check_contract(contract: str | Contract, target: Callable[..., Any], *, max_
         if r.failure is not None:
             keep = f"# To keep this case in your test once it is fixed, add above it:\n{reproduce.example_line(r.failure)}"
             raise Counterexample(r.failure, reproduce.reproduction(r.failure, ref) + "\n\n" + keep)
+
+
+def contract_tests(contract: str | Contract, target: Callable[..., Any], *, max_examples: int | None = None,
+                   domain: str | None = None, properties: Sequence[str] | None = None) -> Callable[[str], None]:
+    """A pytest test of ``target`` with one case per property of ``contract``
+    (``properties``: only these), each a :func:`check_contract` of that
+    property: assign it to a ``test_`` name in a test module::
+
+        test_split = batchfuzz.testing.contract_tests("split_dummy_tokens", my_engine.split)
+
+    and pytest collects ``test_split[matches_oracle]``, ``test_split[max_is_ceil]``, ...:
+    each property passes or fails (and is selected with ``-k``) on its own."""
+    import pytest
+
+    c = registry.get(contract) if isinstance(contract, str) else contract
+    names = [p.name for p in c.properties] if properties is None else [c.property(p).name for p in properties]
+
+    @pytest.mark.parametrize("batchfuzz_property", names)
+    def test_property(batchfuzz_property: str) -> None:
+        __tracebackhide__ = True
+        check_contract(c, target, max_examples=max_examples, domain=domain, properties=[batchfuzz_property])
+
+    return test_property
 
 
 def assert_property(contract: str | Contract, prop: str, target: Callable[..., Any], args: dict[str, Any],

@@ -19,7 +19,8 @@ class ExitCode(enum.IntEnum):
     COUNTEREXAMPLE = 1  # a counterexample (wrong result, crash, timeout), a failing entry, or a harness error
     USAGE = 2  # bad usage or bad input, found before any example runs
     INCOMPLETE = 3  # the budget (or a missing shard) left work that did not run
-    NOTHING_REPLAYED = 4  # replay: no entry was replayed (none found, or every one skipped)
+    UNCHECKED = 4  # nothing failed, but something could not be checked: a release matrix's cell (unbindable, or an
+    # error binding or running it), or replay's entries (none found, or every one skipped)
 
 
 # SIGINT/SIGTERM that arrived while the commands were being imported, kept by

@@ -168,3 +168,100 @@ def wrong_once(num_reqs: int, num_tokens: int) -> list[int]:
     if _CALLS[0] == 3:
         out[-1] -= 1
     return out
+
+
+# --------------------------------------------------------------------------- processes in a new session
+
+# The name every process the two functions below start runs under (its argv[0]), so a test finds them in /proc.
+MARKER = "batchfuzz-hostile-sleeper-6e1c"
+
+
+def _sleep() -> None:
+    """Become ``sleep 300`` named ``MARKER`` (in a forked child)."""
+    import shutil
+
+    os.execv(shutil.which("sleep") or "/bin/sleep", [MARKER, "300"])
+
+
+def _started(fork: Any) -> None:
+    """Run ``fork(w)`` (which forks the sleeper) and return once every
+    process holding ``w`` has exec'd or exited (the pipe's end is close-on-exec),
+    so the caller sees the sleeper under its name."""
+    r, w = os.pipe()
+    fork(w)
+    os.close(w)
+    while os.read(r, 1):
+        pass
+    os.close(r)
+
+
+def _new_session(w: int) -> None:
+    if os.fork() == 0:
+        os.setsid()
+        _sleep()
+
+
+def _daemon(w: int) -> None:
+    first = os.fork()
+    if first == 0:
+        os.setsid()
+        if os.fork() == 0:
+            _sleep()
+        os._exit(0)
+    os.waitpid(first, 0)
+
+
+def new_session(num_reqs: int, num_tokens: int) -> list[int]:
+    """Correct, and starts a ``setsid sleep`` on every call: a child in a
+    session (and process group) of its own, outside its worker's group."""
+    _started(_new_session)
+    return even(num_reqs, num_tokens)
+
+
+def daemon(num_reqs: int, num_tokens: int) -> list[int]:
+    """Correct, and leaves a double-forked daemon on every call: the first
+    child starts a new session, forks the sleeper and exits, so the sleeper
+    is an orphan in a session of its own."""
+    _started(_daemon)
+    return even(num_reqs, num_tokens)
+
+
+# --------------------------------------------------------------------------- a target that rewrites the judge
+
+
+def _passes(contract: Any, target: Any, prop_name: str, case: Any, *, scores: bool = False) -> Any:
+    """The code ``rewrites_judge`` gives ``batchfuzz.execution.evaluate``: run
+    there, its names are the judge's module's."""
+    return Outcome(PASSED)  # type: ignore[name-defined]  # noqa: F821
+
+
+def rewrites_judge(num_reqs: int, num_tokens: int) -> list[int]:
+    """Rewrites the judge's code (``evaluate.__code__``) on its first call,
+    so every later verdict is "passed"; wrong for three requests or more."""
+    from batchfuzz import execution
+
+    execution.evaluate.__code__ = _passes.__code__
+    out = even(num_reqs, num_tokens)
+    if num_reqs >= 3:
+        out[0] += 1
+    return out
+
+
+def daemon_then_exit(num_reqs: int, num_tokens: int) -> list[int]:
+    """Leaves a double-forked daemon, then calls ``sys.exit`` (a crash its worker reports)."""
+    _started(_daemon)
+    sys.exit(4)
+
+
+# --------------------------------------------------------------------------- what a target raises (issue 36)
+
+
+def raises_unprintable(num_reqs: int, num_tokens: int) -> list[int]:
+    """Raises a message a terminal, XML or UTF-8 cannot take as it is: a lone
+    surrogate, NUL, an ESC sequence (clear the screen), BEL."""
+    raise ValueError("surrogate \ud800, NUL \x00, ESC \x1b[2J, BEL \x07 end")
+
+
+def raises_huge(num_reqs: int, num_tokens: int) -> list[int]:
+    """Raises a 10 MB message."""
+    raise ValueError("huge " + "x" * 10_000_000)

@@ -127,3 +127,73 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
 def redis_url(redis_server: RedisServer) -> str:
     """``redis://127.0.0.1:PORT/0`` of a running server of this test's own."""
     return redis_server.url
+
+
+# A RESP3 greeting (what redis-py 5+ asks for with HELLO 3): the server is a Redis speaking protocol 3.
+_HELLO = b"%3\r\n$6\r\nserver\r\n$5\r\nredis\r\n$5\r\nproto\r\n:3\r\n$7\r\nversion\r\n$5\r\n7.0.0\r\n"
+
+
+class WrongTypeServer:
+    """A fake Redis on a free loopback port that greets and answers PING as a
+    Redis does, then answers every other command (and each command of a
+    MULTI/EXEC pipeline) with ``reply``, a RESP reply of the wrong type
+    (``b":7\\r\\n"`` where a set belongs). ``hello``: the greeting (a wrong one
+    makes the connection itself fail). ``close()`` stops it."""
+
+    def __init__(self, reply: bytes, hello: bytes = _HELLO) -> None:
+        import threading
+
+        self.reply, self.hello = reply, hello
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.url = f"redis://127.0.0.1:{self.sock.getsockname()[1]}/0"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def _serve(self) -> None:
+        import threading
+
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:  # closed
+                return
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        with conn, conn.makefile("rb") as f:
+            queued: int | None = None  # commands queued since MULTI
+            while (command := _read_command(f)) is not None:
+                name = command[0].upper()
+                if name == b"HELLO":
+                    conn.sendall(self.hello)
+                elif name == b"PING":
+                    conn.sendall(b"+PONG\r\n")
+                elif name == b"MULTI":
+                    queued = 0
+                    conn.sendall(b"+OK\r\n")
+                elif name == b"EXEC" and queued is not None:
+                    conn.sendall(b"*%d\r\n" % queued + self.reply * queued)
+                    queued = None
+                elif queued is not None:
+                    queued += 1
+                    conn.sendall(b"+QUEUED\r\n")
+                elif name == b"CLIENT":
+                    conn.sendall(b"+OK\r\n")
+                else:
+                    conn.sendall(self.reply)
+
+
+def _read_command(f: Any) -> list[bytes] | None:
+    """One RESP command (an array of bulk strings) from ``f``; None at the end of the connection."""
+    line = f.readline()
+    if not line.startswith(b"*"):
+        return None
+    words = []
+    for _ in range(int(line[1:])):
+        size = int(f.readline()[1:])
+        words.append(f.read(size + 2)[:-2])
+    return words

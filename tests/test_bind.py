@@ -526,3 +526,23 @@ def test_docs_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert failure is not None and failure.property == "matches_oracle"
     out = np.array([0, 9, 9, 9], dtype=np.int32)
     assert fill(np.array([2]), 3, out).tolist() == [0, 2, 2, 9]  # slot P keeps the stale 9
+
+
+def test_probe_blames_the_engine_for_what_its_own_lines_raise_and_the_binding_for_a_misfit() -> None:
+    """An off-by-one on the engine's own list is the engine's (probe returns it; the matrix checks that input as a
+    counterexample); an index of the wrong rank, or an attribute a stand-in lacks, is the binding's (Unbindable)."""
+    text = ("def last(counts, n):\n    return counts[n]\n\n"
+            "def corner(table):\n    return table[0, 0, 0]\n\n"
+            "def size(config):\n    return config.max_num_seqs\n")
+    sc = bind.Loader(bind.TextTree({"toy/mod.py": text}), "toy")
+    f = sc.file("toy/mod.py")
+    last, corner, size = (sc.load(f.piece(name)) for name in ("last", "corner", "size"))
+    assert bind.probe(last, [1, 2, 3], 3, what="last") == "IndexError: list index out of range"
+    assert bind.probe(last, [1, 2, 3], 2, what="last") == ""
+    with pytest.raises(bind.Unbindable, match=r"dry run of corner failed: IndexError: too many indices"):
+        bind.probe(corner, np.zeros((2, 2)), what="corner")
+    with pytest.raises(bind.Unbindable, match=r"config has no attribute 'max_num_seqs'"):
+        bind.probe(size, Stub("config"), what="size")
+    # Raised in batchfuzz's own adapter around the engine's code: the binding's.
+    with pytest.raises(bind.Unbindable, match=r"KeyError"):
+        bind.probe(lambda: {}["x"] if last([1], 0) else None, what="adapter")

@@ -37,3 +37,35 @@ def test_a_failing_target_is_a_counterexample_with_its_reproduction(capsys: pyte
 def test_a_bad_request_is_a_usage_error_before_any_example() -> None:
     with pytest.raises(UsageError, match="--scope needs --exhaustive"):
         checking.run(checking.CheckRequest("split_dummy_tokens", "oracle", scope="ci"))
+
+
+def test_the_violated_properties_line_is_never_dropped_silently(capsys: pytest.CaptureFixture[str]) -> None:
+    """Past the budget the other properties the shrunk case breaks are not
+    re-checked; the output and the JSON say so (``violated_properties``
+    None), where they once left the line out (issue 37 item 2)."""
+    from batchfuzz import registry, runner
+    from batchfuzz.case import Case
+    from batchfuzz.execution import InProcess
+    from batchfuzz.targets import parse
+
+    contract = registry.get("split_dummy_tokens")
+
+    def bad(num_reqs: int, num_tokens: int) -> list[int]:
+        return [1] * (num_reqs - 1) + [num_tokens - num_reqs + 1]
+
+    case = Case({"num_reqs": 3, "num_tokens": 5}, {"max_model_len": 5})
+    failure = runner.Failure(contract="split_dummy_tokens", target="m:bad", property="matches_oracle", spec="",
+                             case=case, error_type="PropertyViolation", message="wrong", complete=False)
+    with InProcess(contract, bad, "m:bad") as ex:
+        for deadline, expected in ((0.0, None), (float("inf"), ["matches_oracle", "max_is_ceil"])):
+            plan = checking._Plan(contract=contract, props=contract.properties, scope=None, domain=None, budget=1.0,
+                                  timeout=5.0, database=None, ref=parse("m:bad"), executor=ex, info={}, started=0.0,
+                                  deadline=deadline, startup_s=0.0)
+            fields = checking._print_counterexample(plan, failure, "replay: x")
+            out = capsys.readouterr().out
+            assert fields["shrink_complete"] is False and "the budget ended while shrinking" in out
+            if expected is None:
+                assert fields["violated_properties"] is None and "violates: not checked (the budget ended" in out, out
+            else:
+                assert set(expected) <= set(fields["violated_properties"]), fields
+                assert "--- the shrunk case violates: matches_oracle, max_is_ceil" in out, out

@@ -202,3 +202,202 @@ def test_an_exclusive_cumsum_leaves_output_rows_unwritten() -> None:
     kinds = [c.kind for c in r.consequences]
     # request 1 gets rows [0, 2) of its 3 tokens (its third slot is never written), rows 2..4 nobody's
     assert kinds == ["read unwritten KV (NaN)", "left output rows unwritten"]
+
+
+# --------------------------------------------------------------------------- kernel folders and wheels that are not the release's
+
+_OPS = "vllm/v1/attention/ops"
+# A hand-made release: every kernel file (each a stand-in function), the enum module, a valid RECORD.
+_RELEASE = {
+    f"{_OPS}/triton_unified_attention.py": "def unified_attention(*args, **kwargs):\n    return 'source'\n",
+    f"{_OPS}/triton_attention_helpers.py": "HELPER = 1\n",
+    f"{_OPS}/triton_decode_attention.py": "def decode_attention_fwd(*args, **kwargs):\n    return 'source'\n",
+    f"{_OPS}/prefix_prefill.py": "KV_FROM_CACHE = True\n\ndef context_attention_fwd(*args, **kwargs):\n    return 'source'\n",
+    "vllm/v1/kv_cache_interface.py": "import enum\n\n\nclass KVQuantMode(enum.IntEnum):\n    NONE = 0\n",
+}
+
+
+def _make_wheel(folder: Path, version: str, files: dict[str, str], *, tag: str = "py3-none-any",
+                record: dict[str, str] | None = None) -> Path:
+    """A wheel of ``files`` with a dist-info RECORD (``record`` overrides rows' hashes)."""
+    import zipfile
+
+    from batchfuzz.engines._wheels import record_digest
+
+    info = f"vllm-{version}.dist-info"
+    files = {**files, f"{info}/METADATA": f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n",
+             f"{info}/WHEEL": f"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: {tag}\n"}
+    rows = [f"{p},{(record or {}).get(p) or record_digest(t.encode())},{len(t.encode())}" for p, t in files.items()]
+    path = folder / f"vllm-{version}-{tag}.whl"
+    folder.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w") as z:
+        for p, t in files.items():
+            z.writestr(p, t)
+        z.writestr(f"{info}/RECORD", "\n".join(rows + [f"{info}/RECORD,,"]) + "\n")
+    return path
+
+
+def _folder(tmp_path: Path) -> Path:
+    from batchfuzz.engines.vllm import ReleaseSource
+
+    return kmod.extract(ReleaseSource.from_wheel(_make_wheel(tmp_path / "w", "0.99.0", _RELEASE)), tmp_path / "k")
+
+
+def _edit_manifest(folder: Path, change) -> None:
+    manifest = json.loads((folder / kmod.MANIFEST).read_text())
+    change(manifest)
+    (folder / kmod.MANIFEST).write_text(json.dumps(manifest))
+
+
+def _hash_updated(folder: Path) -> str:
+    """The decode kernel's file edited and its manifest hash updated to match."""
+    import hashlib
+
+    path = f"{_OPS}/triton_decode_attention.py"
+    (folder / path).write_text("def decode_attention_fwd(*a, **k):\n    return 'edited'\n")
+    _edit_manifest(folder, lambda m: m["files"].__setitem__(path, hashlib.sha256((folder / path).read_bytes()).hexdigest()))
+    return path
+
+
+def _no_files(folder: Path) -> str:
+    _edit_manifest(folder, lambda m: m.__setitem__("files", {}))
+    return "lists no files"
+
+
+def _outside(target: str):
+    """``target`` listed in the manifest, with its right SHA-256 where it is a regular file."""
+    import hashlib
+
+    def change(folder: Path) -> str:
+        path = folder / target
+        digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "0" * 64
+        _edit_manifest(folder, lambda m: m["files"].__setitem__(target, digest))
+        return f"{target!r}, not a kernel file"
+    return change
+
+
+def _linked(folder: Path) -> str:
+    path = f"{_OPS}/triton_decode_attention.py"
+    (folder / path).unlink()
+    (folder / path).symlink_to("/dev/zero")
+    return path
+
+
+def _no_record(folder: Path) -> str:
+    (folder / kmod.RECORD).unlink()
+    return "RECORD is missing"
+
+
+@pytest.mark.parametrize("tamper", [_hash_updated, _no_files, _outside("../../../etc/hostname"),
+                                    _outside("../../../dev/zero"), _linked, _no_record],
+                         ids=["hash-updated", "no-files", "etc-hostname", "dev-zero", "link", "no-record"])
+def test_a_kernel_folder_the_release_does_not_vouch_for_is_refused(tmp_path: Path, tamper,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Exit 2 naming the file, before anything is read outside the folder."""
+    from batchfuzz.cli import main
+
+    folder = _folder(tmp_path)
+    kmod.read_manifest(folder)  # as extracted: accepted
+    named = tamper(folder)
+    assert main(["confirm", "--kernels", str(folder), "--kernel", "decode", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert named in err and "kernel folder" in err, err
+
+
+def test_kernel_modules_load_from_the_checked_source_never_bytecode(tmp_path: Path) -> None:
+    """A ``__pycache__/*.pyc`` planted beside a kernel file, with the header
+    that makes Python's own loader take it, is not what ``load`` runs."""
+    import importlib.util
+    import os
+    import py_compile
+    import subprocess
+    import sys
+
+    folder = _folder(tmp_path)
+    source = folder / f"{_OPS}/triton_decode_attention.py"
+    evil = tmp_path / "evil.py"
+    evil.write_text(source.read_text().replace("'source'", "'bytecd'"))  # the same size
+    st = source.stat()
+    os.utime(evil, ns=(st.st_atime_ns, st.st_mtime_ns))
+    py_compile.compile(str(evil), cfile=importlib.util.cache_from_source(str(source)))
+    fake = tmp_path / "fake"  # triton is imported by the stand-ins; a CPU machine may lack it
+    (fake / "triton").mkdir(parents=True)
+    (fake / "triton" / "__init__.py").write_text("")
+    (fake / "triton" / "language.py").write_text("")
+    code = f"from batchfuzz.confirm import kernels; print(kernels.load({str(folder)!r}, 'decode')())"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake), str(Path(__file__).resolve().parent.parent)])}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "source", r.stdout + r.stderr
+
+
+def _no_index(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, index: Path | None = None) -> None:
+    """pip configured with only ``index`` (a local simple index) or none reachable; the cache under tmp_path."""
+    import os
+
+    monkeypatch.setenv("BATCHFUZZ_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
+    monkeypatch.delenv("PIP_EXTRA_INDEX_URL", raising=False)
+    monkeypatch.setenv("PIP_INDEX_URL", (index or tmp_path / "no-index").as_uri())
+
+
+def test_a_planted_wheel_in_the_cache_is_not_taken_for_the_release(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """A hand-made wheel named like the release, nothing to check it against: refused, exit 2 naming it."""
+    from batchfuzz.cli import main
+
+    _no_index(monkeypatch, tmp_path)
+    planted = _make_wheel(tmp_path / "cache" / "wheels", "0.33.0", _RELEASE)
+    assert main(["confirm", "--extract", "--release", "0.33.0", "--kernels", str(tmp_path / "k")]) == 2
+    err = capsys.readouterr().err
+    assert planted.name in err and "cannot be checked against the index" in err, err
+    assert not (tmp_path / "k").exists()
+
+
+def _simple_index(tmp_path: Path, wheel: Path) -> Path:
+    """A PEP 503 index (a folder) publishing ``wheel`` with its SHA-256."""
+    from batchfuzz.engines._wheels import sha256_file
+
+    page = tmp_path / "index" / "vllm" / "index.html"
+    page.parent.mkdir(parents=True)
+    page.write_text(f'<html><body><a href="{wheel.as_uri()}#sha256={sha256_file(wheel)}">{wheel.name}</a></body></html>\n')
+    return page.parent.parent
+
+
+def test_a_fetched_wheel_is_checked_against_the_index_when_fetched_and_reused(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from batchfuzz.engines import SourceError, fetch_wheel
+
+    release = _make_wheel(tmp_path / "published", "0.99.0", _RELEASE)
+    _no_index(monkeypatch, tmp_path, _simple_index(tmp_path, release))
+    cached = fetch_wheel("vllm", "0.99.0", timeout_s=120)  # a local index: no network
+    assert cached.read_bytes() == release.read_bytes() and fetch_wheel("vllm", "0.99.0") == cached  # reused: checked
+    _make_wheel(cached.parent, "0.99.0", {**_RELEASE, "vllm/extra.py": "x = 1\n"})  # replaced in the cache
+    with pytest.raises(SourceError, match=f"{cached.name}.*differs from the release the index publishes"):
+        fetch_wheel("vllm", "0.99.0")
+
+
+def test_a_wheel_whose_record_does_not_match_is_refused_and_not_kept(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The index publishes it, but a file differs from the wheel's own RECORD."""
+    from batchfuzz.engines import SourceError, fetch_wheel
+
+    bad = _make_wheel(tmp_path / "published", "0.99.0", _RELEASE,
+                      record={f"{_OPS}/prefix_prefill.py": "sha256=" + "A" * 43})
+    _no_index(monkeypatch, tmp_path, _simple_index(tmp_path, bad))
+    with pytest.raises(SourceError, match=r"prefix_prefill\.py differs from its RECORD"):
+        fetch_wheel("vllm", "0.99.0", timeout_s=120)
+    assert not list((tmp_path / "cache" / "wheels").glob("*.whl"))
+
+
+def test_a_folder_from_a_source_checkout_has_no_record_and_is_accepted(tmp_path: Path) -> None:
+    """A checkout has no RECORD: its folder says so and is checked against its manifest alone."""
+    from batchfuzz.engines.vllm import ReleaseSource
+
+    for path, text in _RELEASE.items():
+        (tmp_path / "src" / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "src" / path).write_text(text)
+    folder = kmod.extract(ReleaseSource.from_dir(tmp_path / "src"), tmp_path / "k")
+    manifest = kmod.read_manifest(folder)
+    assert manifest["record"] is False and not (folder / kmod.RECORD).exists()
+    assert manifest["kernels"] == {"unified": "extracted", "decode": "extracted", "prefix_prefill": "extracted"}

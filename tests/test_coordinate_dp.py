@@ -13,6 +13,7 @@ answers).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -240,3 +241,55 @@ def test_nccl_ranks_give_the_in_process_answers() -> None:
     with RankPool(2, backend="nccl", timeout_s=120) as nccl:
         for ranks in [s for s in STEPS if len(s) == 2]:
             assert nccl.run(coordinate_dp_torch.RANK_FUNCTION, ranks) == distributed.run_in_process(fn, ranks)
+
+
+def _ipv4_interface() -> str | None:
+    """A network interface other than loopback that has an IPv4 address, or None."""
+    import fcntl
+    import socket
+    import struct
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for _, name in socket.if_nameindex():
+            if name.startswith("lo"):
+                continue
+            try:
+                fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))  # SIOCGIFADDR
+            except OSError:
+                continue
+            return name
+    return None
+
+
+def _listening(pids: list[int]) -> list[str]:
+    """The local addresses (``ADDRESS:PORT``, hex as /proc writes them) of
+    every TCP socket the processes ``pids`` listen on, IPv4 and IPv6."""
+    inodes = set()
+    for pid in pids:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                link = os.readlink(fd)
+                if link.startswith("socket:["):
+                    inodes.add(link[len("socket:["):-1])
+    found = []
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pids[0]}/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # state LISTEN
+                found.append(fields[1])
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/net/tcp").exists(), reason="reads the sockets from Linux's /proc")
+def test_the_rank_processes_listen_on_loopback_only_whatever_the_environment_says(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GLOO_SOCKET_IFNAME naming an outside interface (as on a cluster machine)
+    changes nothing: every listening socket of the ranks is on 127.0.0.1."""
+    outside = _ipv4_interface()
+    if outside is None:
+        pytest.skip("this machine has no network interface but loopback with an IPv4 address")
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", outside)
+    with RankPool(3, timeout_s=60) as pool:
+        ranks = per_rank_args(*(CONTRACT.examples[0].args[k] for k in ARGUMENTS))
+        assert pool.run("batchfuzz.impl.coordinate_dp_torch:coordinate_rank", ranks)
+        listening = _listening(pool.pids())
+    assert listening and all(a.startswith("0100007F:") for a in listening), listening  # 127.0.0.1, little-endian hex

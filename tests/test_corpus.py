@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
-from batchfuzz import cli, registry, runner
+from batchfuzz import cli, codec, registry, runner
 from batchfuzz.case import Case
 from batchfuzz.execution import InProcess
 from batchfuzz.fuzz import corpus
@@ -136,17 +136,35 @@ def test_failure_is_saved_once_and_round_trips(tmp_path: Path, planted: Path) ->
     assert set(raw["inputs"]) == set(e.case.args)
 
 
-def test_open_duplicate_with_another_case_is_not_saved(tmp_path: Path, planted: Path) -> None:
+def test_a_case_of_the_same_property_is_one_origin_the_smaller_kept(tmp_path: Path, planted: Path) -> None:
+    """The same bug shrunk to another local minimum (another night, another
+    seed) is not a second entry while the first still fails; a smaller one
+    replaces it (it once came back "already known" and the larger case stayed:
+    issue 37 item 2); once the entry passes, a new failure is a new bug."""
     spec = f"{planted}:split"
     root = tmp_path / "corpus"
-    first = _entry_data(spec)
-    corpus.save(root, first)
-    # The same bug shrunk to a different local minimum (another night, another seed):
-    other = dict(first, id="0" * 16, case={"args": {"num_reqs": 3, "num_tokens": 134}, "context": {"max_model_len": 45}})
+    first = _entry_data(spec)  # the shrunk (3, 5)
     contract = registry.get(CONTRACT)
-    assert corpus.open_duplicate(root, other, InProcess(contract, load_function(spec))) == corpus.path_for(root, first)
-    planted.write_text(FIXED)  # once the first entry passes, a new failure of the property is a new bug
-    assert corpus.open_duplicate(root, other, InProcess(contract, load_function(spec))) is None
+
+    def with_case(args: dict[str, int], context: dict[str, int]) -> dict[str, Any]:
+        case = {"args": args, "context": context}
+        return dict(first, case=case, id=corpus.entry_id(CONTRACT, spec, "cpu", "spec", first["property"],
+                                                         codec.decode_case(case)))
+
+    larger = with_case({"num_reqs": 169, "num_tokens": 215}, {"max_model_len": 215})
+    with InProcess(contract, load_function(spec)) as ex:
+        saved = corpus.save_failure(root, larger, ex)
+        assert saved.new and corpus.files(root) == [saved.path]
+        larger_again = corpus.save_failure(root, with_case({"num_reqs": 3, "num_tokens": 134}, {"max_model_len": 45}), ex)
+        assert larger_again.new and larger_again.replaced == [saved.path]  # (3, 134) is smaller than (169, 215)
+        smaller = corpus.save_failure(root, first, ex)
+        assert smaller.new and smaller.replaced == [larger_again.path] and corpus.files(root) == [smaller.path]
+        again = corpus.save_failure(root, larger, ex)
+        assert (again.path, again.new) == (smaller.path, False) and corpus.files(root) == [smaller.path]
+    planted.write_text(FIXED)  # once the entry passes, a new failure of the property is a new bug
+    with InProcess(contract, load_function(spec)) as fixed:
+        after = corpus.save_failure(root, larger, fixed)
+    assert after.new and corpus.files(root) == [after.path]
 
 
 def test_replay_fails_until_the_bug_is_fixed(tmp_path: Path, planted: Path) -> None:
@@ -242,6 +260,7 @@ def test_binary_and_oversized_files_are_rejected_by_name(tmp_path: Path) -> None
     ("case", {"args": {"requests": 3, "tokens": 5}, "context": {}}, r"arguments \['requests', 'tokens'\] are not"),
     ("case", {"args": {"num_reqs": 5, "num_tokens": 3}, "context": {}}, r"not an input of split_dummy_tokens's spec domain"),
     ("domain", "nightly", r"has no domain 'nightly'"),
+    ("during", "x\nimport os", r"field 'during' 'x\\nimport os' is set for property 'max_is_ceil'"),
 ])
 def test_an_entry_that_does_not_fit_its_contract_is_malformed(tmp_path: Path, planted: Path, field: str, value: Any,
                                                               match: str) -> None:

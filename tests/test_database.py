@@ -29,7 +29,7 @@ from batchfuzz.fuzz.database import (
     parse_redis_url,
     redact,
 )
-from tests.redis_server import RedisServer, free_port, redis_server, redis_url
+from tests.redis_server import RedisServer, WrongTypeServer, free_port, redis_server, redis_url
 
 __all__ = ["redis_server", "redis_url"]  # fixtures, imported for pytest
 
@@ -98,6 +98,22 @@ def test_urls_are_parsed_without_connecting() -> None:
     assert redact("redis://:p@ss@h:1/0") == "redis://:***@h:1/0"  # an unescaped @ in the password: hidden too
     with pytest.raises(DatabaseError, match=r"bad database URL redis://:\*\*\*@\[::1"):
         parse_redis_url("redis://:secret@[::1")
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ("redis://:pw@h:1/0", "redis://:***@h:1/0"),
+    ("redis://user:pw@h/0", "redis://user:***@h/0"),
+    ("--database=rediss://:pw@h:1/0", "--database=rediss://:***@h:1/0"),
+    ("redis://h:1/0?ssl=1&password=pw&namespace=n", "redis://h:1/0?ssl=1&password=***&namespace=n"),
+    ("redis://h:6379/0", "redis://h:6379/0"),
+    ("redis://user@h/0", "redis://user@h/0"),
+    ("/a/local:dir@x", "/a/local:dir@x"),
+])
+def test_a_url_is_made_printable_in_one_place(text: str, shown: str) -> None:
+    from batchfuzz.redaction import printable, printable_argv
+
+    assert printable(text) == redact(text) == shown
+    assert printable_argv(["batchfuzz", "fuzz", text]) == ["batchfuzz", "fuzz", shown]
 
 
 def test_bad_argument_types_are_type_errors(tmp_path: Path) -> None:
@@ -290,6 +306,62 @@ def test_the_default_warning_is_a_database_warning(tmp_path: Path, redis_server:
     assert len(ours) == 1 and "lost the shared example database" in str(ours[0].message)
 
 
+# --------------------------------------------------------------------------- a server answering wrong types
+
+# RESP replies of the wrong type for every command: an integer, a string, arrays, a null, a set of integers, a map, a double.
+WRONG_REPLIES = [b":7\r\n", b"$5\r\nhello\r\n", b"*2\r\n:1\r\n:2\r\n", b"_\r\n", b"~2\r\n:1\r\n:2\r\n",
+                 b"%1\r\n:1\r\n:2\r\n", b",1.5\r\n"]
+
+
+@pytest.mark.parametrize("reply", WRONG_REPLIES)
+def test_a_server_answering_wrong_types_is_lost_like_a_silent_one(tmp_path: Path, reply: bytes) -> None:
+    """A fetch or a save that gets a reply of the wrong type raises nothing:
+    the server is lost (one warning), fetches give the local copy's bytes."""
+    pytest.importorskip("redis", reason="the redis client is not installed (pip install 'batchfuzz[redis]')")
+    server = WrongTypeServer(reply)
+    try:
+        messages: list[str] = []
+        db = open_database(server.url, local_dir=tmp_path / "local", warn=messages.append)
+        assert db is not None
+        assert list(db.fetch(b"k")) == []  # a set of integers, a string: never handed to Hypothesis as examples
+        db.save(b"k", b"v")
+        assert list(db.fetch(b"k")) == [b"v"]
+    finally:
+        server.close()
+    assert len(messages) == 1 and "lost the shared example database" in messages[0], messages
+    assert _shared(db).lost is not None
+
+
+def test_a_wrong_greeting_at_start_is_a_database_error(tmp_path: Path) -> None:
+    pytest.importorskip("redis", reason="the redis client is not installed (pip install 'batchfuzz[redis]')")
+    server = WrongTypeServer(b"+OK\r\n", hello=b"$5\r\nhello\r\n")
+    try:
+        with pytest.raises(DatabaseError, match="cannot reach the example database"):
+            open_database(server.url, local_dir=tmp_path / "local")
+    finally:
+        server.close()
+
+
+def test_a_fuzz_run_against_a_server_answering_wrong_types_passes_on_the_local_copy(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A correct implementation passes (exit 0), the loss said in summary.json, not an item error (exit 1)."""
+    pytest.importorskip("redis", reason="the redis client is not installed (pip install 'batchfuzz[redis]')")
+    from batchfuzz import cli
+
+    server = WrongTypeServer(b":7\r\n")
+    try:
+        code = cli.main(["fuzz", "--contract", "split_dummy_tokens", "--impl", "impl:numpy@cpu", "--property",
+                         "matches_oracle", "--profile", "dev", "--max-examples", "20", "--budget", "300",
+                         "--database", server.url, "--report", str(tmp_path / "report"), "--corpus",
+                         str(tmp_path / "corpus"), "--progress", "none"])
+    finally:
+        server.close()
+    out = capsys.readouterr().out
+    s = json.loads((tmp_path / "report" / "summary.json").read_text())
+    assert code == 0 and s["errors"] == [], out
+    assert s["database_lost"] and "TypeError" in s["database_lost"][0], s["database_lost"]
+
+
 # --------------------------------------------------------------------------- across processes
 
 
@@ -408,3 +480,49 @@ def test_check_with_an_unreachable_shared_database_is_a_usage_error(capsys: pyte
         assert "needs the redis client" in err, err
     else:
         assert "cannot reach the example database" in err, err
+
+
+# --------------------------------------------------------------------------- the password in what a run writes
+
+
+def _files_holding(root: Path, secret: bytes) -> list[str]:
+    """Every regular file under ``root`` whose bytes hold ``secret`` (symbolic links and the like are skipped)."""
+    return sorted(str(p) for p in root.rglob("*") if p.is_file() and not p.is_symlink() and secret in p.read_bytes())
+
+
+@pytest.mark.parametrize("form", ["--database URL", "--database=URL", "?password=SECRET"])
+def test_a_fuzz_run_writes_the_redis_password_nowhere(tmp_path: Path, form: str) -> None:
+    """The promise of docs/nightly.md: the password of a ``--database`` URL is
+    in no file a ``fuzz --observe`` run writes (its reports, ``.run/``, the
+    observability records, the corpus, the local copy) nor in its output.
+    A planted failure makes the run write a corpus entry and a failure report."""
+    secret = "Pw-0f-the-night"
+    server = RedisServer(tmp_path / "redis", password=secret).start()
+    try:
+        url = server.url if form != "?password=SECRET" else f"redis://127.0.0.1:{server.port}/0?password={secret}"
+        planted = tmp_path / "planted.py"
+        planted.write_text("def split(num_reqs, num_tokens):\n    return [num_tokens // num_reqs] * num_reqs\n")
+        database = ["--database", url] if form == "--database URL" else [f"--database={url}"]
+        cmd = [sys.executable, "-m", "batchfuzz", "fuzz", "--contract", "split_dummy_tokens", "--impl", f"{planted}:*",
+               "--property", "matches_oracle", "--target", f"split_dummy_tokens={planted}:split", "--profile", "dev",
+               "--max-examples", "30", "--budget", "300", "--report", str(tmp_path / "report"),
+               "--corpus", str(tmp_path / "corpus"), "--progress", "lines", "--observe", *database]
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "BATCHFUZZ_", "HYPOTHESIS_"))}
+        env.update(PYTHONPATH=str(REPO), BATCHFUZZ_DATABASE=str(tmp_path / "local"))
+        r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
+    finally:
+        server.stop()
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out  # the planted failure, found with the shared database in use
+    assert secret not in out
+    assert "database redis://" in r.stdout and ("***@" in r.stdout or "password=***" in r.stdout), out
+    written = [tmp_path / "report", tmp_path / "corpus", tmp_path / ".hypothesis", tmp_path / "local"]
+    assert (tmp_path / "report" / ".run" / "job.json").is_file() and any((tmp_path / ".hypothesis" / "observed").iterdir())
+    assert [f for root in written for f in _files_holding(root, secret.encode())] == []
+    s = json.loads((tmp_path / "report" / "summary.json").read_text())
+    assert s["database"] is not None and "***" in s["database"], s["database"]
+    merged = tmp_path / "merged"
+    from batchfuzz import cli
+
+    assert cli.main(["merge-reports", str(tmp_path / "report"), "--report", str(merged)]) == 1
+    assert _files_holding(merged, secret.encode()) == []

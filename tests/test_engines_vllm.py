@@ -58,6 +58,9 @@ CUMSUM = f"{V1}:GPUModelRunner._get_cumsum_and_arange"
 SPEC = f"{V1}:GPUModelRunner._calc_spec_decode_metadata"
 COORDINATE = "vllm/v1/worker/dp_utils.py:coordinate_batch_across_dp"
 SYNC = "vllm/v1/worker/gpu/dp_utils.py:sync_cudagraph_and_dp_padding"
+DISPATCH = "vllm/v1/worker/gpu/dp_utils.py:dispatch_cg_and_sync_dp"
+MRV2_SLICES = "vllm/v1/worker/gpu/ubatch_utils.py:create_ubatch_slices"
+COMBINE = "vllm/v1/worker/gpu/input_batch.py:combine_sampled_and_draft_tokens"
 # The release's source, its bindings by (function, contract), and the texts of the files they read.
 Release = tuple[vllm.ReleaseSource, dict[tuple[str, str], engines.Bound], dict[str, str]]
 
@@ -143,8 +146,11 @@ def test_every_binding_is_bound_in_the_reference_release(release: Release) -> No
         (V1_DUMMY_RUN, "pad_query_start_loc"), (UBATCH, "split_ubatches"), (ALLOW, "allow_microbatching"),
         (SPLIT_ATTN, "slice_ubatch_metadata"), (MRV2_PREPARE, "slice_ubatch_metadata"), (REORDER, "batch_order"),
         (SPLIT, "batch_order"), (EXTENDS, "batch_order"), (THRESHOLD, "batch_order"), (CUMSUM, "spec_decode_metadata"),
-        (SPEC, "spec_decode_metadata"), (COORDINATE, "coordinate_dp"), (SYNC, "coordinate_dp")])
+        (SPEC, "spec_decode_metadata"), (COORDINATE, "coordinate_dp"), (SYNC, "coordinate_dp"),
+        (DISPATCH, "allow_microbatching"), (MRV2_SLICES, "split_ubatches"), (COMBINE, "spec_decode_metadata")])
     for bound in table.values():
+        if bound.function == COMBINE and bound.status == "unbindable" and "Triton is not importable" in bound.reason:
+            continue  # the new runner's logits kernel needs Triton's interpreter
         assert bound.status == "bound", (bound.function, bound.reason)
         assert bound.release == f"vllm {RELEASE}" and bound.ref.startswith(f"vllm::{source.ref}::") and bound.detail
 
@@ -263,6 +269,91 @@ def test_allow_microbatching_allows_the_realizable_decode_reader(release: Releas
     args = failure.case.args
     assert (args["num_computed_tokens"].tolist(), args["num_scheduled_tokens"].tolist(), [t.tolist() for t in args["block_tables"]],
             args["block_sizes"]) == ([2, 0], [1, 3], [[[1, 3], [1, 2]]], [2])
+
+
+@pytest.fixture(scope="module")
+def release_0_34_files() -> tuple[dict[tuple[str, str], engines.Bound], dict[str, str]]:
+    """0.34.0's bindings and the texts of the files they read."""
+    try:
+        wheel = engines.fetch_wheel("vllm", "0.34.0")
+    except engines.SourceError as exc:
+        pytest.skip(f"cannot download vllm==0.34.0 from the package registry: {exc}")
+    source = _Recording.from_wheel(wheel)
+    source.seen = set()
+    table = by_key(vllm.bindings(source, search=False))
+    return table, {p: source.read(p) or "" for p in sorted(source.seen)}
+
+
+@pytest.fixture(scope="module")
+def release_0_34(release_0_34_files: tuple[dict[tuple[str, str], engines.Bound], dict[str, str]]
+                 ) -> dict[tuple[str, str], engines.Bound]:
+    return release_0_34_files[0]
+
+
+def test_0_34_sync_checks_the_fault_tolerance_path(release_0_34_files: tuple[dict[tuple[str, str], engines.Bound],
+                                                                             dict[str, str]], tmp_path: Path) -> None:
+    """0.34.0's sync with parallel_config.enable_fault_tolerance on and no dead rank decides as with it off; a
+    planted fault-tolerance path that drops a live rank's column is caught as an exception naming both decisions."""
+    from batchfuzz.reference.coordinate_dp import coordinate_dp
+
+    table, files = release_0_34_files
+    sync = bound_target(table[(SYNC, "coordinate_dp")])
+    args = _dp_args([3, 4], [4, 4], [0, 0], [0, 0], [3, 4], [4, 8], [0, 1])
+    assert sync(*args) == coordinate_dp(*args)
+    planted = edited(tmp_path, files, "vllm/v1/worker/gpu/dp_utils.py", "if dead_dp_ranks := get_dp_group().dead_dp_ranks:",
+                     "if dead_dp_ranks := {0}:")
+    bad = bound_target(by_key(vllm.bindings(planted, search=False))[(SYNC, "coordinate_dp")])
+    with pytest.raises(Exception, match=r"enable_fault_tolerance=True \(no rank dead\) decided .* False decided"):
+        bad(*args)
+
+
+def test_0_34_binds_the_new_runner_and_says_where_the_v1_runners_behaviour_went(
+        release_0_34: dict[tuple[str, str], engines.Bound]) -> None:
+    """0.34.0 deleted the v1 model runner: F's prepare (batch_desc, dp_sync_state) and I's sync (it reads
+    parallel_config.enable_fault_tolerance) bind, stating what they assumed; E and D bind on the new runner;
+    each v1 row is absent with where its behaviour went."""
+    t = release_0_34
+    import importlib.util
+
+    new_runner = [(MRV2_PREPARE, "slice_ubatch_metadata"), (SYNC, "coordinate_dp"), (DISPATCH, "allow_microbatching"),
+                  (MRV2_SLICES, "split_ubatches")]
+    if importlib.util.find_spec("triton") is not None:  # H's kernel runs in Triton's interpreter
+        new_runner.append((COMBINE, "spec_decode_metadata"))
+    else:
+        assert t[(COMBINE, "spec_decode_metadata")].status == "unbindable" and "Triton" in t[(COMBINE, "spec_decode_metadata")].reason
+    for key in new_runner:
+        assert t[key].status == "bound", (key, t[key].reason)
+    assert t[(SYNC, "coordinate_dp")].assumed == ("parallel_config.enable_fault_tolerance=False and =True",)
+    assert "dp_sync_state=None" in t[(MRV2_PREPARE, "slice_ubatch_metadata")].assumed
+    for key in ((ALLOW, "allow_microbatching"), (SPEC, "spec_decode_metadata"), (SPLIT_ATTN, "slice_ubatch_metadata")):
+        assert t[key].status == "absent" and t[key].reason.startswith("v1 model runner deleted: "), t[key].reason
+    assert "dispatch_cg_and_sync_dp" in t[(ALLOW, "allow_microbatching")].reason
+
+
+def test_the_new_runners_logits_kernel_meets_contract_h_and_a_planted_off_by_one_does_not(
+        release_0_34_files: tuple[dict[tuple[str, str], engines.Bound], dict[str, str]], tmp_path: Path) -> None:
+    """The new runner's Triton kernel, run by Triton's interpreter: its logits indices and the positions it
+    writes drafts to are the contract's; a kernel whose logits start one token late is caught."""
+    pytest.importorskip("triton", reason="the new runner's logits indices are a Triton kernel; Triton is not installed")
+    table, files = release_0_34_files
+    combine = bound_target(table[(COMBINE, "spec_decode_metadata")])
+    steps = (([2, 0, 1], [3, 4, 2]), ([0], [1]), ([3], [4]), ([1, 2], [5, 3]))
+    for d, q in steps:
+        assert combine(d, q) == spec_oracle.spec_decode_metadata(d, q), (d, q)
+    planted = edited(tmp_path, files, "vllm/v1/worker/gpu/input_batch.py", "logits_start = query_end - num_logits\n",
+                     "logits_start = query_end - num_logits + 1\n")
+    late = bound_target(by_key(vllm.bindings(planted, search=False))[(COMBINE, "spec_decode_metadata")])
+    contract = registry.get("spec_decode_metadata")
+    with pytest.raises(PropertyViolation):
+        contract.property("matches_oracle").check(late, Case({"num_draft_tokens": [0], "num_scheduled_tokens": [1]}))
+
+
+def test_the_new_runner_splits_the_step_the_v1_veto_exists_for(release_0_34: dict[tuple[str, str], engines.Bound]) -> None:
+    """The new runner has no veto: with every rank allowing and the DBO threshold met, it splits the realizable
+    step the contract vetoes (the one 0.33.0's v1 check also lets through, above)."""
+    allow = bound_target(release_0_34[(DISPATCH, "allow_microbatching")])
+    c, q, tables, sizes = np.array([2, 0]), np.array([1, 3]), [np.array([[1, 3], [1, 2]])], [2]
+    assert allow(c, q, tables, sizes) is True and decision_oracle.allow_microbatching(c, q, tables, sizes) is False
 
 
 def _metadata_equal(got: list[Any], expected: list[Any]) -> bool:

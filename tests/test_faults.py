@@ -105,9 +105,12 @@ def test_bad_corpus_files_are_each_reported_by_name_and_the_others_still_replay(
     forever, and the good entries before and after it are still replayed."""
     root = tmp_path / "corpus"
     good = _entry("impl:numpy@cpu")
-    _save(root, good, "a-good.json")
-    _save(root, good, "z-good.json")
+    for first in ("a", "z"):  # a good entry (named by its id) sorted before the bad files, and one after
+        p = root / first / f"{good['id']}.json"
+        p.parent.mkdir(parents=True)
+        p.write_text(json.dumps(good))
     folder = root / CONTRACT
+    folder.mkdir()
     (folder / "b-bigint.json").write_text(json.dumps(good).replace('"num_tokens": 5', '"num_tokens": ' + "7" * 5000))
     (folder / "c-zero.json").symlink_to("/dev/zero")
     outside = tmp_path / "outside.json"
@@ -141,7 +144,7 @@ def test_an_id_that_is_not_the_content_address_is_malformed(tmp_path: Path) -> N
     p = _save(tmp_path, dict(data, case={"args": {"num_reqs": 3, "num_tokens": 5}, "context": {}}), "entry.json")
     with pytest.raises(corpus.CorpusError, match=rf"field 'id' '{data['id']}' is not the address of the file's content"):
         corpus.replay(corpus.load(p), isolate=False)
-    assert corpus.replay(corpus.load(_save(tmp_path, data, "ok.json")), isolate=False).status == "passes"
+    assert corpus.replay(corpus.load(_save(tmp_path, data)), isolate=False).status == "passes"
 
 
 # --------------------------------------------------------------------------- smaller faults

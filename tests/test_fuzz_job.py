@@ -307,6 +307,42 @@ def test_reports_from_states(tmp_path: Path) -> None:
     assert suites[CONTRACT].get("failures") == "1" and suites["other_contract"].get("skipped") == "1"
 
 
+def test_an_unshrunk_case_says_so_everywhere_and_junit_carries_the_inputs(tmp_path: Path) -> None:
+    """A failure whose shrink the deadline cut (``shrink_complete: false``) is
+    not shown as final: the terminal, summary.md, index.html and junit.xml say
+    so (issue 37 item 2); each JUnit failure carries its shrunk inputs and its
+    reproduction, escaped by the XML library (item 7)."""
+    job = _fake_job(tmp_path)
+    hostile = {**_FAILURE, "inputs": {"num_reqs": "169", "num_tokens": "215"}, "shrink_complete": False,
+               "reproduction": "f(169, 215)  # </failure><x a=\"&\">"}
+    for index, failures in ((0, []), (1, [hostile]), (2, [])):
+        output.write_json_atomic(job.items_dir / f"{index:04d}.json", _state(job.items[index], "failed" if failures
+                                                                              else "passed", 10, failures))
+
+    class Done:
+        stop_reason = None
+        signum = None
+
+    out = io.StringIO()
+    controller.finish(job, Done(), out, time.time() - 1)
+    terminal = out.getvalue()
+    assert "NOT FULLY SHRUNK" in terminal.split("FAILED ", 1)[1], terminal
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert s["origins"][0]["shrink_complete"] is False and s["failures"][0]["shrink_complete"] is False
+    assert "NOT FULLY SHRUNK" in (tmp_path / "summary.md").read_text()
+    assert "NOT FULLY SHRUNK" in (tmp_path / "index.html").read_text()
+    (failure,) = ET.parse(tmp_path / "junit.xml").getroot().iter("failure")
+    assert "NOT FULLY SHRUNK" in (failure.get("message") or "")
+    body = failure.text or ""
+    assert "num_reqs=169, num_tokens=215" in body and str(hostile["reproduction"]) in body
+    # A shrink that completed is shown as it is, with no such word.
+    done = {**hostile, "shrink_complete": True}
+    output.write_json_atomic(job.items_dir / "0001.json", _state(job.items[1], "failed", 10, [done]))
+    out = io.StringIO()
+    controller.finish(job, Done(), out, time.time() - 1)
+    assert "NOT FULLY SHRUNK" not in out.getvalue() + (tmp_path / "junit.xml").read_text()
+
+
 @pytest.mark.skipif(not os.environ.get("BATCHFUZZ_MEASURE"), reason="a measurement, not a test: set BATCHFUZZ_MEASURE=1 "
                     "on a machine with 2 idle cores")
 def test_two_workers_run_about_twice_the_examples_of_one(tmp_path: Path) -> None:

@@ -28,9 +28,14 @@ def test_exit_code_says_whether_anything_is_news() -> None:
     fail = _cell("1", "fail", property="p", counterexample={"args": {"num_reqs": "3"}})
     assert matrix.exit_code([_cell("1", "pass"), _cell("2", "absent")]) == 0
     assert matrix.exit_code([_cell("1", "pass"), fail]) == 1
-    assert matrix.exit_code([_cell("1", "unbindable", reason="changed")]) == 1
+    # A cell that could not be checked has its own code, below a counterexample's.
+    assert matrix.exit_code([_cell("1", "unbindable", reason="changed")]) == 4
+    assert matrix.exit_code([_cell("1", "error", reason="worker died")]) == 4
+    assert matrix.exit_code([_cell("1", "unbindable", reason="changed"), fail]) == 1
     assert matrix.exit_code([_cell("1", "incomplete"), _cell("2", "pass")]) == 3
     assert matrix.exit_code([_cell("1", "incomplete"), fail]) == 1
+    # A split-search row that is no token split is no finding.
+    assert matrix.exit_code([_cell("1", "not-split", reason="not a token split"), _cell("2", "pass")]) == 0
 
 
 def test_the_markdown_table_has_a_column_per_release_and_compact_counterexamples() -> None:

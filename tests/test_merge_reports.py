@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -30,10 +31,10 @@ import pytest
 
 from batchfuzz import cli, output, registry
 from batchfuzz.commands import fuzz as fuzz_command
-from batchfuzz.fuzz import controller, corpus, merge, report
+from batchfuzz.fuzz import controller, corpus, merge, page, report
 from batchfuzz.fuzz.job import Job, WorkItem, new_state
 from batchfuzz.fuzz.shards import plan_digest, shard_of
-from batchfuzz.usage import ExitCode
+from batchfuzz.usage import ExitCode, UsageError
 from tests.redis_server import redis_server, redis_url
 
 __all__ = ["redis_server", "redis_url"]  # fixtures, imported for pytest
@@ -345,7 +346,7 @@ def _impl(s: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.parametrize(("damage", "match"), [
     (lambda d: _truncate(d / "summary.json"), r"summary.json: not valid JSON \(line \d+, column \d+"),
     (lambda d: _truncate(d / "junit.xml"), r"junit.xml: not well-formed XML \(line \d+, column \d+\)"),
-    (lambda d: (d / "summary.json").write_bytes(b"\xff\xfe garbage"), r"summary.json: cannot read"),
+    (lambda d: (d / "summary.json").write_bytes(b"\xff\xfe garbage"), r"summary.json: not a text file"),
     (lambda d: (d / "summary.json").write_text("[1, 2]"), r"summary.json: not a batchfuzz fuzz summary"),
     (lambda d: (d / "junit.xml").write_text("<html/>"), r"junit.xml: not a batchfuzz JUnit report"),
     (lambda d: (d / "summary.json").unlink(), r"summary.json: missing \(is .* the report directory"),
@@ -376,6 +377,121 @@ def _edit(d: Path, change: Any) -> None:
     s = json.loads((d / "summary.json").read_text())
     change(s)
     (d / "summary.json").write_text(json.dumps(s))
+
+
+# --------------------------------------------------------------------------- hostile report files (issue 36, item 8)
+
+
+def _raw(d: Path, change: Any) -> None:
+    """Edit summary.json as text: ``change`` gets and returns it (what json.dumps cannot write)."""
+    (d / "summary.json").write_text(change((d / "summary.json").read_text()))
+
+
+def _replace(path: Path, by: str) -> None:
+    """``path`` replaced by a FIFO (``by`` "fifo") or a symbolic link to ``by``."""
+    path.unlink()
+    if by == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to(by)
+
+
+def _first_property(s: dict[str, Any]) -> dict[str, Any]:
+    prop: dict[str, Any] = next(iter(_impl(s)["properties"].values()))
+    return prop
+
+
+# Each: a damage to a report directory, and what the refusal says. The merge and the history share the reader.
+HOSTILE = {
+    "fifo summary": (lambda d: _replace(d / "summary.json", "fifo"),
+                     r"summary.json: not a regular file \(a FIFO\)"),
+    "dev/zero summary": (lambda d: _replace(d / "summary.json", "/dev/zero"),
+                         r"summary.json: a symbolic link \(to '/dev/zero'\)"),
+    "deep json": (lambda d: (d / "summary.json").write_text("[" * 100_000 + "]" * 100_000), r"summary.json: JSON nested deeper than"),
+    "5000-digit integer": (lambda d: _raw(d, lambda t: t.replace('"workers": 1', '"workers": ' + "9" * 5000, 1)),
+                           r"summary.json: .*an integer of 5000 digits"),
+    "10**4000 count": (lambda d: _raw(d, lambda t: t.replace('"examples": ', '"examples": 1' + "0" * 4000 + ", \"x\": ", 1)),
+                       r"summary.json: .*an integer of 4001 digits"),
+    "NaN": (lambda d: _raw(d, lambda t: t.replace('"wall_seconds": ', '"wall_seconds": NaN, "x": ', 1)),
+            r"summary.json: .*NaN is not a number a report holds"),
+    "Infinity": (lambda d: _raw(d, lambda t: t.replace('"budget_seconds": ', '"budget_seconds": -Infinity, "x": ', 1)),
+                 r"summary.json: .*-Infinity is not a number"),
+    "1e999": (lambda d: _raw(d, lambda t: t.replace('"wall_seconds": ', '"wall_seconds": 1e999, "x": ', 1)),
+              r"summary.json: .*a number out of range \(1e999\)"),
+    "list for a mapping": (lambda d: _edit(d, lambda s: s["contracts"].update({"split_dummy_tokens": []})),
+                           r"summary.json: .*split_dummy_tokens.* must be an object, got list"),
+}
+MERGE_ONLY = {
+    "fifo junit": (lambda d: _replace(d / "junit.xml", "fifo"), r"junit.xml: not a regular file \(a FIFO\)"),
+    "dev/zero junit": (lambda d: _replace(d / "junit.xml", "/dev/zero"),
+                       r"junit.xml: a symbolic link"),
+    "entities in junit": (lambda d: (d / "junit.xml").write_text('<!DOCTYPE x [<!ENTITY a "aaaa">]><testsuites/>'),
+                          r"junit.xml: not a batchfuzz JUnit report \(it declares a DOCTYPE"),
+    "bad timeline": (lambda d: _edit(d, lambda s: _first_property(s).update(timeline=[[1.0, "many"]])),
+                     r"summary.json: split_dummy_tokens/.*: field 'timeline' must be a list of \[seconds, examples, seconds\]"),
+    "timeline not a list": (lambda d: _edit(d, lambda s: _first_property(s).update(timeline={"a": 1})),
+                            r"field 'timeline' must be a list"),
+    "10**9 shards": (lambda d: _edit(d, lambda s: s["shard"].update(count=10**9)),
+                     r"summary.json: field 'shard' must be .* <= 1000, got"),
+}
+HISTORY_ONLY = {
+    "started a number": (lambda d: _edit(d, lambda s: s.update(started=12345)),
+                         r"summary.json: field 'started' must be a string or null, got int"),
+    "contract a list": (lambda d: _edit(d, lambda s: s["contracts"].update(x=[])), r"field 'contracts.x' must be an object"),
+    "throughput a string": (lambda d: _edit(d, lambda s: s["totals"].update(throughput="fast")),
+                            r"field 'totals.throughput' must be a number, got str"),
+}
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Shards 1/2, 2/2 and 1/1 of one run, written once (a test copies what it damages)."""
+    root = tmp_path_factory.mktemp("shards")
+    for k, n in ((1, 2), (2, 2), (1, 1)):
+        _write_shard(root, k, n)
+    return root
+
+
+def _copy(shards: Path, name: str, into: Path) -> Path:
+    return Path(shutil.copytree(shards / name, into / name))
+
+
+@pytest.mark.parametrize("case", [*HOSTILE, *MERGE_ONLY])
+def test_a_hostile_shard_report_is_refused_naming_the_file(tmp_path: Path, case: str, shards: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """Exit 2 naming the file, no traceback, nothing written, in bounded time and memory."""
+    damage, match = {**HOSTILE, **MERGE_ONLY}[case]
+    good, bad = _copy(shards, "shard-1-of-2", tmp_path), _copy(shards, "shard-2-of-2", tmp_path)
+    damage(bad)
+    with pytest.raises(merge.MergeError, match=match):
+        merge.merge_dirs([good, bad])
+    assert _merge_cli(good, bad, "--report", tmp_path / "out") == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and re.search(match, err), err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("case", [*HOSTILE, *HISTORY_ONLY])
+def test_a_hostile_history_is_refused_before_any_work(tmp_path: Path, case: str, shards: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """``merge-reports --history D`` and ``fuzz --history D``: exit 2 naming the
+    file before anything is merged or fuzzed."""
+    damage, match = {**HOSTILE, **HISTORY_ONLY}[case]
+    (tmp_path / "nights").mkdir()
+    night = _copy(shards, "shard-1-of-1", tmp_path / "nights")
+    damage(night)
+    with pytest.raises(UsageError, match=match):
+        page.read_history([str(night)])
+    shard = _copy(shards, "shard-1-of-1", tmp_path)
+    assert _merge_cli(shard, "--report", tmp_path / "out", "--history", night) == 2
+    err = capsys.readouterr().err
+    assert f"--history {night}" in err and re.search(match, err), err
+    assert not (tmp_path / "out").exists()
+    if case in ("fifo summary", "started a number"):  # fuzz reads its history with the same reader, before the run
+        assert cli.main(["fuzz", "--contract", CONTRACT, "--impl", "impl:numpy@cpu", "--property", "matches_oracle",
+                         "--no-database", "--report", str(tmp_path / "r"), "--history", str(night)]) == 2
+        assert f"--history {night}" in capsys.readouterr().err
+        assert not (tmp_path / "r").exists()
 
 
 def test_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 from hypothesis.database import DirectoryBasedExampleDatabase
 
-from batchfuzz import cli, profiles, registry, runner
+from batchfuzz import cli, codec, profiles, registry, runner
 from batchfuzz.fuzz import controller, corpus, merge
 from batchfuzz.fuzz.shards import plan_digest
 from tests.redis_server import RedisServer
@@ -208,16 +208,20 @@ def test_merge_reports_lists_every_item_and_exits_1(night: Night) -> None:
     assert f"| {CONTRACT} | `{TARGET}` | failed |" in md and "### Shards (2 of 2 merged)" in md
     assert len(list((out / "report").glob("junit.xml"))) == 1
 
-    # The corpus: every shard's files, merged by a plain copy (disjoint items: nothing in common).
+    # The corpus: each shard holds one entry per origin of its failures (every failure points at it); the
+    # merge copies them, one entry per origin across the shards (the planted bug's wrong answers are one).
     files = {p.name: p for run in runs.values() for p in corpus.files(run.corpus)}
-    assert set(files) == {f"{f['id']}.json" for run in runs.values() for f in run.failed.values()}
-    assert f"corpus {out / 'corpus'}: {len(files)} copied, 0 already there, 0 conflicts" in r.stdout
+    assert set(files) == {Path(f["corpus_file"]).name for run in runs.values() for f in run.failed.values()}
+    assert f"corpus {out / 'corpus'}: " in r.stdout and ", 0 conflicts;" in r.stdout
     merged = {p.name: p for p in corpus.files(out / "corpus")}
-    assert set(merged) == set(files)
+    assert set(merged) <= set(files) and len(merged) == s["totals"]["origins"], (merged, s["origins"])
+    entries = [corpus.load(p) for p in merged.values()]
     for name, p in merged.items():
         assert p.read_bytes() == files[name].read_bytes()
         entry = corpus.load(p)
         assert corpus.replay(entry, targets={CONTRACT: str(night.work / TARGET)}, isolate=False).fails
+        assert not any(e.id != entry.id and (e.origin.id == entry.origin.id or corpus.one_wrong_answer(e, entry))
+                       for e in entries)
 
 
 def test_redis_holds_the_shards_examples_and_each_local_copy_has_its_own(night: Night) -> None:
@@ -255,7 +259,7 @@ def test_a_later_shard_replays_a_failure_another_shard_saved_before_any_new_gene
         assert f["found_at_example"] == 1, (item, f)  # replayed from Redis before any generated example
         if f["id"] != before["id"]:  # not the same corpus file: the first night's shrink was cut short, this one is smaller
             assert before["shrink_complete"] is False, (item, before)
-            now, then = (corpus.load(x["corpus_file"]).case for x in (f, before))
+            now, then = (codec.decode_case(x["case"]) for x in (f, before))
             assert contract.size(now) < contract.size(then), (item, now, then)
             resumed.add(item)
         assert f["found_at_time"] > later.launched
@@ -274,14 +278,19 @@ def test_a_later_shard_replays_a_failure_another_shard_saved_before_any_new_gene
                         seed=runner._round_seed(NEXT_NIGHT_SEED, CONTRACT, target, prop, 1), reduce=False)
         assert r.failure is not None and r.first_failure_example is not None and r.first_failure_example > 1, (prop, r)
 
-    # Its corpus files are the earlier shards' files (content addressed): merging adds nothing.
+    # Its corpus holds the earlier nights' origins: merging it keeps one entry per origin, the smallest case
+    # (an entry it copies replaces a larger one of its origin, or is an origin the first night did not find).
     dest = night.work / "corpus-of-the-nights"
-    first = merge.merge_corpora([night.shards[1].corpus, night.shards[2].corpus], dest)
-    second = merge.merge_corpora([later.corpus], dest)
+    # The planted target is a user's function: the merge replays its entries only when it is named.
+    named = {CONTRACT: str(night.work / TARGET)}
+    first = merge.merge_corpora([night.shards[1].corpus, night.shards[2].corpus], dest, targets=named)
+    before_second = {p.name for p in corpus.files(dest)}
+    second = merge.merge_corpora([later.corpus], dest, targets=named)
     assert not first.conflicts and not second.conflicts
-    new_or_resumed = {i for i in later.failed if i not in found_before} | resumed
-    assert set(second.copied) == {f"{CONTRACT}/{f['id']}.json" for i, f in later.failed.items() if i in new_or_resumed}
-    assert {f"{CONTRACT}/{f['id']}.json" for i, f in found_before.items() if i not in resumed} <= set(second.same)
+    if not resumed and set(later.failed) <= set(found_before):
+        assert not second.copied and {p.name for p in corpus.files(dest)} == before_second, second
+    kept = [corpus.load(p) for p in corpus.files(dest)]
+    assert not any(a.id != b.id and (a.origin.id == b.origin.id or corpus.one_wrong_answer(a, b)) for a in kept for b in kept)
 
     # How long from the save to the replay (printed for the record; docs/nightly.md has measured figures).
     saved = max(Path(f["corpus_file"]).stat().st_mtime for f in found_before.values())

@@ -19,6 +19,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -128,3 +129,30 @@ def test_check_contract_in_pytest_names_the_property_not_the_test(tmp_path: Path
     props = {p.name for p in registry.get("split_dummy_tokens").properties}
     assert any(x["status"] == "failed" and x["property"].partition(".")[::2] in {("split_dummy_tokens", p) for p in props}
                for x in records)
+
+
+def test_every_callback_gets_check_contracts_records_named_and_labelled() -> None:
+    """A callback of one's own (as Tyche or HypoFuzz register) receives
+    ``check_contract``'s records as ``CONTRACT.PROPERTY`` with
+    ``metadata.batchfuzz``, not the bare property name several contracts
+    share (issue 37 item 9); removing the callback removes it."""
+    from hypothesis.internal.observability import add_observability_callback, remove_observability_callback
+
+    from batchfuzz import testing
+
+    seen: list[Any] = []
+    add_observability_callback(seen.append)
+    try:
+        testing.check_contract("split_dummy_tokens", lambda num_reqs, num_tokens: [num_tokens // num_reqs] * num_reqs,
+                               max_examples=5, properties=["sum_is_num_tokens"])
+    except testing.Counterexample:
+        pass
+    finally:
+        remove_observability_callback(seen.append)
+    from hypothesis.internal import observability as obs
+
+    assert not any(f == seen.append for f in obs._callbacks.get(threading.get_ident(), []))
+    cases = [x for x in seen if x.type == "test_case"]
+    assert cases and {x.property for x in cases} == {"split_dummy_tokens.sum_is_num_tokens"}, {x.property for x in cases}
+    meta = cases[0].metadata.to_json()["batchfuzz"]
+    assert (meta["contract"], meta["property"], meta["domain"]) == ("split_dummy_tokens", "sum_is_num_tokens", "spec")

@@ -27,7 +27,7 @@ from batchfuzz import cli, execution, registry, runner
 from batchfuzz.case import Case
 from batchfuzz.execution import InProcess
 from batchfuzz.fuzz import corpus, merge
-from batchfuzz.fuzz.origin import Origin, OriginError, location, origin_of
+from batchfuzz.fuzz.origin import Origin, OriginError, location, one_bug, origin_of
 from batchfuzz.fuzz.shards import item_key, select
 from tests import hostile
 
@@ -91,7 +91,15 @@ def test_library_frames_are_passed_over_and_the_other_kinds() -> None:
     assert segv.describe() == "crash: killed by signal 11 (SIGSEGV)" and segv != t1
     v1 = origin_of(kind="violation", prop="matches_oracle", **common)
     v2 = origin_of(kind="violation", prop="matches_oracle", **{**common, "case": Case({"num_reqs": 3, "num_tokens": 7}, {})})
-    assert v1 != v2 and v1 != origin_of(kind="violation", prop="max_is_ceil", **common)
+    # A wrong answer's origin is its case: the same case found by another property is the same origin.
+    assert v1 != v2 and v1 == origin_of(kind="violation", prop="max_is_ceil", **common)
+    assert v1.describe() == "wrong answer"
+    # Two cases are one bug when the smaller breaks the larger's property, or the larger breaks all the smaller breaks:
+    assert one_bug(["matches_oracle", "max_is_ceil"], ["matches_oracle"], "max_is_ceil")
+    assert one_bug(["matches_oracle", "max_is_ceil"], ["matches_oracle", "max_is_ceil", "dummy_attention_in_bounds"],
+                   "dummy_attention_in_bounds")
+    # and not when each breaks a property the other does not (a wrong sum, an unsorted split: two bugs).
+    assert not one_bug(["matches_oracle", "sum_is_num_tokens"], ["matches_oracle", "non_decreasing"], "non_decreasing")
     with pytest.raises(OriginError, match=r"x: field 'origin\.id'"):
         Origin.from_json({**v1.to_json(), "id": "0" * 16}, "x")
     with pytest.raises(OriginError, match="kind must be one of"):
@@ -125,14 +133,58 @@ def test_a_night_merged_into_the_corpus_keeps_the_smaller_case(tmp_path: Path) -
         night1 = corpus.save_failure(tmp_path / "n1", _data(_raised(4, 9, "matches_oracle")), ex)
         night2 = corpus.save_failure(tmp_path / "n2", _data(_raised(3, 5, "sum_is_num_tokens")), ex)
     dest = tmp_path / "standing"
-    first = merge.merge_corpora([tmp_path / "n1"], dest)
+    targets = {CONTRACT: TARGET}  # the user's function the merge replays the entries against, as replay --target
+    first = merge.merge_corpora([tmp_path / "n1"], dest, targets=targets)
     assert len(first.copied) == 1 and not first.replaced
-    second = merge.merge_corpora([tmp_path / "n2"], dest)
+    second = merge.merge_corpora([tmp_path / "n2"], dest, targets=targets)
     assert len(second.copied) == 1 and len(second.replaced) == 1, second
     assert [p.name for p in corpus.files(dest)] == [night2.path.name]
-    third = merge.merge_corpora([tmp_path / "n1"], dest)  # the larger case again: kept out
+    third = merge.merge_corpora([tmp_path / "n1"], dest, targets=targets)  # the larger case again: kept out
     assert not third.copied and len(third.same_origin) == 1 and [p.name for p in corpus.files(dest)] == [night2.path.name]
     assert night1.path.exists()  # a source is never changed
+    # Without the function to replay them on, a smaller case is copied beside its origin's entry, never over it.
+    unchecked = tmp_path / "unchecked"
+    merge.merge_corpora([tmp_path / "n1"], unchecked)
+    beside = merge.merge_corpora([tmp_path / "n2"], unchecked)
+    assert "copied beside" in beside.replaced[0] and len(corpus.files(unchecked)) == 2, beside
+
+
+def _variant_entry(root: Path, r: int, n: int, origin: dict[str, Any] | None = None) -> Path:
+    """A corpus entry of contract A's variant that puts the whole remainder on
+    the last request (wrong at R=3, N=5; right for one request), saved by its
+    id; ``origin``: the one it records instead of its own (a crafted file)."""
+    target = "variant:remainder_to_last.v1_runner"
+    failure = runner.Failure(contract=CONTRACT, target=target, property="matches_oracle", spec="s",
+                             case=Case({"num_reqs": r, "num_tokens": n}, {"max_model_len": n}),
+                             error_type="PropertyViolation", message="m")
+    data = corpus.make_entry_data(failure, target=target, device="cpu")
+    if origin is not None:
+        data["origin"] = origin
+    return corpus.save(root, data)[0]
+
+
+def test_a_crafted_smaller_passing_entry_with_a_real_origin_does_not_replace_the_real_failure(tmp_path: Path) -> None:
+    """Issue 36 item 6: a smaller entry that passes, recording the origin of a
+    real failure, replaced it in the merge (replay: "1 still fail" became "1
+    pass"). The merge replays a candidate before it replaces: the real entry
+    stays; and a real failure arriving after such an entry replaces it, larger
+    as it is. The origin a file records is never taken for its own."""
+    real = _variant_entry(tmp_path / "real", 3, 5)
+    crafted = _variant_entry(tmp_path / "crafted", 1, 1, origin=json.loads(real.read_text())["origin"])
+    assert corpus.replay(corpus.load(crafted), isolate=False).status == "passes"
+    assert corpus.load(crafted).origin.id == corpus.load(real).origin.id  # as the file claims
+
+    dest = tmp_path / "standing"
+    merge.merge_corpora([tmp_path / "real"], dest)
+    result = merge.merge_corpora([tmp_path / "crafted"], dest)
+    assert not result.copied and "it passes on replay" in result.same_origin[0], result
+    assert corpus.replay_paths([dest], {}, quiet=True)["fails"] == 1
+
+    planted = tmp_path / "planted-first"
+    merge.merge_corpora([tmp_path / "crafted"], planted)  # no entry of its origin there: copied (it records a failure)
+    after = merge.merge_corpora([tmp_path / "real"], planted)
+    assert after.copied == [f"{CONTRACT}/{real.name}"] and "which passes on replay" in after.replaced[0], after
+    assert [p.name for p in corpus.files(planted)] == [real.name]
 
 
 # --------------------------------------------------------------------------- the whole story
@@ -182,3 +234,65 @@ def test_a_target_that_raises_under_every_property_in_two_shards_is_one_entry_an
     assert summary["origins"][0]["properties"] == sorted(properties) and summary["origins"][0]["shards"] == [1, 2]
     assert out.count("FAILED ") == 1, out
     assert len(corpus.files(tmp_path / "corpus")) == 1, out
+
+
+USER_SPLIT = '''\
+def bad(num_reqs, num_tokens):
+    """The whole remainder on the last request: bad(3, 5) == [1, 1, 3]."""
+    out = [num_tokens // num_reqs] * num_reqs
+    out[-1] += num_tokens % num_reqs
+    return out
+'''
+
+
+def _fuzz_user(cwd: Path, spec: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "BATCHFUZZ_", "HYPOTHESIS_"))}
+    env["PYTHONPATH"] = str(REPO)
+    return subprocess.run([sys.executable, "-m", "batchfuzz", "fuzz", "--contract", CONTRACT, "--impl", spec,
+                           "--target", f"{CONTRACT}={spec}", "--profile", "ci", "--no-database", "--budget", "240s",
+                           "--workers", "1", "--no-isolation", "--seed", "7", "--progress", "none"],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=400)
+
+
+def test_one_buggy_user_function_is_one_entry_and_one_line_and_a_smaller_case_replaces_it(tmp_path: Path) -> None:
+    """Issue 37 item 3: the buggy split of a user's module, fuzzed by every
+    property of contract A, breaks four of them, each shrinking to its own
+    case (three to bad(3, 5), one to a larger case); that is one bug: one
+    corpus entry, one report line listing the four properties. A corpus that
+    holds a larger case of it (an earlier night's, not fully shrunk) has that
+    entry replaced by the smaller case the next run finds (item 2)."""
+    (tmp_path / "mysplit.py").write_text(USER_SPLIT)
+    spec = f"{tmp_path / 'mysplit.py'}:bad"
+    r = _fuzz_user(tmp_path, spec)
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out
+    summary = json.loads((tmp_path / "reports" / "fuzz" / "summary.json").read_text())
+    assert len(summary["failures"]) >= 2 and len({json.dumps(f["case"]) for f in summary["failures"]}) >= 2, out
+    (origin,) = summary["origins"]
+    assert set(origin["properties"]) >= {f["property"] for f in summary["failures"]} | {"matches_oracle", "max_is_ceil"}
+    assert origin["inputs"] == {"num_reqs": "3", "num_tokens": "5"} and origin["description"] == "wrong answer"
+    assert out.count("\nFAILED ") == 1 and ", ".join(origin["properties"]) in out, out
+    assert (tmp_path / "reports" / "fuzz" / "summary.md").read_text().count("\n**split_dummy_tokens / ") == 1
+    (entry,) = corpus.files(tmp_path / "corpus")
+    assert corpus.load(entry).case.args == {"num_reqs": 3, "num_tokens": 5}
+
+    # An earlier night's larger case of the bug, not fully shrunk, in a fresh corpus: the next run replaces it.
+    night = tmp_path / "night2"
+    night.mkdir()
+    (night / "mysplit.py").write_text(USER_SPLIT)
+    namespace: dict[str, Any] = {}
+    exec(compile(USER_SPLIT, "mysplit", "exec"), namespace)
+    c = registry.get(CONTRACT)
+    case = Case({"num_reqs": 169, "num_tokens": 215}, {"max_model_len": 215})
+    larger = runner.Failure(contract=CONTRACT, target=spec, property="matches_oracle", spec="", case=case,
+                            error_type="PropertyViolation", message="wrong", complete=False)
+    violates = runner.violated_properties(c, namespace["bad"], case)
+    old, _ = corpus.save(night / "corpus", corpus.make_entry_data(larger, target=spec, device="cpu", violates=violates))
+    r = _fuzz_user(night, spec)
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out
+    (kept,) = corpus.files(night / "corpus")
+    assert kept != old and corpus.load(kept).case.args == {"num_reqs": 3, "num_tokens": 5}, out
+    summary = json.loads((night / "reports" / "fuzz" / "summary.json").read_text())
+    assert any(str(old) in f.get("replaced", []) for f in summary["failures"]), summary["failures"]
+    assert "(new)" in out and "already known" not in out, out

@@ -76,8 +76,23 @@ def test_every_text_of_the_summary_is_escaped() -> None:
     # Inside the plots (SVG text): the name escaped, and its $...$ left as written, not set as mathematics.
     rates = text[text.index('<figure class="rates"'):text.index('<h2 id="coverage"')]
     assert "<svg" in rates and "$\\alpha$ &amp; co" in rates
-    coverage = text[text.index('<figure class="coverage"'):text.index('<h2 id="failures"')]
+    coverage = text[text.index('<figure class="coverage"'):]
     assert "&lt;u&gt;" in coverage and "R == 1" in coverage
+
+
+def test_the_page_opens_on_what_failed() -> None:
+    """The failures come right after the run's facts, before the implementations and every chart (issue 37 item 7),
+    one section per origin listing the properties it breaks, and a case not fully shrunk says so."""
+    s = _summary(failure=_failure("t", shrink_complete=False))
+    s["origins"] = [{**_failure("t", shrink_complete=False), "properties": ["matches_oracle", "max_is_ceil"],
+                     "description": "wrong answer", "failures": 2}]
+    text = page.build_page(s)
+    heads = [text.index(f'<h2 id="{name}"') for name in ("failures", "items", "rates", "coverage")]
+    assert heads == sorted(heads), heads
+    failures = text[heads[0]:heads[1]]
+    assert failures.count('<div class="failure">') == 1 and "matches_oracle, max_is_ceil" in failures
+    assert "NOT FULLY SHRUNK" in failures
+    assert "NOT FULLY SHRUNK" not in page.build_page(_summary(failure=_failure("t")))
 
 
 def test_no_network_at_view_time() -> None:
@@ -125,7 +140,7 @@ def test_history_from_earlier_report_directories(tmp_path: Path) -> None:
     assert '<h2 id="history"' not in page.build_page(_summary())
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "summary.json").write_text("{")
-    with pytest.raises(UsageError, match=r"--history .*bad: .*not JSON.*--history .*missing: cannot read"):
+    with pytest.raises(UsageError, match=r"--history .*bad: .*not valid JSON.*--history .*missing: cannot read"):
         page.read_history([str(tmp_path / "bad"), str(tmp_path / "missing")])
 
 
@@ -155,10 +170,13 @@ class _Dom(HTMLParser):
         self.figures: list[str] = []
         self.svg_texts: list[str] = []
         self.paths = 0
+        self.order: list[str] = []  # the ids of the page's sections, top to bottom
         self._in: str | None = None
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         a = dict(attrs)
+        if tag == "h2":
+            self.order.append(str(a.get("id")))
         if tag == "pre" and a.get("class") == "reproduction":
             self._in = "pre"
             self.reproductions.append("")
@@ -219,7 +237,8 @@ def test_a_fuzz_report_and_its_merge_open_in_chromium(tmp_path: Path) -> None:
     assert all(timelines) and dom.figures.count("rates") == 1 and dom.figures.count("coverage") == 1
     assert dom.paths > 10
     assert set(contract["coverage"]) <= set(dom.svg_texts), "an input class of the summary is not on the page"
-    assert [f["reproduction"] for f in s["failures"]] == dom.reproductions
+    assert [f["reproduction"] for f in s["origins"]] == dom.reproductions
+    assert dom.order.index("failures") < dom.order.index("rates") < dom.order.index("coverage"), dom.order
 
     merged = tmp_path / "merged"
     assert cli.main(["merge-reports", str(report), "--report", str(merged), "--history", str(report)]) == 1
@@ -227,7 +246,8 @@ def test_a_fuzz_report_and_its_merge_open_in_chromium(tmp_path: Path) -> None:
     dom = _Dom()
     dom.feed(dom_text)
     assert "history" in dom.figures and str(report) in dom_text
-    assert [f["reproduction"] for f in s["failures"]] == dom.reproductions
+    assert [f["reproduction"] for f in s["origins"]] == dom.reproductions
+    assert dom.order.index("failures") < dom.order.index("rates"), dom.order
 
 
 def test_an_unreadable_history_is_a_usage_error_before_anything_runs(tmp_path: Path,

@@ -56,6 +56,39 @@ def test_a_users_pytest_file_fails_with_the_reproduction(tmp_path: Path) -> None
     assert "Counterexample: split_dummy_tokens: property" in out
     assert "from engine_split import remainder_to_last" in out
     assert "remainder_to_last(3, 5)" in out  # the shrunk and reduced call
+    # A short report (issue 37 item 9): the property and the case first, and none of batchfuzz's own source.
+    assert "fails on num_reqs=3, num_tokens=5, max_model_len=2" in out, out
+    assert "def check_contract" not in out and "runner.hunt(" not in out and "testing.py:" not in out, out
+    assert len(out.splitlines()) < 45, out
+
+
+PER_PROPERTY_TESTS = '''
+import batchfuzz.testing
+
+from engine_split import even_split, remainder_to_last
+
+test_even = batchfuzz.testing.contract_tests("split_dummy_tokens", even_split, max_examples=30)
+test_last = batchfuzz.testing.contract_tests("split_dummy_tokens", remainder_to_last, max_examples=200,
+                                             properties=["matches_oracle", "sum_is_num_tokens", "max_is_ceil"])
+'''
+
+
+def test_contract_tests_give_one_pytest_test_per_property(tmp_path: Path) -> None:
+    """``contract_tests`` makes a pytest test per property (issue 37 item 9): each passes or fails on its own."""
+    (tmp_path / "engine_split.py").write_text(textwrap.dedent(ENGINE_SPLIT))
+    (tmp_path / "test_per_property.py").write_text(PER_PROPERTY_TESTS)
+    from batchfuzz import registry
+
+    n = len(registry.get("split_dummy_tokens").properties)
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rfEp", "-p", "no:cacheprovider", "-p", "no:randomly",
+                        "test_per_property.py"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out
+    assert f"2 failed, {n + 1} passed" in out, out
+    assert "FAILED test_per_property.py::test_last[matches_oracle]" in out
+    assert "FAILED test_per_property.py::test_last[max_is_ceil]" in out
+    assert "PASSED test_per_property.py::test_last[sum_is_num_tokens]" in out
+    assert "PASSED test_per_property.py::test_even[matches_oracle]" in out
 
 
 SLOW_USER_TESTS = '''

@@ -185,7 +185,12 @@ def test_a_wheel_download_is_said_before_and_after_with_its_size(tmp_path: Path,
         (folder / "toyengine-1.4.0-py3-none-any.whl").write_bytes(b"x" * 2_500_000)
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
+    from batchfuzz.engines import _wheels
+
     monkeypatch.setattr(engines.subprocess, "run", fake_pip)
+    # the index's hash check (batchfuzz.engines._wheels) is its own subject: here the index agrees
+    monkeypatch.setattr(_wheels, "index_hash", lambda *a: ("toyengine-1.4.0-py3-none-any.whl", "sha"))
+    monkeypatch.setattr(_wheels, "verified", lambda wheel, *a, **k: wheel)
     said: list[str] = []
     path = engines.fetch_wheel("toyengine", "1.4.0", dest=tmp_path, say=said.append)
     assert said[0] == (f"downloading toyengine==1.4.0: its release wheel, with pip download into {tmp_path} (once: later "

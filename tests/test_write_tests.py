@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import sys
@@ -176,3 +177,35 @@ def _bad_everywhere(num_reqs: int, num_tokens: int) -> list[int]:
     out = [num_tokens // num_reqs] * num_reqs
     out[-1] += num_tokens % num_reqs
     return out
+
+
+def test_corpus_text_in_a_written_test_is_data_never_code(tmp_path: Path) -> None:
+    """A crafted entry for impl:numpy@cpu (it passes) whose ``spec``,
+    ``failure.error_type``, ``failure.message``, ``failure.exit`` and folder
+    name each try to start a statement (a newline, or ``\"\"\"`` out of the
+    docstring) that would create a marker file: the written test carries
+    them as literals; pytest passes it and no marker appears. The same file
+    under a name that is not its id is malformed, reported by name."""
+    marker = tmp_path / "injected"
+    code = f"open({str(marker)!r}, 'w').close()"
+    root = tmp_path / f'corpus"""\n{code}\n"""'
+    path = _entry(root, "split_dummy_tokens", "impl:numpy@cpu", "matches_oracle",
+                  Case({"num_reqs": 3, "num_tokens": 5}, {"max_model_len": 2}))
+    data = json.loads(path.read_text())
+    data["spec"] = f"x\n{code}\n#"
+    data["failure"].update(error_type=f"E\n{code}\n#", message=f"m\r{code}\r#", exit=f"x\n{code}")
+    path.write_text(json.dumps(data))
+    counts = regressions.write_tests([root], tmp_path / "out", targets={}, out=io.StringIO())
+    assert counts == {"written": 1, "skipped": 0, "malformed": 0}
+    (written,) = (tmp_path / "out").glob("test_*.py")
+    text = written.read_text()
+    assert all(code not in line or line.lstrip().startswith("found = ") for line in text.splitlines()), text
+    assert _pytest(tmp_path / "out", tmp_path) == {written.stem: "passed"}
+    assert not marker.exists(), "pytest on a written test ran code from the corpus file"
+
+    misnamed = path.with_name("0123456789abcdef.json")
+    path.rename(misnamed)
+    said = io.StringIO()
+    assert regressions.write_tests([root], tmp_path / "again", targets={}, out=said)["malformed"] == 1
+    assert f"{misnamed}: the file's name is not its id" in said.getvalue()
+    assert corpus.replay_paths([misnamed], {}, isolate=False, out=said)["malformed"] == 1

@@ -6,8 +6,10 @@ bind-time dry run ``probe``."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MethodType, SimpleNamespace
 from typing import Any
 
@@ -219,17 +221,70 @@ def cast_exact(name: str, value: np.ndarray, dtype: Any) -> np.ndarray:
 
 
 _BINDING_ERRORS = (NameError, AttributeError, TypeError, ImportError, StandInReached, KeyError, LookupError)
+# Raised on an engine line, these still say the binding does not fit: a name
+# no stand-in provides, an attribute a stand-in (or an argument of the wrong
+# kind) lacks, a call whose arguments do not match, an import.
+_MISFITS = (NameError, AttributeError, TypeError, ImportError, StandInReached)
+ENGINE_FILENAME_PREFIX = "<source "  # the file name cut-out code is compiled under (binding.source.SourceFile)
+_HARNESS_DIR = str(Path(__file__).resolve().parents[1])  # batchfuzz's own code: adapters and stand-ins
 
 
-def probe(target: Callable[..., Any], *args: Any, what: str = "the target") -> None:
+# An index of the wrong rank says the engine expects another shape than the binding gave (a layout that does not
+# fit); an index of the right rank out of range is the engine's own (an off-by-one).
+_RANK_MISMATCH = ("too many indices", "dimension")
+
+
+def raised_in_engine(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised by the engine's own lines: the innermost
+    frame that is engine or batchfuzz code is an engine line (numpy and
+    torch frames below it count as the engine's call), and the exception is
+    not one that says a stand-in or an argument does not fit (``_MISFITS``,
+    or an ``IndexError`` of an index of the wrong rank: ``_RANK_MISMATCH``)."""
+    if isinstance(exc, _MISFITS):
+        return False
+    if isinstance(exc, IndexError) and any(m in str(exc) for m in _RANK_MISMATCH):
+        return False
+    tb, last = exc.__traceback__, None
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename
+        if name.startswith((ENGINE_FILENAME_PREFIX, _HARNESS_DIR)):
+            last = name
+        tb = tb.tb_next
+    return last is not None and last.startswith(ENGINE_FILENAME_PREFIX)
+
+
+_PROBE_LISTENER: ContextVar[Callable[[tuple[Any, ...]], None] | None] = ContextVar("batchfuzz_probe_listener", default=None)
+
+
+@contextlib.contextmanager
+def probes_reported(listener: Callable[[tuple[Any, ...]], None]) -> Iterator[None]:
+    """Within the block, every ``probe`` first calls ``listener(args)``: a
+    process binding a release tells its parent that the engine's code is
+    about to run, on which input (``batchfuzz.engines._binder``)."""
+    token = _PROBE_LISTENER.set(listener)
+    try:
+        yield
+    finally:
+        _PROBE_LISTENER.reset(token)
+
+
+def probe(target: Callable[..., Any], *args: Any, what: str = "the target") -> str:
     """Call ``target(*args)`` once on a small valid input. A changed
     signature, a name or attribute the stand-ins lack, or a stand-in declared
-    unreachable shows here and raises Unbindable; any other outcome (an
-    answer, an engine assertion) is the engine's behaviour and is left to the
-    properties to judge."""
+    unreachable shows here and raises Unbindable naming it. Any other outcome
+    is the engine's behaviour, left to the properties to judge: returns ""
+    for an answer, or ``"TYPE: message"`` of an exception the engine's own
+    lines raised (``raised_in_engine``; an IndexError of an off-by-one is the
+    engine's bug, not a misfit), which the matrix checks as a counterexample."""
+    listener = _PROBE_LISTENER.get()
+    if listener is not None:
+        listener(args)
     try:
         target(*args)
-    except _BINDING_ERRORS as exc:
-        raise Unbindable(f"dry run of {what} failed: {type(exc).__name__}: {exc}") from exc
-    except Exception:
-        return
+    except Exception as exc:
+        if raised_in_engine(exc):
+            text = f"{type(exc).__name__}: {exc}"
+            return text if len(text) <= 300 else text[:300] + "..."
+        if isinstance(exc, _BINDING_ERRORS):
+            raise Unbindable(f"dry run of {what} failed: {type(exc).__name__}: {exc}") from exc
+    return ""

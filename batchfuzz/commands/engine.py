@@ -41,7 +41,8 @@ from batchfuzz.output import write_outputs
 from batchfuzz.progress import Progress
 from batchfuzz.usage import UsageError
 
-EXIT_CODES = "Exit codes: 0 all pass, 1 a fail or an unbindable function, 2 usage error, 3 a cell incomplete."
+EXIT_CODES = ("Exit codes: 0 every checked cell passes, 1 a counterexample (a fail), 2 usage error, 3 a cell incomplete, "
+              "4 no counterexample but a cell could not be checked (unbindable, error).")
 
 
 def register(sub: Any) -> None:
@@ -134,8 +135,9 @@ def run_matrix(engine: Any, args: argparse.Namespace) -> int:
     started = time.time()
     print(matrix.to_text([]), flush=True)
     try:
-        releases = [(name, functools.partial(_bind_release, bar, engine.ENGINE, name, bindings)) for name, bindings in
-                    matrix.engine_releases(engine, sources, search=matrix.searched(args.function, args.contract))]
+        found = matrix.engine_releases(engine, sources, search=matrix.searched(args.function, args.contract),
+                                       isolate=not args.no_isolation, timeout_s=args.timeout)
+        releases = [(name, functools.partial(_bind_release, bar, engine.ENGINE, name, bindings)) for name, bindings in found]
         with bar:
             cells = matrix.run_matrix(releases, budget_s=args.budget, timeout_s=args.timeout,
                                       seed=seed, isolate=not args.no_isolation, keep=keep, on_cell=show,

@@ -13,9 +13,10 @@ a crash or a timeout) or a harness error, listed; 2 a usage error, found
 before any example runs; 3 incomplete: the budget ended before every item
 ran (the reports name them); 128+N interrupted by signal N (130 SIGINT,
 143 SIGTERM), at any moment, start-up included, after writing a partial
-report. The reports cannot be written (a full disk, a file-size limit): exit
-1 with the reason (the corpus and the example database are written apart,
-atomically, and stay intact). A ``--report`` directory in use by another run
+report (a signal that comes once the reports are being written is ignored:
+the exit code is the reports'). The reports cannot be written (a full disk,
+a file-size limit): exit 1 with the reason (the corpus and the example
+database are written apart, atomically, and stay intact). A ``--report`` directory in use by another run
 is a usage error (``.run/lock``). ``--workers`` is capped by the work items
 and the cores, saying so; a budget too short to give every item its first
 slice is said at start, with the budget it would need. ``--max-examples N``

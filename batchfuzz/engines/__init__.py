@@ -17,7 +17,7 @@ they share:
   through the engine its first field names;
 - ``fetch_wheel``: a release wheel downloaded with pip into a cache outside
   the repository (``$BATCHFUZZ_CACHE/wheels``, default
-  ``~/.cache/batchfuzz/wheels``).
+  ``~/.cache/batchfuzz/wheels``), checked against the index's SHA-256.
 """
 
 from __future__ import annotations
@@ -175,7 +175,7 @@ def _recorded_version(text: str | None) -> str:
     return "unknown"
 
 
-STATUSES = ("bound", "absent", "unbindable")
+STATUSES = ("bound", "absent", "unbindable", "not-split", "error")
 
 
 @dataclass(frozen=True)
@@ -183,11 +183,18 @@ class Bound:
     """One engine function bound to one contract.
 
     ``status``: "bound" (``target`` has the contract's canonical signature),
-    "absent" (the release does not have the function) or "unbindable" (it has
-    it, but its code has changed beyond what the binding understands);
-    ``reason`` says why for the last two. ``detail`` says what was cut out
-    (lines, fragment, stand-ins). ``ref`` rebuilds this target in a fresh
-    process through ``resolve(ref)``.
+    "absent" (the release does not have the function), "unbindable" (it has
+    it, but its code has changed beyond what the binding understands),
+    "not-split" (a row of the split search that is not a token split) or
+    "error" (binding it ended the process that bound it); ``reason`` says why
+    for all but the first. ``detail`` says what was cut out (lines, fragment,
+    stand-ins); ``assumed`` the values the binding gave configuration the
+    engine reads (``"parallel_config.enable_fault_tolerance=False"``).
+    ``probe_raised``: the exception the engine's own lines raised on the
+    bind-time probe input ``probe_args`` (``bind.probe``), checked by the
+    matrix as a counterexample. ``ref`` rebuilds this target in a fresh
+    process through ``resolve(ref)``; a binding made in another process
+    (``matrix``'s isolated binding) has the ref and no ``target``.
     """
 
     release: str
@@ -198,12 +205,17 @@ class Bound:
     target: Callable[..., Any] | None = None
     ref: str = ""
     detail: str = ""
+    assumed: tuple[str, ...] = ()
+    probe_raised: str = ""
+    probe_args: tuple[Any, ...] = ()
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
             raise ValueError(f"status must be one of {STATUSES}, got {self.status!r}")
-        if (self.status == "bound") != (self.target is not None):
-            raise ValueError(f"a {self.status!r} binding {'needs' if self.status == 'bound' else 'has no'} target")
+        if self.status == "bound" and self.target is None and not self.ref:
+            raise ValueError("a 'bound' binding needs a target or a ref")
+        if self.status != "bound" and self.target is not None:
+            raise ValueError(f"a {self.status!r} binding has no target")
 
 
 # ---------------------------------------------------------------- the engine registry
@@ -303,10 +315,14 @@ def fetch_wheel(distribution: str, version: str, dest: str | os.PathLike[str] | 
                 say: Callable[[str], None] | None = None) -> Path:
     """The wheel of ``distribution==version`` in ``dest`` (default
     ``cache_dir()/wheels``), downloaded with ``pip download --no-deps`` unless
-    it is already there. ``say`` receives a line before a download (it may
-    take minutes, silently), one after it with the wheel's size, and one for
-    a cached wheel. Raises SourceError with pip's last words when the
-    registry cannot be reached or has no such release."""
+    it is already there, and checked against the SHA-256 the index publishes
+    for it, whether downloaded or reused (``batchfuzz.engines._wheels``).
+    ``say`` receives a line before a download (it may take minutes,
+    silently), one after it with the wheel's size, and one for a cached
+    wheel. Raises SourceError with pip's last words when the registry cannot
+    be reached or has no such release, or naming the wheel that is not the release."""
+    from batchfuzz.engines import _wheels
+
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", distribution):
         raise ValueError(f"distribution must be a package name, got {distribution!r}")
     if not re.fullmatch(r"[0-9][0-9A-Za-z.+!-]*", version):
@@ -323,7 +339,8 @@ def fetch_wheel(distribution: str, version: str, dest: str | os.PathLike[str] | 
     if found is not None:
         if say is not None:
             say(f"{distribution}=={version}: the cached wheel {found} ({_megabytes(found)})")
-        return found
+        return _wheels.verified(found, distribution, version, timeout_s)
+    published = _wheels.index_hash(distribution, version, timeout_s)
     if say is not None:
         say(f"downloading {distribution}=={version}: its release wheel, with pip download into {folder} (once: later "
             f"runs use the cached file; at most {timeout_s:g}s)")
@@ -340,9 +357,14 @@ def fetch_wheel(distribution: str, version: str, dest: str | os.PathLike[str] | 
         errors = [ln for ln in (proc.stderr or proc.stdout).strip().splitlines() if ln.startswith("ERROR")] or ["(no message)"]
         said = " | ".join(ln if len(ln) <= 200 else ln[:200] + "..." for ln in errors[-2:])
         raise SourceError(f"pip download {distribution}=={version} failed (exit {proc.returncode}): {said}")
+    try:
+        verified = _wheels.verified(found, distribution, version, timeout_s, published)
+    except SourceError:
+        found.unlink()  # not the release: never left in the cache
+        raise
     if say is not None:
         say(f"downloaded {found.name} ({_megabytes(found)}) in {time.monotonic() - started:.0f}s")
-    return found
+    return verified
 
 
 def _megabytes(path: Path) -> str:

@@ -17,12 +17,20 @@ under the cell's row. ``target`` is the cell's target reference with its
 
 A cell is ``pass`` (every property of the contract ran on the cell's
 domain and none failed), ``fail`` (a property failed: the
-property, the shrunk counterexample and the seconds it took), ``absent``
+property, the shrunk counterexample and the seconds it took; an exception
+the engine's own lines raise, on the binding's probe input too, fails
+``raises``), ``absent``
 (the release has no such function), ``unbindable`` (it has it, but its code
-no longer fits the binding: the reason) or ``incomplete`` (the cell's budget
-ended before every property ran). Bound functions run in isolated worker
-processes (``batchfuzz.execution``) through their ``engine:`` target
-reference, so a release whose code crashes or hangs costs only its cell.
+no longer fits the binding: the reason names what did not fit),
+``not-split`` (a row of the split search that is not a token split: no
+finding), ``error`` (binding or running it failed: the reason) or
+``incomplete`` (the cell's budget ended before every property ran).
+``assumed`` lists the configuration values the binding gave the engine.
+Every call of the engine's code runs in a worker process: binding a
+release (``_binder``: loading the cut-outs and their bind-time probe, with
+the per-call timeout) and each cell's examples (``batchfuzz.execution``,
+through its ``engine:`` target reference), so a release whose code crashes
+or hangs costs only its cell.
 
 A cell's domain is the binding's, ``engine``, unless the matrix is given a
 step source (``--steps engine|model``, :data:`engine_steps.STEP_SOURCES`):
@@ -51,13 +59,14 @@ from typing import Any
 from hypothesis import settings
 
 from batchfuzz import engine_steps, profiles, registry, reproduce, runner
+from batchfuzz.case import Case
 from batchfuzz.codec import encode_case, literal
 from batchfuzz.engines import Bound, ReleaseSource, fetch_wheel, split_search
-from batchfuzz.execution import LoadTimeout, executor_for
+from batchfuzz.execution import PSEUDO_PROPERTIES, LoadTimeout, executor_for
 from batchfuzz.reproduce import reproduction
 from batchfuzz.targets import parse
 
-VERDICTS = ("pass", "fail", "absent", "unbindable", "incomplete", "error")
+VERDICTS = ("pass", "fail", "absent", "unbindable", "not-split", "incomplete", "error")
 
 
 @dataclass
@@ -81,6 +90,7 @@ class Cell:
     reproduction: str = ""  # fail: the copy-paste reproduction of the counterexample
     steps: str = ""  # where the cell's scheduled steps came from ("engine", "model"); "" for a contract without steps
     steps_note: str = ""  # the step source asked for is not one of the contract's: why (the cell ran on `domain`)
+    assumed: list[str] = field(default_factory=list)  # configuration the binding gave the engine, NAME=VALUE
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -150,11 +160,14 @@ def run_cell(bound: Bound, *, budget_s: float, timeout_s: float, seed: int, isol
     cell_dom, source, note = cell_domain(bound.contract, steps, domain)
     cell = Cell(release=release, function=bound.function, contract=bound.contract, domain=cell_dom,
                 verdict=bound.status if bound.status != "bound" else "pass", reason=bound.reason,
-                target=f"engine:{bound.ref}" if bound.ref else "", steps=source, steps_note=note)
+                target=f"engine:{bound.ref}" if bound.ref else "", steps=source, steps_note=note,
+                assumed=list(bound.assumed))
     if bound.status != "bound":
         return cell
     cell = _run_bound(cell, bound, budget_s=budget_s, timeout_s=timeout_s, seed=seed, isolate=isolate, domain=cell_dom,
                       max_examples=max_examples)
+    if cell.verdict == "pass" and bound.probe_raised and bound.probe_args:
+        cell = _check_probe(cell, bound, timeout_s=timeout_s, isolate=isolate, domain=cell_dom)
     if cell.verdict in ("fail", "error", "incomplete"):
         cell.check_command = check_command(cell, seed, steps)
     return cell
@@ -214,19 +227,54 @@ def _run_bound(cell: Cell, bound: Bound, *, budget_s: float, timeout_s: float, s
     cell.examples = sum(r.examples for r in results)
     failure = next((r.failure for r in results if r.failure is not None), None)
     if failure is not None:
-        cell.verdict, cell.property = "fail", failure.property
-        cell.message = failure.message.splitlines()[0] if failure.message else failure.error_type
-        cell.counterexample = {"args": {k: literal(v) for k, v in failure.case.args.items()},
-                               "context": {k: literal(v) for k, v in failure.case.context.items()},
-                               "case": encode_case(failure.case)}
-        try:
-            cell.reproduction = reproduction(failure, cell.target)
-        except Exception as exc:  # the check line below still leads to it
-            cell.reproduction = f"# no reproduction could be written: {type(exc).__name__}: {exc}"
+        _record_failure(cell, failure)
     elif any(r.examples == 0 for r in results):
         cell.verdict = "incomplete"
         cell.reason = (f"the cell's budget of {budget_s:g}s ended before " + ", ".join(r.property for r in results if
                        r.examples == 0) + f" ran ({cell.examples} examples in {cell.seconds:g}s: a slow cell)")
+    return cell
+
+
+def _record_failure(cell: Cell, failure: runner.Failure) -> None:
+    cell.verdict, cell.property = "fail", failure.property
+    cell.message = failure.message.splitlines()[0] if failure.message else failure.error_type
+    cell.counterexample = {"args": {k: literal(v) for k, v in failure.case.args.items()},
+                           "context": {k: literal(v) for k, v in failure.case.context.items()},
+                           "case": encode_case(failure.case)}
+    try:
+        cell.reproduction = reproduction(failure, cell.target)
+    except Exception as exc:  # the check line still leads to it
+        cell.reproduction = f"# no reproduction could be written: {type(exc).__name__}: {exc}"
+
+
+def _check_probe(cell: Cell, bound: Bound, *, timeout_s: float, isolate: bool, domain: str) -> Cell:
+    """A cell whose search passed, but whose binding's probe input made the
+    engine's own lines raise (or end the process binding it): that input,
+    checked as an explicit example of the contract's first property, in the
+    cell's own worker; a ``raises`` (``crash``, ``timeout``) failure there is
+    the cell's counterexample, reduced and reproduced like any other."""
+    from hypothesis import Phase
+
+    contract = registry.get(bound.contract)
+    if len(bound.probe_args) != len(contract.arguments):
+        return cell
+    case = Case(dict(zip(contract.arguments, bound.probe_args, strict=True)))
+    started = time.time()
+    try:
+        with executor_for(contract, parse(cell.target), isolate=isolate) as executor:
+            r = runner.hunt(contract, executor, contract.properties[0], target_name=cell.target, extra_examples=(case,),
+                            run_settings=settings(phases=[Phase.explicit], database=None, deadline=None),
+                            domain=domain, example_timeout_s=timeout_s)
+    except Exception as exc:  # the harness could not run it: said, never a pass
+        cell.verdict, cell.reason = "error", f"checking the probe input: {type(exc).__name__}: {exc}"
+        return cell
+    cell.seconds = round(cell.seconds + time.time() - started, 2)
+    cell.examples += r.examples
+    # Only what the engine did counts here: the probe input has no context, which a property may read.
+    if r.failure is not None and r.failure.property in PSEUDO_PROPERTIES:
+        _record_failure(cell, r.failure)
+    else:
+        cell.reason = f"at bind time the probe input gave {bound.probe_raised}; checked again in the cell's worker, it did not"
     return cell
 
 
@@ -284,11 +332,18 @@ def release_sources(engine: Any, *, releases: Sequence[str] = (), wheels: Sequen
     return sources
 
 
-def engine_releases(engine: Any, sources: Sequence[ReleaseSource], search: bool = True
-                    ) -> list[tuple[str, Callable[[], list[Bound]]]]:
+def engine_releases(engine: Any, sources: Sequence[ReleaseSource], search: bool = True, *, isolate: bool = False,
+                    timeout_s: float = 10.0) -> list[tuple[str, Callable[[], list[Bound]]]]:
     """``run_matrix``'s ``releases`` for ``engine``: each source's version and
     its bindings. ``search`` False leaves out the rows of the split search
-    (``split_search``) for an engine whose ``bindings`` takes ``search``."""
+    (``split_search``) for an engine whose ``bindings`` takes ``search``.
+    ``isolate``: the bindings are made in worker processes (``_binder``; the
+    engine's code runs there, each probe within ``timeout_s``), else here."""
+    if isolate:
+        from batchfuzz.engines import _binder
+
+        return [(s.version, functools.partial(_binder.isolated_bindings, engine, s, search=search, timeout_s=timeout_s))
+                for s in sources]
     takes_search = "search" in inspect.signature(engine.bindings).parameters
     extra = {"search": search} if takes_search else {}
     return [(s.version, functools.partial(engine.bindings, s, **extra)) for s in sources]
@@ -373,11 +428,12 @@ def compact_args(counterexample: dict[str, Any], limit: int = 60) -> str:
 
 
 def _detail(cell: Cell) -> str:
+    assumed = f" [assumed {', '.join(cell.assumed)}]" if cell.assumed else ""
     if cell.verdict == "fail" and cell.counterexample:
-        return f"{cell.property}: {compact_args(cell.counterexample)}"
-    if cell.verdict in ("absent", "unbindable", "incomplete", "error"):
-        return cell.reason.splitlines()[0][:160] if cell.reason else ""
-    return f"{cell.examples} examples"
+        return f"{cell.property}: {compact_args(cell.counterexample)}{assumed}"
+    if cell.verdict in ("absent", "unbindable", "not-split", "incomplete", "error"):
+        return (cell.reason.splitlines()[0][:160] if cell.reason else "") + assumed
+    return f"{cell.examples} examples{assumed}"
 
 
 def _steps_column(cell: Cell) -> str:
@@ -419,13 +475,18 @@ def to_markdown(cells: list[Cell]) -> str:
 
 
 def exit_code(cells: list[Cell]) -> int:
-    """0 every bound cell passed; 1 a fail, an unbindable function or a harness
-    error (each is news about the engine or the bindings); 3 a cell incomplete."""
+    """0 every cell that could be checked passed (absent and not-split rows
+    are no finding); 1 a counterexample (a ``fail``); 4 (``UNCHECKED``) no
+    counterexample, but a cell could not be checked (``unbindable``, or an
+    ``error`` binding or running it: news about the bindings or the harness);
+    3 a cell incomplete and nothing else to report."""
     from batchfuzz.usage import ExitCode
 
     verdicts = {c.verdict for c in cells}
-    if verdicts & {"fail", "unbindable", "error"}:
+    if "fail" in verdicts:
         return ExitCode.COUNTEREXAMPLE
+    if verdicts & {"unbindable", "error"}:
+        return ExitCode.UNCHECKED
     if "incomplete" in verdicts:
         return ExitCode.INCOMPLETE
     return ExitCode.OK

@@ -421,6 +421,30 @@ def _memo_file(source: ReleaseSource, under: str) -> Path | None:
 
 # ---------------------------------------------------------------- binding a site to contract A
 
+PROBE = (3, 5)  # the bind-time dry run's input: num_reqs, num_tokens
+_TOKEN_WORD = re.compile(r"tok", re.IGNORECASE)
+_REQUEST_WORD = re.compile(r"req|seq", re.IGNORECASE)
+
+
+def not_a_token_split(site: SplitSite) -> str:
+    """Why ``site`` is not a split of tokens over requests ("" when it may
+    be). It may be when its dividend ``X`` names tokens (an identifier
+    holding ``tok``), its divisor ``Y`` names requests (``req``, ``seq``),
+    or both are one-letter names (``n // r``: the names say nothing);
+    otherwise the names say it divides something else (pipeline-parallel
+    layers over ranks, CPU ids over workers, a kernel's tiles) and contract
+    A does not apply: the row says so and is no finding."""
+    def names(text: str) -> list[str]:
+        return re.findall(r"[A-Za-z_]\w*", text)
+
+    xs, ys = names(site.tokens), names(site.requests)
+    if any(_TOKEN_WORD.search(n) for n in xs) or any(_REQUEST_WORD.search(n) for n in ys):
+        return ""
+    if len(xs) == len(ys) == 1 and len(xs[0]) == len(ys[0]) == 1:
+        return ""
+    return (f"not a token split: {site.describe()}; neither {site.tokens} names tokens nor {site.requests} requests, so "
+            f"contract {CONTRACT} (tokens over requests) does not apply")
+
 
 def bind_site(site: SplitSite, loader: bind.Loader) -> Callable[..., np.ndarray]:
     """The site as a ``split_dummy_tokens(num_reqs, num_tokens)`` target: its

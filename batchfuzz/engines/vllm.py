@@ -85,6 +85,7 @@ from batchfuzz.engines import Bound, SourceError, split_search
 from batchfuzz.impl import batch_order_numpy, spec_decode_metadata_numpy
 from batchfuzz.impl._dp import per_rank_args, ranks_target
 from batchfuzz.preconditions import assumes, domain
+from batchfuzz.reference import split_ubatches as ubatch_oracle
 from batchfuzz.reference.coordinate_dp import RankDecision
 from batchfuzz.reference.make_dummy import DummyBatch, DummyBuffers
 from batchfuzz.reference.slice_ubatch_metadata import UbatchMetadata
@@ -116,6 +117,10 @@ class ReleaseSource(_engines.ReleaseSource):
 # Names the cut-outs read that no file of theirs defines in a form that can
 # be cut out (a logger made at import time).
 _STAND_INS: dict[str, Any] = {"logger": logging.getLogger("batchfuzz.engines.vllm")}
+
+
+# What a binding's builder gives: the target and what was cut out, and optionally the configuration values it assumed.
+_Built = tuple[Callable[..., Any], str] | tuple[Callable[..., Any], str, tuple[str, ...]]
 
 
 class _Release:
@@ -433,6 +438,41 @@ def _bind_ubatch_slices(rel: _Release) -> tuple[Callable[..., Any], str]:
                             "UBatchSlices as ((rs, re), (ts, te))")
 
 
+def _split_not_refused(num_scheduled_tokens: Any, num_tokens_padded: Any, num_reqs_padded: Any, num_ubatches: Any) -> bool:
+    """The steps contract D does not refuse: the new model runner has no refusal of its own (its DP sync decided the
+    split; an empty microbatch runs as a dummy), so it is compared with D where D splits."""
+    total = int(np.sum(np.asarray(num_scheduled_tokens)))
+    return not ubatch_oracle.refuses(total, int(num_tokens_padded), int(num_ubatches))
+
+
+def _bind_mrv2_ubatch_slices(rel: _Release) -> _Built:
+    loader = rel.loader(UBatchSlices=list)
+    piece = loader.file(MRV2_UBATCH_UTILS).piece("create_ubatch_slices")
+    create = loader.load(piece)
+    uniform = "uniform_token_count" in inspect.signature(create).parameters
+
+    def split_ubatches(num_scheduled_tokens: Any, num_tokens_padded: Any, num_reqs_padded: Any, num_ubatches: Any
+                       ) -> list[tuple[tuple[int, int], tuple[int, int]]] | None:
+        nst = bind.int_array("num_scheduled_tokens", num_scheduled_tokens, minimum=1)
+        n_padded = bind.count("num_tokens_padded", num_tokens_padded, 1)
+        r_padded = bind.count("num_reqs_padded", num_reqs_padded, 1)
+        n = bind.count("num_ubatches", num_ubatches, 2)
+        if nst.size == 0 or n_padded < int(nst.sum()) or r_padded < nst.size:
+            raise ValueError(f"need len(num_scheduled_tokens) >= 1, num_tokens_padded >= sum = {int(nst.sum())}, "
+                             f"num_reqs_padded >= {nst.size}; got num_tokens_padded={n_padded}, num_reqs_padded={r_padded}")
+        batch = Stub("InputBatch", num_scheduled_tokens=bind.cast_exact("num_scheduled_tokens", nst, np.int32),
+                     num_tokens_after_padding=n_padded, num_reqs_after_padding=r_padded, num_reqs=int(nst.size))
+        return bind.slice_pairs(create(batch, n, None) if uniform else create(batch, n))
+
+    target = assumes(_split_not_refused)(split_ubatches)
+    assumed = ("uniform_token_count=None",) if uniform else ()
+    return target, (f"{piece.label} with maybe_create_ubatch_slices over a stand-in InputBatch (num_scheduled_tokens, "
+                    "num_tokens_after_padding = Np, num_reqs_after_padding = Rp); checked on the steps contract D does not "
+                    "refuse (the new runner splits whatever its DP sync agreed to split)"
+                    + ("; uniform_token_count None: the request-boundary cut of a uniform spec-decode batch is not contract "
+                       "D's split and is not checked here" if uniform else "")), assumed
+
+
 # ---------------------------------------------------------------- per-microbatch attention metadata (F)
 
 ATTN_BACKEND = "vllm/v1/attention/backend.py"
@@ -520,7 +560,7 @@ def _bind_split_attn_metadata(rel: _Release) -> tuple[Callable[..., Any], str]:
                     "assumes every microbatch holds a real token (the caller refuses other splits)")
 
 
-def _bind_mrv2_ubatch_prepare(rel: _Release) -> tuple[Callable[..., Any], str]:
+def _bind_mrv2_ubatch_prepare(rel: _Release) -> _Built:
     graph_mode = Stub("CUDAGraphMode", NONE="NONE", PIECEWISE="PIECEWISE", FULL="FULL")
     scope = rel.loader(
         UBatchSlices=list, CUDAGraphMode=graph_mode,
@@ -533,6 +573,11 @@ def _bind_mrv2_ubatch_prepare(rel: _Release) -> tuple[Callable[..., Any], str]:
     prepare = scope.load(piece)
     attn_piece = scope.file(MRV2_DEFAULT_STATE).piece("DefaultModelState.prepare_attn")
     prepare_attn = scope.load(attn_piece)
+    # 0.34.0: prepare(..., batch_desc, dp_sync_state) instead of prepare(..., cg_mode); a FULL descriptor with no
+    # uniform token count (contract F's steps are not uniform spec-decode batches) and no DP agreement.
+    by_descriptor = "batch_desc" in inspect.signature(prepare).parameters
+    mode_arg: Any = (Stub("BatchExecutionDescriptor", cg_mode=graph_mode.FULL, uniform_token_count=None)
+                     if by_descriptor else graph_mode.FULL)
     batch_piece = scope.file(INPUT_BATCH).piece("InputBatch")
     input_batch_cls: Any = scope.load(batch_piece)
     if not (isinstance(input_batch_cls, type) and dataclasses.is_dataclass(input_batch_cls)):
@@ -565,7 +610,7 @@ def _bind_mrv2_ubatch_prepare(rel: _Release) -> tuple[Callable[..., Any], str]:
                       ubatch_dcp_local_seq_lens=[None] * n, attn_groups=[[]], kv_cache_config=None,
                       methods={"_make_forward_contexts": lambda self, *a: contexts(*a)})
         prepare(ubatch_runner, batch, (s.tensor(s.table),), torch.arange(s.padded, dtype=torch.int64).reshape(1, -1),
-                graph_mode.FULL)
+                mode_arg)
         out = []
         for meta in contexts.last.arg(1, "attn_metadata"):
             num_reqs = meta["num_reqs"]
@@ -574,11 +619,14 @@ def _bind_mrv2_ubatch_prepare(rel: _Release) -> tuple[Callable[..., Any], str]:
                                  meta["max_query_len"]))
         return out
 
+    assumed: tuple[str, ...] = ("batch_desc=FULL with uniform_token_count=None", "dp_sync_state=None") if by_descriptor else ()
     return slice_ubatch_metadata, (f"{piece.label} (create_ubatch_slices, _slice_input_batch, _slice_query_start_loc, "
                                    f"_slice_seq_lens) with num_ubatches = len(ubatch_slices), its model state's "
-                                   f"{attn_piece.label} in FULL graph mode over the release's own {batch_piece.label}; result: "
+                                   f"{attn_piece.label} in FULL graph mode"
+                                   f"{' (batch_desc: FULL, uniform_token_count None; dp_sync_state None)' if by_descriptor else ''}"
+                                   f" over the release's own {batch_piece.label}; result: "
                                    "what it passes to build_attn_metadata (seq_lens[:num_reqs]; num_computed_tokens = "
-                                   "seq_lens - query lengths, as CommonAttentionMetadata.compute_num_computed_tokens)")
+                                   "seq_lens - query lengths, as CommonAttentionMetadata.compute_num_computed_tokens)"), assumed
 
 
 # ---------------------------------------------------------------- the v1 microbatch veto (E)
@@ -614,6 +662,43 @@ def _bind_allow_microbatching(rel: _Release) -> tuple[Callable[..., Any], str]:
 
     return allow_microbatching, (f"{piece.label}; ubatching on, reorder_batch_threshold = 1, int32 persistent arrays with "
                                  "one row per request")
+
+
+# The new model runner has no veto of its own: its step is split when every DP rank votes allow_ubatching (it has a
+# UBatchRunner and the step is not a dummy run) and the smallest rank's token count reaches the DBO threshold
+# (sync_cudagraph_and_dp_padding, ubatch_utils.check_ubatch_thresholds; docs/vllm-code.md).
+_MRV2_ALLOW_ASSUMED = ("allow_ubatching=True (a UBatchRunner, not a dummy run)",
+                       "data_parallel_size=2, the other rank's step the same as this one",
+                       "dbo_decode_token_threshold=1", "dbo_prefill_token_threshold=1", "num_ubatches=2",
+                       "cudagraph_manager=None (eager)", "parallel_config.enable_fault_tolerance=False")
+
+
+def _bind_mrv2_allow_microbatching(rel: _Release) -> _Built:
+    # should_skip_dp_coordination() True: the sync copies this rank's column to every rank's (the other rank's step
+    # is this one), so the decision is the step's own, with no collective.
+    loader = _dp_loader(rel, _Collective(), should_skip_dp_coordination=lambda: True)
+    f = loader.file(MRV2_DP_UTILS)
+    piece = f.piece("dispatch_cg_and_sync_dp")
+    dispatch = loader.load(piece)
+    if "allow_ubatching" not in inspect.signature(dispatch).parameters:
+        raise bind.Absent(f"{piece.label} takes no allow_ubatching: this release's new model runner does not microbatch")
+    config = (2, (1, 1), (), None)
+
+    def allow_microbatching(num_computed_tokens: Any, num_scheduled_tokens: Any, block_tables: Any, block_sizes: Any) -> Any:
+        q = bind.int_array("num_scheduled_tokens", num_scheduled_tokens)
+        c = bind.int_array("num_computed_tokens", num_computed_tokens)
+        if c.size != q.size:
+            raise ValueError(f"num_computed_tokens has {c.size} entries, num_scheduled_tokens {q.size}")
+        uniform = int(q[0]) if q.size and bool((q == q[0]).all()) else None
+        desc, _state = dispatch(None, int(q.size), int(q.sum()), uniform, 2, 0, need_eager=True,
+                                parallel_config=_parallel_config(2, 0, config), allow_ubatching=True,
+                                uniform_decode=uniform == 1)
+        return int(getattr(desc, "num_ubatches", 1)) > 1
+
+    return allow_microbatching, (f"{piece.label} and the sync_cudagraph_and_dp_padding it calls on rank 0 of 2, the "
+                                 "vote allow_ubatching=True as the model runner casts it for a real step; result: the "
+                                 "descriptor's num_ubatches > 1 (the step is split); the step's KV-cache state (computed "
+                                 "counts, block tables) is not read"), _MRV2_ALLOW_ASSUMED
 
 
 def allow_microbatching_on_steps(source: _engines.ReleaseSource) -> Callable[..., Callable[[], bool]]:
@@ -774,6 +859,75 @@ def _bind_spec_decode_metadata(rel: _Release) -> tuple[Callable[..., Any], str]:
 
     return spec_decode_metadata, (f"{piece.label} with its _get_cumsum_and_arange, self.arange_np and scratch as the model runner "
                                   "sizes them, input_ids = positions (draft_token_ids are then the drafts' positions)")
+def _interpreted_kernel(loader: bind.Loader, piece: bind.Piece) -> Any:
+    """A Triton kernel cut out of the release, run by Triton's interpreter on CPU tensors (its ``@triton.jit`` is
+    not applied by the loader; the interpreter takes its place). Unbindable without Triton."""
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+    except ImportError as exc:
+        raise bind.Unbindable(f"{piece.label} is a Triton kernel, and Triton is not importable here: {exc}") from None
+    return InterpretedFunction(loader.load(piece))
+
+
+# Triton's interpreter runs the kernel's programs (one per request) one after another in Python: milliseconds each
+# on an idle machine, so a step of hundreds of requests could outlast the per-call timeout, a timeout that would be
+# the interpreter's, not the engine's. The binding is checked on steps of at most this many requests.
+_INTERPRETED_MAX_REQS = 16
+
+
+def _interpretable_step(num_draft_tokens: Any, num_scheduled_tokens: Any) -> bool:
+    """A step small enough for the interpreted kernel (``_INTERPRETED_MAX_REQS``)."""
+    return len(num_draft_tokens) <= _INTERPRETED_MAX_REQS
+
+
+def _bind_mrv2_spec_logits(rel: _Release) -> _Built:
+    try:
+        import triton
+        import triton.language as tl
+    except ImportError as exc:
+        raise bind.Unbindable(f"the new runner computes logits indices in a Triton kernel; Triton is not importable: {exc}") from None
+    f = rel.loader(tl=tl, triton=triton).file(INPUT_BATCH)
+    kernel_piece = f.piece("_combine_sampled_and_draft_tokens_kernel")
+    kernel = _interpreted_kernel(rel.loader(tl=tl, triton=triton), kernel_piece)
+    scope = rel.loader(tl=tl, triton=triton, _combine_sampled_and_draft_tokens_kernel=kernel)
+    piece = scope.file(INPUT_BATCH).piece("combine_sampled_and_draft_tokens")
+    combine = scope.load(piece)
+    ours = spec_decode_metadata_numpy.calc_from()
+
+    def spec_decode_metadata(num_draft_tokens: Any, num_scheduled_tokens: Any) -> Any:
+        d_list, q_list = check_spec_args(num_draft_tokens, num_scheduled_tokens)
+        d, q = np.asarray(d_list, dtype=np.int64), np.asarray(q_list, dtype=np.int64)
+        r, total = int(d.size), int(q.sum())
+        qsl = torch.zeros(r + 1, dtype=torch.int32)
+        qsl[1:] = torch.from_numpy(np.cumsum(q).astype(np.int32))
+        cu_sampled = np.concatenate([[0], np.cumsum(d + 1)])  # the model runner's cu_num_logits (one bonus token)
+        # Draft j of request i is token id 1 + (its index among all drafts): where the kernel writes it is its position.
+        width = max(1, int(d.max()))
+        drafts = torch.zeros(r, width, dtype=torch.int32)
+        cu_draft = np.concatenate([[0], np.cumsum(d)])
+        for i in range(r):
+            drafts[i, : int(d[i])] = torch.arange(int(cu_draft[i]) + 1, int(cu_draft[i + 1]) + 1, dtype=torch.int32)
+        input_ids = torch.zeros(total, dtype=torch.int32)
+        prefill_len = torch.ones(r, dtype=torch.int32)  # every request past its prompt: seq_len = 1 + q > prefill_len
+        logits = combine(input_ids, torch.arange(r, dtype=torch.int32), torch.zeros(r, dtype=torch.int32), qsl,
+                         (prefill_len + torch.from_numpy(q.astype(np.int32))), prefill_len, drafts,
+                         torch.from_numpy(cu_sampled.astype(np.int32)), int(cu_sampled[-1]))
+        ids = bind.to_numpy(input_ids)
+        positions = [int(np.flatnonzero(ids == k)[0]) if (ids == k).any() else -1 for k in range(1, int(cu_draft[-1]) + 1)]
+        own = ours(d_list, q_list)
+        return SpecDecodeIndices(bind.to_numpy(logits).tolist(), own.target_logits_indices, own.bonus_logits_indices,
+                                 own.cu_num_draft_tokens, cu_sampled[1:].tolist(), positions)
+
+    assumed = ("num_new_sampled_tokens=1 (one bonus token)", "every request past its prompt (seq_len > prefill_len)",
+               f"steps of at most {_INTERPRETED_MAX_REQS} requests (Triton's interpreter is slow)")
+    target = assumes(_interpretable_step)(spec_decode_metadata)
+    return target, (f"{piece.label} and its {kernel_piece.label}, run by Triton's interpreter on CPU tensors: "
+                    "logits_indices, and draft_token_positions where the kernel writes each draft into input_ids; "
+                    "cu_num_sampled_tokens the model runner's cu_num_logits (cumsum of d + 1); target and bonus indices "
+                    "and cu_num_draft_tokens: batchfuzz's own (the new runner computes them in its rejection sampler's "
+                    "kernels)"), assumed
+
+
 # ---------------------------------------------------------------- data-parallel coordination (F)
 
 
@@ -795,8 +949,9 @@ class _Collective:
             self.all_reduce(tensor)
             return tensor
 
+        # No rank has failed (dead_dp_ranks: the fault-tolerance path's record of failed ranks).
         return Stub("dp_group", device=torch.device("cpu"), device_group="dp-device-group", cpu_group="dp-cpu-group",
-                    cpu_all_reduce_=reduce_, all_reduce=reduce_)
+                    cpu_all_reduce_=reduce_, all_reduce=reduce_, dead_dp_ranks=set())
 
 
 class _OnceLogger(logging.LoggerAdapter):
@@ -814,20 +969,31 @@ def _dp_loader(rel: _Release, collective: _Collective, **extra: Any) -> bind.Loa
     stand_ins["logger"] = _OnceLogger(logging.getLogger("batchfuzz.engines.vllm"), {})
     # The collective, the context switch that skips it (never set here), the host-sync guard and pinned memory: the
     # engine's runtime, not its decision.
-    stand_ins.update(dist=Stub("torch.distributed", all_reduce=collective.all_reduce), get_dp_group=collective.dp_group,
+    # One TP rank: the fault-tolerance barrier over its CPU group has no one to wait for.
+    stand_ins.update(dist=Stub("torch.distributed", all_reduce=collective.all_reduce, barrier=_no_barrier),
+                     get_dp_group=collective.dp_group, get_tp_group=_tp_group,
                      should_skip_dp_coordination=lambda: False, gpu_sync_allowed=contextlib.nullcontext, PIN_MEMORY=False)
     stand_ins.update(extra)
     return bind.Loader(rel.source, "vllm", stand_ins=stand_ins, files=rel.files)
 
 
-def _parallel_config(world: int, rank: int, config: Any) -> Stub:
+def _no_barrier(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+def _tp_group() -> Stub:
+    return Stub("tp_group", cpu_group="tp-cpu-group", world_size=1)
+
+
+def _parallel_config(world: int, rank: int, config: Any, fault_tolerance: bool = False) -> Stub:
     n, (decode, prefill), _sizes, _ubatch = config
     return Stub("parallel_config", data_parallel_size=world, data_parallel_rank=rank, num_ubatches=n, ubatch_size=n,
                 use_ubatching=True, enable_dbo=n == 2, dbo_decode_token_threshold=decode, dbo_prefill_token_threshold=prefill,
-                disable_nccl_for_dp_synchronization=True)
+                disable_nccl_for_dp_synchronization=True, enable_fault_tolerance=fault_tolerance, tensor_parallel_size=1)
 
 
-_RankBuilt = tuple[Callable[..., Any], str, Callable[..., bool]]
+# A rank function, what was cut out, the steps it is checked on, the configuration values it assumed.
+_RankBuilt = tuple[Callable[..., Any], str, Callable[..., bool], tuple[str, ...]]
 
 
 def _v1_steps(*args: Any) -> bool:
@@ -868,7 +1034,7 @@ def _rank_v1_coordinate(rel: _Release) -> _RankBuilt:
                   "parallel_config: this rank of data_parallel_size ranks, ubatching on, the case's thresholds and "
                   "num_ubatches, CPU synchronisation (gloo); dist.all_reduce and get_dp_group() on the real process group; "
                   "should_skip_dp_coordination() False; result: (should_ubatch, num_tokens_after_padding, synced mode), "
-                  "the descriptor's count num_tokens_after_padding[rank]"), _v1_steps
+                  "the descriptor's count num_tokens_after_padding[rank]"), _v1_steps, ()
 
 
 class _GraphManager:
@@ -920,8 +1086,11 @@ def _rank_mrv2_sync(rel: _Release) -> _RankBuilt:
         raise bind.Unbindable(f"{piece.label} no longer reads CUDAGraphMode")
     params = set(inspect.signature(sync).parameters)
     microbatching = {"parallel_config", "allow_ubatching", "uniform_decode"} <= params
+    # 0.34.0 reads parallel_config.enable_fault_tolerance: every step is run with it off and on (no rank dead, one
+    # TP rank), and the two decisions must agree (raised otherwise: a `raises` counterexample naming both).
+    both_ft = microbatching and "enable_fault_tolerance" in f.text
 
-    def rank(rank: int, world: int, all_reduce: Callable[[torch.Tensor], None], step: Any, config: Any) -> RankDecision:
+    def once(rank: int, world: int, step: Any, config: Any, fault_tolerance: bool) -> RankDecision:
         tokens, padded, allow, mode, uniform, reqs = step
         _n, _thr, sizes, ubatch_sizes = config
         manager = _GraphManager(descriptor, modes, tuple(sizes), tuple(ubatch_sizes or ()))
@@ -929,26 +1098,38 @@ def _rank_mrv2_sync(rel: _Release) -> _RankBuilt:
                                uniform_token_count=uniform or None)
         kwargs: dict[str, Any] = {"max_query_len": None, "num_active_loras": 0}
         if microbatching:
-            kwargs.update(parallel_config=_parallel_config(world, rank, config), allow_ubatching=bool(allow),
-                          uniform_decode=uniform > 0)
-        collective.current = all_reduce
-        try:
-            desc, state = sync(manager, desired, tokens, reqs, uniform or None, world, rank,
-                               **{k: v for k, v in kwargs.items() if k in params})
-        finally:
-            collective.current = None
+            kwargs.update(parallel_config=_parallel_config(world, rank, config, fault_tolerance),
+                          allow_ubatching=bool(allow), uniform_decode=uniform > 0)
+        desc, state = sync(manager, desired, tokens, reqs, uniform or None, world, rank,
+                           **{k: v for k, v in kwargs.items() if k in params})
         across = getattr(state, "num_tokens_across_dp", state)
         counts = tuple(int(x) for x in bind.to_numpy(across).tolist())
         return RankDecision(getattr(desc, "num_ubatches", 1) > 1, counts, int(desc.cg_mode.value), int(desc.num_tokens))
 
+    def rank(rank: int, world: int, all_reduce: Callable[[torch.Tensor], None], step: Any, config: Any) -> RankDecision:
+        collective.current = all_reduce
+        try:
+            off = once(rank, world, step, config, False)
+            on = once(rank, world, step, config, True) if both_ft else off
+        finally:
+            collective.current = None
+        if on != off:
+            raise AssertionError(f"rank {rank}: parallel_config.enable_fault_tolerance=True (no rank dead) decided {on}, "
+                                 f"False decided {off}")
+        return off
+
     assumption = ("" if microbatching else "; this release's new model runner never microbatches: checked on steps where "
                   "some rank does not allow it")
+    if both_ft:
+        assumption += ("; every step run with parallel_config.enable_fault_tolerance False and True (no dead DP rank, "
+                       "tensor_parallel_size 1: its TP barrier a no-op), the two decisions compared")
     return rank, (f"{piece.label}; the CUDA-graph manager stood in by one dispatching from the case's capture sizes "
                   f"(FULL for uniform decodes, PIECEWISE otherwise; FULL microbatched graphs at ubatch_capture_sizes); "
                   f"desired_batch_desc from this rank's padded count and mode; get_dp_group().cpu_all_reduce_ / "
                   f"dist.all_reduce on the real process group; max_query_len None; result: the descriptor (split = "
                   f"num_ubatches > 1, its cg_mode and num_tokens) and num_tokens_across_dp{assumption}"), \
-        (_dispatching_steps if microbatching else _dispatching_steps_no_microbatching)
+        (_dispatching_steps if microbatching else _dispatching_steps_no_microbatching), \
+        (("parallel_config.enable_fault_tolerance=False and =True",) if both_ft else ())
 
 
 _RANK_BUILDERS: dict[str, Callable[[_Release], _RankBuilt]] = {
@@ -957,12 +1138,12 @@ _RANK_BUILDERS: dict[str, Callable[[_Release], _RankBuilt]] = {
 }
 
 
-def _bind_dp(function: str) -> Callable[[_Release], tuple[Callable[..., Any], str]]:
-    def build(rel: _Release) -> tuple[Callable[..., Any], str]:
-        rank, detail, steps = _RANK_BUILDERS[function](rel)  # cut out here: an absent or unbindable release says so now
+def _bind_dp(function: str) -> Callable[[_Release], _Built]:
+    def build(rel: _Release) -> _Built:
+        rank, detail, steps, assumed = _RANK_BUILDERS[function](rel)  # cut out here: an absent or unbindable release says so now
         _probe_ranks(rank, function)
         target = assumes(steps)(ranks_target(f"{ENGINE}::{rel.source.ref}::{function}::coordinate_dp", "processes"))
-        return target, detail + "; every rank a process of a gloo group (batchfuzz.distributed)"
+        return target, detail + "; every rank a process of a gloo group (batchfuzz.distributed)", assumed
 
     return build
 
@@ -976,6 +1157,8 @@ def _probe_ranks(rank: Callable[..., Any], function: str) -> None:
             distributed.run_in_process(rank, per_rank_args(*args))
         except distributed.RankFailure as exc:
             cause = exc.__cause__
+            if cause is None or bind.raised_in_engine(cause):
+                continue  # the engine's own behaviour: the properties judge it
             if isinstance(cause, (AttributeError, NameError, TypeError, ImportError, KeyError, LookupError, bind.StandInReached)):
                 raise bind.Unbindable(f"dry run of {function} as coordinate_dp failed: {type(cause).__name__}: {cause}") from exc
 
@@ -1004,8 +1187,9 @@ def rank_function(ref: str) -> Callable[..., Any]:
 class _Spec:
     function: str
     contract: str
-    build: Callable[[_Release], tuple[Callable[..., Any], str]]
+    build: Callable[[_Release], _Built]
     probe: tuple[Any, ...]
+    assumed: tuple[str, ...] = ()  # configuration the engine reads and the stand-ins give, as NAME=VALUE
 
 
 def _probe_buffers() -> DummyBuffers:
@@ -1028,6 +1212,10 @@ SPECS: tuple[_Spec, ...] = (
           (np.array([3, 2], dtype=np.int32), 6, 3, 2)),
     _Spec(f"{V1_RUNNER}:GPUModelRunner._allow_microbatching", "allow_microbatching", _bind_allow_microbatching,
           (np.array([0, 2]), np.array([3, 2]), [np.array([[1, 2], [1, 3]])], [2])),
+    _Spec(f"{MRV2_UBATCH_UTILS}:create_ubatch_slices", "split_ubatches", _bind_mrv2_ubatch_slices,
+          (np.array([3, 2], dtype=np.int32), 6, 3, 2)),
+    _Spec(f"{MRV2_DP_UTILS}:dispatch_cg_and_sync_dp", "allow_microbatching", _bind_mrv2_allow_microbatching,
+          (np.array([0, 2]), np.array([3, 2]), [np.array([[1, 2], [1, 3]])], [2])),
     _Spec(f"{UBATCH_UTILS}:split_attn_metadata", "slice_ubatch_metadata", _bind_split_attn_metadata,
           (np.array([5, 11]), np.array([3, 0]), np.arange(16), np.arange(6).reshape(3, 2), 16, 3,
            [((0, 2), (0, 8)), ((1, 3), (8, 16))])),
@@ -1043,12 +1231,43 @@ SPECS: tuple[_Spec, ...] = (
           ([2, 0, 1], [3, 4, 2])),
     _Spec(f"{V1_RUNNER}:GPUModelRunner._calc_spec_decode_metadata", "spec_decode_metadata", _bind_spec_decode_metadata,
           ([2, 0, 1], [3, 4, 2])),
+    _Spec(f"{INPUT_BATCH}:combine_sampled_and_draft_tokens", "spec_decode_metadata", _bind_mrv2_spec_logits,
+          ([2, 0, 1], [3, 4, 2])),
     _Spec(f"{DP_UTILS}:coordinate_batch_across_dp", "coordinate_dp", _bind_dp(f"{DP_UTILS}:coordinate_batch_across_dp"),
           ([3, 4], [4, 4], [1, 1], [1, 1], [0, 0], [3, 4], 2, (2, 2), [2, 4, 8], None)),
     _Spec(f"{MRV2_DP_UTILS}:sync_cudagraph_and_dp_padding", "coordinate_dp",
           _bind_dp(f"{MRV2_DP_UTILS}:sync_cudagraph_and_dp_padding"),
           ([3, 4], [4, 4], [0, 0], [1, 1], [0, 0], [3, 4], 2, (2, 2), [2, 4, 8], [4, 8])),
 )
+
+
+# Where the behaviour of a v1 model-runner binding went once that runner was deleted (0.34.0): said in the absent
+# cell, read from the release's own new runner (vllm/v1/worker/gpu/; docs/vllm-code.md, 0.34.0).
+_DUMMY_MOVED = "its dummy batch is built by the new runner's GPUModelRunner._dummy_run and InputBatch.make_dummy (their rows)"
+_MOVED: dict[str, str] = {
+    f"{V1_RUNNER}:GPUModelRunner._dummy_run": _DUMMY_MOVED,
+    f"{V1_RUNNER}:GPUModelRunner._allow_microbatching": (
+        "the new runner has no such veto: a step is split when every DP rank votes allow_ubatching and the DBO "
+        "threshold is met (gpu/dp_utils.py:dispatch_cg_and_sync_dp, its row)"),
+    f"{UBATCH_UTILS}:split_attn_metadata": "the new runner slices per-microbatch metadata in UBatchRunner.prepare (its row)",
+    f"{V1_RUNNER}:GPUModelRunner.calculate_reorder_batch_threshold": (
+        "the new runner does not reorder its input batch (nothing under vllm/v1/worker/gpu/ reads a reorder threshold)"),
+    f"{ATTN_UTILS}:reorder_batch_to_split_decodes_and_prefills": (
+        "the new runner does not reorder its input batch, and the v1 runner that called this is gone"),
+    f"{V1_RUNNER}:GPUModelRunner._get_cumsum_and_arange": (
+        "the new runner computes logits indices in a Triton kernel (gpu/input_batch.py:combine_sampled_and_draft_tokens, "
+        "its row), target and bonus indices in the rejection sampler's kernels"),
+}
+_MOVED[f"{V1_RUNNER}:GPUModelRunner._calc_spec_decode_metadata"] = _MOVED[f"{V1_RUNNER}:GPUModelRunner._get_cumsum_and_arange"]
+
+
+def _absent_reason(rel: _Release, spec: _Spec, exc: bind.Absent) -> str:
+    """Why ``spec`` is absent: the binding's own words, and where the behaviour went when the release has the new
+    model runner but no v1 one."""
+    moved = _MOVED.get(spec.function)
+    if moved is None or rel.source.read(V1_RUNNER) is not None or rel.source.read(MRV2_RUNNER) is None:
+        return str(exc)
+    return f"v1 model runner deleted: {moved} ({exc})"
 
 
 def _probe_args(spec: _Spec) -> tuple[Any, ...]:
@@ -1060,48 +1279,79 @@ def _ref(source: _engines.ReleaseSource, spec: _Spec) -> str:
     return f"{ENGINE}::{source.ref}::{spec.function}::{spec.contract}"
 
 
-def _bind_one(rel: _Release, spec: _Spec) -> Bound:
+def _bind_one(rel: _Release, spec: _Spec, probe: bool = True) -> Bound:
+    """One spec bound in ``rel``, dry-run on its probe input (``bind.probe``)
+    unless ``probe`` is False: a worker rebuilding a target the matrix bound
+    (``resolve``) calls the engine's code only in the properties' calls."""
     release = f"vllm {rel.source.version}"
+    raised = ""
     try:
-        target, detail = spec.build(rel)
-        bind.probe(target, *_probe_args(spec), what=f"{spec.function} as {spec.contract}")
+        built = spec.build(rel)
+        target, detail, assumed = built[0], built[1], (*spec.assumed, *(built[2] if len(built) > 2 else ()))
+        if probe:
+            raised = bind.probe(target, *_probe_args(spec), what=f"{spec.function} as {spec.contract}")
     except bind.Absent as exc:
-        return Bound(release, spec.function, spec.contract, "absent", reason=str(exc))
+        return Bound(release, spec.function, spec.contract, "absent", reason=_absent_reason(rel, spec, exc))
     except bind.Unbindable as exc:
-        return Bound(release, spec.function, spec.contract, "unbindable", reason=str(exc))
+        return Bound(release, spec.function, spec.contract, "unbindable", reason=str(exc), assumed=spec.assumed)
     target.__name__ = spec.contract
     target.__qualname__ = f"vllm_{rel.source.version.replace('.', '_')}.{spec.function.split(':')[-1]}[{spec.contract}]"
     # The engine's code is checked on the inputs the engine's callers produce.
     target = domain("engine")(target)
-    return Bound(release, spec.function, spec.contract, "bound", target=target, ref=_ref(rel.source, spec), detail=detail)
+    return Bound(release, spec.function, spec.contract, "bound", target=target, ref=_ref(rel.source, spec), detail=detail,
+                 assumed=assumed, probe_raised=raised, probe_args=_probe_args(spec) if raised else ())
 
 
-def _bind_site(rel: _Release, site: split_search.SplitSite) -> Bound:
-    """A copy of the split the search found, as contract A's target."""
+def _bind_site(rel: _Release, site: split_search.SplitSite, probe: bool = True) -> Bound:
+    """A copy of the split the search found, as contract A's target; a site
+    whose dividend counts no tokens is ``not-split`` (``split_search.not_a_token_split``)."""
     release = f"vllm {rel.source.version}"
     detail = f"found by the split search (batchfuzz.engines.split_search): {site.describe()}"
+    other = split_search.not_a_token_split(site)
+    if other:
+        return Bound(release, site.function, split_search.CONTRACT, "not-split", reason=other, detail=detail)
+    raised = ""
     try:
         target = split_search.bind_site(site, rel.loader())
-        bind.probe(target, 3, 5, what=site.function)
+        if probe:
+            raised = bind.probe(target, *split_search.PROBE, what=site.function)
     except (bind.Absent, bind.Unbindable) as exc:
         return Bound(release, site.function, split_search.CONTRACT, "unbindable", reason=str(exc), detail=detail)
     target.__qualname__ = f"vllm_{rel.source.version.replace('.', '_')}.{site.function.split(':')[-1]}[{split_search.CONTRACT}]"
     target = domain("engine")(target)
     ref = f"{ENGINE}::{rel.source.ref}::{site.function}::{split_search.CONTRACT}"
-    return Bound(release, site.function, split_search.CONTRACT, "bound", target=target, ref=ref, detail=detail)
+    return Bound(release, site.function, split_search.CONTRACT, "bound", target=target, ref=ref, detail=detail,
+                 probe_raised=raised, probe_args=split_search.PROBE if raised else ())
 
 
-def bindings(source: _engines.ReleaseSource, *, search: bool = True) -> list[Bound]:
-    """Every binding of this module for one release, in SPECS order, then
-    (``search``) one per copy of the split ``split_search`` finds in the
-    release, in path and line order."""
+@dataclass(frozen=True)
+class Planned:
+    """One binding of a release before it is made: its row's function and
+    contract, and ``bind()`` giving its Bound (cutting out, loading and
+    probing the release's code: what ``matrix`` runs in a worker process)."""
+
+    function: str
+    contract: str
+    bind: Callable[[], Bound]
+
+
+def binding_plan(source: _engines.ReleaseSource, *, search: bool = True) -> list[Planned]:
+    """The bindings of one release, not yet made: SPECS in order, then
+    (``search``) each copy of the split ``split_search`` finds, in path and
+    line order. Finding them reads the source text only."""
     if not isinstance(source, _engines.ReleaseSource):
         raise TypeError(f"source must be a ReleaseSource, got {type(source).__name__}")
     rel = _Release(source)
-    out = [_bind_one(rel, spec) for spec in SPECS]
+    plan = [Planned(spec.function, spec.contract, functools.partial(_bind_one, rel, spec)) for spec in SPECS]
     if search:
-        out += [_bind_site(rel, site) for site in split_search.search(source)]
-    return out
+        plan += [Planned(site.function, split_search.CONTRACT, functools.partial(_bind_site, rel, site))
+                 for site in split_search.search(source)]
+    return plan
+
+
+def bindings(source: _engines.ReleaseSource, *, search: bool = True) -> list[Bound]:
+    """Every binding of this module for one release (``binding_plan``), made in this process."""
+    return [p.bind() for p in binding_plan(source, search=search)]
 
 
 @functools.lru_cache(maxsize=16)
@@ -1114,10 +1364,10 @@ def _resolved(source_ref: str, function: str, contract: str) -> Bound:
     spec = next((s for s in SPECS if s.function == function and s.contract == contract), None)
     if spec is None and contract == split_search.CONTRACT and "#" in function:
         rel = _release(source_ref)
-        return _bind_site(rel, split_search.find(rel.source, function))
+        return _bind_site(rel, split_search.find(rel.source, function), probe=False)
     if spec is None:
         raise LookupError(f"batchfuzz.engines.vllm has no binding of {function} to {contract}")
-    return _bind_one(_release(source_ref), spec)
+    return _bind_one(_release(source_ref), spec, probe=False)
 
 
 def resolve(ref: str) -> Callable[..., Any]:

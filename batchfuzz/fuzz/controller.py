@@ -31,7 +31,10 @@ result, a crash or a timeout) or a harness error, listed; 2 a usage error
 (:class:`~batchfuzz.usage.UsageError`, raised before any example runs); 3
 incomplete: the budget ended before every item ran (the reports name them);
 128+N interrupted by signal N (130 SIGINT, 143 SIGTERM), at any moment,
-start-up included, after writing a partial report. The reports cannot be
+start-up included, after writing a partial report (during start-up a signal
+that comes inside an import waits for the import to end: :func:`_signal_at_start`;
+one that comes once the reports are being written is ignored, the exit code
+is the reports': :func:`finish`). The reports cannot be
 written (a full disk, a file-size limit): exit 1 with the reason (the corpus
 and the example database are written apart, atomically, and stay intact). A
 ``--report`` directory in use by another run is a usage error
@@ -53,6 +56,7 @@ import statistics
 import sys
 import time
 from collections import OrderedDict, deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -343,7 +347,8 @@ class _Scheduler:
         number = self.next_id
         self.next_id += 1
         parent, child = self.ctx.Pipe()
-        proc = self.ctx.Process(target=job_process_main, args=(child, str(self.job_path), f"job-{number}", os.getpid()), daemon=False)
+        proc = self.ctx.Process(target=job_process_main, daemon=False,
+                                args=(child, str(self.job_path), f"job-{number}", os.getpid(), self.job.database))
         with self._no_main():
             proc.start()
         child.close()
@@ -584,6 +589,37 @@ def exit_code(end: End) -> int:
     return ExitCode.OK
 
 
+def _importing(frame: Any) -> bool:
+    """Whether ``frame`` runs inside an import (a frame of importlib's machinery below it)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib._bootstrap"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _signal_at_start(signum: int, frame: Any) -> None:
+    """SIGINT/SIGTERM during start-up: stop it, but never from inside an import
+    (torch's, seconds long: an exception there leaves modules half made, and
+    importing them again fails or crashes). A signal that comes during an
+    import waits in ``PENDING_SIGNALS`` for the next :func:`_safe_point`; a
+    second one stops start-up at once (an import that never ends, a user's
+    module under ``--no-isolation``, must not make the run unstoppable)."""
+    if _importing(frame) and not PENDING_SIGNALS:
+        PENDING_SIGNALS.append(signum)
+        return
+    PENDING_SIGNALS.clear()
+    raise _StartInterrupted(signum)
+
+
+def _safe_point() -> None:
+    """Where start-up acts on a signal that came during an import."""
+    if PENDING_SIGNALS:
+        signum = PENDING_SIGNALS[-1]
+        PENDING_SIGNALS.clear()
+        raise _StartInterrupted(signum)
+
+
 class _StartInterrupted(Exception):
     """A SIGINT or SIGTERM during start-up (before the job processes take over)."""
 
@@ -665,17 +701,14 @@ def run(args: argparse.Namespace, stream: TextIO | None = None) -> End:
     check the user's targets, start the job processes, hand out slices until the
     budget ends, write the reports. Raises UsageError before any example runs.
     A SIGINT or SIGTERM at any moment, start-up included, ends it with a
-    partial report (its End carries the signal)."""
+    partial report (its End carries the signal); one that comes once the
+    reports are being written changes neither them nor the End (:func:`finish`)."""
     import threading
 
     handlers: dict[signal.Signals, Any] = {}
-
-    def early(signum: int, frame: Any) -> None:
-        raise _StartInterrupted(signum)
-
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
-            handlers[sig] = signal.signal(sig, early)
+            handlers[sig] = signal.signal(sig, _signal_at_start)
     held: list[Any] = []
     if PENDING_SIGNALS:  # it came while the commands were imported
         signum = PENDING_SIGNALS.pop()
@@ -712,14 +745,16 @@ def _run(args: argparse.Namespace, stream: TextIO | None, held: list[Any]) -> En
         items = plan(args)
         if args.workers is None:
             args.workers = default_workers(len(items), os.cpu_count())
+        _safe_point()
+        from batchfuzz.fuzz.page import read_history
+
+        history = read_history(getattr(args, "history", None) or [])  # untrusted files: refused before any target starts
         if args.budget is None:
             args.budget = default_budget(len(items), cap_workers(args.workers, len(items), os.cpu_count())[0])
         _check_targets(items, isolate=not args.no_isolation, timeout_s=float(args.timeout),
                        load_timeout_s=max(float(args.budget), float(args.timeout)))
+        _safe_point()
         database = _database(args)
-        from batchfuzz.fuzz.page import read_history
-
-        history = read_history(getattr(args, "history", None) or [])
         held.append(_lock_report_dir(report_dir))
         seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
         corpus_dir = Path(args.corpus).absolute() if args.corpus else corpus.default_dir()
@@ -756,6 +791,7 @@ def _run(args: argparse.Namespace, stream: TextIO | None, held: list[Any]) -> En
         for sig in (signal.SIGINT, signal.SIGTERM):  # from here on, a signal stops the job processes and the run
             with contextlib.suppress(ValueError):
                 signal.signal(sig, scheduler.on_signal)
+        _safe_point()  # one that came during the last import
     except _StartInterrupted as exc:
         return _interrupted_at_start(args, exc.signum, job, report_dir, out, started)
     return _fuzz(args, job, scheduler, out, started)
@@ -804,7 +840,7 @@ def _fuzz(args: argparse.Namespace, job: Job, scheduler: Any, out: TextIO, start
               + (f", {job.max_examples} examples per item" if job.max_examples is not None else "")
               + f", {job.workers} worker(s), profile {args.profile}, seed {job.seed}"
               + (f", shard {args.shard[0]}/{args.shard[1]}" if args.shard else "") + "\n"
-              f"  example database {_database_words(job.database)}; corpus {job.corpus_dir}; report {job.report_dir}; "
+              f"  example database {_database_words(job.shown_database)}; corpus {job.corpus_dir}; report {job.report_dir}; "
               f"{'targets isolated in worker processes' if job.isolate else 'targets in the job processes'}\n")
     out.flush()
     if progress is not None:
@@ -818,7 +854,30 @@ def _fuzz(args: argparse.Namespace, job: Job, scheduler: Any, out: TextIO, start
 
 
 def finish(job: Job, scheduler: Any, out: TextIO, started: float) -> End:
-    """Write the reports, print the summary, say how the job ended."""
+    """Write the reports, print the summary, say how the job ended. Meanwhile
+    SIGINT/SIGTERM are ignored: the reports being written are the run's word,
+    and the End (the exit code) is theirs; the command goes on ignoring them
+    until it exits (``batchfuzz.cli``), so a late signal never makes an exit
+    code of 128+N beside a complete report."""
+    with _signals_ignored():
+        return _finish(job, scheduler, out, started)
+
+
+@contextlib.contextmanager
+def _signals_ignored() -> Iterator[None]:
+    """SIGINT and SIGTERM ignored while the block runs (in the main thread), then as they were."""
+    saved = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(ValueError):  # not the main thread: nothing to ignore
+            saved[sig] = signal.signal(sig, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
+def _finish(job: Job, scheduler: Any, out: TextIO, started: float) -> End:
     from batchfuzz.fuzz import report
 
     partial = scheduler.stop_reason is not None
@@ -874,8 +933,10 @@ def finish(job: Job, scheduler: Any, out: TextIO, started: float) -> End:
               f"({summary['wall_seconds']:.1f}s, {job.workers} worker(s))\n")
     for f in summary["origins"]:  # one per origin, listing every property it breaks
         first = f["message"].splitlines()[0] if f.get("message") else ""
+        note = report.unshrunk_note(f)
         out.write(f"\nFAILED {f['contract']} {f['implementation']} {', '.join(f['properties'])}: {f['description']}: {first}\n"
-                  f"  corpus: {f.get('corpus_file')} ({'new' if f.get('new') else 'already known'})\n")
+                  + (f"  {note}\n" if note else "")
+                  + f"  corpus: {f.get('corpus_file')} ({'new' if f.get('new') else 'already known'})\n")
         if f.get("reproduction"):  # not indented: pasted as printed, it runs
             out.write(f"{reproduce.HEADER}\n{f['reproduction']}\n")
         if f.get("corpus_file"):

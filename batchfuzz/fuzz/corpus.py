@@ -12,7 +12,8 @@ A corpus file is untrusted data:
 - it is read as JSON only (never executed), at most ``MAX_FILE_BYTES`` bytes,
   nested at most ``MAX_DEPTH`` deep, UTF-8, integers within Python's
   int-string limit, and only as a regular file (a symbolic link, a FIFO or a
-  device named ``x.json`` is not opened for reading); anything else is
+  device named ``x.json`` is not opened for reading: the reader every
+  untrusted file gets, :func:`batchfuzz.fuzz.untrusted.load_json`); anything else is
   rejected, naming the file, and the other files are still replayed;
 - its ``device`` is ``cpu`` or ``cuda``, and its ``id`` is the address of
   its content (an entry edited after it was written is malformed);
@@ -49,7 +50,6 @@ import json
 import os
 import platform
 import shlex
-import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,10 +60,12 @@ import numpy as np
 from batchfuzz import __version__
 from batchfuzz.case import Case
 from batchfuzz.codec import CodecError, decode_case, encode_case, literal
+from batchfuzz.fuzz import untrusted
 from batchfuzz.fuzz.origin import KINDS, Origin, OriginError, origin_of
 from batchfuzz.fuzz.settings import CORPUS_ENV_VAR, DEFAULT_CORPUS
 from batchfuzz.output import write_json_atomic
 from batchfuzz.targets import TargetError, TargetRef, parse, same_release
+from batchfuzz.text import MAX_NAME_CHARS, outside, printable
 
 
 def checked_property(prop: str, during: str) -> str:
@@ -118,6 +120,15 @@ class CorpusEntry:
         return entry_id(self.contract, self.target, self.device, self.domain, self.property, self.case)
 
     @builtins.property
+    def violates(self) -> list[str]:
+        """Every property the entry's case breaks, as recorded (a file written
+        before that was recorded: its own property)."""
+        v = self.data.get("violates")
+        if isinstance(v, list) and all(isinstance(p, str) for p in v):
+            return list(v)
+        return [self.property]
+
+    @builtins.property
     def origin(self) -> Origin:
         """The origin the file recorded (``batchfuzz.fuzz.origin``); for a file
         written before origins were (no ``origin`` field), the one its own
@@ -164,8 +175,10 @@ def versions() -> dict[str, str]:
 
 
 def make_entry_data(failure: Any, *, target: str, device: str, domain: str = "spec",
-                    found: dict[str, Any] | None = None, reproduction: str = "") -> dict[str, Any]:
-    """The JSON document for a :class:`batchfuzz.runner.Failure` of ``target``."""
+                    found: dict[str, Any] | None = None, reproduction: str = "",
+                    violates: list[str] | None = None) -> dict[str, Any]:
+    """The JSON document for a :class:`batchfuzz.runner.Failure` of ``target``;
+    ``violates``: every property its case breaks (default: its own)."""
     parse(target)  # a TargetError for a reference that is not one
     case: Case = failure.case
     imports: set[str] = set()
@@ -181,9 +194,13 @@ def make_entry_data(failure: Any, *, target: str, device: str, domain: str = "sp
         "property": failure.property,
         "during": failure.during,
         "spec": failure.spec,
-        "failure": {"kind": failure.kind(), "error_type": failure.error_type, "message": failure.message, "exit": failure.exit},
+        # The target's text, bounded and printable (an Outcome's is already): the entry stays one replay reads.
+        "failure": {"kind": failure.kind(), "error_type": outside(failure.error_type, MAX_NAME_CHARS),
+                    "message": outside(failure.message), "exit": outside(failure.exit, MAX_NAME_CHARS)},
         # What makes this failure one bug whichever property found it (batchfuzz.fuzz.origin).
         "origin": origin.to_json(),
+        # Every property the case breaks: what makes two wrong answers one bug (origin.one_bug).
+        "violates": list(violates or [failure.property]),
         # What replay decodes (JSON, never evaluated):
         "case": encode_case(case),
         # For people: the same inputs as Python literals, and a reproduction.
@@ -249,30 +266,6 @@ def files(root: Path | str | None = None) -> list[Path]:
 # ---------------------------------------------------------------- loading untrusted files
 
 
-def _depth(text: str) -> int:
-    """How deep ``[`` and ``{`` nest in JSON text (outside strings), without parsing it."""
-    depth = deepest = 0
-    in_string = escaped = False
-    for ch in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-            if deepest > MAX_DEPTH:
-                return deepest
-        elif ch in "]}":
-            depth -= 1
-    return deepest
-
-
 def case_size_error(case: Case) -> str | None:
     """Why a case is too large to replay safely, or None."""
     numbers = 0
@@ -308,68 +301,13 @@ def case_size_error(case: Case) -> str | None:
     return walk(case.args, "args") or walk(case.context, "context")
 
 
-def _read_bounded(path: Path) -> bytes:
-    """The bytes of a regular file, at most ``MAX_FILE_BYTES``: a symbolic
-    link, a FIFO, a device or a folder is refused without reading it (a
-    symbolic link to ``/dev/zero`` has size 0 and would read forever, a FIFO
-    would block)."""
-    try:
-        st = os.lstat(path)
-    except OSError as exc:
-        raise CorpusError(f"{path}: cannot read corpus file: {exc.strerror or exc}") from None
-    if stat.S_ISLNK(st.st_mode):
-        raise CorpusError(f"{path}: a symbolic link (to {os.readlink(path)!r}); a corpus file must be a regular file")
-    if not stat.S_ISREG(st.st_mode):
-        raise CorpusError(f"{path}: not a regular file ({_file_kind(st.st_mode)}); a corpus file must be a regular file")
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-    except OSError as exc:
-        raise CorpusError(f"{path}: cannot read corpus file: {exc.strerror or exc}") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):  # replaced between the lstat and the open
-            raise CorpusError(f"{path}: not a regular file; a corpus file must be a regular file")
-        chunks, size = [], 0
-        while size <= MAX_FILE_BYTES:
-            chunk = os.read(fd, min(1 << 16, MAX_FILE_BYTES + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    except OSError as exc:
-        raise CorpusError(f"{path}: cannot read corpus file: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-    if size > MAX_FILE_BYTES:
-        raise CorpusError(f"{path}: more than {MAX_FILE_BYTES} bytes, larger than a corpus file may be")
-    return b"".join(chunks)
-
-
-def _file_kind(mode: int) -> str:
-    for test, word in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISDIR, "a directory"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return word
-    return "not a regular file"
-
-
 def load(path: Path | str) -> CorpusEntry:
     """Decode one corpus file. Never executes code; raises CorpusError naming the file."""
     path = Path(path)
-    raw = _read_bounded(path)
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise CorpusError(f"{path}: not a text file (not UTF-8 at byte {exc.start})") from None
-    if _depth(text) > MAX_DEPTH:
-        raise CorpusError(f"{path}: JSON nested deeper than {MAX_DEPTH} levels")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CorpusError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
-    except RecursionError:
-        raise CorpusError(f"{path}: JSON nested too deep") from None
-    except ValueError as exc:  # an integer past Python's int-string limit (4300 digits)
-        raise CorpusError(f"{path}: not valid JSON for a corpus file: {exc}") from None
+        data = untrusted.load_json(path, limit=MAX_FILE_BYTES, max_depth=MAX_DEPTH, what="corpus file")
+    except untrusted.UntrustedFileError as exc:
+        raise CorpusError(str(exc)) from None
     if not isinstance(data, dict):
         raise CorpusError(f"{path}: a corpus file must hold a JSON object, got {type(data).__name__}")
     if data.get("format") == OLD_FORMAT:
@@ -397,15 +335,21 @@ def load(path: Path | str) -> CorpusEntry:
     too_large = case_size_error(case)
     if too_large:
         raise CorpusError(f"{path}: {too_large}")
-    failure = data["failure"]
     domain = data.get("domain", "spec")
     if not isinstance(domain, str):
         raise CorpusError(f"{path}: field 'domain' must be a string")
+    return _entry(data, case, path)
+
+
+def _entry(data: dict[str, Any], case: Case | None = None, path: Path | None = None) -> CorpusEntry:
+    """The entry of a checked document (:func:`load`'s, or one ``make_entry_data`` made, not written yet)."""
+    failure = data["failure"]
     return CorpusEntry(
-        contract=data["contract"], property=data["property"], device=data["device"], case=case, target=target,
-        domain=domain, during=str(data.get("during") or ""), error_type=str(failure.get("error_type", "")),
-        message=str(failure.get("message", "")), kind=str(failure.get("kind", "")), spec=str(data.get("spec", "")),
-        path=path, data=data,
+        contract=data["contract"], property=data["property"], device=data["device"],
+        case=case if case is not None else decode_case(data["case"]), target=data["target"],
+        domain=data.get("domain", "spec"), during=str(data.get("during") or ""),
+        error_type=str(failure.get("error_type", "")), message=str(failure.get("message", "")),
+        kind=str(failure.get("kind", "")), spec=str(data.get("spec", "")), path=path, data=data,
     )
 
 
@@ -467,6 +411,10 @@ def check_entry(entry: CorpusEntry) -> None:
     except KeyError:
         known = ", ".join(p.name for p in contract.properties)
         raise CorpusError(f"{where}: contract {entry.contract!r} has no property {prop!r} (has: {known})") from None
+    if entry.during and prop != entry.during:
+        raise CorpusError(f"{where}: field 'during' {entry.during!r} is set for property {entry.property!r}, which is "
+                          "not a crash, timeout or raises entry")
+    _check_project_target(entry, contract)
     if tuple(entry.case.args) != contract.arguments:
         raise CorpusError(f"{where}: the case's arguments {list(entry.case.args)} are not {entry.contract}'s "
                           f"{list(contract.arguments)}")
@@ -484,6 +432,22 @@ def check_entry(entry: CorpusEntry) -> None:
     if entry.data.get("format") == FORMAT and entry.data.get("upgraded_from") is None and recorded != entry.id:
         raise CorpusError(f"{where}: field 'id' {recorded!r} is not the address of the file's content ({entry.id}): "
                           "its contract, target, device, domain, property or case was changed after it was written")
+    if entry.path is not None and entry.path.name != f"{recorded}.json":
+        raise CorpusError(f"{where}: the file's name is not its id {recorded!r} ({recorded}.json): a corpus file is "
+                          "named by the address of its content")
+
+
+def _check_project_target(entry: CorpusEntry, contract: Any) -> None:
+    """Raise CorpusError when the entry names an implementation or a variant
+    its contract does not have (the name would reach a written test)."""
+    ref = entry.ref
+    try:
+        if ref.kind == "impl":
+            contract.implementation(ref.name)
+        elif ref.kind == "variant":
+            contract.variant(ref.name)
+    except KeyError as exc:  # the registry's UnknownName: its message names the contract and what it has
+        raise CorpusError(f"{entry.path or '<corpus entry>'}: {exc}") from None
 
 
 def replay_target(entry: CorpusEntry, *, targets: dict[str, str] | None = None,
@@ -553,31 +517,35 @@ def replay(entry: CorpusEntry, *, targets: dict[str, str] | None = None, engines
     return Replayed(entry, "passes")
 
 
-def open_duplicate(root: Path | str, data: dict[str, Any], executor: Any, timeout_s: float = 30.0) -> Path | None:
-    """An entry already in the corpus for the same contract, target, device,
-    domain and property whose case *still fails* on ``executor``'s target.
+def replayed_origin(entry: CorpusEntry, executor: Any, timeout_s: float = 30.0) -> Origin | None:
+    """The origin ``entry``'s own case gives on ``executor``'s target now
+    (what it raises, where, or the property it breaks: not the origin the
+    file records), or None when the case passes."""
+    from batchfuzz.runner import _failure, failure_signature
 
-    Shrinking can end in different local minima on different nights, so the
-    same bug can come back as another small case; while an earlier entry for
-    that property still fails, the new case adds nothing (the test run is red
-    already) and is not saved. Once that entry passes, a new failure of the
-    property is a new bug and is saved.
-    """
-    from batchfuzz.runner import failure_signature
+    contract = _contract(entry)
+    prop = contract.property(checked_property(entry.property, entry.during))
+    outcome = executor.check(prop.name, entry.case.copy(), timeout_s)
+    if failure_signature(outcome) is None:
+        return None
+    f = _failure(contract, entry.target, prop, entry.case, outcome, complete=True)
+    return origin_of(contract=entry.contract, target=entry.target, device=entry.device, kind=f.kind(), prop=f.property,
+                     error_type=f.error_type, traceback=f.traceback, exit=f.exit, case=entry.case)
 
-    key = (data["contract"], data["target"], data["device"], data.get("domain", "spec"), data["property"],
-           data.get("during") or "")
-    for p in files(Path(root) / _safe(data["contract"])):
-        try:
-            e = load(p)
-        except CorpusError:
-            continue
-        if (e.contract, e.target, e.device, e.domain, e.property, e.during) != key:
-            continue
-        prop = checked_property(e.property, e.during)
-        if failure_signature(executor.check(prop, e.case.copy(), timeout_s)) is not None:
-            return p
-    return None
+
+def one_wrong_answer(a: CorpusEntry, b: CorpusEntry) -> bool:
+    """Whether two wrong-answer entries of one contract, target, device and
+    domain are one origin, the same bug (``batchfuzz.fuzz.origin.one_bug``, the
+    smaller case by :func:`case_order`). Two cases of one property always are:
+    shrinking ends in different local minima on different nights, and the
+    smaller one stands for both."""
+    from batchfuzz.fuzz.origin import one_bug
+
+    if (a.contract, a.target, a.device, a.domain) != (b.contract, b.target, b.device, b.domain) or \
+            not a.kind == b.kind == "violation":
+        return False
+    small, large = sorted((a, b), key=lambda e: case_order(e.contract, e.case))
+    return one_bug(small.violates, large.violates, large.property)
 
 
 def case_order(contract: str, case: Case) -> tuple[tuple[int, ...], int, str]:
@@ -617,13 +585,14 @@ def _locked(root: Path | str, contract: str) -> Iterator[None]:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
-def same_origin(root: Path | str, contract: str, origin_id: str) -> list[CorpusEntry]:
-    """The loadable entries of ``contract`` under ``root`` whose origin is ``origin_id``."""
+def same_origin(root: Path | str, entry: CorpusEntry) -> list[CorpusEntry]:
+    """The loadable entries under ``root`` of ``entry``'s origin: the same
+    origin id, or, for a wrong answer, one of the same bug (:func:`one_wrong_answer`)."""
     out = []
-    for p in files(Path(root) / _safe(contract)):
+    for p in files(Path(root) / _safe(entry.contract)):
         try:
             e = load(p)
-            if e.origin.id == origin_id:
+            if e.origin.id == entry.origin.id or one_wrong_answer(e, entry):
                 out.append(e)
         except CorpusError:
             continue
@@ -634,12 +603,13 @@ def save_failure(root: Path | str, data: dict[str, Any], executor: Any, timeout_
                  run_started: float | None = None) -> Saved:
     """Save a failure (``make_entry_data``) as its origin's one entry.
 
-    A wrong answer whose property already has an entry that still fails is
-    not saved (:func:`open_duplicate`). Otherwise, among the entries of the
-    same origin whose case still fails on ``executor``'s target and the new
-    case, the smallest (:func:`case_order`) is kept and the others of that
-    origin are deleted: an entry that passes again no longer stands for its
-    origin. Atomic writes, under a lock of the contract's folder."""
+    Among the entries of the same origin (:func:`same_origin`: for a wrong
+    answer, those of the same bug, whichever property found them) whose case
+    still fails on ``executor``'s target and the new case, the smallest
+    (:func:`case_order`) is kept and the others of that origin are deleted: a
+    later, smaller case replaces the entry, and an entry that passes again no
+    longer stands for its origin. Atomic writes, under a lock of the
+    contract's folder."""
     from batchfuzz.runner import failure_signature
 
     root = Path(root)
@@ -647,11 +617,7 @@ def save_failure(root: Path | str, data: dict[str, Any], executor: Any, timeout_
         path = path_for(root, data)
         if path.exists():  # the same failure, found again
             return Saved(path, False)
-        if data["failure"]["kind"] == "violation":
-            known = open_duplicate(root, data, executor, timeout_s)
-            if known is not None:
-                return Saved(known, False)
-        same = same_origin(root, data["contract"], data["origin"]["id"])
+        same = same_origin(root, _entry(data))
 
         def still_fails(e: CorpusEntry) -> bool:
             if run_started is not None and e.path is not None and e.path.stat().st_mtime >= run_started:
@@ -688,7 +654,7 @@ def describe(replayed: Replayed) -> str:
         lines.append(HEADER)
         lines.extend(repro.splitlines())  # not indented: pasted as printed, it runs
     lines.append(f"--- replay: {replay_command(e.contract, e.target, e.path or '<this file>')}")
-    return "\n".join(lines)
+    return printable("\n".join(lines))  # the file's text, shown on a terminal
 
 
 def replay_paths(paths: list[Path], targets: dict[str, str], isolate: bool = True, quiet: bool = False,
@@ -703,7 +669,7 @@ def replay_paths(paths: list[Path], targets: dict[str, str], isolate: bool = Tru
     from batchfuzz.usage import UsageError
 
     def say(text: str) -> None:
-        print(text, file=out or sys.stdout)
+        print(printable(text), file=out or sys.stdout)  # names and errors from corpus files
 
     roots = list(paths) or [default_dir()]
     found: list[Path] = []

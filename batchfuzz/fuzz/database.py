@@ -41,7 +41,6 @@ imported only for a Redis spec.
 from __future__ import annotations
 
 import os
-import re
 import threading
 import time
 import warnings
@@ -53,6 +52,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase, MultiplexedDatabase, ReadOnlyDatabase
 
+from batchfuzz.redaction import printable
+
 OFF = "off"
 SCHEMES = ("redis", "rediss")
 DEFAULT_NAMESPACE = "batchfuzz"
@@ -63,7 +64,6 @@ RETRY_MAX_S = 60.0
 PENDING_LIMIT = 10_000
 _NAMESPACE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-:")
 _OUR_QUERY = ("namespace", "expire_days")
-_PASSWORD = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^/@:]*:)[^/]*@")  # up to the netloc's last @
 
 T = TypeVar("T")
 Warn = Callable[[str], None]
@@ -75,6 +75,15 @@ class DatabaseError(ValueError):
 
 class DatabaseWarning(UserWarning):
     """The shared database was lost mid-run; the run goes on with the local copy."""
+
+
+class WrongReply(Exception):
+    """The server answered with a reply of the wrong type (not a Redis, a broken proxy): lost, as a silent server is."""
+
+
+# What a reply of the wrong type raises inside the redis client or Hypothesis's Redis database (an integer
+# where a set belongs, a string compared with a count, a missing field): handled as a lost server, not a crash.
+_WRONG_REPLY = (WrongReply, TypeError, ValueError, IndexError, KeyError, AttributeError)
 
 
 def _default_warn(message: str) -> None:
@@ -135,8 +144,9 @@ def _directory(path: str | os.PathLike[str], what: str) -> DirectoryBasedExample
 
 
 def redact(url: str) -> str:
-    """``url`` with its password replaced by ``***`` (for messages, reports and ``repr``); never raises."""
-    return _PASSWORD.sub(r"\1***@", url)
+    """``url`` with its password replaced by ``***`` (for messages, reports and ``repr``); never raises.
+    :func:`batchfuzz.redaction.printable`, the one place that does it."""
+    return printable(url)
 
 
 class RedisURL(NamedTuple):
@@ -210,7 +220,7 @@ def _open_redis(url: str, *, warn: Warn, timeout_s: float) -> SharedRedisDatabas
         raise DatabaseError(f"bad database URL {shown}: {exc}") from None
     try:
         client.ping()
-    except (redis.exceptions.RedisError, OSError) as exc:
+    except (redis.exceptions.RedisError, OSError, *_WRONG_REPLY) as exc:
         raise DatabaseError(f"cannot reach the example database {shown}: {type(exc).__name__}: {exc}") from None
     return SharedRedisDatabase(client, url=shown, namespace=namespace, expire_after=timedelta(days=expire_days), warn=warn)
 
@@ -219,7 +229,8 @@ class SharedRedisDatabase(ExampleDatabase):
     """Hypothesis's ``RedisExampleDatabase`` that survives losing its server.
 
     While the server answers, every call goes through. When a call fails
-    (connection refused or reset, timeout, a server error), ``warn`` is called
+    (connection refused or reset, timeout, a server error, a reply of the
+    wrong type: :data:`_WRONG_REPLY`), ``warn`` is called
     once per process, ``lost`` holds the cause, the call acts as a no-op
     (``fetch`` yields nothing), and the server is skipped for a back-off delay
     before the next try. Saves made meanwhile are remembered (up to
@@ -248,7 +259,7 @@ class SharedRedisDatabase(ExampleDatabase):
         self.losses = 0  # times the server was lost (warned about the first only)
         self.clock = clock
         self._warn = warn
-        self._errors = (RedisError, OSError)
+        self._errors = (RedisError, OSError, *_WRONG_REPLY)
         self._db = RedisExampleDatabase(client, expire_after=expire_after, key_prefix=f"{namespace}:example:".encode(),
                                         listener_channel=f"{namespace}:changes")
         self._warned = False
@@ -276,7 +287,7 @@ class SharedRedisDatabase(ExampleDatabase):
         return len(self._pending)
 
     def fetch(self, key: bytes) -> Iterable[bytes]:
-        return self._call(lambda: list(self._db.fetch(key)), [])
+        return self._call(lambda: _values(self._db.fetch(key)), [])
 
     def save(self, key: bytes, value: bytes) -> None:
         self._call(lambda: self._db.save(key, value), None, remember=(key, value))
@@ -340,6 +351,15 @@ class SharedRedisDatabase(ExampleDatabase):
 
     def _stop_listening(self) -> None:
         self._db.remove_listener(self._broadcast_change)
+
+
+def _values(fetched: Iterable[Any]) -> list[bytes]:
+    """What a fetch answered, checked: Hypothesis reads every value as bytes."""
+    values = list(fetched)
+    wrong = next((v for v in values if not isinstance(v, bytes)), None)
+    if wrong is not None:
+        raise WrongReply(f"a fetch answered a {type(wrong).__name__} value, not bytes")
+    return values
 
 
 class LocalAndSharedDatabase(MultiplexedDatabase):

@@ -103,7 +103,7 @@ class Job:
     items: list[WorkItem]
     report_dir: str
     corpus_dir: str
-    database: str | None
+    database: str | None  # what the job processes open; written to job.json and reports only printable (a password hidden)
     profile: str
     seed: int
     workers: int
@@ -128,10 +128,19 @@ class Job:
     def stop_file(self) -> Path:
         return self.run_dir / "STOP"
 
+    @property
+    def shown_database(self) -> str | None:
+        """The database as every report and message shows it: its password hidden (``batchfuzz.redaction``)."""
+        from batchfuzz.redaction import printable
+
+        return None if self.database is None else printable(self.database)
+
     def save(self, path: Path) -> None:
+        """``.run/job.json``, with the database printable: the job processes get
+        the spec itself through their pipe (:func:`job_process_main`)."""
         from batchfuzz.output import write_json_atomic
 
-        write_json_atomic(path, asdict(self))
+        write_json_atomic(path, {**asdict(self), "database": self.shown_database})
 
     @classmethod
     def load(cls, path: str | Path) -> Job:
@@ -392,8 +401,9 @@ def _save_failure(job: Job, item: WorkItem, contract: Any, executor: Any, failur
 
     found = {"seed": job.seed, "profile": job.profile, "worker": os.getpid()}
     repro = reproduction(failure, item.target)
+    violates = _violates(job, contract, executor, failure)
     data = corpus.make_entry_data(failure, target=item.target, device=item.device, domain=domain, found=found,
-                                  reproduction=repro)
+                                  reproduction=repro, violates=violates)
     record: dict[str, Any] = {
         "property": failure.property, "during": failure.during, "spec": failure.spec, "kind": failure.kind(),
         "error_type": failure.error_type, "message": failure.message, "exit": failure.exit,
@@ -401,6 +411,7 @@ def _save_failure(job: Job, item: WorkItem, contract: Any, executor: Any, failur
         "corpus_file": None, "new": False, "id": data["id"], "shrink_complete": failure.complete,
         # The origin (batchfuzz.fuzz.origin) and what orders its cases (corpus.case_order): the reports keep its smallest.
         "origin": data["origin"], "size": list(contract.size(failure.case)), "case": data["case"],
+        "violates": violates,  # every property the case breaks: what joins wrong answers into one origin
     }
     try:
         try:
@@ -415,8 +426,20 @@ def _save_failure(job: Job, item: WorkItem, contract: Any, executor: Any, failur
     return record
 
 
-def job_process_main(conn: Any, job_path: str, worker: str, owner: int) -> None:
-    """A job process: say ``(None, READY, seconds)`` once started (its
+def _violates(job: Job, contract: Any, executor: Any, failure: Any) -> list[str]:
+    """Every property a wrong answer's shrunk case breaks (re-checked on the
+    target, while the job's deadline allows), else its own property only."""
+    from batchfuzz import runner
+
+    if failure.kind() != "violation" or time.time() >= job.deadline:
+        return [failure.property]
+    found = runner.violated_properties(contract, executor, failure.case, timeout_s=job.example_timeout_s)
+    return found if failure.property in found else [failure.property, *found]
+
+
+def job_process_main(conn: Any, job_path: str, worker: str, owner: int, database: str | None = None) -> None:
+    """A job process of the job in ``job_path``, opening ``database`` (the
+    job's spec, which ``job.json`` holds only printable): say ``(None, READY, seconds)`` once started (its
     imports, its fork server: start-up, not charged to the budget), then take
     ``(item index, slice number, slice seconds, shrink seconds, deadline)``
     tasks from the controller until it sends None; answer each with
@@ -428,6 +451,7 @@ def job_process_main(conn: Any, job_path: str, worker: str, owner: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the controller decides when to stop (the STOP file)
     watch_owner(owner)
     job = Job.load(job_path)
+    job.database = database
     if job.isolate:
         start_fork_server()  # this process's own (the controller's is not reachable from here): start it early
     try:

@@ -27,7 +27,9 @@ more suite, ``batchfuzz.shards``, with an error per missing shard.
 
 Checked, with every problem named at once (:class:`MergeError`): a
 directory without a readable report, garbage or truncated files (named, with
-line and column), a ``junit.xml`` whose test cases are not those of its
+line and column), files past the limits of every untrusted file
+(:mod:`batchfuzz.fuzz.untrusted`: regular files, size, depth, integers,
+finite numbers), a bad ``timeline``, a shard count past ``shards.MAX_SHARDS``, a ``junit.xml`` whose test cases are not those of its
 ``summary.json`` (the two files of different runs), a shard given twice,
 shards of different runs (different N, seed or item list), the same work item
 in two shards. A missing shard is not an error: the merge goes on and says
@@ -48,9 +50,12 @@ Corpora: a corpus file's name is the hash of its identity (contract, target,
 device, property, shrunk case: :func:`batchfuzz.fuzz.corpus.entry_id`), and it
 records its origin. :func:`merge_corpora` copies the shards' files (or a
 night's into the standing corpus) keeping one entry per origin, the smallest
-case. Two files of the same name are the same failure; they may differ only
-in :data:`VOLATILE_FIELDS` (when, where and under which seed it was found),
-and the first one is kept.
+case that still fails (the cases of one bug's wrong answers are one origin:
+``corpus.one_wrong_answer``): a file is untrusted, so the origin it records is
+checked by replaying its case, and a case that passes never replaces one.
+Two files of the same name are the same failure; they may differ only in
+:data:`VOLATILE_FIELDS` (when, where and under which seed it was found, and
+the origin the merge recomputed), and the first one is kept.
 """
 
 from __future__ import annotations
@@ -65,7 +70,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from batchfuzz.fuzz import corpus, page, report
+from batchfuzz.fuzz import corpus, page, report, untrusted
+from batchfuzz.fuzz.origin import Origin
 from batchfuzz.fuzz.records import (
     ContractRecord,
     FailureRecord,
@@ -76,10 +82,14 @@ from batchfuzz.fuzz.records import (
     RunReport,
     Totals,
 )
+from batchfuzz.fuzz.shards import MAX_SHARDS
 from batchfuzz.output import copy_atomic, junit_text, markdown_table, write_json_atomic, write_text_atomic
+from batchfuzz.redaction import printable
 from batchfuzz.usage import ExitCode, UsageError
 
-VOLATILE_FIELDS = ("date", "found")  # found = {seed, profile, worker}: differ between processes finding the same failure
+# found = {seed, profile, worker}: differ between processes finding the same failure; origin: the merge keeps
+# the one the case gives on replay, which the same file of another machine may record otherwise
+VOLATILE_FIELDS = ("date", "found", "origin")
 REPORT_FILES = ("summary.json", "summary.md", "junit.xml")
 SHARDS_SUITE = "batchfuzz.shards"  # the JUnit suite name readers already filter on
 
@@ -128,28 +138,28 @@ class Merged:
 
 
 def _read_json(path: Path) -> Any:
+    if not os.path.lexists(path):
+        raise MergeError(f"{path}: missing (is {path.parent} the report directory of a batchfuzz fuzz run?)")
     try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise MergeError(f"{path}: missing (is {path.parent} the report directory of a batchfuzz fuzz run?)") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise MergeError(f"{path}: cannot read: {exc}") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise MergeError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); truncated?") from None
+        return untrusted.load_report(path)
+    except untrusted.UntrustedFileError as exc:
+        raise MergeError(str(exc)) from None
 
 
 def _read_junit(path: Path) -> ET.Element:
+    if not os.path.lexists(path):
+        raise MergeError(f"{path}: missing (is {path.parent} the report directory of a batchfuzz fuzz run?)")
     try:
-        root = ET.parse(path).getroot()
-    except FileNotFoundError:
-        raise MergeError(f"{path}: missing (is {path.parent} the report directory of a batchfuzz fuzz run?)") from None
+        raw = untrusted.read_bounded(path, untrusted.MAX_REPORT_BYTES, "report file")
+    except untrusted.UntrustedFileError as exc:
+        raise MergeError(str(exc)) from None
+    if b"<!DOCTYPE" in raw or b"<!ENTITY" in raw:  # batchfuzz writes neither: entities could expand without bound
+        raise MergeError(f"{path}: not a batchfuzz JUnit report (it declares a DOCTYPE or entities)")
+    try:
+        root = ET.fromstring(raw)
     except ET.ParseError as exc:
         line, col = exc.position
         raise MergeError(f"{path}: not well-formed XML (line {line}, column {col}); truncated?") from None
-    except OSError as exc:
-        raise MergeError(f"{path}: cannot read: {exc}") from None
     if root.tag != "testsuites" or any(child.tag != "testsuite" for child in root):
         raise MergeError(f"{path}: not a batchfuzz JUnit report (expected <testsuites> holding <testsuite> elements)")
     return root
@@ -173,6 +183,9 @@ def load_shard(directory: str | os.PathLike[str]) -> ShardReport:
         record = RunReport.from_json(summary, str(path))
     except RecordError as exc:
         raise MergeError(str(exc)) from None
+    bad_timeline = _timeline_problem(record)
+    if bad_timeline:
+        raise MergeError(f"{path}: {bad_timeline}")
     junit = _read_junit(d / "junit.xml")
     if _testcases(junit) != _testcases(ET.fromstring(report.render_junit(summary))):
         raise MergeError(f"{d / 'junit.xml'}: its test cases are not those of {path} (files of different runs?)")
@@ -180,12 +193,27 @@ def load_shard(directory: str | os.PathLike[str]) -> ShardReport:
     shard = record.shard
     if shard is not None:
         ok = all(isinstance(shard.get(k), int) and not isinstance(shard.get(k), bool) for k in ("index", "count"))
-        if not ok or not 1 <= shard["index"] <= shard["count"]:
-            raise MergeError(f"{path}: field 'shard' must be {{\"index\": K, \"count\": N}} with 1 <= K <= N, got {shard!r}")
+        if not ok or not 1 <= shard["index"] <= shard["count"] <= MAX_SHARDS:
+            raise MergeError(f"{path}: field 'shard' must be {{\"index\": K, \"count\": N}} with 1 <= K <= N <= {MAX_SHARDS}, "
+                             f"got {shard!r}")
         if "plan" in shard and not isinstance(shard["plan"], str):
             raise MergeError(f"{path}: field 'shard.plan' must be a string, got {shard['plan']!r}")
         shard_report.index, shard_report.count, shard_report.sharded = shard["index"], shard["count"], True
     return shard_report
+
+
+def _timeline_problem(record: RunReport) -> str | None:
+    """Why a property's ``timeline`` (what the page plots) is not a list of
+    [seconds, examples, seconds] samples, or None."""
+    for cname, c in record.contracts.items():
+        for iname, impl in c.implementations.items():
+            for pname, p in impl.properties.items():
+                timeline = p.extra.get("timeline", [])
+                if not isinstance(timeline, list) or not all(
+                        isinstance(s, list) and len(s) == 3
+                        and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in s) for s in timeline):
+                    return f"{cname}/{iname}/{pname}: field 'timeline' must be a list of [seconds, examples, seconds] samples"
+    return None
 
 
 # --------------------------------------------------------------------------- checking the set
@@ -362,7 +390,7 @@ def merge(reports: Sequence[ShardReport]) -> Merged:
         startup_seconds=max(float(r.record.startup_seconds or 0.0) for r in shards),
         database_lost=[m for r in shards for m in r.record.database_lost], seed=first.seed, isolated=first.isolated,
         device=next((r.record.device for r in shards if r.record.device), None),  # an empty shard has none
-        database=first.database, corpus=first.corpus,
+        database=None if first.database is None else printable(first.database), corpus=first.corpus,
         shard=None, replay_command=None, host=None,  # the merged run is the whole run
         origins=[OriginRecord.from_json(o, "merged origins") for o in found],
         extra={**first.extra, "merged": True, "shards": {
@@ -455,8 +483,8 @@ class CorpusMerge:
     copied: list[str] = field(default_factory=list)  # new in the destination
     same: list[str] = field(default_factory=list)  # already there, equal but for VOLATILE_FIELDS
     conflicts: list[str] = field(default_factory=list)  # not copied: a readable account each
-    same_origin: list[str] = field(default_factory=list)  # not copied: its origin has an entry no larger there
-    replaced: list[str] = field(default_factory=list)  # copied, deleting a larger entry of its origin: an account each
+    same_origin: list[str] = field(default_factory=list)  # not copied: its origin has an entry no larger, or it passes
+    replaced: list[str] = field(default_factory=list)  # copied over (or beside) an entry of its origin: an account each
 
 
 def stable_fields(data: dict[str, Any]) -> dict[str, Any]:
@@ -478,58 +506,170 @@ def _origins_in(root: Path) -> dict[str, tuple[Path, corpus.CorpusEntry]]:
     return out
 
 
+def _known(by_origin: dict[str, tuple[Path, corpus.CorpusEntry]], oid: str,
+           entry: corpus.CorpusEntry) -> tuple[Path, corpus.CorpusEntry] | None:
+    """The destination's entry of origin ``oid`` (``entry``'s): the same origin id, or,
+    for a wrong answer, the smallest of the same bug (``corpus.one_wrong_answer``)."""
+    same = by_origin.get(oid)
+    if same is not None:
+        return same
+    related = [v for v in by_origin.values() if corpus.one_wrong_answer(v[1], entry)]
+    return min(related, key=lambda v: corpus.case_order(v[1].contract, v[1].case), default=None)
+
+
 def _smaller(a: corpus.CorpusEntry, b: corpus.CorpusEntry) -> bool:
     return corpus.case_order(a.contract, a.case) < corpus.case_order(b.contract, b.case)
 
 
-def merge_corpora(sources: Sequence[str | os.PathLike[str]], dest: str | os.PathLike[str]) -> CorpusMerge:
+UNCHECKED = "unchecked"  # an entry the merge cannot replay (a user's function, an engine release, cuda without a GPU)
+
+
+class _Replays:
+    """The origin each corpus entry's own case gives now (``corpus.replayed_origin``),
+    each entry replayed once, in one worker per target; closed with the merge."""
+
+    def __init__(self, targets: dict[str, str], engines: Sequence[str], timeout_s: float) -> None:
+        self.targets, self.engines, self.timeout_s = targets, list(engines), timeout_s
+        self.executors: dict[tuple[str, str, str], Any] = {}
+        self.seen: dict[Path, Origin | str | None] = {}
+
+    def origin(self, path: Path, entry: corpus.CorpusEntry) -> Origin | str | None:
+        """The entry's origin now, None when its case passes, or UNCHECKED."""
+        if path not in self.seen:
+            self.seen[path] = self._replay(entry)
+        return self.seen[path]
+
+    def _replay(self, entry: corpus.CorpusEntry) -> Origin | str | None:
+        from batchfuzz import registry
+        from batchfuzz.execution import executor_for
+        from batchfuzz.targets import TargetError
+
+        ref, _ = corpus.replay_target(entry, targets=self.targets, engines=self.engines)
+        if ref is None or (entry.device == "cuda" and not _cuda()):
+            return UNCHECKED
+        key = (entry.contract, ref.spec, entry.device)
+        try:
+            corpus.check_entry(entry)  # the destination's entries too: only a case that fits its contract runs
+            if key not in self.executors:
+                self.executors[key] = executor_for(registry.get(entry.contract), ref, device=entry.device)
+            ex = self.executors[key]
+            if ex.describe().get("error"):
+                return UNCHECKED
+            return corpus.replayed_origin(entry, ex, self.timeout_s)
+        except (TargetError, corpus.CorpusError):
+            return UNCHECKED
+
+    def close(self) -> None:
+        for ex in self.executors.values():
+            ex.close()
+
+
+def _cuda() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def merge_corpora(sources: Sequence[str | os.PathLike[str]], dest: str | os.PathLike[str], *,
+                  targets: dict[str, str] | None = None, engines: Sequence[str] = (),
+                  timeout_s: float = 30.0) -> CorpusMerge:
     """Copy the corpus files of ``sources`` into ``dest``, one entry per origin
-    (``batchfuzz.fuzz.origin``): the smallest case (``corpus.case_order``).
+    (``batchfuzz.fuzz.origin``): the smallest case (``corpus.case_order``)
+    that still fails.
 
     A file already in ``dest`` under its name is kept: if the two differ beyond
     :data:`VOLATILE_FIELDS`, or a file's name is not the id of its content, or a
-    file does not load, that is reported as a conflict and nothing is copied.
-    A file whose origin already has an entry in ``dest`` (from an earlier
-    night, or another shard) is copied only when its case is smaller, and the
-    larger entry is then deleted. The cases are compared, not replayed:
-    ``batchfuzz replay`` (and the test run) says whether the kept one still fails.
-    """
+    file does not load or does not fit its contract, that is reported as a
+    conflict and nothing is copied. A source file is untrusted, so its origin is
+    the one its own case gives on replay (``corpus.replayed_origin``; replayed as
+    ``batchfuzz replay`` would, with ``targets`` and ``engines``), not the one
+    it records. Where its origin has an entry in ``dest``, a smaller case
+    replaces that entry only when it fails on replay, and a failing case
+    replaces an entry that passes whatever their sizes; a smaller case that
+    cannot be replayed (a user's function not in ``targets``) is copied
+    beside the entry, never over it."""
     out = CorpusMerge()
     root = Path(dest)
     by_origin = _origins_in(root)
-    for src in sources:
-        src_root = Path(src)
-        if not src_root.is_dir():
-            out.conflicts.append(f"{src_root}: no such corpus directory")
-            continue
-        for path in corpus.files(src_root):
-            rel = path.relative_to(src_root).as_posix()
-            try:
-                entry = corpus.load(path)
-                oid = entry.origin.id
-            except corpus.CorpusError as exc:
-                out.conflicts.append(f"{rel}: not copied: {exc}")
+    replays = _Replays(dict(targets or {}), engines, timeout_s)
+    try:
+        for src in sources:
+            src_root = Path(src)
+            if not src_root.is_dir():
+                out.conflicts.append(f"{src_root}: no such corpus directory")
                 continue
-            if entry.id != path.stem or entry.data.get("id") != path.stem:
-                out.conflicts.append(f"{rel}: not copied: {path} holds entry {entry.id}, not its name {path.stem}")
-                continue
-            target = root / rel
-            if target.exists():
-                _compare_same_name(out, rel, target, path, entry)
-                continue
-            known = by_origin.get(oid)
-            if known is not None and not _smaller(entry, known[1]):
-                out.same_origin.append(f"{rel}: not copied: its origin ({entry.origin.describe()}) has the entry "
-                                       f"{known[0].relative_to(root).as_posix()}, no larger")
-                continue
-            copy_atomic(path, target)
-            out.copied.append(rel)
-            if known is not None:
-                known[0].unlink(missing_ok=True)
-                out.replaced.append(f"{rel}: replaces {known[0].relative_to(root).as_posix()}, a larger case of its origin "
-                                    f"({entry.origin.describe()})")
-            by_origin[oid] = (target, entry)
+            for path in corpus.files(src_root):
+                rel = path.relative_to(src_root).as_posix()
+                entry = _checked(out, rel, path)
+                if entry is None:
+                    continue
+                target = root / rel
+                if target.exists():
+                    _compare_same_name(out, rel, target, path, entry)
+                    continue
+                _place(out, rel, path, entry, _Place(root, by_origin, replays))
+    finally:
+        replays.close()
     return out
+
+
+def _checked(out: CorpusMerge, rel: str, path: Path) -> corpus.CorpusEntry | None:
+    """The entry of a source file, or None with the conflict reported."""
+    try:
+        entry = corpus.load(path)
+        if entry.id != path.stem or entry.data.get("id") != path.stem:
+            out.conflicts.append(f"{rel}: not copied: {path} holds entry {entry.id}, not its name {path.stem}")
+            return None
+        corpus.check_entry(entry)  # fits its contract: before it may be replayed
+        _ = entry.origin  # a recorded origin that is not one raises: a conflict
+    except corpus.CorpusError as exc:
+        out.conflicts.append(f"{rel}: not copied: {exc}")
+        return None
+    return entry
+
+
+@dataclass
+class _Place:
+    """Where :func:`_place` puts an entry: the destination, its entries by origin, the replays."""
+
+    root: Path
+    by_origin: dict[str, tuple[Path, corpus.CorpusEntry]]
+    replays: _Replays
+
+
+def _place(out: CorpusMerge, rel: str, path: Path, entry: corpus.CorpusEntry, at: _Place) -> None:
+    """Copy one source entry (not in the destination under its name) by the
+    rules of :func:`merge_corpora`, saying what was done."""
+    now = at.replays.origin(path, entry)
+    oid = now.id if isinstance(now, Origin) else entry.origin.id
+    where = f"its origin ({now.describe() if isinstance(now, Origin) else entry.origin.describe()})"
+    known = _known(at.by_origin, oid, entry)
+    target = at.root / rel
+    if known is not None:
+        known_now = at.replays.origin(known[0], known[1])
+        if now is None:
+            out.same_origin.append(f"{rel}: not copied: it passes on replay; {where} has the entry "
+                                   f"{known[0].relative_to(at.root).as_posix()}")
+            return
+        if not (isinstance(now, Origin) and known_now is None) and not _smaller(entry, known[1]):
+            out.same_origin.append(f"{rel}: not copied: {where} has the entry "
+                                   f"{known[0].relative_to(at.root).as_posix()}, no larger")
+            return
+    if isinstance(now, Origin) and now.id != entry.origin.id:  # the file recorded another origin: the replay's is kept
+        write_json_atomic(target, {**entry.data, "origin": now.to_json()})
+    else:
+        copy_atomic(path, target)
+    out.copied.append(rel)
+    if known is not None and now == UNCHECKED:
+        out.replaced.append(f"{rel}: copied beside {known[0].relative_to(at.root).as_posix()}, a larger case of {where}: "
+                            "it cannot be replayed here to check that it still fails")
+        return
+    if known is not None:
+        known[0].unlink(missing_ok=True)
+        at.by_origin.pop(known[1].origin.id, None)
+        why = "which passes on replay" if known_now is None else "a larger case"
+        out.replaced.append(f"{rel}: replaces {known[0].relative_to(at.root).as_posix()}, {why} of {where}")
+    at.by_origin[oid] = (target, corpus.load(target))
 
 
 def _compare_same_name(out: CorpusMerge, rel: str, target: Path, path: Path, entry: corpus.CorpusEntry) -> None:
@@ -584,12 +724,14 @@ def merge_run(dirs: Sequence[str], report_dir: str, corpus_dest: str | None = No
     for o in s["origins"]:  # one line per origin, listing every property it breaks
         say(f"FAILED {o.get('contract')} {o.get('implementation')} {', '.join(o['properties'])} (shard "
             f"{', '.join(str(k) for k in o.get('shards', []))}): {o.get('description')}; corpus {o.get('corpus_file')}")
+        if report.unshrunk_note(o):
+            say(f"  {report.unshrunk_note(o)}")
     say(f"reports: {', '.join(str(p) for p in paths)}")
     if corpus_dest:
         c = merge_corpora(corpus_from, corpus_dest)
         say(f"corpus {corpus_dest}: {len(c.copied)} copied, {len(c.same)} already there, {len(c.conflicts)} conflicts; "
-            f"one entry per origin: {len(c.same_origin)} not copied (an entry of their origin, no larger, is there), "
-            f"{len(c.replaced)} replacing a larger case")
+            f"one entry per origin: {len(c.same_origin)} not copied (an entry of their origin, no larger, is there, "
+            f"or they pass on replay), {len(c.replaced)} replacing an entry of their origin or copied beside it")
         for line in c.replaced:
             say(f"  replaced: {line}")
         for line in c.conflicts:

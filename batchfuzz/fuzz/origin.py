@@ -11,7 +11,14 @@ night found it.
 - a ``crash`` without a traceback (a signal, ``os._exit``): how the process
   ended (``exit``: ``killed by signal 11 (SIGSEGV)``);
 - a ``timeout``: the kind alone;
-- a wrong answer (``violation``): the property and the shrunk case.
+- a wrong answer (``violation``): the shrunk case, whichever property found
+  it; and two wrong answers of one target are one origin when the smaller
+  case breaks the property that found the larger one, or the larger case
+  breaks every property the smaller one breaks (:func:`one_bug`, from the
+  properties each case breaks: its ``violates``, re-checked when it was
+  found). One bug found by several properties, each shrinking to its own
+  case, is so one origin, its smallest case; two bugs whose cases break
+  different properties stay two.
 
 An origin is always of one contract, target and device. Its :attr:`Origin.id`
 names one corpus entry (``batchfuzz.fuzz.corpus.save_failure`` keeps the
@@ -29,6 +36,7 @@ import os
 import re
 import sys
 import sysconfig
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,7 +94,7 @@ class Origin:
     error_type: str = ""
     location: str = ""  # exceptions: file:line
     exit: str = ""  # a crash without a traceback: how the process ended
-    property: str = ""  # a violation: the property it breaks
+    property: str = ""  # empty: a violation's origin is its case (a corpus file written before says its property)
     case: str = ""  # a violation: the shrunk case, canonical JSON of batchfuzz.codec.encode_case
 
     def __post_init__(self) -> None:
@@ -101,8 +109,8 @@ class Origin:
 
     def describe(self) -> str:
         """One line for a report: ``IndexError at tests/hostile.py:71``."""
-        if self.kind == "violation":
-            return f"wrong answer: {self.property}"
+        if self.kind == "violation":  # an origin recorded before cases alone made one names its property
+            return f"wrong answer: {self.property}" if self.property else "wrong answer"
         if self.kind == "timeout":
             return "timeout"
         if self.location:
@@ -143,11 +151,21 @@ def origin_of(*, contract: str, target: str, device: str, kind: str, prop: str, 
     if kind == "violation":
         from batchfuzz.codec import encode_case
 
-        return Origin(contract, target, device, kind, property=prop,
-                      case=json.dumps(encode_case(case), sort_keys=True, separators=(",", ":")))
+        return Origin(contract, target, device, kind, case=json.dumps(encode_case(case), sort_keys=True, separators=(",", ":")))
     if kind == "timeout":
         return Origin(contract, target, device, kind)
     where = location(traceback)
     if kind == "crash" and not where:
         return Origin(contract, target, device, kind, error_type=error_type, exit=exit)
     return Origin(contract, target, device, kind, error_type=error_type, location=where)
+
+
+def one_bug(smaller_violates: Iterable[str], larger_violates: Iterable[str], larger_property: str) -> bool:
+    """Whether two wrong answers of one target, on a smaller case that breaks
+    ``smaller_violates`` and on a case no smaller that breaks ``larger_violates``
+    and was found by ``larger_property``, are one bug: the smaller case breaks
+    the property that found the larger one (two findings of one property
+    always are), or the larger case breaks every property the smaller one
+    breaks (it shows the same bug, and more of its consequences)."""
+    smaller = set(smaller_violates)
+    return larger_property in smaller or smaller <= set(larger_violates)

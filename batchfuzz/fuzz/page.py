@@ -4,11 +4,18 @@
 It is built from a summary dict alone, as read back from ``summary.json``
 (:func:`build_page`), so a single run (:func:`batchfuzz.fuzz.report.write_reports`),
 merged shards (:func:`batchfuzz.fuzz.merge.write`) and anyone holding the JSON
-get the same page. What it shows, top to bottom:
+get the same page. What it shows, top to bottom (what failed first, before
+any chart):
 
 - the run: status, examples, rates, profile, seed, versions, notes, the
-  command that reruns it, and a row per implementation (status, examples,
-  examples per second, failures);
+  command that reruns it;
+- failures, one per origin (every property it breaks), with their
+  reproduction, a word where its shrink did not complete, and what the
+  engine's kernel did with the case where the failure carries a ``confirm``
+  record (``kernel``, ``verdict``, ``consequence``, as ``batchfuzz confirm
+  --json`` writes them); without one, nothing is said about the kernel;
+- errors (items the harness could not run);
+- a row per implementation (status, examples, examples per second, failures);
 - examples per second per work item over the run, a plot per contract, from
   each property's ``timeline`` (a sample after each slice: seconds since the
   run started, examples so far, seconds so far): a slice is drawn as a
@@ -16,11 +23,6 @@ get the same page. What it shows, top to bottom:
   item's times are its own shard's);
 - input classes covered per contract: the share of its examples in each
   class its labels name (``coverage``), a bar each;
-- failures with their reproduction, and what the engine's kernel did with
-  the case where the failure carries a ``confirm`` record (``kernel``,
-  ``verdict``, ``consequence``, as ``batchfuzz confirm --json`` writes them);
-  without one, nothing is said about the kernel;
-- errors (items the harness could not run);
 - with earlier nights' reports (:func:`read_history`), the history: each
   contract's examples per second and each night's failures, then a table.
 
@@ -36,12 +38,13 @@ from __future__ import annotations
 
 import html
 import io
-import json
 import math
+import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from batchfuzz.fuzz.records import unshrunk_note
 from batchfuzz.output import write_text_atomic
 from batchfuzz.usage import UsageError
 
@@ -81,25 +84,51 @@ def night(summary: dict[str, Any], where: str) -> dict[str, Any]:
 def read_history(dirs: Iterable[str], what: str = "--history") -> list[dict[str, Any]]:
     """The :func:`night` of each report directory's ``summary.json``, oldest
     first (by ``started``); every unreadable one named at once in a UsageError
-    (``what`` is the option that gave them)."""
+    (``what`` is the option that gave them). Each file is read with the limits
+    of every untrusted file (:func:`batchfuzz.fuzz.untrusted.load_report`), and
+    what :func:`night` reads of it is checked (:func:`night_problem`)."""
+    from batchfuzz.fuzz.untrusted import UntrustedFileError, load_report
+
     nights, problems = [], []
     for d in dirs:
         path = Path(d) / "summary.json"
+        if not path.parent.is_dir() or not os.path.lexists(path):
+            problems.append(f"{what} {d}: cannot read {path} (no such file)")
+            continue
         try:
-            data = json.loads(path.read_text())
-        except OSError as exc:
-            problems.append(f"{what} {d}: cannot read {path} ({exc.strerror or exc})")
+            data = load_report(path)
+        except UntrustedFileError as exc:
+            problems.append(f"{what} {d}: {exc}")
             continue
-        except json.JSONDecodeError as exc:
-            problems.append(f"{what} {d}: {path} is not JSON ({exc.msg}, line {exc.lineno} column {exc.colno})")
-            continue
-        if not isinstance(data, dict) or not isinstance(data.get("contracts"), dict) or not isinstance(data.get("totals"), dict):
-            problems.append(f"{what} {d}: {path} is not a batchfuzz fuzz summary (no contracts and totals)")
+        why = night_problem(data)
+        if why:
+            problems.append(f"{what} {d}: {path}: {why}")
             continue
         nights.append(night(data, str(d)))
     if problems:
         raise UsageError("; ".join(problems))
     return sorted(nights, key=lambda n: n["started"])
+
+
+def night_problem(summary: Any) -> str | None:
+    """Why :func:`night` cannot read ``summary`` (a field missing or of the wrong type), or None."""
+    if not isinstance(summary, dict) or not isinstance(summary.get("contracts"), dict) or not isinstance(summary.get("totals"), dict):
+        return "is not a batchfuzz fuzz summary (no contracts and totals)"
+    number, integer = ((int, float), "a number"), ((int,), "an integer")
+    totals = summary["totals"]
+    fields: list[tuple[str, Any, tuple[tuple[type, ...], str]]] = [
+        ("started", summary.get("started"), ((str, type(None)), "a string or null")),
+        ("status", summary.get("status", ""), ((str,), "a string")), ("totals.throughput", totals.get("throughput", 0.0), number)]
+    fields += [(f"totals.{k}", totals.get(k, 0), integer) for k in ("examples", "failures", "errors")]
+    for name, c in summary["contracts"].items():
+        if not isinstance(c, dict):
+            return f"field 'contracts.{name}' must be an object, got {type(c).__name__}"
+        fields += [(f"contracts.{name}.{k}", c.get(k, 0), integer) for k in ("examples", "failures")]
+        fields.append((f"contracts.{name}.cases_per_second", c.get("cases_per_second", 0.0), number))
+    for name, value, (types, word) in fields:
+        if isinstance(value, bool) or not isinstance(value, types):
+            return f"field {name!r} must be {word}, got {type(value).__name__}"
+    return None
 
 
 # --------------------------------------------------------------------------- plots
@@ -225,7 +254,7 @@ th { text-align: left; background: #f3f3f3; } td.n { text-align: right; font-var
 .plots { display: flex; flex-wrap: wrap; gap: 12px; } .plots figure { margin: 0; }
 svg { max-width: 100%; height: auto; }
 pre { background: #f6f6f6; padding: 8px; overflow-x: auto; font-size: 0.85em; }
-.failure { border-left: 4px solid #c33; padding-left: 10px; margin: 1em 0; }
+.failure { border-left: 4px solid #c33; padding-left: 10px; margin: 1em 0; } .unshrunk { color: #a40; }
 .kernel { border-left: 4px solid #837; padding-left: 8px; }
 .none { color: #666; }
 """
@@ -309,20 +338,26 @@ def _kernel(f: dict[str, Any]) -> list[str]:
 
 
 def _failures(summary: dict[str, Any]) -> list[str]:
+    """The failures, one per origin where the summary lists its origins
+    (every property it breaks in the heading), else one per failure."""
     out = ['<h2 id="failures">Failures</h2>']
-    failures = summary.get("failures") or []
+    failures = summary.get("origins") or summary.get("failures") or []
     if not failures:
         return out + ['<p class="none">none</p>']
     for f in failures:
         message = str(f.get("message") or "")
         first = message.splitlines()[0] if message else ""
         where = f"{f.get('corpus_file')} ({'new' if f.get('new') else 'already known'})" if f.get("corpus_file") else ""
+        what = ", ".join(f["properties"]) if isinstance(f.get("properties"), list) else f.get("property", "")
+        shards = f.get("shards") if isinstance(f.get("shards"), list) else [f["shard"]] if f.get("shard") is not None else []
         out += [
             '<div class="failure">',
-            f"<h3>{_e(f.get('contract', ''))} / <code>{_e(f.get('implementation', ''))}</code>: {_e(f.get('property', ''))}"
-            + (f" (shard {_e(f['shard'])})" if f.get("shard") is not None else "") + "</h3>",
+            f"<h3>{_e(f.get('contract', ''))} / <code>{_e(f.get('implementation', ''))}</code>: {_e(what)}"
+            + (f" (shard {_e(', '.join(str(k) for k in shards))})" if shards else "") + "</h3>",
             f"<p><b>{_e(f.get('error_type', ''))}</b>: {_e(first)}</p>",
         ]
+        if unshrunk_note(f):
+            out.append(f'<p class="unshrunk"><b>{_e(unshrunk_note(f))}</b></p>')
         if where:
             out.append(f"<p>corpus: <code>{_e(where)}</code></p>")
         out += _kernel(f)
@@ -363,14 +398,14 @@ def build_page(summary: dict[str, Any], history: Sequence[dict[str, Any]] = ()) 
     from matplotlib import rc_context
 
     contracts = summary.get("contracts") or {}
-    body = _header(summary) + _items(contracts)
+    # What failed first (a reader opens the page for it), then the implementations and the charts.
+    body = _header(summary) + _failures(summary) + _errors(summary) + _items(contracts)
     with rc_context(_RC):
         body += _plots("Examples per second per item over the run", "rates", contracts, rate_plot,
                        "no timeline recorded for")
         body += _plots("Input classes covered per contract", "coverage", contracts, coverage_plot,
                        "no input-class labels recorded for")
         body += _coverage_notes(contracts)
-        body += _failures(summary) + _errors(summary)
         if history:
             body += _history([*history, night(summary, "this report")])
     title = f"batchfuzz fuzz: {summary.get('status', '')} ({summary.get('started', '')})"

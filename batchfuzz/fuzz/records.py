@@ -220,6 +220,16 @@ class OriginRecord(Record):
     failures: int
     corpus_file: str | None = None
     new: bool = False
+    shrink_complete: bool = True  # False: its case is the smallest found before the deadline, not a shrunk one
+
+
+def unshrunk_note(failure: dict[str, Any]) -> str:
+    """What every report says of a failure (or origin) whose shrink did not
+    complete (``"shrink_complete": false``): its case is not final; "" when it did."""
+    if failure.get("shrink_complete", True) is not False:
+        return ""
+    return ("NOT FULLY SHRUNK: the deadline ended its shrinking; this case is the smallest found so far, "
+            "not a minimal one (a run with a larger budget shrinks it further)")
 
 
 @dataclass
@@ -290,16 +300,15 @@ class RunReport(Record):
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> RunReport:
-        """``summary.json`` at ``path``, read through the records; RecordError naming the file."""
-        import json
+        """``summary.json`` at ``path``, read through the records with the limits of
+        every untrusted file (:func:`batchfuzz.fuzz.untrusted.load_report`); RecordError naming the file."""
+        from batchfuzz.fuzz.untrusted import UntrustedFileError, load_report
 
         p = Path(path)
+        if not os.path.lexists(p):
+            raise RecordError(f"{p}: missing")
         try:
-            data = json.loads(p.read_text())
-        except FileNotFoundError:
-            raise RecordError(f"{p}: missing") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise RecordError(f"{p}: cannot read: {exc}") from None
-        except json.JSONDecodeError as exc:
-            raise RecordError(f"{p}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); truncated?") from None
+            data = load_report(p)
+        except UntrustedFileError as exc:
+            raise RecordError(str(exc)) from None
         return cls.from_json(data, str(p))

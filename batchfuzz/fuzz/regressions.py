@@ -18,6 +18,7 @@ from typing import Any
 
 from batchfuzz.fuzz import corpus
 from batchfuzz.runner import Failure
+from batchfuzz.text import printable
 
 # A crash or timeout test runs the call in a subprocess, with replay's timeout.
 TIMEOUT_S = 60.0
@@ -41,7 +42,7 @@ def write_tests(paths: list[Path], directory: Path, *, targets: dict[str, str], 
     from batchfuzz.usage import UsageError
 
     def say(text: str) -> None:
-        print(text, file=out or sys.stdout)
+        print(printable(text), file=out or sys.stdout)  # names and errors from corpus files
 
     roots = list(paths) or [corpus.default_dir()]
     found: list[Path] = []

@@ -21,7 +21,16 @@ from typing import Any
 from batchfuzz.fuzz import page
 from batchfuzz.fuzz.corpus import versions
 from batchfuzz.fuzz.job import Job
-from batchfuzz.fuzz.records import ContractRecord, ErrorRecord, FailureRecord, OriginRecord, RunReport, Totals
+from batchfuzz.fuzz.origin import one_bug
+from batchfuzz.fuzz.records import (
+    ContractRecord,
+    ErrorRecord,
+    FailureRecord,
+    OriginRecord,
+    RunReport,
+    Totals,
+    unshrunk_note,
+)
 from batchfuzz.machine import machine_info
 from batchfuzz.output import junit_text, write_json_atomic, write_text_atomic
 
@@ -63,6 +72,32 @@ def broken_property(failure: dict[str, Any]) -> str:
     return str(failure.get("during") or failure.get("property") or "")
 
 
+def _violates(failure: dict[str, Any]) -> list[str]:
+    """Every property a failure's case breaks (``violates``, recorded by the
+    job process); a record without it, its own property."""
+    v = failure.get("violates")
+    return [str(p) for p in v] if isinstance(v, list) else [broken_property(failure)]
+
+
+def _group_keys(failures: list[dict[str, Any]]) -> list[str]:
+    """Each failure's origin as the report groups them: its own, but a wrong
+    answer joins the smallest wrong answer of its contract and target that is
+    the same bug (``batchfuzz.fuzz.origin.one_bug``)."""
+    keys = [_origin_id(f) for f in failures]
+    reps: dict[tuple[Any, Any], list[int]] = {}  # (contract, implementation) -> wrong answers standing for their origin
+    for k in sorted(range(len(failures)), key=lambda k: _case_order(failures[k])):
+        f = failures[k]
+        if f.get("kind") != "violation":
+            continue
+        mine = reps.setdefault((f.get("contract"), f.get("implementation")), [])
+        rep = next((r for r in mine if one_bug(_violates(failures[r]), _violates(f), broken_property(f))), None)
+        if rep is None:
+            mine.append(k)
+        else:
+            keys[k] = keys[rep]
+    return keys
+
+
 def origins(failures: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One entry per origin (``batchfuzz.fuzz.origin``) of the run's failures,
     in the order first found: what it is (``description``), every property it
@@ -70,8 +105,8 @@ def origins(failures: list[dict[str, Any]]) -> list[dict[str, Any]]:
     reproduction and corpus file. A run's report and merged shards list these
     as their failures, one line each (tests/test_origin.py reads them)."""
     groups: dict[str, list[dict[str, Any]]] = {}
-    for f in failures:
-        groups.setdefault(_origin_id(f), []).append(f)
+    for f, key in zip(failures, _group_keys(failures), strict=True):
+        groups.setdefault(key, []).append(f)
     out = []
     for oid, fs in groups.items():
         best = min(fs, key=_case_order)
@@ -82,11 +117,17 @@ def origins(failures: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "description": origin.get("description") or f"{best.get('property')}: {best.get('error_type')}",
             "kind": origin.get("kind") or best.get("kind"), "error_type": best.get("error_type"),
             "location": origin.get("location", ""), "exit": best.get("exit"),
-            "properties": sorted({broken_property(f) for f in fs}), "failures": len(fs),
+            "properties": sorted({broken_property(f) for f in fs}
+                                 | (set(_violates(best)) if best.get("kind") == "violation" else set())),
+            "failures": len(fs),
             "property": best.get("property"), "during": best.get("during"), "spec": best.get("spec", ""),
             "message": best.get("message"), "inputs": best.get("inputs"), "reproduction": best.get("reproduction", ""),
             "corpus_file": best.get("corpus_file"), "new": any(bool(f.get("new")) for f in fs),
+            "shrink_complete": best.get("shrink_complete", True) is not False,
+            "origin_ids": sorted({_origin_id(f) for f in fs}),  # the failures' own origins it stands for
         }
+        if "confirm" in best:  # what the engine's kernel did with the case (batchfuzz confirm --json)
+            entry["confirm"] = best["confirm"]
         if any("shard" in f for f in fs):
             entry["shards"] = sorted({f["shard"] for f in fs if "shard" in f})
         out.append(entry)
@@ -97,7 +138,7 @@ def point_at_origins(failures: list[dict[str, Any]], found: list[dict[str, Any]]
     """Every failure's ``corpus_file`` made its origin's one entry (a failure
     saved first may have been replaced by a smaller case of its origin); the
     file it was saved to, when another, stays as ``saved_as``."""
-    kept = {o["id"]: o.get("corpus_file") for o in found}
+    kept = {member: o.get("corpus_file") for o in found for member in o.get("origin_ids") or [o["id"]]}
     for f in failures:
         file = kept.get(_origin_id(f))
         if file and f.get("corpus_file") != file:
@@ -226,7 +267,7 @@ def build_summary(
         partial=partial, interrupted_by=interrupted_by, status=status, started=_iso(started), finished=_iso(finished),
         wall_seconds=round(wall, 3), startup_seconds=round(startup_seconds, 3), budget_seconds=job.budget_s,
         database_lost=list(database_lost or []), profile=job.profile, seed=job.seed, workers=job.workers,
-        isolated=job.isolate, device=job.items[0].device if job.items else None, database=job.database,
+        isolated=job.isolate, device=job.items[0].device if job.items else None, database=job.shown_database,
         corpus=job.corpus_dir, shard=job.extra.get("shard"), replay_command=job.extra.get("replay_command"),
         versions=versions(), host={"platform": machine["platform"], "cpus": machine["cpu_count"]},
         totals=Totals(
@@ -288,6 +329,7 @@ def render_markdown(summary: dict[str, Any]) -> str:
                 "",
                 f"{o['error_type']}: {first}",
                 "",
+                *([f"**{unshrunk_note(o)}**", ""] if unshrunk_note(o) else []),
                 f"Corpus: `{o.get('corpus_file')}`" + (" (new)" if o.get("new") else " (already known)"),
                 "",
                 "```python",
@@ -306,6 +348,8 @@ def render_markdown(summary: dict[str, Any]) -> str:
 def render_junit(summary: dict[str, Any]) -> str:
     """JUnit XML: a testsuite per contract, a testcase per (implementation, property)."""
     root = ET.Element("testsuites", name="batchfuzz fuzz", time=f"{summary['wall_seconds']:.3f}")
+    # The failures as the run recorded them (inputs, reproduction), by contract, implementation and property.
+    whole = {(f.get("contract"), f.get("implementation"), broken_property(f)): f for f in summary.get("failures") or []}
     for cname, c in summary["contracts"].items():
         suite = ET.SubElement(root, "testsuite", name=cname)
         counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
@@ -318,10 +362,7 @@ def render_junit(summary: dict[str, Any]) -> str:
                 ET.SubElement(ET.SubElement(case, "properties"), "property", name="examples", value=str(p.get("examples", 0)))
                 counts["tests"] += 1
                 if pname in failed:
-                    f = failed[pname]
-                    first = f["message"].splitlines()[0] if f.get("message") else ""
-                    el = ET.SubElement(case, "failure", message=f"{f['error_type']}: {first}", type=str(f["error_type"]))
-                    el.text = f"{f['message']}\ncorpus: {f.get('corpus_file')}"
+                    _junit_failure(case, {**failed[pname], **whole.get((cname, iname, pname), {})})
                     counts["failures"] += 1
                 elif p.get("status") == NOT_RUN:
                     ET.SubElement(case, "skipped", message=p.get("reason") or NOT_RUN)
@@ -334,6 +375,26 @@ def render_junit(summary: dict[str, Any]) -> str:
         for k, v in counts.items():
             suite.set(k, str(v))
     return junit_text(root)
+
+
+def _junit_failure(case: ET.Element, f: dict[str, Any]) -> None:
+    """A ``<failure>`` under ``case``: the error in its message, and in its
+    body the whole message, the shrunk inputs, the reproduction and the corpus
+    file (ElementTree escapes every text)."""
+    first = f["message"].splitlines()[0] if f.get("message") else ""
+    note = unshrunk_note(f)
+    el = ET.SubElement(case, "failure", message=f"{f['error_type']}: {first}" + (f" ({note})" if note else ""),
+                       type=str(f["error_type"]))
+    inputs = f.get("inputs") if isinstance(f.get("inputs"), dict) else {}
+    body = [str(f.get("message") or "")]
+    if note:
+        body.append(note)
+    if inputs:
+        body.append("inputs (shrunk): " + ", ".join(f"{k}={v}" for k, v in inputs.items()))
+    if f.get("reproduction"):
+        body += ["reproduction:", str(f["reproduction"])]
+    body.append(f"corpus: {f.get('corpus_file')}")
+    el.text = "\n".join(body)
 
 
 def write_reports(report_dir: Path | str, summary: dict[str, Any], history: Sequence[dict[str, Any]] = ()) -> list[Path]:

@@ -41,10 +41,11 @@ from typing import TypeVar
 T = TypeVar("T")
 
 _SHARD = re.compile(r"\s*(\d+)\s*/\s*(\d+)\s*")
+MAX_SHARDS = 1000  # more machines than work items; a merge reads N from each shard's summary and lists the missing
 
 
 def parse_shard(text: str) -> tuple[int, int]:
-    """``"2/4"`` -> ``(2, 4)``; raises ValueError unless it is K/N with 1 <= K <= N."""
+    """``"2/4"`` -> ``(2, 4)``; raises ValueError unless it is K/N with 1 <= K <= N <= :data:`MAX_SHARDS`."""
     if not isinstance(text, str):
         raise TypeError(f"shard must be a string K/N, got {type(text).__name__} {text!r}")
     m = _SHARD.fullmatch(text)
@@ -53,6 +54,8 @@ def parse_shard(text: str) -> tuple[int, int]:
     k, n = int(m.group(1)), int(m.group(2))
     if not 1 <= k <= n:
         raise ValueError(f"shard must be K/N with 1 <= K <= N (e.g. 2/4), got {text!r}")
+    if n > MAX_SHARDS:
+        raise ValueError(f"shard must be K/N with N at most {MAX_SHARDS}, got {text!r}")
     return k, n
 
 
