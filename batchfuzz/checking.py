@@ -34,6 +34,7 @@ tests/test_hostile.py (random) and tests/test_exhaustive.py (exhaustive).
 
 from __future__ import annotations
 
+import shlex
 import sys
 import time
 from collections.abc import Callable
@@ -41,7 +42,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
 from batchfuzz import output, profiles, registry
-from batchfuzz.usage import UsageError, writable_dir, writable_file
+from batchfuzz.usage import UsageError, refuse_system_dir, writable_dir, writable_file
 
 if TYPE_CHECKING:  # the rest is imported by run(): `batchfuzz --help` stays light
     from batchfuzz import exhaustive, runner
@@ -89,8 +90,8 @@ class CheckRequest:
     scope: str | None = None  # with exhaustive; default registry.DEFAULT_SCOPE
     json_path: str | None = None
     write_test: str | None = None  # a directory: a counterexample is also written there as a pytest file
-    started: float | None = None  # when the command started (time.time()); default: now
-    imported: float | None = None  # when its imports were done: before that is start-up, not budget
+    started: float | None = None  # when the command started (time.time()); default: now. Until the target is
+    # ready (imports, the worker, its probe) is start-up: the budget's clock starts after it
 
 
 @dataclass(frozen=True)
@@ -143,11 +144,13 @@ class _Lines:
             self.stream.write("\r" + line.ljust(78) if self.tty else line + "\n")
         else:
             status = "FAIL" if p.failed else "ok"
-            line = f"  {status:4} {p.property:40} {p.examples:7d} examples  {p.seconds_left:5.0f}s left"
             if self.tty:
+                line = f"  {status:4} {p.property:40} {p.examples:7d} examples  {p.seconds_left:5.0f}s left"
                 self.stream.write("\r" + line.ljust(78))
             elif time.time() - self.last > self.PLAIN_EVERY_S:
-                self.stream.write(line + "\n")
+                # a heartbeat, not a row of the results table printed at the end (a log would show each twice)
+                self.stream.write(f"... {p.property}: {p.examples} examples so far{' (failed)' if p.failed else ''}, "
+                                  f"{p.seconds_left:.0f}s of the budget left\n")
                 self.last = time.time()
         self.stream.flush()
 
@@ -206,7 +209,6 @@ def _plan(request: CheckRequest) -> _Plan:
     started = request.started or time.time()
     budget = request.budget_s if request.budget_s is not None else \
         EXHAUSTIVE_BUDGET_S if request.exhaustive else DEFAULT_BUDGET_S
-    deadline = started + budget
     try:
         contract = registry.get(request.contract)
     except KeyError as exc:
@@ -256,12 +258,12 @@ def _plan(request: CheckRequest) -> _Plan:
     if why:
         executor.close()
         raise UsageError(f"target {request.target}: {why}; bind it to the contract's result (docs/bindings.md)")
-    # The budget is the examples': batchfuzz's own start (imports, the fork server, the worker) is not charged to it.
-    imported = request.imported or request.started or time.time()
-    startup_s = getattr(executor, "startup_s", 0.0) + max(0.0, imported - started)
+    # The budget is the examples': its clock starts now. batchfuzz's own start (the command's and the registry's
+    # imports, the fork server, the worker, the target's load and probe) is start-up, reported, not charged.
+    ready = time.time()
     return _Plan(contract=contract, props=props, scope=scope, domain=domain, budget=budget, timeout=timeout,
                  database=database, ref=ref, executor=executor, info=info, started=started,
-                 deadline=deadline + startup_s, startup_s=startup_s)
+                 deadline=ready + budget, startup_s=ready - started)
 
 
 def _steps_domain(contract: registry.Contract, source: str, domain: str | None) -> str:
@@ -281,6 +283,8 @@ def _database(spec: str | None) -> Any:
     nightly run with its examples), its local copy written."""
     if not spec:
         return None
+    if "://" not in spec:
+        refuse_system_dir(spec, "--database")
     from batchfuzz.fuzz.database import DatabaseError, open_database
 
     try:
@@ -398,7 +402,7 @@ def _print_counterexample(plan: _Plan, failure: runner.Failure, replay: str, wha
     print(f"{failure.error_type}: {failure.message}\n")
     if not failure.complete:
         print("(the budget ended while shrinking: the case is the smallest found so far)\n")
-    print("--- reproduction (copy-paste; run it with python) ---")
+    print(reproduce.HEADER)
     print(repro)
     # Which properties the case breaks: None where that was not computed (said, never left out silently).
     also: list[str] | None = None
@@ -413,7 +417,8 @@ def _print_counterexample(plan: _Plan, failure: runner.Failure, replay: str, wha
     written = reproduce.write_test(failure, write_test, plan.ref, timeout_s=max(10.0, 3 * plan.timeout),
                                    origin=f"`batchfuzz check {plan.contract.name} {plan.ref.spec}`") if write_test else None
     if written:
-        print(f"--- regression test written: {written} (pytest {written})")
+        # `python -m pytest`: it puts the working directory on sys.path, so the target's module imports as it did here
+        print(f"--- regression test written: {written} (run it: python -m pytest {shlex.quote(written)})")
     return dict(
         test_file=written, status=COUNTEREXAMPLE, property=failure.property, during=failure.during, message=failure.message,
         error_type=failure.error_type, exit=failure.exit, shrink_complete=failure.complete,

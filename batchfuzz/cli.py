@@ -62,7 +62,6 @@ def main(argv: list[str] | None = None) -> int:
         from batchfuzz.execution import start_fork_server
 
         start_fork_server()
-    args.imported = time.time()  # the commands' imports are done: what came before is start-up, not budget
     try:
         return int(args.func(args))
     except UsageError as exc:

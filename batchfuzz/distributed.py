@@ -53,9 +53,10 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # imported where ranks run: registering contract I's variants does not load torch
+    import torch
 
 RankFn = Callable[..., Any]
 MODES = ("processes", "in_process")
@@ -150,6 +151,8 @@ def run_in_process(fn: RankFn, per_rank_args: Sequence[Sequence[Any]], *, max_co
     raises is a :class:`RankFailure` of kind ``"error"``; ranks that disagree
     on how many collectives they run, or on a tensor's shape or dtype, are one
     of kind ``"timeout"`` (on real processes they would wait for ever)."""
+    import torch
+
     world = _check_world(per_rank_args, MAX_RANKS)
     sums: list[torch.Tensor] = []
     for _round in range(max_collectives + 1):
@@ -211,9 +214,10 @@ def _rank_main(rank: int, max_ranks: int, store_path: str, backend: str, timeout
     _die_with_parent()
     if os.getppid() != parent:
         os._exit(0)
-    torch.set_num_threads(1)
+    import torch
     import torch.distributed as dist
 
+    torch.set_num_threads(1)
     # gloo (and NCCL's bootstrap) listen on the interface these name, else wherever the host name resolves:
     # loopback, whatever the caller's environment says (a cluster's GLOO_SOCKET_IFNAME=eth0).
     os.environ["GLOO_SOCKET_IFNAME"] = os.environ["NCCL_SOCKET_IFNAME"] = _loopback_interface()
@@ -330,6 +334,8 @@ class RankPool:
             raise ValueError(f"max_ranks must be an int in [2, {MAX_RANKS}], got {max_ranks!r}")
         if backend not in ("gloo", "nccl"):
             raise ValueError(f"backend must be 'gloo' or 'nccl', got {backend!r}")
+        import torch
+
         if backend == "nccl" and not torch.cuda.is_available():
             raise ValueError("backend 'nccl' needs CUDA, and torch sees no CUDA device")
         if not timeout_s > 0 or not start_timeout_s > 0:

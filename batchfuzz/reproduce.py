@@ -40,6 +40,10 @@ from batchfuzz.registry import Property
 from batchfuzz.runner import CRASH_PROPERTY, RAISES_PROPERTY, TIMEOUT_PROPERTY, Failure
 from batchfuzz.targets import TargetRef, parse
 
+# The line a printed reproduction follows (check, fuzz, replay, the engine matrix): it is printed
+# unindented after it, up to the next line starting with "--- ", so that pasted as printed it runs.
+HEADER = "--- reproduction (copy-paste; run it with python) ---"
+
 # Context keys only statistics read (labels); left out of reproductions.
 _STATISTICS_ONLY = ("labels", "source", "kind")
 _EXPECTED_LIMIT = 400  # characters: a longer expected value is not printed

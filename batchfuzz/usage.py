@@ -19,7 +19,8 @@ class ExitCode(enum.IntEnum):
     COUNTEREXAMPLE = 1  # a counterexample (wrong result, crash, timeout), a failing entry, or a harness error
     USAGE = 2  # bad usage or bad input, found before any example runs
     INCOMPLETE = 3  # the budget (or a missing shard) left work that did not run
-    UNCHECKED = 4  # a release matrix's cell could not be checked (unbindable, or an error binding or running it)
+    UNCHECKED = 4  # nothing failed, but something could not be checked: a release matrix's cell (unbindable, or an
+    # error binding or running it), or replay's entries (none found, or every one skipped)
 
 
 # SIGINT/SIGTERM that arrived while the commands were being imported, kept by
@@ -81,8 +82,28 @@ def writable_file(path: str, what: str) -> None:
         raise UsageError(f"{what} {path}: not writable")
 
 
+# The folders an output folder (--report, --corpus, --database, --write-test)
+# may not be: batchfuzz would scatter its files over the operating system's own
+# (as root, `--report /` wrote the report into /). A folder inside them is fine.
+SYSTEM_DIRS = frozenset({"/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32", "/opt", "/proc",
+                         "/root", "/run", "/sbin", "/srv", "/sys", "/usr", "/var"})
+
+
+def refuse_system_dir(path: str, what: str) -> None:
+    """A usage error for an output folder that is a filesystem root, a system
+    folder (:data:`SYSTEM_DIRS`, or inside /proc, /sys, /dev) or a home folder itself."""
+    p = os.path.realpath(path)
+    home = os.path.realpath(os.path.expanduser("~"))
+    if (os.path.dirname(p) == p or p in SYSTEM_DIRS or p == home
+            or any(p.startswith(f"{d}{os.sep}") for d in ("/proc", "/sys", "/dev"))):
+        raise UsageError(f"{what} {path}: refusing to write batchfuzz's files into {p} (a filesystem root, a system "
+                         "folder or a home folder); give a folder of its own, e.g. reports/fuzz")
+
+
 def writable_dir(path: str, what: str) -> None:
-    """Like :func:`writable_file`, for an output folder (created if missing)."""
+    """Like :func:`writable_file`, for an output folder (created if missing);
+    never a system folder (:func:`refuse_system_dir`)."""
+    refuse_system_dir(path, what)
     p = os.path.abspath(path)
     if os.path.exists(p) and not os.path.isdir(p):
         raise UsageError(f"{what} {path}: exists and is not a directory")

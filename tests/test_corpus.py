@@ -283,7 +283,7 @@ def test_a_file_target_is_never_loaded_by_the_corpus(tmp_path: Path) -> None:
     data = corpus.make_entry_data(_failure_of("max_is_ceil"), target=f"{helper}:f", device="cpu")
     path, _ = corpus.save(tmp_path / "corpus", data)
     assert corpus.replay(corpus.load(path)).status == "skipped"
-    assert cli.main(["replay", str(path)]) == 0
+    assert cli.main(["replay", str(path)]) == 4  # skipped: nothing replayed
     assert not marker.exists()
 
 
@@ -316,9 +316,11 @@ def test_replay_command_exit_codes(tmp_path: Path, planted: Path, capsys: pytest
     root = tmp_path / "corpus"
     assert cli.main(["replay", str(tmp_path / "empty")]) == 2  # a path that does not exist
     (tmp_path / "empty").mkdir()
-    assert cli.main(["replay", str(tmp_path / "empty")]) == 0
+    assert cli.main(["replay", str(tmp_path / "empty")]) == 4  # nothing replayed: no entry found
     path, _ = corpus.save(root, _entry_data(f"{planted}:split"))
     target = ["--target", f"{CONTRACT}={planted}:split"]
+    assert cli.main(["replay", str(root)]) == 4  # its one entry skipped (a user's function, not named)
+    assert "1 skipped" in capsys.readouterr().out
     assert cli.main(["replay", str(root), *target]) == 1
     out = capsys.readouterr().out
     assert "FAIL" in out and str(path) in out and "1 still fail" in out

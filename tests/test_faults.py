@@ -74,7 +74,7 @@ def test_an_engine_release_a_corpus_file_names_is_not_run_unless_the_user_names_
     path = _save(tmp_path / "corpus", _entry(target))
     outcome = corpus.replay(corpus.load(path), isolate=False)
     assert outcome.status == "skipped" and f"--engine dir:{release}" in outcome.message, outcome
-    assert cli.main(["replay", "--no-isolation", str(path)]) == 0
+    assert cli.main(["replay", "--no-isolation", str(path)]) == 4  # skipped: nothing replayed
     assert not marker.exists(), "a corpus file made batchfuzz run code from a directory it named"
     # Named by the user, the release is replayed (and its code runs: the user chose it).
     assert corpus.replay(corpus.load(path), engines=[f"dir:{release}"], isolate=False).status == "passes"
@@ -340,7 +340,7 @@ def test_a_budget_too_short_for_every_first_slice_is_said_with_the_number(tmp_pa
 
     items = 8  # every property of the contract on one implementation
     need = fuzz.minimum_budget(items, 1)
-    code = cli.main(["fuzz", "--contract", CONTRACT, "--impl", "impl:numpy@cpu", "--profile", "ci", "--budget",
+    code = cli.main(["fuzz", "--contract", CONTRACT, "--impl", "impl:numpy@cpu", "--profile", "ci", "--workers", "1", "--budget",
                      f"{need - 0.1:g}", "--report", str(tmp_path / "report"), "--corpus", str(tmp_path / "corpus"),
                      "--progress", "none", "--no-database"])
     out = capsys.readouterr().out

@@ -278,7 +278,7 @@ def test_progress_table_on_a_terminal_and_lines_otherwise(tmp_path: Path) -> Non
     p.update()
     text = tty.getvalue()
     assert "\x1b[2K" in text and "\x1b[4F" in text  # drawn, then redrawn in place (header, column names, 2 contracts)
-    assert "s left" in text and "2/2" in text and "m.py:f p1" in text
+    assert "s budget left" in text and "2/2" in text and "m.py:f p1" in text
     plain = io.StringIO()
     q = Progress(plain, job, time.time(), tty=False, heartbeat_s=0.0)
     q.update()

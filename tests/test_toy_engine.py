@@ -193,7 +193,7 @@ def test_the_toy_engine_runs_through_batchfuzz_engine(toy: tuple[Path, dict[str,
     check_line = fill["check_command"]
     assert check_line == (f"batchfuzz check pad_query_start_loc {fill['target']} --domain engine "
                           f"--property {fill['property']} --seed 3"), check_line
-    assert f"    --- check it again: {check_line}" in r.stdout and "    --- reproduction" in r.stdout, r.stdout
+    assert f"\n--- check it again: {check_line}\n" in r.stdout and "\n--- reproduction" in r.stdout, r.stdout
     assert "engines.resolve(" in fill["reproduction"] and "assert_property" in fill["reproduction"]
     # Both work as printed: the reproduction fails while the bug is there, and check finds it again.
     repro = subprocess.run([sys.executable, "-c", fill["reproduction"]], cwd=root, env=toy[1], capture_output=True,

@@ -92,8 +92,7 @@ def run(args: argparse.Namespace) -> int:
         contract=args.contract, target=args.target, budget_s=args.budget, timeout_s=args.timeout,
         min_examples=args.min_examples, isolate=not args.no_isolation, domain=args.domain, steps=args.steps,
         properties=tuple(args.property or ()), seed=args.seed, database=args.database, exhaustive=args.exhaustive,
-        scope=args.scope, json_path=args.json_path, write_test=args.write_test, started=getattr(args, "started", None),
-        imported=getattr(args, "imported", None)))
+        scope=args.scope, json_path=args.json_path, write_test=args.write_test, started=getattr(args, "started", None)))
     if result.status == checking.INTERRUPTED:
         return 128 + signal.SIGINT
     return {checking.PASSED: ExitCode.OK, checking.COUNTEREXAMPLE: ExitCode.COUNTEREXAMPLE,

@@ -14,10 +14,12 @@ engine|model``, contracts D and E on the domain that step source feeds,
 ``fail`` (property and shrunk counterexample), ``absent``, ``unbindable``
 (with the reason), ``incomplete`` or ``error`` (``batchfuzz.engines.matrix``).
 Nothing of the engine is imported or installed: the functions are cut out of
-the release's source text. ``--where``, ``--drift``, ``--latest``,
-``--follow`` and ``--profile nightly`` (``batchfuzz.commands._follow``;
-docs/where-it-lives.md) say where the bindings live and how they drifted,
-and follow the newest releases.
+the release's source text. While no cell has ended it says what it is doing:
+a wheel being downloaded (then its size), a release being bound (then how
+many functions were bound), the cell running (in its heartbeat line).
+``--where``, ``--drift``, ``--latest``, ``--follow`` and ``--profile
+nightly`` (``batchfuzz.commands._follow``; docs/where-it-lives.md) say
+where the bindings live and how they drifted, and follow the newest releases.
 
 Exit codes: 0 every bound cell passed; 1 a cell failed, or a function is
 unbindable or could not be run; 2 a usage error (an unknown engine, a release
@@ -29,9 +31,12 @@ incomplete.
 from __future__ import annotations
 
 import argparse
+import functools
 import signal
 import sys
 import time
+from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from batchfuzz.commands import _follow, _options
@@ -80,6 +85,20 @@ def add_matrix_options(p: argparse.ArgumentParser, whose: str) -> None:
     _follow.add_options(p)
 
 
+def _bind_release(bar: Progress, engine: str, name: str, bindings: Callable[[], list[Any]]) -> list[Any]:
+    """A release's bindings (``bindings()``: its source read, its functions cut
+    out and probed, the split searched for: seconds to minutes for a wheel),
+    saying so before and after, so that a long wait is not a silent one."""
+    bar.update(now=f"binding {engine} {name}")
+    bar.say(f"binding {engine} {name}: reading its source, binding its functions")
+    started = time.time()
+    bound = bindings()
+    statuses = Counter(b.status for b in bound)
+    bar.say(f"bound {engine} {name} in {time.time() - started:.0f}s: "
+            + ", ".join(f"{n} {status}" for status, n in sorted(statuses.items())) + "; running its cells")
+    return bound
+
+
 def run(args: argparse.Namespace) -> int:
     from batchfuzz import engines
 
@@ -100,7 +119,8 @@ def run_matrix(engine: Any, args: argparse.Namespace) -> int:
         keep = matrix.selection(engine, args.function, args.contract)
         releases = [*args.release, *(engine.RELEASES if args.all_releases else ()), *_follow.latest(engine, args)]
         sources = matrix.release_sources(engine, releases=list(dict.fromkeys(releases)),
-                                         wheels=args.wheel, dirs=args.source, installed=args.installed)
+                                         wheels=args.wheel, dirs=args.source, installed=args.installed,
+                                         say=lambda line: print(line, flush=True))
     except (LookupError, ValueError) as exc:  # SourceError is a LookupError
         raise UsageError(str(exc)) from None
     if _follow.reports_only(args):
@@ -114,8 +134,8 @@ def run_matrix(engine: Any, args: argparse.Namespace) -> int:
 
     def show(cell: Any) -> None:
         bar.advance(matrix.to_text([cell], among=(spec.function for spec in engine.SPECS)).splitlines()[1])
-        for line in matrix.next_step(cell):  # a failing cell's reproduction and check line
-            bar.say(f"    {line}")
+        for line in matrix.next_step(cell):  # a failing cell's reproduction and check line, not indented: pasted, they run
+            bar.say(line)
 
     def starting(bound: Any) -> None:
         bar.update(now=f"{bound.release} {bound.function} ({bound.contract})")
@@ -123,8 +143,9 @@ def run_matrix(engine: Any, args: argparse.Namespace) -> int:
     started = time.time()
     print(matrix.to_text([]), flush=True)
     try:
-        releases = matrix.engine_releases(engine, sources, search=matrix.searched(args.function, args.contract),
-                                           isolate=not args.no_isolation, timeout_s=args.timeout)
+        found = matrix.engine_releases(engine, sources, search=matrix.searched(args.function, args.contract),
+                                       isolate=not args.no_isolation, timeout_s=args.timeout)
+        releases = [(name, functools.partial(_bind_release, bar, engine.ENGINE, name, bindings)) for name, bindings in found]
         with bar:
             cells = matrix.run_matrix(releases, budget_s=args.budget, timeout_s=args.timeout,
                                       seed=seed, isolate=not args.no_isolation, keep=keep, on_cell=show,

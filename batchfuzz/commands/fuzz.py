@@ -55,7 +55,8 @@ def register(sub: Any) -> None:
                     help=f"wall-clock budget, e.g. 90s, 15m, 2h (default {DEFAULT_BUDGET_S:g}s, or the least that gives every item "
                          f"its first slice where that is more); every item runs when the budget is at least "
                          f"{STARTUP_S:g}s plus {MIN_SLICE_S:g}s per item per worker; the job ends within the budget plus {GRACE_S:g}s")
-    p.add_argument("--workers", type=positive_int, default=1, help="parallel job processes (default 1)")
+    p.add_argument("--workers", type=positive_int, default=None,
+                   help="parallel job processes (default: one per core, at most 8, and no more than the work items)")
     _options.max_examples(p, default=None,
                           help="end each work item (one property of one target) once it has run N examples over its slices "
                                "(Hypothesis's max_examples, counted across slices) or found its failure, and the run once every "

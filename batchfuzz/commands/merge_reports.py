@@ -34,6 +34,10 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from batchfuzz.fuzz import merge
+    from batchfuzz.usage import refuse_system_dir
 
+    refuse_system_dir(args.report, "--report")
+    if args.corpus:
+        refuse_system_dir(args.corpus, "--corpus")
     return merge.merge_run(args.dirs, args.report, corpus_dest=args.corpus, corpus_from=args.corpus_from,
                            history=args.history)

@@ -15,11 +15,14 @@ names that release, and skipped without it.
 ``--write-tests DIR`` writes every entry as a pytest file in DIR instead
 (``batchfuzz.fuzz.regressions``): the tests fail exactly where replay does.
 
-Exit codes: 0 every entry passes (its bug is fixed), is skipped, or there is
-none; 1 at least one entry still fails (listed, with its reproduction); 2 a
-malformed corpus file (named; the other files are still replayed), or a PATH
-that does not exist. With ``--write-tests``: 0 written, 2 a malformed file
-or an unwritable DIR.
+Exit codes: 0 every entry replayed passes (its bug is fixed; skipped
+entries aside); 1 at least one entry still fails (listed, with its
+reproduction); 2 a malformed corpus file (named; the other files are still
+replayed), or a PATH that does not exist; 4 nothing was replayed: no entry
+was found, or every one was skipped (a user's function or an engine release
+not named), so a CI job running replay is not green for having checked
+nothing. With ``--write-tests``: 0 written, 2 a malformed file or an
+unwritable DIR.
 """
 
 from __future__ import annotations
@@ -52,7 +55,9 @@ def _release(text: str) -> str:
 
 def register(sub: Any) -> None:
     p = sub.add_parser("replay", help="replay the failure corpus (as the test run does)",
-                       description="Re-check every corpus entry's property on its stored case.")
+                       description="Re-check every corpus entry's property on its stored case. Exit codes: 0 every "
+                                   "entry replayed passes, 1 an entry still fails, 2 usage error or a malformed file, "
+                                   "4 nothing replayed (no entry found, or every one skipped).")
     p.add_argument("paths", nargs="*", metavar="PATH", help="corpus files or directories (default: the project's corpus)")
     _options.targets(p, type=_target, help="replay CONTRACT's entries recorded against a user's function against this one (repeatable)")
     p.add_argument("--engine", action="append", default=[], type=_release, metavar="wheel:PATH|dir:PATH|installed:",
@@ -81,4 +86,12 @@ def run(args: argparse.Namespace) -> int:
                                  quiet=args.quiet, engines=args.engine)
     if counts["fails"]:
         return ExitCode.COUNTEREXAMPLE
-    return ExitCode.USAGE if counts["malformed"] else ExitCode.OK
+    if counts["malformed"]:
+        return ExitCode.USAGE
+    if counts["passes"]:
+        return ExitCode.OK
+    # A CI job whose replay skipped every entry (or found none) checked nothing: not green.
+    if counts["skipped"]:
+        print("nothing was replayed: every entry was skipped (each says why: name a user's function with --target, "
+              "an engine release with --engine)")
+    return ExitCode.UNCHECKED

@@ -21,7 +21,7 @@ from batchfuzz.case import Case
 from batchfuzz.checks import PropertyViolation, ResultTypeError, require
 from batchfuzz.contracts._inputs import inputs_unchanged
 from batchfuzz.contracts.coordinate_dp_variants import VARIANTS
-from batchfuzz.impl import coordinate_dp_numpy, coordinate_dp_torch
+from batchfuzz.impl import coordinate_dp_numpy
 from batchfuzz.impl._dp import ARGUMENTS
 from batchfuzz.reference import coordinate_dp as oracle
 from batchfuzz.reference.coordinate_dp import NONE, RankDecision, Step, last_microbatch_empty
@@ -198,7 +198,7 @@ PROPERTIES = (
 
 IMPLEMENTATIONS = (
     registry.host_impl("numpy", coordinate_dp_numpy.coordinate_dp, "the exchanged table as one (6, R) array"),
-    registry.host_impl("ranks", coordinate_dp_torch.coordinate_dp, "a rank function over a torch table and an all-reduce, "
+    registry.host_impl("ranks", "batchfuzz.impl.coordinate_dp_torch:coordinate_dp", "a rank function over a torch table and an all-reduce, "
                        "its ranks in this process (batchfuzz.distributed runs it as processes)"),
 )
 

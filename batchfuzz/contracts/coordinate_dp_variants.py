@@ -13,15 +13,16 @@ bug: variants are judged, not fast.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from batchfuzz.impl._dp import Config, RankStep, ranks_target
 from batchfuzz.reference.coordinate_dp import FULL, NONE, RankDecision, last_microbatch_empty, smallest_fitting
 from batchfuzz.registry import Variant
 
-AllReduce = Callable[[torch.Tensor], None]
+if TYPE_CHECKING:  # torch is imported when a variant runs: `batchfuzz list` and usage errors stay light
+    import torch
+
+AllReduce = Callable[["torch.Tensor"], None]
 
 
 def _decide(rank: int, world: int, all_reduce: AllReduce, step: RankStep, config: Config, *,
@@ -29,6 +30,8 @@ def _decide(rank: int, world: int, all_reduce: AllReduce, step: RankStep, config
             refusal_ubatches: int | None = None, refusal_rank: str = "fewest", veto: bool = True, mode_max: bool = False,
             graph_needs_full: bool = True, refuse: bool = True, graph_check_two: bool = False,
             splits: bool = True, pad_to_smallest: bool = False) -> RankDecision:
+    import torch
+
     n, (decode_thr, prefill_thr), _sizes, ubatch_sizes = config
     table = torch.zeros(6, world, dtype=torch.int32)
     for row, value in enumerate(step):

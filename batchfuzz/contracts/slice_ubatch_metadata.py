@@ -13,7 +13,7 @@ from batchfuzz.checks import PropertyViolation, ResultTypeError, as_int_array, a
 from batchfuzz.codec import register_dataclass
 from batchfuzz.contracts._inputs import inputs_unchanged
 from batchfuzz.contracts.slice_ubatch_metadata_variants import VARIANTS
-from batchfuzz.impl import slice_ubatch_metadata_numpy, slice_ubatch_metadata_torch
+from batchfuzz.impl import slice_ubatch_metadata_numpy
 from batchfuzz.reference import slice_ubatch_metadata as oracle
 from batchfuzz.reference.slice_ubatch_metadata import METADATA_FIELDS, UbatchMetadata
 from batchfuzz.registry import Contract, ErrorInput, Property, Target
@@ -189,7 +189,8 @@ PROPERTIES = (
 IMPLEMENTATIONS = (
     registry.host_impl("numpy", slice_ubatch_metadata_numpy.slice_ubatch_metadata,
                        "query_start_loc rebased and clamped onto each microbatch, per-request parts by clipping"),
-    registry.torch_impl("torch", slice_ubatch_metadata_torch.bind, "the same subtract-and-clamp on the device, CPU and CUDA"),
+    registry.torch_impl("torch", "batchfuzz.impl.slice_ubatch_metadata_torch:bind",
+                        "the same subtract-and-clamp on the device, CPU and CUDA"),
 )
 
 INPUTS = registry.input_space(strategies, {

@@ -29,6 +29,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import zipfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -310,13 +311,16 @@ def cache_dir() -> Path:
     return Path(os.environ.get("BATCHFUZZ_CACHE") or Path.home() / ".cache" / "batchfuzz")
 
 
-def fetch_wheel(distribution: str, version: str, dest: str | os.PathLike[str] | None = None, timeout_s: float = 300) -> Path:
+def fetch_wheel(distribution: str, version: str, dest: str | os.PathLike[str] | None = None, timeout_s: float = 300,
+                say: Callable[[str], None] | None = None) -> Path:
     """The wheel of ``distribution==version`` in ``dest`` (default
     ``cache_dir()/wheels``), downloaded with ``pip download --no-deps`` unless
     it is already there, and checked against the SHA-256 the index publishes
     for it, whether downloaded or reused (``batchfuzz.engines._wheels``).
-    Raises SourceError with pip's last words when the registry cannot be
-    reached or has no such release, or naming the wheel that is not the release."""
+    ``say`` receives a line before a download (it may take minutes,
+    silently), one after it with the wheel's size, and one for a cached
+    wheel. Raises SourceError with pip's last words when the registry cannot
+    be reached or has no such release, or naming the wheel that is not the release."""
     from batchfuzz.engines import _wheels
 
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", distribution):
@@ -333,8 +337,14 @@ def fetch_wheel(distribution: str, version: str, dest: str | os.PathLike[str] | 
 
     found = present()
     if found is not None:
+        if say is not None:
+            say(f"{distribution}=={version}: the cached wheel {found} ({_megabytes(found)})")
         return _wheels.verified(found, distribution, version, timeout_s)
     published = _wheels.index_hash(distribution, version, timeout_s)
+    if say is not None:
+        say(f"downloading {distribution}=={version}: its release wheel, with pip download into {folder} (once: later "
+            f"runs use the cached file; at most {timeout_s:g}s)")
+    started = time.monotonic()
     # Short socket timeouts and few retries: an unreachable registry should fail in seconds, not minutes.
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", f"{distribution}=={version}",
            "-d", str(folder), "--quiet", "--timeout", "20", "--retries", "1"]
@@ -346,10 +356,17 @@ def fetch_wheel(distribution: str, version: str, dest: str | os.PathLike[str] | 
     if proc.returncode != 0 or found is None:
         raise SourceError(f"pip download {distribution}=={version} failed (exit {proc.returncode}): {pip_said(proc)}")
     try:
-        return _wheels.verified(found, distribution, version, timeout_s, published)
+        verified = _wheels.verified(found, distribution, version, timeout_s, published)
     except SourceError:
         found.unlink()  # not the release: never left in the cache
         raise
+    if say is not None:
+        say(f"downloaded {found.name} ({_megabytes(found)}) in {time.monotonic() - started:.0f}s")
+    return verified
+
+
+def _megabytes(path: Path) -> str:
+    return f"{path.stat().st_size / 1e6:.1f} MB"
 
 
 def pip_said(proc: subprocess.CompletedProcess[str]) -> str:

@@ -58,7 +58,7 @@ from typing import Any
 
 from hypothesis import settings
 
-from batchfuzz import engine_steps, profiles, registry, runner
+from batchfuzz import engine_steps, profiles, registry, reproduce, runner
 from batchfuzz.case import Case
 from batchfuzz.codec import encode_case, literal
 from batchfuzz.engines import Bound, ReleaseSource, fetch_wheel, split_search
@@ -193,7 +193,7 @@ def next_step(cell: Cell) -> list[str]:
     has no code to run: its reason says why)."""
     lines = []
     if cell.reproduction:
-        lines += ["--- reproduction (copy-paste; run it with python) ---", *cell.reproduction.splitlines()]
+        lines += [reproduce.HEADER, *cell.reproduction.splitlines()]
     if cell.check_command:
         lines.append(f"--- check it again: {cell.check_command}")
     return lines
@@ -313,15 +313,16 @@ def run_matrix(releases: Iterable[tuple[str, Callable[[], list[Bound]]]], *, bud
 
 
 def release_sources(engine: Any, *, releases: Sequence[str] = (), wheels: Sequence[str] = (), dirs: Sequence[str] = (),
-                    installed: bool = False) -> list[ReleaseSource]:
+                    installed: bool = False, say: Callable[[str], None] | None = None) -> list[ReleaseSource]:
     """The releases of ``engine`` (an engine module) asked for, in this order:
     each version of ``releases`` (its wheel fetched into the cache,
     ``batchfuzz.engines.fetch_wheel``), each wheel file, each source checkout,
-    and the installed distribution. Raises SourceError (or ValueError for a
+    and the installed distribution; ``say`` hears of each download
+    (``fetch_wheel``). Raises SourceError (or ValueError for a
     malformed version) naming the release that cannot be opened, ValueError
     when none is asked for."""
     kind: type[ReleaseSource] = engine.ReleaseSource
-    sources = [kind.from_wheel(fetch_wheel(kind.distribution, version)) for version in releases]
+    sources = [kind.from_wheel(fetch_wheel(kind.distribution, version, say=say)) for version in releases]
     sources += [kind.from_wheel(w) for w in wheels]
     sources += [kind.from_dir(d) for d in dirs]
     if installed:

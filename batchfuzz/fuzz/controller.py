@@ -61,7 +61,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from batchfuzz import engine_steps, profiles, registry, runner
+from batchfuzz import engine_steps, profiles, registry, reproduce, runner
 from batchfuzz.fuzz import corpus
 from batchfuzz.fuzz.job import (
     EXECUTOR_CACHE,
@@ -89,7 +89,7 @@ from batchfuzz.fuzz.settings import (
     TARGET_ROUNDS,
 )
 from batchfuzz.targets import TargetError, parse
-from batchfuzz.usage import PENDING_SIGNALS, ExitCode, UsageError, writable_dir
+from batchfuzz.usage import PENDING_SIGNALS, ExitCode, UsageError, refuse_system_dir, writable_dir
 
 _RANDOM_PROFILES = ("dev", "nightly")
 
@@ -233,6 +233,8 @@ def _database(args: argparse.Namespace) -> str | None:
     from batchfuzz.fuzz.database import DatabaseError, open_database
 
     if "://" not in spec:
+        if spec != "off":
+            refuse_system_dir(spec, "--database")
         spec = str(Path(spec).absolute())
     try:
         open_database(spec, local_dir=profiles.database_path())
@@ -241,19 +243,33 @@ def _database(args: argparse.Namespace) -> str | None:
     return spec
 
 
+def _database_words(database: str | None) -> str:
+    """The banner's words for the job's example database: its directory or server, or off."""
+    if database == "profile":  # the job processes open the profile's local directory
+        return f"{profiles.database_path()} (local)"
+    return database or "off"
+
+
 def _replay_command(args: argparse.Namespace, seed: int) -> str:
     q = shlex.quote
     parts = ["batchfuzz fuzz", f"--profile {args.profile}", f"--seed {seed}", f"--budget {args.budget:g}s",
              f"--workers {args.workers}", f"--device {args.device}"]
     parts += [f"--contract {q(c)}" for c in args.contract or []]
     parts += [f"--impl {q(i)}" for i in args.impl or []]
+    parts += [f"--property {q(p)}" for p in getattr(args, "property", None) or []]
     parts += [f"--target {q(f'{c}={s}')}" for c, s in args.target]
+    if getattr(args, "domain", None):
+        parts.append(f"--domain {q(args.domain)}")
     if getattr(args, "steps", None):
         parts.append(f"--steps {args.steps}")
     if args.shard:
         parts.append(f"--shard {args.shard[0]}/{args.shard[1]}")
     if args.no_isolation:
         parts.append("--no-isolation")
+    if args.no_database:  # the examples a database replays change the run: the same one, or none
+        parts.append("--no-database")
+    elif args.database:
+        parts.append(f"--database {q(args.database)}")
     if args.timeout != 30.0:
         parts.append(f"--timeout {args.timeout:g}")
     if getattr(args, "max_examples", None) is not None:
@@ -656,6 +672,17 @@ def cap_workers(requested: int, items: int, cores: int | None) -> tuple[int, str
     return limit, f"--workers {requested} capped at {limit} (the number of {why})"
 
 
+# The most job processes a run starts when --workers is not given (each has a
+# worker process beside it, and imports torch: memory, not cores, bounds a big host).
+MAX_DEFAULT_WORKERS = 8
+
+
+def default_workers(items: int, cores: int | None) -> int:
+    """Job processes for a run given no ``--workers``: one per core, at most
+    ``MAX_DEFAULT_WORKERS``, and no more than the work items."""
+    return max(1, min(cores or 1, MAX_DEFAULT_WORKERS, items))
+
+
 def minimum_budget(items: int, workers: int) -> float:
     """The budget that gives every item its first slice (the module docstring's rule)."""
     return STARTUP_S + MIN_SLICE_S * math.ceil(items / max(1, workers))
@@ -664,8 +691,9 @@ def minimum_budget(items: int, workers: int) -> float:
 def default_budget(items: int, workers: int) -> float:
     """The budget of a run given none: ``DEFAULT_BUDGET_S``, or the
     :func:`minimum_budget` of its items where that is more (a run of the
-    defaults gives every item its first slice, however many contracts are registered)."""
-    return max(DEFAULT_BUDGET_S, minimum_budget(items, workers))
+    defaults gives every item its first slice, however many contracts are registered),
+    rounded up to a whole second (it is printed, and typed back in a rerun)."""
+    return float(math.ceil(max(DEFAULT_BUDGET_S, minimum_budget(items, workers))))
 
 
 def run(args: argparse.Namespace, stream: TextIO | None = None) -> End:
@@ -706,12 +734,17 @@ def _run(args: argparse.Namespace, stream: TextIO | None, held: list[Any]) -> En
     report_dir = Path(args.report).absolute()
     job: Job | None = None
     try:
+        refuse_system_dir(args.report, "--report")  # before its lock file is written there
+        if args.corpus:
+            refuse_system_dir(args.corpus, "--corpus")
         if args.device == "cuda":
             import torch
 
             if not torch.cuda.is_available():
                 raise UsageError("--device cuda: no CUDA device is available (torch.cuda.is_available() is False)")
         items = plan(args)
+        if args.workers is None:
+            args.workers = default_workers(len(items), os.cpu_count())
         _safe_point()
         from batchfuzz.fuzz.page import read_history
 
@@ -776,7 +809,7 @@ def _interrupted_at_start(args: argparse.Namespace, signum: int, job: Job | None
             _prepare_report_dir(report_dir)
             corpus_dir = Path(args.corpus).absolute() if args.corpus else corpus.default_dir()
             job = Job(items=items, report_dir=str(report_dir), corpus_dir=str(corpus_dir), database=None,
-                      profile=args.profile, seed=args.seed if args.seed is not None else 0, workers=args.workers,
+                      profile=args.profile, seed=args.seed if args.seed is not None else 0, workers=args.workers or 1,
                       budget_s=float(args.budget or DEFAULT_BUDGET_S),
                       deadline=started + float(args.budget or DEFAULT_BUDGET_S), isolate=not args.no_isolation,
                       example_timeout_s=float(args.timeout), extra={"replay_command": "", "shard": None, "notes": []})
@@ -807,7 +840,7 @@ def _fuzz(args: argparse.Namespace, job: Job, scheduler: Any, out: TextIO, start
               + (f", {job.max_examples} examples per item" if job.max_examples is not None else "")
               + f", {job.workers} worker(s), profile {args.profile}, seed {job.seed}"
               + (f", shard {args.shard[0]}/{args.shard[1]}" if args.shard else "") + "\n"
-              f"  database {job.shown_database or 'off'}; corpus {job.corpus_dir}; report {job.report_dir}; "
+              f"  example database {_database_words(job.shown_database)}; corpus {job.corpus_dir}; report {job.report_dir}; "
               f"{'targets isolated in worker processes' if job.isolate else 'targets in the job processes'}\n")
     out.flush()
     if progress is not None:
@@ -894,7 +927,7 @@ def _finish(job: Job, scheduler: Any, out: TextIO, started: float) -> End:
     t = summary["totals"]
     out.write(f"\n{'contract':26} {'items':>9} {'examples':>9} {'failures':>8} {'cases/s':>8}\n")
     for name, c in summary["contracts"].items():
-        out.write(f"{name:26} {c['items_run']:>4}/{c['items']:<4} {c['examples']:9d} {c['failures']:8d} "
+        out.write(f"{name:26} {str(c['items_run']) + '/' + str(c['items']):>9} {c['examples']:9d} {c['failures']:8d} "
                   f"{c['cases_per_second']:8.0f}\n")
     out.write(f"{'total':26} {'':9} {t['examples']:9d} {t['failures']:8d} {t['throughput']:8.0f} per wall second "
               f"({summary['wall_seconds']:.1f}s, {job.workers} worker(s))\n")
@@ -904,7 +937,10 @@ def _finish(job: Job, scheduler: Any, out: TextIO, started: float) -> End:
         out.write(f"\nFAILED {f['contract']} {f['implementation']} {', '.join(f['properties'])}: {f['description']}: {first}\n"
                   + (f"  {note}\n" if note else "")
                   + f"  corpus: {f.get('corpus_file')} ({'new' if f.get('new') else 'already known'})\n")
-        out.write("".join(f"  | {line}\n" for line in f.get("reproduction", "").splitlines()))
+        if f.get("reproduction"):  # not indented: pasted as printed, it runs
+            out.write(f"{reproduce.HEADER}\n{f['reproduction']}\n")
+        if f.get("corpus_file"):
+            out.write(f"--- replay: {corpus.replay_command(f['contract'], f['implementation'], f['corpus_file'])}\n")
     for e in summary["errors"]:
         out.write(f"\nERROR {e['contract']} {e['implementation']}: {e['type']}: {e['message']}\n")
     for n in summary["notes"]:

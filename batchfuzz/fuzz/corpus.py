@@ -49,6 +49,7 @@ import hashlib
 import json
 import os
 import platform
+import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -206,11 +207,29 @@ def make_entry_data(failure: Any, *, target: str, device: str, domain: str = "sp
         "inputs": {k: literal(v, imports) for k, v in case.args.items()},
         "context": {k: literal(v, imports) for k, v in case.context.items()},
         "reproduction": reproduction,
-        "replay": "batchfuzz replay <this file>",
+        "replay": replay_command(failure.contract, target, "<this file>"),
         "versions": versions(),
         "date": _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
         "found": dict(found or {}),
     }
+
+
+def replay_command(contract: str, target: str, path: Path | str) -> str:
+    """The ``batchfuzz replay`` line that replays the entry at ``path``, as
+    :func:`replay_target` needs it named: a user's function with ``--target``
+    (the one the entry recorded), an engine's code with ``--engine`` (its
+    release); without them replay would skip the entry."""
+    try:
+        ref: TargetRef | None = parse(target)
+    except TargetError:  # not a target reference (a conformance item's subject): replayed as the project's own
+        ref = None
+    words = ["batchfuzz", "replay"]
+    if ref is not None and ref.kind == "engine":
+        words += ["--engine", ref.release]
+    elif ref is not None and not ref.is_project_code:
+        words += ["--target", f"{contract}={target}"]
+    text = str(path)
+    return shlex.join(words) + " " + (text if text == "<this file>" else shlex.quote(text))
 
 
 def path_for(root: Path | str, data: dict[str, Any]) -> Path:
@@ -442,15 +461,16 @@ def replay_target(entry: CorpusEntry, *, targets: dict[str, str] | None = None,
     maps the contract to, never the one the file names.
     """
     ref = entry.ref
+    again = replay_command(entry.contract, entry.target, entry.path or "<this file>")
     if ref.kind == "engine" and not any(same_release(ref.release, named) for named in engines):
-        return None, (f"names an engine release ({ref.release}) the corpus file chose; pass --engine {ref.release} "
-                      "to use that release's code")
+        return None, (f"names an engine release ({ref.release}) the corpus file chose; to run that release's code, "
+                      f"replay it with: {again}")
     if ref.is_project_code:
         return ref, ""
     chosen = (targets or {}).get(entry.contract)
     if chosen is None:
-        return None, (f"names a user's function ({entry.target}); pass --target {entry.contract}=MODULE:FUNCTION "
-                      "to use yours")
+        return None, (f"names a user's function ({entry.target}); --target {entry.contract}=MODULE:FUNCTION names the "
+                      f"one to replay it against, that one with: {again}")
     return parse(chosen), ""
 
 
@@ -629,9 +649,11 @@ def describe(replayed: Replayed) -> str:
     ]
     repro = e.data.get("reproduction")
     if isinstance(repro, str) and repro:
-        lines.append("  reproduction:")
-        lines.extend("    " + line for line in repro.splitlines())
-    lines.append(f"  replay: batchfuzz replay {e.path}")
+        from batchfuzz.reproduce import HEADER
+
+        lines.append(HEADER)
+        lines.extend(repro.splitlines())  # not indented: pasted as printed, it runs
+    lines.append(f"--- replay: {replay_command(e.contract, e.target, e.path or '<this file>')}")
     return printable("\n".join(lines))  # the file's text, shown on a terminal
 
 
@@ -672,7 +694,7 @@ def replay_paths(paths: list[Path], targets: dict[str, str], isolate: bool = Tru
         elif not quiet:
             e = replayed.entry
             word = "pass " if replayed.status == "passes" else "skip "
-            extra = f" ({replayed.message})" if replayed.message else ""
+            extra = f": {replayed.message}" if replayed.message else ""  # it may end with a command: nothing after it
             say(f"{word} {path}: {e.contract}/{e.target} {e.property}{extra}")
     say(f"{len(found)} corpus entries: {counts['passes']} pass, {counts['fails']} still fail, "
         f"{counts['skipped']} skipped, {counts['malformed']} malformed")

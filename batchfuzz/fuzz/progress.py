@@ -37,6 +37,7 @@ class Progress:
         self._seen_done: set[int] = set()
         self._seen_failures: set[tuple[int, str]] = set()
         self._last_heartbeat = started
+        self._left: float | None = None  # the budget's seconds left, as last shown
         self._lock = threading.Lock()
 
     # -- lifecycle
@@ -76,9 +77,22 @@ class Progress:
             self.stream.write(text + "\n")
             self.stream.flush()
 
-    def _elapsed_left(self) -> tuple[float, float]:
+    def clock(self) -> tuple[float, float, float]:
+        """(seconds elapsed, of them not charged to the budget, budget seconds left),
+        which add up: elapsed = not charged + (budget - left). The deadline
+        slides until the job processes are ready and moves on by the start-up
+        each slice spends (both not charged); the time left shown never goes
+        back up: what comes back to it is shown as start-up."""
         now = time.time()
-        return now - self.started, max(0.0, self.job.deadline - now)
+        left = max(0.0, min(self.job.budget_s, self.job.deadline - now))
+        self._left = left if self._left is None else min(self._left, left)
+        elapsed = now - self.started
+        return elapsed, max(0.0, elapsed - (self.job.budget_s - self._left)), self._left
+
+    def clock_words(self) -> str:
+        elapsed, uncharged, left = self.clock()
+        return (f"{elapsed:.0f}s elapsed ({uncharged:.0f}s start-up, not charged), "
+                f"{left:.0f}s of the {self.job.budget_s:g}s budget left")
 
     def rows(self, states: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
         rows: dict[str, dict[str, Any]] = {}
@@ -99,17 +113,17 @@ class Progress:
         return list(rows.values())
 
     def _draw_table(self, states: dict[int, dict[str, Any]]) -> None:
-        elapsed, left = self._elapsed_left()
         lines = [
-            f"batchfuzz fuzz  {elapsed:5.0f}s elapsed  {left:5.0f}s left  "
-            f"({self.job.workers} worker(s), profile {self.job.profile}, seed {self.job.seed})",
+            f"batchfuzz fuzz  {self.clock_words()}  ({self.job.workers} worker(s), profile {self.job.profile}, "
+            f"seed {self.job.seed})",
             f"  {'contract':26} {'items':>7} {'examples':>9} {'failures':>8} {'cases/s':>8}  now",
         ]
         for r in self.rows(states):
             rate = f"{r['examples'] / r['seconds']:.0f}" if r["seconds"] > 0 else "-"
             now = ", ".join(r["running"]) if r["running"] else ""
             fail = f"{r['failures']}" + (" !" if r["failures"] else "")
-            lines.append(f"  {r['contract'][:26]:26} {r['done']:>3}/{r['items']:<3} {r['examples']:9d} {fail:>8} {rate:>8}  {now[:40]}")
+            run = f"{r['done']}/{r['items']}"
+            lines.append(f"  {r['contract'][:26]:26} {run:>7} {r['examples']:9d} {fail:>8} {rate:>8}  {now[:40]}")
         out = []
         if self._lines_drawn:
             out.append(f"\x1b[{self._lines_drawn}F")
@@ -119,7 +133,6 @@ class Progress:
         self._lines_drawn = len(lines)
 
     def _print_lines(self, states: dict[int, dict[str, Any]]) -> None:
-        elapsed, left = self._elapsed_left()
         for idx in sorted(states):
             s = states[idx]
             for f in s.get("failures", []):
@@ -138,5 +151,5 @@ class Progress:
             failures = sum(len(s.get("failures", [])) for s in states.values())
             ran = sum(1 for s in states.values() if int(s.get("slices", 0)) or s.get("status") in ("failed", "error"))
             running = sum(1 for s in states.values() if s.get("status") == "running")
-            self.stream.write(f"... {elapsed:.0f}s elapsed, {left:.0f}s left: {examples} examples, {failures} failures, "
+            self.stream.write(f"... {self.clock_words()}: {examples} examples, {failures} failures, "
                               f"{ran}/{len(self.job.items)} items run, {running} running\n")
