@@ -61,6 +61,7 @@ SYNC = "vllm/v1/worker/gpu/dp_utils.py:sync_cudagraph_and_dp_padding"
 DISPATCH = "vllm/v1/worker/gpu/dp_utils.py:dispatch_cg_and_sync_dp"
 MRV2_SLICES = "vllm/v1/worker/gpu/ubatch_utils.py:create_ubatch_slices"
 COMBINE = "vllm/v1/worker/gpu/input_batch.py:combine_sampled_and_draft_tokens"
+MRV2_QSL = "vllm/v1/worker/gpu/model_runner.py:GPUModelRunner.prepare_inputs"
 # The release's source, its bindings by (function, contract), and the texts of the files they read.
 Release = tuple[vllm.ReleaseSource, dict[tuple[str, str], engines.Bound], dict[str, str]]
 
@@ -147,7 +148,8 @@ def test_every_binding_is_bound_in_the_reference_release(release: Release) -> No
         (SPLIT_ATTN, "slice_ubatch_metadata"), (MRV2_PREPARE, "slice_ubatch_metadata"), (REORDER, "batch_order"),
         (SPLIT, "batch_order"), (EXTENDS, "batch_order"), (THRESHOLD, "batch_order"), (CUMSUM, "spec_decode_metadata"),
         (SPEC, "spec_decode_metadata"), (COORDINATE, "coordinate_dp"), (SYNC, "coordinate_dp"),
-        (DISPATCH, "allow_microbatching"), (MRV2_SLICES, "split_ubatches"), (COMBINE, "spec_decode_metadata")])
+        (DISPATCH, "allow_microbatching"), (MRV2_SLICES, "split_ubatches"), (COMBINE, "spec_decode_metadata"),
+        (MRV2_QSL, "pad_query_start_loc")])
     for bound in table.values():
         if bound.function == COMBINE and bound.status == "unbindable" and "Triton is not importable" in bound.reason:
             continue  # the new runner's logits kernel needs Triton's interpreter
@@ -316,7 +318,7 @@ def test_0_34_binds_the_new_runner_and_says_where_the_v1_runners_behaviour_went(
     import importlib.util
 
     new_runner = [(MRV2_PREPARE, "slice_ubatch_metadata"), (SYNC, "coordinate_dp"), (DISPATCH, "allow_microbatching"),
-                  (MRV2_SLICES, "split_ubatches")]
+                  (MRV2_SLICES, "split_ubatches"), (MRV2_QSL, "pad_query_start_loc")]
     if importlib.util.find_spec("triton") is not None:  # H's kernel runs in Triton's interpreter
         new_runner.append((COMBINE, "spec_decode_metadata"))
     else:
@@ -346,6 +348,22 @@ def test_the_new_runners_logits_kernel_meets_contract_h_and_a_planted_off_by_one
     contract = registry.get("spec_decode_metadata")
     with pytest.raises(PropertyViolation):
         contract.property("matches_oracle").check(late, Case({"num_draft_tokens": [0], "num_scheduled_tokens": [1]}))
+
+
+def test_the_new_runners_query_start_loc_meets_contract_c_and_a_planted_unpadded_fill_does_not(
+        release_0_34_files: tuple[dict[tuple[str, str], engines.Bound], dict[str, str]], tmp_path: Path) -> None:
+    """0.34.0's prepare_inputs pads query_start_loc to batch_desc.num_reqs with the token count (contract C, the
+    v1 dummy run's fill gone); the same fill with zeros in the padded slots is caught."""
+    table, files = release_0_34_files
+    fill = bound_target(table[(MRV2_QSL, "pad_query_start_loc")])
+    contract = registry.get("pad_query_start_loc")
+    assert hunt(contract, fill, 15, domain="engine") is None
+    assert fill(np.array([3], np.int32), 4, np.full(6, 9, np.int32)).tolist() == qsl_oracle.pad_query_start_loc([3], 4).tolist()
+    planted = edited(tmp_path, files, MRV2_QSL.split(":")[0], "query_start_loc_np[num_reqs + 1 :] = num_tokens",
+                     "query_start_loc_np[num_reqs + 1 :] = 0")
+    zeroed = bound_target(by_key(vllm.bindings(planted, search=False))[(MRV2_QSL, "pad_query_start_loc")])
+    failure = hunt(contract, zeroed, 30, ("matches_oracle",), domain="engine")
+    assert failure is not None and failure.case.args["num_reqs_padded"] > len(failure.case.args["num_scheduled_tokens"])
 
 
 def test_the_new_runner_splits_the_step_the_v1_veto_exists_for(release_0_34: dict[tuple[str, str], engines.Bound]) -> None:

@@ -409,6 +409,40 @@ def _bind_v1_query_start_loc(rel: _Release) -> tuple[Callable[..., Any], str]:
                                  "self.query_start_loc.np = out; result: out[:P+1]")
 
 
+def _bind_mrv2_query_start_loc(rel: _Release) -> _Built:
+    """The new runner's ``prepare_inputs`` fill of ``query_start_loc_np``: the
+    real offsets, every later slot the step's token count, cut to the padded
+    request count ``batch_desc.num_reqs`` (a FULL graph's, from the CUDA-graph
+    manager's dispatch; ``None`` for PIECEWISE/eager, then ``num_reqs``)."""
+    loader = rel.loader()
+    piece = loader.file(MRV2_RUNNER).fragment(
+        "GPUModelRunner.prepare_inputs", bind.Writes("query_start_loc_np"),
+        ("self", "num_reqs", "num_tokens", "num_scheduled_tokens_np", "batch_desc"))
+    run = loader.load(piece)
+
+    def pad_query_start_loc(num_scheduled_tokens: Any, num_reqs_padded: Any, out: Any = None) -> np.ndarray:
+        nst = bind.int_array("num_scheduled_tokens", num_scheduled_tokens)
+        r, p = nst.size, bind.count("num_reqs_padded", num_reqs_padded)
+        if p < r:
+            raise ValueError(f"num_reqs_padded must be >= len(num_scheduled_tokens) = {r}, got {p}")
+        buf = None if out is None else bind.int_array("out", out, minimum=None)
+        if buf is not None and buf.size < p + 1:
+            raise ValueError(f"out has {buf.size} entries, needs at least num_reqs_padded + 1 = {p + 1}")
+        # The engine sizes its host array by max_num_reqs: the buffer's capacity.
+        capacity = p if buf is None else buf.size - 1
+        model_runner = Stub("GPUModelRunner", max_num_reqs=capacity)
+        desc = Stub("BatchExecutionDescriptor", num_reqs=p)
+        result = np.asarray(run(model_runner, r, int(nst.sum()), nst.astype(np.int32), desc)["query_start_loc_np"])
+        if buf is None:
+            return result
+        buf[: result.size] = result  # the engine fills a fresh host array; its copy lands in the persistent buffer
+        return buf[: p + 1]
+
+    return pad_query_start_loc, (f"{piece.label}; num_reqs = len(nst), num_tokens = sum(nst) (the scheduler's "
+                                 "total), batch_desc.num_reqs = P, self.max_num_reqs = P or len(out) - 1; "
+                                 "with out, the engine's array is copied into out[:P+1]")
+
+
 # ---------------------------------------------------------------- ubatch split with the DP refusal (D)
 
 
@@ -1207,6 +1241,8 @@ SPECS: tuple[_Spec, ...] = (
     _Spec(f"{V1_RUNNER}:GPUModelRunner._dummy_run", "split_dummy_tokens", _bind_v1_dummy_run, (3, 5)),
     _Spec(f"{V1_RUNNER}:GPUModelRunner._dummy_run", "make_dummy", _bind_v1_dummy_layout, (3, 5, "buffers")),
     _Spec(f"{V1_RUNNER}:GPUModelRunner._dummy_run", "pad_query_start_loc", _bind_v1_query_start_loc,
+          (np.array([2, 1], dtype=np.int32), 3, "out")),
+    _Spec(f"{MRV2_RUNNER}:GPUModelRunner.prepare_inputs", "pad_query_start_loc", _bind_mrv2_query_start_loc,
           (np.array([2, 1], dtype=np.int32), 3, "out")),
     _Spec(f"{UBATCH_UTILS}:maybe_create_ubatch_slices", "split_ubatches", _bind_ubatch_slices,
           (np.array([3, 2], dtype=np.int32), 6, 3, 2)),
