@@ -417,7 +417,7 @@ def _bind_mrv2_query_start_loc(rel: _Release) -> _Built:
     loader = rel.loader()
     piece = loader.file(MRV2_RUNNER).fragment(
         "GPUModelRunner.prepare_inputs", bind.Writes("query_start_loc_np"),
-        ("self", "num_reqs", "num_tokens", "num_scheduled_tokens_np", "batch_desc"))
+        ("self", "num_reqs", "num_tokens", "num_scheduled_tokens_np", "num_scheduled_tokens", "batch_desc"))
     run = loader.load(piece)
 
     def pad_query_start_loc(num_scheduled_tokens: Any, num_reqs_padded: Any, out: Any = None) -> np.ndarray:
@@ -432,7 +432,8 @@ def _bind_mrv2_query_start_loc(rel: _Release) -> _Built:
         capacity = p if buf is None else buf.size - 1
         model_runner = Stub("GPUModelRunner", max_num_reqs=capacity)
         desc = Stub("BatchExecutionDescriptor", num_reqs=p)
-        result = np.asarray(run(model_runner, r, int(nst.sum()), nst.astype(np.int32), desc)["query_start_loc_np"])
+        counts = nst.astype(np.int32)  # named num_scheduled_tokens up to 0.27.0, num_scheduled_tokens_np later
+        result = np.asarray(run(model_runner, r, int(nst.sum()), counts, counts, desc)["query_start_loc_np"])
         if buf is None:
             return result
         buf[: result.size] = result  # the engine fills a fresh host array; its copy lands in the persistent buffer
