@@ -86,6 +86,7 @@ from batchfuzz.impl import batch_order_numpy, spec_decode_metadata_numpy
 from batchfuzz.impl._dp import per_rank_args, ranks_target
 from batchfuzz.preconditions import assumes, domain
 from batchfuzz.reference import split_ubatches as ubatch_oracle
+from batchfuzz.reference import split_uniform_ubatches as uniform_oracle
 from batchfuzz.reference.coordinate_dp import RankDecision
 from batchfuzz.reference.make_dummy import DummyBatch, DummyBuffers
 from batchfuzz.reference.slice_ubatch_metadata import UbatchMetadata
@@ -506,6 +507,29 @@ def _bind_mrv2_ubatch_slices(rel: _Release) -> _Built:
                     "refuse (the new runner splits whatever its DP sync agreed to split)"
                     + ("; uniform_token_count None: the request-boundary cut of a uniform spec-decode batch is not contract "
                        "D's split and is not checked here" if uniform else "")), assumed
+
+
+def _bind_mrv2_uniform_slices(rel: _Release) -> _Built:
+    """``create_ubatch_slices`` given a uniform spec-decode batch: every request
+    ``q`` tokens and ``uniform_token_count = q``, the count the DP sync agreed."""
+    loader = rel.loader(UBatchSlices=list)
+    piece = loader.file(MRV2_UBATCH_UTILS).piece("create_ubatch_slices")
+    create = loader.load(piece)
+    if "uniform_token_count" not in inspect.signature(create).parameters:
+        raise bind.Absent(f"{piece.label} takes no uniform_token_count: this release cuts every batch at the token "
+                          "midpoint (contract D's row)")
+
+    def split_uniform_ubatches(num_reqs: Any, query_len: Any, num_tokens_padded: Any, num_reqs_padded: Any,
+                               num_ubatches: Any) -> list[tuple[tuple[int, int], tuple[int, int]]] | None:
+        r, q, n_padded, r_padded, n = uniform_oracle.check_args(num_reqs, query_len, num_tokens_padded, num_reqs_padded,
+                                                                num_ubatches)
+        batch = Stub("InputBatch", num_scheduled_tokens=np.full(r, q, dtype=np.int32), num_tokens_after_padding=n_padded,
+                     num_reqs_after_padding=r_padded, num_reqs=r)
+        return bind.slice_pairs(create(batch, n, q))
+
+    return split_uniform_ubatches, (f"{piece.label} with maybe_create_ubatch_slices over a stand-in InputBatch of R "
+                                    "requests of q tokens (num_tokens_after_padding = Np, num_reqs_after_padding = Rp), "
+                                    "uniform_token_count = q"), ("uniform_token_count=query_len",)
 
 
 # ---------------------------------------------------------------- per-microbatch attention metadata (F)
@@ -1251,6 +1275,8 @@ SPECS: tuple[_Spec, ...] = (
           (np.array([0, 2]), np.array([3, 2]), [np.array([[1, 2], [1, 3]])], [2])),
     _Spec(f"{MRV2_UBATCH_UTILS}:create_ubatch_slices", "split_ubatches", _bind_mrv2_ubatch_slices,
           (np.array([3, 2], dtype=np.int32), 6, 3, 2)),
+    _Spec(f"{MRV2_UBATCH_UTILS}:create_ubatch_slices", "split_uniform_ubatches", _bind_mrv2_uniform_slices,
+          (4, 3, 12, 4, 2)),
     _Spec(f"{MRV2_DP_UTILS}:dispatch_cg_and_sync_dp", "allow_microbatching", _bind_mrv2_allow_microbatching,
           (np.array([0, 2]), np.array([3, 2]), [np.array([[1, 2], [1, 3]])], [2])),
     _Spec(f"{UBATCH_UTILS}:split_attn_metadata", "slice_ubatch_metadata", _bind_split_attn_metadata,
