@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from hypothesis import Phase, settings
 
-from batchfuzz import engines, registry, runner
+from batchfuzz import bind, engines, registry, runner
 from batchfuzz.case import Case
 from batchfuzz.checks import PropertyViolation
 from batchfuzz.engines import vllm
@@ -61,6 +61,7 @@ SYNC = "vllm/v1/worker/gpu/dp_utils.py:sync_cudagraph_and_dp_padding"
 DISPATCH = "vllm/v1/worker/gpu/dp_utils.py:dispatch_cg_and_sync_dp"
 MRV2_SLICES = "vllm/v1/worker/gpu/ubatch_utils.py:create_ubatch_slices"
 COMBINE = "vllm/v1/worker/gpu/input_batch.py:combine_sampled_and_draft_tokens"
+MRV2_QSL = "vllm/v1/worker/gpu/model_runner.py:GPUModelRunner.prepare_inputs"
 # The release's source, its bindings by (function, contract), and the texts of the files they read.
 Release = tuple[vllm.ReleaseSource, dict[tuple[str, str], engines.Bound], dict[str, str]]
 
@@ -147,8 +148,13 @@ def test_every_binding_is_bound_in_the_reference_release(release: Release) -> No
         (SPLIT_ATTN, "slice_ubatch_metadata"), (MRV2_PREPARE, "slice_ubatch_metadata"), (REORDER, "batch_order"),
         (SPLIT, "batch_order"), (EXTENDS, "batch_order"), (THRESHOLD, "batch_order"), (CUMSUM, "spec_decode_metadata"),
         (SPEC, "spec_decode_metadata"), (COORDINATE, "coordinate_dp"), (SYNC, "coordinate_dp"),
-        (DISPATCH, "allow_microbatching"), (MRV2_SLICES, "split_ubatches"), (COMBINE, "spec_decode_metadata")])
+        (DISPATCH, "allow_microbatching"), (MRV2_SLICES, "split_ubatches"), (COMBINE, "spec_decode_metadata"),
+        (MRV2_QSL, "pad_query_start_loc"), (MRV2_SLICES, "split_uniform_ubatches")])
+    uniform = table[(MRV2_SLICES, "split_uniform_ubatches")]
+    assert uniform.status == "absent" and "takes no uniform_token_count" in uniform.reason  # 0.33.0 cuts at the midpoint
     for bound in table.values():
+        if bound is uniform:
+            continue
         if bound.function == COMBINE and bound.status == "unbindable" and "Triton is not importable" in bound.reason:
             continue  # the new runner's logits kernel needs Triton's interpreter
         assert bound.status == "bound", (bound.function, bound.reason)
@@ -316,7 +322,7 @@ def test_0_34_binds_the_new_runner_and_says_where_the_v1_runners_behaviour_went(
     import importlib.util
 
     new_runner = [(MRV2_PREPARE, "slice_ubatch_metadata"), (SYNC, "coordinate_dp"), (DISPATCH, "allow_microbatching"),
-                  (MRV2_SLICES, "split_ubatches")]
+                  (MRV2_SLICES, "split_ubatches"), (MRV2_QSL, "pad_query_start_loc")]
     if importlib.util.find_spec("triton") is not None:  # H's kernel runs in Triton's interpreter
         new_runner.append((COMBINE, "spec_decode_metadata"))
     else:
@@ -346,6 +352,48 @@ def test_the_new_runners_logits_kernel_meets_contract_h_and_a_planted_off_by_one
     contract = registry.get("spec_decode_metadata")
     with pytest.raises(PropertyViolation):
         contract.property("matches_oracle").check(late, Case({"num_draft_tokens": [0], "num_scheduled_tokens": [1]}))
+
+
+def test_the_new_runners_query_start_loc_meets_contract_c_and_a_planted_unpadded_fill_does_not(
+        release_0_34_files: tuple[dict[tuple[str, str], engines.Bound], dict[str, str]], tmp_path: Path) -> None:
+    """0.34.0's prepare_inputs pads query_start_loc to batch_desc.num_reqs with the token count (contract C, the
+    v1 dummy run's fill gone); the same fill with zeros in the padded slots is caught."""
+    table, files = release_0_34_files
+    fill = bound_target(table[(MRV2_QSL, "pad_query_start_loc")])
+    contract = registry.get("pad_query_start_loc")
+    assert hunt(contract, fill, 15, domain="engine") is None
+    assert fill(np.array([3], np.int32), 4, np.full(6, 9, np.int32)).tolist() == qsl_oracle.pad_query_start_loc([3], 4).tolist()
+    planted = edited(tmp_path, files, MRV2_QSL.split(":")[0], "query_start_loc_np[num_reqs + 1 :] = num_tokens",
+                     "query_start_loc_np[num_reqs + 1 :] = 0")
+    zeroed = bound_target(by_key(vllm.bindings(planted, search=False))[(MRV2_QSL, "pad_query_start_loc")])
+    failure = hunt(contract, zeroed, 30, ("matches_oracle",), domain="engine")
+    assert failure is not None and failure.case.args["num_reqs_padded"] > len(failure.case.args["num_scheduled_tokens"])
+
+
+def test_the_new_runners_spec_decode_cut_meets_contract_n_and_a_planted_midpoint_cut_does_not(
+        release_0_34_files: tuple[dict[tuple[str, str], engines.Bound], dict[str, str]], tmp_path: Path) -> None:
+    """0.34.0's create_ubatch_slices with uniform_token_count = q cuts a uniform spec-decode batch on request
+    boundaries (contract N); below Np = n * q it falls back to the token midpoint, inside a request (outside N's
+    precondition: reachable only with dbo_decode_token_threshold < n * q); cutting at the midpoint is caught."""
+    table, files = release_0_34_files
+    bound = table[(MRV2_SLICES, "split_uniform_ubatches")]
+    assert bound.status == "bound" and bound.assumed == ("uniform_token_count=query_len",), bound.reason
+    split = bound_target(bound)
+    contract = registry.get("split_uniform_ubatches")
+    assert hunt(contract, split, 20, domain="engine") is None and hunt(contract, split, 20) is None
+    assert split(4, 3, 12, 4, 2) == [((0, 2), (0, 6)), ((2, 4), (6, 12))]
+    with pytest.raises(ValueError, match="num_tokens_padded must be >= max"):
+        split(1, 3, 3, 1, 2)
+    loader = vllm._Release(vllm.ReleaseSource.from_wheel(engines.fetch_wheel("vllm", "0.34.0"))).loader(UBatchSlices=list)
+    create = loader.load(loader.file("vllm/v1/worker/gpu/ubatch_utils.py").piece("create_ubatch_slices"))
+    batch = bind.Stub("InputBatch", num_scheduled_tokens=np.full(1, 3, np.int32), num_tokens_after_padding=3,
+                      num_reqs_after_padding=1, num_reqs=1)
+    assert [s.token_slice for s in create(batch, 2, 3)] == [slice(0, 1), slice(1, 3)]  # the fallback: inside request 0
+    planted = edited(tmp_path, files, "vllm/v1/worker/gpu/ubatch_utils.py",
+                     "split_point = reqs_per_ubatch * uniform_token_count", "split_point = num_tokens // num_ubatches")
+    midpoint = bound_target(by_key(vllm.bindings(planted, search=False))[(MRV2_SLICES, "split_uniform_ubatches")])
+    failure = hunt(contract, midpoint, 30, ("cuts_on_request_boundaries",), domain="engine")
+    assert failure is not None
 
 
 def test_the_new_runner_splits_the_step_the_v1_veto_exists_for(release_0_34: dict[tuple[str, str], engines.Bound]) -> None:
@@ -535,7 +583,7 @@ def test_a_removed_function_is_absent_and_a_changed_one_unbindable(release: Rele
                                 search=False))
     b = sig[(MAKE_DUMMY, "make_dummy")]
     assert b.status == "unbindable" and "missing 1 required positional argument: 'pin'" in b.reason and b.target is None
-    assert all(x.status == "bound" for k, x in sig.items() if k[0] != MAKE_DUMMY)
+    assert all(x.status == "bound" for k, x in sig.items() if k[0] != MAKE_DUMMY and k[1] != "split_uniform_ubatches")
 
 
 def test_resolve_rebuilds_a_target_in_a_fresh_process(release: Release, tmp_path: Path) -> None:

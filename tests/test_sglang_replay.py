@@ -58,6 +58,7 @@ def _replay_rows(source: engines.ReleaseSource) -> dict[str, engines.Bound]:
 
 MODEL_RUNNER = f"{sglang.CUDA_GRAPH_RUNNER}:CudaGraphRunner.replay_prepare"
 EAGLE = f"{sglang.EAGLE_DRAFT_RUNNER}:EAGLEDraftCudaGraphRunner.replay"
+DECODE = f"{sglang.DECODE_RUNNER}:DecodeCudaGraphRunner.load_batch"
 # R = 1 replayed on the graph of 2, every stale buffer entry 7
 STALE = tuple(case_of([2], [5], stale=7).args.values())
 
@@ -85,12 +86,27 @@ def test_sglang_0_5_8_runners() -> None:
     except SourceError as exc:
         pytest.skip(f"the package registry cannot be reached or has no sglang 0.5.8: {exc}")
     rows = _replay_rows(sglang.ReleaseSource.from_wheel(wheel))
-    assert {f: b.status for f, b in rows.items()} == {MODEL_RUNNER: "bound", EAGLE: "bound"}, rows
+    assert {f: b.status for f, b in rows.items()} == {MODEL_RUNNER: "bound", EAGLE: "bound", DECODE: "absent"}, rows
     # the model runner (through GraphInputBuffers) leaves the padded position stale; the EAGLE draft runner zeroes it
     assert rows[MODEL_RUNNER].target(*STALE)[2].tolist() == [0, 7]
     assert rows[EAGLE].target(*STALE)[2].tolist() == [0, 0]
     cell = matrix.run_cell(rows[MODEL_RUNNER], budget_s=120, timeout_s=120, seed=1, isolate=False, max_examples=40)
     assert (cell.verdict, cell.property) == ("fail", "padded_positions_zeroed"), cell
+
+
+def test_sglang_0_5_14_rebuilt_decode_runner() -> None:
+    """0.5.14 moved the CUDA-graph runners to model_executor/runner/: the decode runner's load_batch, with the
+    release's own buffer registry, is bound to K and zeroes the padded position; the old two rows are absent."""
+    try:
+        wheel = engines.fetch_wheel("sglang", "0.5.14", timeout_s=120)
+    except SourceError as exc:
+        pytest.skip(f"the package registry cannot be reached or has no sglang 0.5.14: {exc}")
+    rows = _replay_rows(sglang.ReleaseSource.from_wheel(wheel))
+    assert {f: b.status for f, b in rows.items()} == {MODEL_RUNNER: "absent", EAGLE: "absent", DECODE: "bound"}, rows
+    bs, lens, pos, loc = rows[DECODE].target(*STALE)
+    assert (bs, lens.tolist(), pos.tolist(), loc.tolist()) == (2, [5, 1], [0, 0], [100, 0])
+    cell = matrix.run_cell(rows[DECODE], budget_s=120, timeout_s=120, seed=1, isolate=False, max_examples=40)
+    assert cell.verdict == "pass", cell
 
 
 def test_sglang_0_5_8_children_tokens() -> None:

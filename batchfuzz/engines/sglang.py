@@ -252,6 +252,68 @@ def _bind_eagle_draft(rel: _Release) -> tuple[Callable[..., Any], str]:
     return pad_graph_replay, detail
 
 
+DECODE_RUNNER = "sglang/srt/model_executor/runner/decode_cuda_graph_runner.py"
+BASE_GRAPH_RUNNER = "sglang/srt/model_executor/runner/base_cuda_graph_runner.py"
+BUFFER_REGISTRY = "sglang/srt/model_executor/cuda_graph_buffer_registry.py"
+
+
+def _stale_registry(build: Callable[..., Any], rp: _Replay) -> Any:
+    """The release's decode buffer registry, its slots holding the case's stale values."""
+    import torch
+
+    max_bs = rp.sizes[-1]
+    reg = build(device=torch.device("cpu"), max_bs=max_bs, max_num_token=max_bs * rp.t, seq_len_fill_value=rp.fill,
+                cache_loc_dtype=torch.int64, share_pool=False, register_global_num_tokens=False)
+    for name, stale in (("seq_lens", rp.seq_lens), ("seq_lens_cpu", rp.seq_lens), ("positions", rp.positions),
+                        ("out_cache_loc", rp.out_cache_loc)):
+        reg.get_slot(name).buffer.copy_(stale)
+    return reg
+
+
+def _bind_decode_runner(rel: _Release) -> tuple[Callable[..., Any], str]:
+    """0.5.14's rebuilt runner: ``DecodeCudaGraphRunner.load_batch`` pads the
+    batch size with ``_pad_to_bucket`` and fills the buffers through the
+    release's ``build_decode_registry`` (its per-slot padding policy)."""
+    loader = rel.loader(ForwardBatch=object, PPProxyTensors=object, share_input_buffer=lambda name, buffer: buffer,
+                        _has_foreach_copy=False)
+    build = loader.load(loader.file(BUFFER_REGISTRY).piece("build_decode_registry"))
+    pad = loader.load(loader.file(BASE_GRAPH_RUNNER).piece("BaseCudaGraphRunner._pad_to_bucket"))
+    load_batch = loader.load(loader.file(DECODE_RUNNER).piece("DecodeCudaGraphRunner.load_batch"))
+
+    def pad_graph_replay(*args: Any) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+        rp = _Replay(args)
+        reg = _stale_registry(build, rp)
+        slot = {n: reg.get_slot(n).buffer for n in ("seq_lens", "seq_lens_cpu", "positions", "out_cache_loc",
+                                                   "req_pool_indices", "input_ids")}
+        attn = bind.Recorder("init_forward_metadata_out_graph")
+        rp.batch.needs_forward_metadata_init = lambda: True
+        rp.batch.input_embeds = None
+        runner = bind.Stub(
+            "DecodeCudaGraphRunner", methods={"recapture_if_needed": lambda self, fb: None,
+                                              "_pad_to_bucket": lambda self, size, buckets: pad(size, buckets),
+                                              "_resolve_lora_variant": lambda self, fb: None,
+                                              "_make_graph_key": lambda self, *a: None},
+            capture_bs=list(rp.sizes), num_tokens_per_bs=rp.t, seq_len_fill_value=rp.fill, require_mlp_tp_gather=False,
+            buffer_registry=reg, buffers=bind.Stub("DecodeInputBuffers", encoder_lens=None, custom_mask=None, **slot),
+            deepep_adapter=bind.Stub("DeepEPAdapter", methods={"replay": lambda self: None}),
+            enable_two_batch_overlap=False, enable_pdmux=False, attn_backend=bind.Stub(
+                "AttnBackend", init_forward_metadata_out_graph=attn), capture_forward_mode=None, is_encoder_decoder=False,
+            model_runner=bind.Stub("ModelRunner", hisparse_coordinator=None, spec_algorithm=bind.Stub(
+                "SpeculativeAlgorithm", methods={"is_dflash": lambda self: False})))
+        load_batch(runner, rp.batch)
+        view = attn.last.arg(0, "forward_batch")
+        bs = int(view.batch_size)
+        return (bs, bind.to_numpy(view.seq_lens), bind.to_numpy(slot["positions"][: bs * rp.t]),
+                bind.to_numpy(slot["out_cache_loc"][: bs * rp.t]))
+
+    detail = (f"{DECODE_RUNNER}:DecodeCudaGraphRunner.load_batch with {BASE_GRAPH_RUNNER}:BaseCudaGraphRunner._pad_to_bucket "
+              f"and {BUFFER_REGISTRY}:build_decode_registry (the release's own buffers and padding policy), on a stand-in "
+              "runner: no DP/TP gather, no two-batch overlap, no PD multiplexing, no LoRA, no encoder, no global token "
+              "counts; the registry's slots hold the case's stale values (int64); bs and seq_lens as the attention "
+              "backend's init_forward_metadata_out_graph receives them, positions/out_cache_loc the slots' first bs * T rows")
+    return pad_graph_replay, detail
+
+
 def _bind_children_tokens(rel: _Release, path: str) -> tuple[Callable[..., Any], str]:
     device = bind.Stub("ServerArgs", device="cpu")
     loader = rel.loader(global_server_args_dict={"device": "cpu"}, get_global_server_args=lambda: device,
@@ -343,6 +405,7 @@ SPECS = (
           functools.partial(_bind_dp_agree, path=TBO_NEW, per_tp_rank=False), _DP_PROBE),
     _Spec(f"{CUDA_GRAPH_RUNNER}:CudaGraphRunner.replay_prepare", "pad_graph_replay", _bind_model_runner, _REPLAY_PROBE),
     _Spec(f"{EAGLE_DRAFT_RUNNER}:EAGLEDraftCudaGraphRunner.replay", "pad_graph_replay", _bind_eagle_draft, _REPLAY_PROBE),
+    _Spec(f"{DECODE_RUNNER}:DecodeCudaGraphRunner.load_batch", "pad_graph_replay", _bind_decode_runner, _REPLAY_PROBE),
 )
 
 

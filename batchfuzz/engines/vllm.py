@@ -86,6 +86,7 @@ from batchfuzz.impl import batch_order_numpy, spec_decode_metadata_numpy
 from batchfuzz.impl._dp import per_rank_args, ranks_target
 from batchfuzz.preconditions import assumes, domain
 from batchfuzz.reference import split_ubatches as ubatch_oracle
+from batchfuzz.reference import split_uniform_ubatches as uniform_oracle
 from batchfuzz.reference.coordinate_dp import RankDecision
 from batchfuzz.reference.make_dummy import DummyBatch, DummyBuffers
 from batchfuzz.reference.slice_ubatch_metadata import UbatchMetadata
@@ -409,6 +410,41 @@ def _bind_v1_query_start_loc(rel: _Release) -> tuple[Callable[..., Any], str]:
                                  "self.query_start_loc.np = out; result: out[:P+1]")
 
 
+def _bind_mrv2_query_start_loc(rel: _Release) -> _Built:
+    """The new runner's ``prepare_inputs`` fill of ``query_start_loc_np``: the
+    real offsets, every later slot the step's token count, cut to the padded
+    request count ``batch_desc.num_reqs`` (a FULL graph's, from the CUDA-graph
+    manager's dispatch; ``None`` for PIECEWISE/eager, then ``num_reqs``)."""
+    loader = rel.loader()
+    piece = loader.file(MRV2_RUNNER).fragment(
+        "GPUModelRunner.prepare_inputs", bind.Writes("query_start_loc_np"),
+        ("self", "num_reqs", "num_tokens", "num_scheduled_tokens_np", "num_scheduled_tokens", "batch_desc"))
+    run = loader.load(piece)
+
+    def pad_query_start_loc(num_scheduled_tokens: Any, num_reqs_padded: Any, out: Any = None) -> np.ndarray:
+        nst = bind.int_array("num_scheduled_tokens", num_scheduled_tokens)
+        r, p = nst.size, bind.count("num_reqs_padded", num_reqs_padded)
+        if p < r:
+            raise ValueError(f"num_reqs_padded must be >= len(num_scheduled_tokens) = {r}, got {p}")
+        buf = None if out is None else bind.int_array("out", out, minimum=None)
+        if buf is not None and buf.size < p + 1:
+            raise ValueError(f"out has {buf.size} entries, needs at least num_reqs_padded + 1 = {p + 1}")
+        # The engine sizes its host array by max_num_reqs: the buffer's capacity.
+        capacity = p if buf is None else buf.size - 1
+        model_runner = Stub("GPUModelRunner", max_num_reqs=capacity)
+        desc = Stub("BatchExecutionDescriptor", num_reqs=p)
+        counts = nst.astype(np.int32)  # named num_scheduled_tokens up to 0.27.0, num_scheduled_tokens_np later
+        result = np.asarray(run(model_runner, r, int(nst.sum()), counts, counts, desc)["query_start_loc_np"])
+        if buf is None:
+            return result
+        buf[: result.size] = result  # the engine fills a fresh host array; its copy lands in the persistent buffer
+        return buf[: p + 1]
+
+    return pad_query_start_loc, (f"{piece.label}; num_reqs = len(nst), num_tokens = sum(nst) (the scheduler's "
+                                 "total), batch_desc.num_reqs = P, self.max_num_reqs = P or len(out) - 1; "
+                                 "with out, the engine's array is copied into out[:P+1]")
+
+
 # ---------------------------------------------------------------- ubatch split with the DP refusal (D)
 
 
@@ -471,6 +507,29 @@ def _bind_mrv2_ubatch_slices(rel: _Release) -> _Built:
                     "refuse (the new runner splits whatever its DP sync agreed to split)"
                     + ("; uniform_token_count None: the request-boundary cut of a uniform spec-decode batch is not contract "
                        "D's split and is not checked here" if uniform else "")), assumed
+
+
+def _bind_mrv2_uniform_slices(rel: _Release) -> _Built:
+    """``create_ubatch_slices`` given a uniform spec-decode batch: every request
+    ``q`` tokens and ``uniform_token_count = q``, the count the DP sync agreed."""
+    loader = rel.loader(UBatchSlices=list)
+    piece = loader.file(MRV2_UBATCH_UTILS).piece("create_ubatch_slices")
+    create = loader.load(piece)
+    if "uniform_token_count" not in inspect.signature(create).parameters:
+        raise bind.Absent(f"{piece.label} takes no uniform_token_count: this release cuts every batch at the token "
+                          "midpoint (contract D's row)")
+
+    def split_uniform_ubatches(num_reqs: Any, query_len: Any, num_tokens_padded: Any, num_reqs_padded: Any,
+                               num_ubatches: Any) -> list[tuple[tuple[int, int], tuple[int, int]]] | None:
+        r, q, n_padded, r_padded, n = uniform_oracle.check_args(num_reqs, query_len, num_tokens_padded, num_reqs_padded,
+                                                                num_ubatches)
+        batch = Stub("InputBatch", num_scheduled_tokens=np.full(r, q, dtype=np.int32), num_tokens_after_padding=n_padded,
+                     num_reqs_after_padding=r_padded, num_reqs=r)
+        return bind.slice_pairs(create(batch, n, q))
+
+    return split_uniform_ubatches, (f"{piece.label} with maybe_create_ubatch_slices over a stand-in InputBatch of R "
+                                    "requests of q tokens (num_tokens_after_padding = Np, num_reqs_after_padding = Rp), "
+                                    "uniform_token_count = q"), ("uniform_token_count=query_len",)
 
 
 # ---------------------------------------------------------------- per-microbatch attention metadata (F)
@@ -1208,12 +1267,16 @@ SPECS: tuple[_Spec, ...] = (
     _Spec(f"{V1_RUNNER}:GPUModelRunner._dummy_run", "make_dummy", _bind_v1_dummy_layout, (3, 5, "buffers")),
     _Spec(f"{V1_RUNNER}:GPUModelRunner._dummy_run", "pad_query_start_loc", _bind_v1_query_start_loc,
           (np.array([2, 1], dtype=np.int32), 3, "out")),
+    _Spec(f"{MRV2_RUNNER}:GPUModelRunner.prepare_inputs", "pad_query_start_loc", _bind_mrv2_query_start_loc,
+          (np.array([2, 1], dtype=np.int32), 3, "out")),
     _Spec(f"{UBATCH_UTILS}:maybe_create_ubatch_slices", "split_ubatches", _bind_ubatch_slices,
           (np.array([3, 2], dtype=np.int32), 6, 3, 2)),
     _Spec(f"{V1_RUNNER}:GPUModelRunner._allow_microbatching", "allow_microbatching", _bind_allow_microbatching,
           (np.array([0, 2]), np.array([3, 2]), [np.array([[1, 2], [1, 3]])], [2])),
     _Spec(f"{MRV2_UBATCH_UTILS}:create_ubatch_slices", "split_ubatches", _bind_mrv2_ubatch_slices,
           (np.array([3, 2], dtype=np.int32), 6, 3, 2)),
+    _Spec(f"{MRV2_UBATCH_UTILS}:create_ubatch_slices", "split_uniform_ubatches", _bind_mrv2_uniform_slices,
+          (4, 3, 12, 4, 2)),
     _Spec(f"{MRV2_DP_UTILS}:dispatch_cg_and_sync_dp", "allow_microbatching", _bind_mrv2_allow_microbatching,
           (np.array([0, 2]), np.array([3, 2]), [np.array([[1, 2], [1, 3]])], [2])),
     _Spec(f"{UBATCH_UTILS}:split_attn_metadata", "slice_ubatch_metadata", _bind_split_attn_metadata,
