@@ -88,6 +88,7 @@ from batchfuzz.fuzz.settings import (
     STARTUP_S,
     TARGET_ROUNDS,
 )
+from batchfuzz.redaction import printable
 from batchfuzz.targets import TargetError, parse
 from batchfuzz.usage import PENDING_SIGNALS, ExitCode, UsageError, refuse_system_dir, writable_dir
 
@@ -268,6 +269,8 @@ def _replay_command(args: argparse.Namespace, seed: int) -> str:
         parts.append("--no-isolation")
     if args.no_database:  # the examples a database replays change the run: the same one, or none
         parts.append("--no-database")
+    elif args.database and printable(args.database) != args.database:
+        parts.append('--database "$BATCHFUZZ_DATABASE"')  # its password is never printed: the URL from the environment
     elif args.database:
         parts.append(f"--database {q(args.database)}")
     if args.timeout != 30.0:
