@@ -45,11 +45,12 @@ def finding(key: str) -> Finding:
 
 
 def _node(tree: ast.AST, qualname: str) -> ast.AST | None:
-    node: ast.AST | None = tree
+    node = tree
     for name in qualname.split("."):
-        node = next((n for n in ast.iter_child_nodes(node) if getattr(n, "name", None) == name), None)
-        if node is None:
+        found = next((n for n in ast.iter_child_nodes(node) if getattr(n, "name", None) == name), None)
+        if found is None:
             return None
+        node = found
     return node
 
 
