@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from batchfuzz import engines, upstream
+from batchfuzz import upstream
 from batchfuzz.cli import main
-from batchfuzz.engines import vllm
+from batchfuzz.engines import ReleaseSource, SourceError
 
 REPORTS = Path(__file__).resolve().parent.parent / "docs" / "reports"
 KEYS = [f.key for f in upstream.FINDINGS]
@@ -30,11 +30,11 @@ _NO_BATCHFUZZ = ("import runpy, sys\n"
                  "    assert not [m for m in sys.modules if m.split('.')[0] == 'batchfuzz'], 'imported batchfuzz'\n")
 
 
-def _source(version: str) -> vllm.ReleaseSource:
+def _source(f: upstream.Finding) -> ReleaseSource:
     try:
-        return vllm.ReleaseSource.from_wheel(engines.fetch_wheel("vllm", version))
-    except engines.SourceError as exc:
-        pytest.skip(f"cannot download vllm=={version} from the package registry: {exc}")
+        return upstream.release_source(f)
+    except SourceError as exc:
+        pytest.skip(f"cannot download {f.package}=={f.release} from the package registry: {exc}")
 
 
 def _block(report: str, lang: str) -> str:
@@ -43,7 +43,7 @@ def _block(report: str, lang: str) -> str:
     return found.group(1)
 
 
-def _tree(source: vllm.ReleaseSource, f: upstream.Finding, root: Path) -> Path:
+def _tree(source: ReleaseSource, f: upstream.Finding, root: Path) -> Path:
     """The files the reproduction reads, as the release has them, under ``root``."""
     for rel in f.files:
         text = source.read(rel)
@@ -61,7 +61,7 @@ def _run(script: Path, *argv: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize("key", KEYS)
 def test_the_reproduction_fails_on_the_release_without_batchfuzz(key: str, tmp_path: Path) -> None:
     f = upstream.finding(key)
-    source = _source(f.release)
+    source = _source(f)
     script = tmp_path / "reproduce.py"
     script.write_text(_block(upstream.report(f, source), "python"), encoding="utf-8")
     assert "batchfuzz" not in script.read_text()
@@ -73,7 +73,7 @@ def test_the_reproduction_fails_on_the_release_without_batchfuzz(key: str, tmp_p
 @pytest.mark.parametrize("key", KEYS)
 def test_the_stated_fix_removes_the_failure(key: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     f = upstream.finding(key)
-    source = _source(f.release)
+    source = _source(f)
     diff = tmp_path / "fix.diff"
     diff.write_text(_block(upstream.report(f, source), "diff"), encoding="utf-8")
     assert main(["upstream", key, "--release", f.release, "--patch", str(diff)]) == 0
@@ -82,7 +82,7 @@ def test_the_stated_fix_removes_the_failure(key: str, tmp_path: Path, capsys: py
 
 def test_a_patch_that_fixes_nothing_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     f = upstream.finding("vllm-reorder-threshold-min")
-    _source(f.release)
+    _source(f)
     diff = tmp_path / "noop.diff"
     # Rewrites the method's first line without changing what it does.
     diff.write_text(f.fix.replace("max(a, b)", "min(b, a)"), encoding="utf-8")
@@ -92,7 +92,7 @@ def test_a_patch_that_fixes_nothing_is_reported(tmp_path: Path, capsys: pytest.C
 
 def test_a_patch_that_does_not_apply_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     f = upstream.finding("vllm-v1-pooler-dummy-split")
-    _source(f.release)
+    _source(f)
     diff = tmp_path / "stale.diff"
     diff.write_text(f.fix.replace("num_scheduled_tokens_np[-1]", "num_scheduled_tokens_np[0]"), encoding="utf-8")
     assert main(["upstream", f.key, "--patch", str(diff)]) == 2
@@ -108,7 +108,7 @@ def test_an_unknown_finding_is_a_usage_error(capsys: pytest.CaptureFixture[str])
 @pytest.mark.parametrize("key", KEYS)
 def test_the_committed_report_is_the_one_the_command_writes(key: str, tmp_path: Path) -> None:
     f = upstream.finding(key)
-    _source(f.release)
+    _source(f)
     out = tmp_path / "report.md"
     assert main(["upstream", key, "--out", str(out)]) == 0
     assert out.read_text() == (REPORTS / f"{key}.md").read_text()
@@ -117,7 +117,7 @@ def test_the_committed_report_is_the_one_the_command_writes(key: str, tmp_path: 
 @pytest.mark.parametrize("key", KEYS)
 def test_quotes_are_a_line_or_two_of_the_release(key: str) -> None:
     f = upstream.finding(key)
-    source = _source(f.release)
+    source = _source(f)
     for q in f.rule:
         text = upstream.quote(source, q)
         assert 20 < len(text) <= 420 and "`" not in text and "\n" not in text
@@ -130,6 +130,8 @@ def test_the_reproductions_fail_on_the_installed_vllm_too(tmp_path: Path) -> Non
     if importlib.util.find_spec("vllm") is None:
         pytest.skip("vllm is not installed in this Python environment")
     for f in upstream.FINDINGS:
+        if f.package != "vllm":
+            continue
         script = tmp_path / f"{f.key}.py"
         script.write_text(upstream.reproduction(f), encoding="utf-8")
         done = _run(script)

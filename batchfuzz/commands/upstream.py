@@ -45,11 +45,12 @@ def register(sub: Any) -> None:
 
 
 def _source(args: argparse.Namespace, found: Any) -> Any:
-    from batchfuzz.engines import matrix, vllm
+    from batchfuzz import upstream
+    from batchfuzz.engines import matrix
 
     given = args.wheel or args.source or args.installed
     try:
-        return matrix.release_sources(vllm, releases=[] if given else [args.release or found.release],
+        return matrix.release_sources(upstream.engine_module(found), releases=[] if given else [args.release or found.release],
                                       wheels=[args.wheel] if args.wheel else [], dirs=[args.source] if args.source else [],
                                       installed=args.installed)[0]
     except (LookupError, ValueError) as exc:  # SourceError is a LookupError

@@ -19,6 +19,7 @@ docs/upstream-reports.md says what a report holds and where it stops.
 from __future__ import annotations
 
 import ast
+import importlib
 import os
 import re
 import subprocess
@@ -26,11 +27,13 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from batchfuzz.engines import ReleaseSource, SourceError
 from batchfuzz.upstream.findings import FINDINGS, Finding, Quote
 
-__all__ = ["FINDINGS", "Finding", "PatchResult", "Quote", "check_patch", "finding", "quote", "report", "reproduction"]
+__all__ = ["FINDINGS", "Finding", "PatchResult", "Quote", "check_patch", "engine_module", "finding", "quote",
+           "release_source", "report", "reproduction"]
 
 _QUOTE_LINES = 2  # a quote is a line or two of the engine's text
 _QUOTE_CHARS = 200  # characters of one quoted line
@@ -42,6 +45,20 @@ def finding(key: str) -> Finding:
         if f.key == key:
             return f
     raise ValueError(f"unknown finding {key!r}; known: {', '.join(f.key for f in FINDINGS)}")
+
+
+def release_source(f: Finding, version: str | None = None) -> ReleaseSource:
+    """The release ``version`` (default: the finding's) of ``f``'s engine, its
+    wheel from the cache or the registry (SourceError when neither has it)."""
+    from batchfuzz.engines import fetch_wheel
+
+    kind = engine_module(f).ReleaseSource
+    return kind.from_wheel(fetch_wheel(kind.distribution, version or f.release))
+
+
+def engine_module(f: Finding) -> Any:
+    """The ``batchfuzz.engines`` module of ``f``'s engine (its ReleaseSource kind)."""
+    return importlib.import_module(f"batchfuzz.engines.{f.package}")
 
 
 def _node(tree: ast.AST, qualname: str) -> ast.AST | None:
@@ -97,7 +114,7 @@ def reproduction(f: Finding) -> str:
 
 def report(f: Finding, source: ReleaseSource) -> str:
     """The Markdown report of ``f`` on ``source`` (normally the finding's release)."""
-    label = {"safety": "a safety property", "choice": "a property where the engine documents another choice"}[f.label]
+    label = {"safety": "a safety property", "choice": "a policy property: one of several answers the engine may choose, see below"}[f.label]
     rules = "\n".join(f"- {q.where} (`{q.path}`, `{q.qualname}`): \"{quote(source, q)}\"" for q in f.rule)
     return _REPORT.format(f=f, version=source.version, label=label, rules=rules, script=reproduction(f).rstrip())
 

@@ -184,6 +184,48 @@ _THRESHOLD_FIX = '''\
 -        min_none_high = lambda a, b: a if b is None else b if a is None else min(a, b)
 +        min_none_high = lambda a, b: a if b is None else b if a is None else max(a, b)'''
 
+_TBO = "sglang/srt/batch_overlap/two_batch_overlap.py"
+
+_TBO_SCRIPT = '''
+import typing
+
+
+class ForwardMode:
+    """The one mode this needs: an extend (prefill) step."""
+
+    EXTEND, MIXED = "extend", "mixed"
+
+
+namespace = {"ForwardMode": ForwardMode, "Sequence": typing.Sequence, "Optional": typing.Optional,
+             "get_tbo_token_distribution_threshold": lambda: 0.48}  # the server argument's default
+for name in ("_split_array_by_balanced_sum", "_split_array_by_cum_less_than_half", "_is_two_chunk_split_enabled",
+             "_split_extend_seqs", "compute_split_seq_index", "compute_split_token_index"):
+    engine_function("sglang/srt/batch_overlap/two_batch_overlap.py", name, namespace)
+
+extend_lens = [2, 3]  # one extend step: two prefill chunks of 2 and 3 tokens
+seq = namespace["compute_split_seq_index"](ForwardMode.EXTEND, sum(extend_lens), extend_lens, None)
+token = namespace["compute_split_token_index"](seq, ForwardMode.EXTEND, extend_lens, None)
+two_chunk = namespace["_is_two_chunk_split_enabled"](extend_lens)
+# In the two-chunk mode child A holds requests [0 : seq + 1] and tokens [0 : token); else requests [0 : seq].
+last = seq if two_chunk else seq - 1
+print(f"split_seq_index={seq}, split_token_index={token}, two_chunk={two_chunk}")
+assert 0 < token < sum(extend_lens), "a child with no token at all"
+assert sum(extend_lens[:last]) < token, (
+    f"child A holds request {last} but none of its tokens: its tokens start at {sum(extend_lens[:last])}, "
+    f"child A ends at {token}")
+'''
+
+_TBO_FIX = '''\
+--- a/sglang/srt/batch_overlap/two_batch_overlap.py
++++ b/sglang/srt/batch_overlap/two_batch_overlap.py
+@@ -129,4 +129,6 @@
+     if child_a_batch_size > child_a_num_q_tokens:
+         return False
++    if sum(extend_lens[:split_seq_index]) >= child_a_num_q_tokens:
++        return False  # the cut is on a seq boundary: child_a's last seq would get no token
+
+     return True'''
+
 FINDINGS: tuple[Finding, ...] = (
     Finding(
         key="vllm-v1-pooler-dummy-split", engine="vLLM", package="vllm", release="0.33.0", path=_V1_RUNNER,
@@ -236,5 +278,29 @@ FINDINGS: tuple[Finding, ...] = (
               Quote("how a builder asks for `1 + k`", "vllm/v1/attention/backend.py",
                     "AttentionMetadataBuilder._init_reorder_batch_threshold", "speculative_config = ")),
         script=_THRESHOLD_SCRIPT, fix=_THRESHOLD_FIX, files=(_V1_RUNNER,),
+    ),
+    Finding(
+        key="sglang-tbo-child-without-token", engine="SGLang", package="sglang", release="0.5.23", path=_TBO,
+        qualname="compute_split_token_index", contract="tbo_split", prop="cut_request_in_both", label="choice",
+        title="a two-chunk two-batch-overlap split gives child A a request with no token",
+        broken="in the two-chunk mode child A spans requests `[0 : split_seq_index + 1]` and tokens "
+               "`[0 : overall_sum // 2)`. When `overall_sum // 2` falls exactly on the start of request "
+               "`split_seq_index`, child A holds that request with an extend length of 0. 0.5.23's guard in "
+               "`_is_two_chunk_split_enabled` (quoted above) keeps child A's request count within its token count, "
+               "which holds here, so the cut goes through. batchfuzz's contract asks for a strict cut (every request "
+               "of a child has a token); whether a zero-length request is harmful depends on the attention "
+               "backend, so this is labelled a policy difference, not a proven crash.",
+        case="one extend step, `extend_lens=[2, 3]` (threshold 0.48, the default): two-chunk mode, "
+             "`split_seq_index=1`, `split_token_index=2`; child A is requests 0 and 1 with extend lengths `[2, 0]`. "
+             "batchfuzz's matrix shrank to `[1, 2, 4]` (child A `[1, 2, 0]`); `[2, 3]` is the smallest on a grid.",
+        matters="a backend's per-request planner or kernel sees a request with no query token in child A: the case "
+                "0.5.23's guard was added for (a planner asserting `batch_size <= num_q_tokens`) in a milder form, "
+                "and a zero-length row is what attention metadata builders least expect.",
+        realizable="any extend (or mixed) step under two-batch overlap whose balanced split is lopsided beyond the "
+                    "threshold and whose token midpoint lands on a request boundary, e.g. two prefill chunks of 2 and "
+                    "3 tokens.",
+        rule=(Quote("the two-chunk rule and its guard", _TBO, "_is_two_chunk_split_enabled",
+                    "split_seq_index = _split_array_by_cum_less_than_half"),),
+        script=_TBO_SCRIPT, fix=_TBO_FIX, files=(_TBO,),
     ),
 )
