@@ -136,3 +136,22 @@ def test_the_reproductions_fail_on_the_installed_vllm_too(tmp_path: Path) -> Non
         script.write_text(upstream.reproduction(f), encoding="utf-8")
         done = _run(script)
         assert done.returncode == 1 and "AssertionError" in done.stderr, (f.key, done.stdout + done.stderr)
+
+
+def test_the_documented_commands_run_as_printed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/upstream-reports.md's block, line by line, in a folder holding the
+    report's fix as ``fix.diff`` and a ``docs/reports`` to write into."""
+    f = upstream.finding("vllm-v1-pooler-dummy-split")
+    source = _source(f)
+    doc = (REPORTS.parent / "upstream-reports.md").read_text()
+    lines = _block(doc, "").strip().splitlines()
+    assert len(lines) == 3 and all(line.startswith("batchfuzz upstream ") for line in lines)
+    (tmp_path / "docs" / "reports").mkdir(parents=True)
+    (tmp_path / "fix.diff").write_text(_block(upstream.report(f, source), "diff"), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    for line in lines:
+        assert main(line.split()[1:]) == 0, line
+    out = capsys.readouterr().out
+    assert f.key in out and "the patch removes the failure" in out
+    assert (tmp_path / "docs" / "reports" / f"{f.key}.md").read_text() == (REPORTS / f"{f.key}.md").read_text()

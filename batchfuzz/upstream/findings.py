@@ -198,14 +198,16 @@ class ForwardMode:
 
 namespace = {"ForwardMode": ForwardMode, "Sequence": typing.Sequence, "Optional": typing.Optional,
              "get_tbo_token_distribution_threshold": lambda: 0.48}  # the server argument's default
-for name in ("_split_array_by_balanced_sum", "_split_array_by_cum_less_than_half", "_is_two_chunk_split_enabled",
-             "_split_extend_seqs", "compute_split_seq_index", "compute_split_token_index"):
+for name in ("_split_array_by_balanced_sum", "_split_array_by_cum_less_than_half", "_split_extend_seqs"):
     engine_function("sglang/srt/batch_overlap/two_batch_overlap.py", name, namespace)
+is_two_chunk = engine_function("sglang/srt/batch_overlap/two_batch_overlap.py", "_is_two_chunk_split_enabled", namespace)
+split_seq = engine_function("sglang/srt/batch_overlap/two_batch_overlap.py", "compute_split_seq_index", namespace)
+split_token = engine_function("sglang/srt/batch_overlap/two_batch_overlap.py", "compute_split_token_index", namespace)
 
 extend_lens = [2, 3]  # one extend step: two prefill chunks of 2 and 3 tokens
-seq = namespace["compute_split_seq_index"](ForwardMode.EXTEND, sum(extend_lens), extend_lens, None)
-token = namespace["compute_split_token_index"](seq, ForwardMode.EXTEND, extend_lens, None)
-two_chunk = namespace["_is_two_chunk_split_enabled"](extend_lens)
+seq = split_seq(ForwardMode.EXTEND, sum(extend_lens), extend_lens, None)
+token = split_token(seq, ForwardMode.EXTEND, extend_lens, None)
+two_chunk = is_two_chunk(extend_lens)
 # In the two-chunk mode child A holds requests [0 : seq + 1] and tokens [0 : token); else requests [0 : seq].
 last = seq if two_chunk else seq - 1
 print(f"split_seq_index={seq}, split_token_index={token}, two_chunk={two_chunk}")
