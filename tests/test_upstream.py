@@ -17,6 +17,7 @@ import pytest
 from batchfuzz import upstream
 from batchfuzz.cli import main
 from batchfuzz.engines import ReleaseSource, SourceError
+from batchfuzz.upstream import cells
 
 REPORTS = Path(__file__).resolve().parent.parent / "docs" / "reports"
 KEYS = [f.key for f in upstream.FINDINGS]
@@ -155,3 +156,19 @@ def test_the_documented_commands_run_as_printed(tmp_path: Path, monkeypatch: pyt
     out = capsys.readouterr().out
     assert f.key in out and "the patch removes the failure" in out
     assert (tmp_path / "docs" / "reports" / f"{f.key}.md").read_text() == (REPORTS / f"{f.key}.md").read_text()
+
+
+def test_the_fix_passes_the_failing_cell_and_changes_no_other() -> None:
+    """SGLang's fix on the matrix: every cell of two_batch_overlap.py, on the
+    release and patched (the smallest run that still fails the release)."""
+    f = upstream.finding("sglang-tbo-child-without-token")
+    source = _source(f)
+    changes = cells.cells_on_patch(upstream.engine_module(f), source, f.fix, upstream.touched(f.fix), max_examples=100)
+    target = [c for c in changes if c.function.endswith(":" + f.qualname) and c.contract == f.contract]
+    assert [(c.before, c.after) for c in target] == [(f"fail {f.prop}", "pass")]
+    assert len(changes) >= 3 and not [c for c in changes if c.changed and c not in target], changes
+
+
+def test_cells_without_a_patch_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["upstream", KEYS[0], "--cells"]) == 2
+    assert "--cells needs --patch" in capsys.readouterr().err

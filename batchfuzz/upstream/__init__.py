@@ -33,7 +33,7 @@ from batchfuzz.engines import ReleaseSource, SourceError
 from batchfuzz.upstream.findings import FINDINGS, Finding, Quote
 
 __all__ = ["FINDINGS", "Finding", "PatchResult", "Quote", "check_patch", "engine_module", "finding", "quote",
-           "release_source", "report", "reproduction"]
+           "release_source", "report", "reproduction", "touched"]
 
 _QUOTE_LINES = 2  # a quote is a line or two of the engine's text
 _QUOTE_CHARS = 200  # characters of one quoted line
@@ -132,7 +132,7 @@ class PatchResult:
         return self.before != 0 and self.after == 0
 
 
-def _touched(diff: str) -> list[str]:
+def touched(diff: str) -> list[str]:
     """The files a unified diff changes, as paths under the source root (``a/``, ``b/`` dropped)."""
     paths = re.findall(r"^\+\+\+ (?:b/)?(\S+)", diff, flags=re.MULTILINE)
     return [p for p in paths if p != "/dev/null"]
@@ -157,13 +157,13 @@ def check_patch(f: Finding, source: ReleaseSource, diff: str, timeout_s: float =
     """Run ``f``'s reproduction on the release's files and on a copy with
     ``diff`` applied (``patch -p1``). Raises ValueError when the diff touches
     no file or does not apply, naming what patch said."""
-    touched = _touched(diff)
-    if not touched:
+    touched_files = touched(diff)
+    if not touched_files:
         raise ValueError("the patch names no file to change (no '+++ b/PATH' line)")
     with tempfile.TemporaryDirectory(prefix="batchfuzz-upstream-") as tmp:
         base, patched = Path(tmp, "release"), Path(tmp, "patched")
         for root in (base, patched):
-            _copy(source, root, sorted({*touched, *f.files}))
+            _copy(source, root, sorted({*touched_files, *f.files}))
         applied = subprocess.run(["patch", "-p1", "--batch", "--forward", "-d", str(patched)], input=diff.rstrip("\n") + "\n",
                                  capture_output=True, text=True, timeout=60)
         if applied.returncode != 0:
