@@ -164,7 +164,7 @@ def test_the_fix_passes_the_failing_cell_and_changes_no_other() -> None:
     f = upstream.finding("sglang-tbo-child-without-token")
     source = _source(f)
     changes = cells.cells_on_patch(upstream.engine_module(f), source, f.fix, upstream.touched(f.fix), max_examples=100)
-    target = [c for c in changes if c.function.endswith(":" + f.qualname) and c.contract == f.contract]
+    target = [c for c in changes if c.of(f.qualname, f.contract)]
     assert [(c.before, c.after) for c in target] == [(f"fail {f.prop}", "pass")]
     assert len(changes) >= 3 and not [c for c in changes if c.changed and c not in target], changes
 

@@ -7,10 +7,12 @@ another), or writes it with ``--out FILE``; ``--patch DIFF`` instead applies
 a unified diff to a copy of the release's files and runs the reproduction on
 both (docs/upstream-reports.md).
 
-Exit codes: 0 the report is written, or the patch removes the failure; 1 the
-patch leaves the reproduction failing, or the release does not fail it; 2 a
-usage error (an unknown finding, a release that cannot be opened, a patch that
-does not apply, an unwritable output).
+Exit codes: 0 the report is written, or the patch removes the failure (with
+``--cells``: and no other cell changed); 1 the patch leaves the reproduction
+failing, the release does not fail it, or (``--cells``) another cell changed;
+2 a usage error (an unknown finding, a release that cannot be opened, a patch
+that does not apply, an unwritable output); 3 (``--cells``) the rest holds but
+a cell was incomplete on a tree.
 """
 
 from __future__ import annotations
@@ -119,9 +121,13 @@ def _cells(upstream: Any, found: Any, source: Any, patch: str) -> int:
     changes = cells.cells_on_patch(upstream.engine_module(found), source, diff, upstream.touched(diff))
     for c in changes:
         print(f"  {c.function} ({c.contract}): {c.before} -> {c.after}")
-    target = [c for c in changes if c.contract == found.contract and c.function.endswith(":" + found.qualname)]
+    target = [c for c in changes if c.of(found.qualname, found.contract)]
     others = [c for c in changes if c not in target and c.changed]
+    unjudged = [c for c in changes if not c.conclusive]
     gone = bool(target) and all(c.before.startswith("fail") and c.after == "pass" for c in target)
     print(("the failing cell passes" if gone else "the failing cell does not pass") + "; "
-          + ("nothing else changed" if not others else f"{len(others)} other cell(s) changed"))
+          + ("nothing else changed" if not others else f"{len(others)} other cell(s) changed")
+          + (f"; {len(unjudged)} cell(s) incomplete or in error on a tree, not compared" if unjudged else ""))
+    if unjudged and not others and gone:
+        return ExitCode.INCOMPLETE
     return ExitCode.OK if gone and not others else ExitCode.COUNTEREXAMPLE

@@ -27,8 +27,19 @@ class CellChange:
     after: str
 
     @property
+    def conclusive(self) -> bool:
+        """Both runs reached a verdict: an ``incomplete`` (the budget ran
+        out, as on a loaded machine) or ``error`` cell compares nothing."""
+        return not {self.before.split()[0], self.after.split()[0]} & {"incomplete", "error"}
+
+    @property
     def changed(self) -> bool:
-        return self.before != self.after
+        return self.conclusive and self.before != self.after
+
+    def of(self, qualname: str, contract: str) -> bool:
+        """Whether this is the cell of ``qualname`` under ``contract`` (a copy
+        found by the split search, ``PATH:QUALNAME#...``, included)."""
+        return self.contract == contract and self.function.split("#")[0].endswith(":" + qualname)
 
 
 def _verdict(cell: matrix.Cell) -> str:
