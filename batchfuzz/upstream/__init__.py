@@ -32,7 +32,7 @@ from typing import Any
 from batchfuzz.engines import ReleaseSource, SourceError
 from batchfuzz.upstream.findings import FINDINGS, Finding, Quote
 
-__all__ = ["FINDINGS", "Finding", "PatchResult", "Quote", "check_patch", "engine_module", "finding", "quote",
+__all__ = ["FINDINGS", "Finding", "PatchResult", "Quote", "apply_patch", "check_patch", "engine_module", "finding", "quote",
            "release_source", "report", "reproduction", "touched"]
 
 _QUOTE_LINES = 2  # a quote is a line or two of the engine's text
@@ -148,6 +148,15 @@ def _copy(source: ReleaseSource, root: Path, paths: list[str]) -> None:
         target.write_text(text, encoding="utf-8")
 
 
+def apply_patch(diff: str, root: Path, ref: str) -> None:
+    """Apply ``diff`` (``patch -p1``) to the tree at ``root``; ValueError with
+    patch's last words when it does not apply to the release ``ref``."""
+    applied = subprocess.run(["patch", "-p1", "--batch", "--forward", "-d", str(root)], input=diff.rstrip("\n") + "\n",
+                             capture_output=True, text=True, timeout=60)
+    if applied.returncode != 0:
+        raise ValueError(f"the patch does not apply to {ref}: {(applied.stdout + applied.stderr)[-400:]}")
+
+
 def _run(script: Path, root: Path, timeout_s: float) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, str(script), str(root)], capture_output=True, text=True, timeout=timeout_s,
                           cwd=root, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
@@ -164,10 +173,7 @@ def check_patch(f: Finding, source: ReleaseSource, diff: str, timeout_s: float =
         base, patched = Path(tmp, "release"), Path(tmp, "patched")
         for root in (base, patched):
             _copy(source, root, sorted({*touched_files, *f.files}))
-        applied = subprocess.run(["patch", "-p1", "--batch", "--forward", "-d", str(patched)], input=diff.rstrip("\n") + "\n",
-                                 capture_output=True, text=True, timeout=60)
-        if applied.returncode != 0:
-            raise ValueError(f"the patch does not apply to {source.ref}: {(applied.stdout + applied.stderr)[-400:]}")
+        apply_patch(diff, patched, source.ref)
         script = Path(tmp, "reproduce.py")
         script.write_text(reproduction(f), encoding="utf-8")
         before, after = _run(script, base, timeout_s), _run(script, patched, timeout_s)

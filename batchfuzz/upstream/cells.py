@@ -8,13 +8,13 @@ trees)."""
 
 from __future__ import annotations
 
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from batchfuzz.engines import ReleaseSource, matrix
+from batchfuzz.upstream import apply_patch
 
 
 @dataclass(frozen=True)
@@ -71,10 +71,7 @@ def cells_on_patch(engine: Any, source: ReleaseSource, diff: str, touched: list[
         base, patched = Path(tmp, "release"), Path(tmp, "patched")
         for root in (base, patched):
             _extract(source, root)
-        applied = subprocess.run(["patch", "-p1", "--batch", "--forward", "-d", str(patched)],
-                                 input=diff.rstrip("\n") + "\n", capture_output=True, text=True, timeout=60)
-        if applied.returncode != 0:
-            raise ValueError(f"the patch does not apply to {source.ref}: {(applied.stdout + applied.stderr)[-400:]}")
+        apply_patch(diff, patched, source.ref)
         run = {"budget_s": budget_s, "max_examples": max_examples, "seed": seed}
         before = _cells(engine, base, set(touched), **run)  # type: ignore[arg-type]
         after = _cells(engine, patched, set(touched), **run)  # type: ignore[arg-type]
