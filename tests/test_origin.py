@@ -190,25 +190,36 @@ def test_a_crafted_smaller_passing_entry_with_a_real_origin_does_not_replace_the
 # --------------------------------------------------------------------------- the whole story
 
 
-def _fuzz(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _fuzz(cwd: Path, *args: str, target: str = TARGET) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "BATCHFUZZ_", "HYPOTHESIS_"))}
     env["PYTHONPATH"] = str(REPO)
     cwd.mkdir(parents=True, exist_ok=True)
-    return subprocess.run([sys.executable, "-m", "batchfuzz", "fuzz", "--contract", CONTRACT, "--impl", f"{HOSTILE}:*",
-                           "--target", f"{CONTRACT}={TARGET}", "--profile", "ci", "--no-database", "--budget", "240s",
+    return subprocess.run([sys.executable, "-m", "batchfuzz", "fuzz", "--contract", CONTRACT, "--impl", target.rsplit(":", 1)[0] + ":*",
+                           "--target", f"{CONTRACT}={target}", "--profile", "ci", "--no-database", "--budget", "240s",
                            "--workers", "1", "--no-isolation", "--seed", "7", "--progress", "none", *args],
                           cwd=cwd, env=env, capture_output=True, text=True, timeout=400)
+
+
+def _split_over_two_shards(properties: list[str]) -> tuple[str, dict[int, list[str]]]:
+    """TARGET spelled (``DIR/./FILE``, one more ``/.`` each try) so that each of
+    two shards holds some of its items: the keys hold the checkout's path, and
+    on about 1 checkout in 128 every item of one spelling lands in one shard."""
+    for dots in range(16):
+        target = f"{HOSTILE.parent}{'/.' * dots}/{HOSTILE.name}:raises"
+        owned = {k: select(properties, lambda p, t=target: item_key(CONTRACT, t, "cpu", p), k, 2) for k in (1, 2)}
+        if all(owned.values()):
+            return target, owned
+    raise AssertionError(f"no spelling of {TARGET} splits its items over two shards")
 
 
 def test_a_target_that_raises_under_every_property_in_two_shards_is_one_entry_and_one_line(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     properties = {p.name for p in registry.get(CONTRACT).properties}
-    owned = {k: select(sorted(properties), lambda p: item_key(CONTRACT, TARGET, "cpu", p), k, 2) for k in (1, 2)}
-    assert all(owned.values()), owned  # each shard holds some of the target's items (the keys are the checkout's path)
+    target, owned = _split_over_two_shards(sorted(properties))
     shards = []
     for k in (1, 2):
         cwd = tmp_path / f"shard{k}"
-        r = _fuzz(cwd, "--shard", f"{k}/2")
+        r = _fuzz(cwd, "--shard", f"{k}/2", target=target)
         out = r.stdout + r.stderr
         assert r.returncode == 1, out
         # No --corpus, no --report: the state is the working directory's.
