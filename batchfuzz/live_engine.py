@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from batchfuzz.reference.pad_query_start_loc import pad_query_start_loc
+from batchfuzz.vllm_scheduler import write_model_config
 from batchfuzz.workloads import RngSource, Source
 
 CACHE_ROOT = os.path.join(os.path.expanduser("~"), ".cache", "batchfuzz", "vllm")
@@ -81,13 +82,7 @@ def _model_dir() -> str:
     """A folder holding only :data:`MODEL_CONFIG` as ``config.json`` (no weights, no tokenizer)."""
     path = os.path.join(CACHE_ROOT, "live-llama")
     os.makedirs(path, exist_ok=True)
-    file = os.path.join(path, "config.json")
-    text = json.dumps(MODEL_CONFIG, sort_keys=True)
-    if not os.path.exists(file) or open(file).read() != text:
-        with open(file + ".tmp", "w") as fh:
-            fh.write(text)
-        os.replace(file + ".tmp", file)
-    return path
+    return write_model_config(path, MODEL_CONFIG)
 
 
 @dataclass(frozen=True)

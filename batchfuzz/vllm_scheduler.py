@@ -106,6 +106,12 @@ def _model_dir() -> str:
     config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
               "num_attention_heads": 2, "num_key_value_heads": 2, "num_hidden_layers": 1, "vocab_size": VOCAB_SIZE,
               "max_position_embeddings": _MAX_POSITIONS, "torch_dtype": "float32"}
+    return write_model_config(path, config)
+
+
+def write_model_config(path: str, config: dict[str, Any]) -> str:
+    """``path``, holding ``config`` as its ``config.json`` (rewritten, atomically,
+    only when it differs: job processes share the folder)."""
     file = os.path.join(path, "config.json")
     text = json.dumps(config, sort_keys=True)
     if not os.path.exists(file) or open(file).read() != text:

@@ -35,11 +35,17 @@ def _call(target: Target, case: Case) -> Slices | None:
     out = target(a["num_scheduled_tokens"], a["num_tokens_padded"], a["num_reqs_padded"], a["num_ubatches"])
     if out is None:
         return None
+    return decode_slices(out, "split_ubatches must return a list of ((rs, re), (ts, te)) or None")
+
+
+def decode_slices(out: Any, expected: str) -> Slices:
+    """A target's ubatch slices (lists, tuples, arrays or tensors) as Python
+    ints; a ResultTypeError saying ``expected`` (what the contract takes) otherwise."""
     out = to_host(out)
     if isinstance(out, np.ndarray):
         out = out.tolist()
     if not isinstance(out, (list, tuple)):
-        raise ResultTypeError(f"split_ubatches must return a list of ((rs, re), (ts, te)) or None, got {type(out).__name__}")
+        raise ResultTypeError(f"{expected}, got {type(out).__name__}")
     slices: Slices = []
     for k, item in enumerate(out):
         try:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from batchfuzz import registry
 from batchfuzz.case import Case
-from batchfuzz.checks import ResultTypeError, require
+from batchfuzz.checks import require
+from batchfuzz.contracts.split_ubatches import decode_slices
 from batchfuzz.contracts.split_uniform_ubatches_variants import VARIANTS
 from batchfuzz.impl import split_uniform_ubatches_numpy
 from batchfuzz.reference import split_uniform_ubatches as oracle
@@ -18,27 +17,10 @@ from batchfuzz.strategies import split_uniform_ubatches as strategies
 ARGUMENTS = oracle.ARGUMENTS
 
 
-def _int(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ResultTypeError(f"{what} must be an int, got {type(value).__name__} {value!r:.60}")
-    return int(value)
-
-
 def _slices(target: Target, case: Case) -> oracle.Slices:
     """The target's ``n`` slices as Python ints."""
     out = target(*(case.args[k] for k in ARGUMENTS))
-    if isinstance(out, np.ndarray):
-        out = out.tolist()
-    if not isinstance(out, (list, tuple)):
-        raise ResultTypeError(f"split_uniform_ubatches must return a list of ((rs, re), (ts, te)), got {type(out).__name__}")
-    slices: oracle.Slices = []
-    for k, item in enumerate(out):
-        try:
-            (rs, re), (ts, te) = item
-        except (TypeError, ValueError):
-            raise ResultTypeError(f"ubatch {k} must be ((req_start, req_stop), (tok_start, tok_stop)), got {item!r:.120}") from None
-        slices.append(((_int(rs, f"ubatch {k} req_start"), _int(re, f"ubatch {k} req_stop")),
-                       (_int(ts, f"ubatch {k} tok_start"), _int(te, f"ubatch {k} tok_stop"))))
+    slices = decode_slices(out, "split_uniform_ubatches must return a list of ((rs, re), (ts, te))")
     n = case.args["num_ubatches"]
     require(len(slices) == n, f"got {len(slices)} ubatches, expected num_ubatches = {n}: {slices}")
     return slices
