@@ -238,7 +238,8 @@ def test_a_numpy_patch_is_caught_in_process_too_and_undone() -> None:
 
 def test_a_forking_target_leaves_no_process_behind_and_the_cleanup_is_counted() -> None:
     from batchfuzz import registry
-    from batchfuzz.execution import PASSED, Isolated, _group_members
+    from batchfuzz.execution import PASSED, Isolated
+    from batchfuzz.execution.processes import _group_members
 
     ex = Isolated(registry.get(CONTRACT), f"{HOSTILE}:forks")
     for n in range(3, 6):

@@ -112,7 +112,7 @@ def test_the_worker_dies_with_its_owner(tmp_path: Path, hostile: Path) -> None:
     finally:
         owner.kill()
         owner.wait()
-    from batchfuzz.execution import _process_state
+    from batchfuzz.execution.processes import _process_state
 
     for _ in range(300):  # it checks twice a second; a loaded machine may take seconds to run it
         if _process_state(worker) in ("", "Z", "X"):  # gone, or dead and not yet reaped by whoever adopted it
