@@ -76,7 +76,6 @@ class Isolated(Executor):
         self._sent: tuple[float, int] | None = None  # a submitted case's (perf_counter, output mark), until collected
         self._unsent = False
 
-
     def _start(self) -> None:
         ctx = process_context()
         parent, child = ctx.Pipe()
