@@ -1,5 +1,5 @@
 """Functions that misbehave the way broken engine code does, as targets for
-the tests of the execution layer (tests/test_isolation.py) and of the
+the tests of the execution layer (tests/test_execution.py) and of the
 commands (tests/test_hostile.py). They are loaded by file path
 (``tests/hostile.py:segv``), like a user's target.
 

@@ -102,7 +102,7 @@ def test_a_target_that_rewrites_the_judges_code_is_a_crash_naming_it() -> None:
     with Isolated(registry.get(CONTRACT), f"{HOSTILE}:rewrites_judge") as ex:
         out = ex.check("matches_oracle", _case(2, 7), 60)
         assert (out.status, out.error_type) == (CRASH, TAMPERED), out
-        assert "batchfuzz.execution.evaluate.__code__" in out.message, out
+        assert "batchfuzz.execution.evaluation.evaluate.__code__" in out.message, out
         assert ex.check("matches_oracle", _case(3, 7), 60).status in (CRASH, FAILED)  # caught again, never "passed"
 
 
@@ -118,5 +118,5 @@ def test_a_rewritten_property_or_judge_is_put_back_in_process() -> None:
     execution.evaluate.__code__ = hostile._passes.__code__
     object.__setattr__(prop, "check", lambda target, case: None)
     changed = execution.tampering(before)
-    assert "batchfuzz.execution.evaluate.__code__" in changed and "the property matches_oracle's check" in changed
+    assert "batchfuzz.execution.evaluation.evaluate.__code__" in changed and "the property matches_oracle's check" in changed
     assert execution.evaluate.__code__ is code and prop.check is check

@@ -1,6 +1,7 @@
 """The faults of issue 19, each tried as a test that holds: corpus files that
 would run code or stop the replay, hostile targets, resource limits, bad
-durations. Every test here is driven by example counts or by the fault
+durations (the executor's own faults are tried in tests/test_execution.py).
+Every test here is driven by example counts or by the fault
 itself, never by a short wall-clock budget.
 """
 
@@ -204,68 +205,6 @@ def test_a_target_that_raises_gets_its_own_verdict_shrunk_and_reproduced() -> No
         assert (out.status, out.error_type) == (RAISES, "IndexError") and "out of range" in out.traceback, out
 
 
-@pytest.mark.parametrize(("fn", "error_type", "words"), [
-    ("stops_itself", "Stopped", "stopped its own process"),
-    ("kills_fork_server", "KilledForkServer", "ended the process batchfuzz forks its workers from"),
-    ("patches_numpy", "TamperedWithHarness", "replaced numpy.array_equal"),
-])
-def test_a_target_that_disables_the_harness_gets_a_verdict_naming_what_it_did(fn: str, error_type: str, words: str) -> None:
-    """Not "incomplete": a crash naming the act, and the next case runs in a
-    fresh worker (a fresh fork server where the target killed it)."""
-    from batchfuzz import registry
-    from batchfuzz.execution import CRASH, PASSED, Isolated
-
-    contract = registry.get(CONTRACT)
-    with Isolated(contract, f"{HOSTILE}:{fn}") as ex:
-        out = ex.check("matches_oracle", _case(3, 7), 60)
-        assert (out.status, out.error_type) == (CRASH, error_type) and words in out.message, out
-        if fn == "stops_itself":
-            assert ex.check("matches_oracle", _case(2, 7), 60).status == PASSED
-
-
-def test_a_numpy_patch_is_caught_in_process_too_and_undone() -> None:
-    import numpy as np
-
-    from batchfuzz import registry
-    from batchfuzz.execution import CRASH, executor_for
-
-    before = np.array_equal
-    ex = executor_for(registry.get(CONTRACT), f"{HOSTILE}:patches_numpy", isolate=False)
-    out = ex.check("matches_oracle", _case(3, 7))
-    assert out.status == CRASH and "numpy.array_equal" in out.message, out
-    assert np.array_equal is before  # put back: the rest of this process judges with the real one
-
-
-def test_a_forking_target_leaves_no_process_behind_and_the_cleanup_is_counted() -> None:
-    from batchfuzz import registry
-    from batchfuzz.execution import PASSED, Isolated, _group_members
-
-    ex = Isolated(registry.get(CONTRACT), f"{HOSTILE}:forks")
-    for n in range(3, 6):
-        assert ex.check("sum_is_num_tokens", _case(2, n), 60).status == PASSED
-    pid = ex._pid
-    assert len(_group_members(pid, exclude=pid)) == 3
-    ex.close()
-    assert ex.orphans == 3 and _group_members(pid) == []
-
-
-def test_a_chatty_target_costs_a_bounded_tail_of_memory_and_no_file() -> None:
-    import glob
-    import tempfile
-
-    from batchfuzz import registry
-    from batchfuzz.execution import OUTPUT_TAIL_BYTES, PASSED, Isolated
-
-    logs = set(glob.glob(os.path.join(tempfile.gettempdir(), "batchfuzz-worker-*")))
-    with Isolated(registry.get(CONTRACT), f"{HOSTILE}:chatty") as ex:
-        for n in range(3, 9):  # 24 MB printed
-            assert ex.check("sum_is_num_tokens", _case(2, n), 60).status == PASSED
-        # every call's output was read (the last call's may still be in the pipe: at least five calls' worth)
-        assert ex._tail is not None and ex._tail.total >= 5 * (4 << 20)
-        assert len(ex._tail.buf) <= OUTPUT_TAIL_BYTES
-    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "batchfuzz-worker-*"))) <= logs
-
-
 def test_a_module_that_hangs_at_import_is_a_usage_error_within_the_budget(tmp_path: Path) -> None:
     import subprocess
     import sys
@@ -465,23 +404,3 @@ def test_a_slow_engine_matrix_cell_is_incomplete_with_the_reason(monkeypatch: py
     cell = matrix.run_cell(b, budget_s=5, timeout_s=1, seed=0)
     assert cell.verdict == "incomplete" and "did not start within 120s" in cell.reason, cell
 
-
-def test_a_contracts_own_refusal_is_judged_by_its_properties_not_a_raises_verdict() -> None:
-    """Contract G refuses thresholds no reorder threshold satisfies (a
-    ValueError is its answer, ``Contract.refusals``): the implementation's
-    refusal passes every property, while a target raising something else is
-    still ``raises``."""
-    from batchfuzz import execution, registry
-    from batchfuzz.case import Case
-
-    contract = registry.get("batch_order")
-    case = Case({"num_computed_tokens": [0], "num_scheduled_tokens": [1], "num_prompt_tokens": [1],
-                 "thresholds": [2, 1], "num_speculative_tokens": 1}, {})
-    impl = contract.implementation("numpy").for_device("cpu")
-    for prop in contract.properties:
-        assert execution.evaluate(contract, impl, prop.name, case).status == execution.PASSED, prop.name
-
-    def broken(*args: object) -> object:
-        raise KeyError("not a refusal")
-
-    assert execution.evaluate(contract, broken, contract.properties[0].name, case).status == execution.RAISES

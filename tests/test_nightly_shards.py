@@ -52,7 +52,7 @@ NIGHT_SEED, NEXT_NIGHT_SEED = 1, 2
 BUDGET, NEXT_NIGHT_BUDGET = "12s", "10s"
 # Targets run inside the job processes: an isolated executor's start-up (seconds on a
 # loaded 2-core machine) would eat the first slices. Isolation has its own end-to-end
-# tests (tests/test_fuzz_job.py, tests/test_isolation.py).
+# tests (tests/test_fuzz_job.py, tests/test_execution.py).
 ISOLATION = ["--no-isolation"]
 PREFIX = b"batchfuzz:example:"  # the default namespace of batchfuzz.fuzz.database
 

@@ -16,8 +16,7 @@ from hypothesis.control import current_build_context
 from hypothesis.errors import InvalidArgument
 
 from batchfuzz import registry, runner
-from batchfuzz.case import Case
-from batchfuzz.execution import FAILED, PASSED, Isolated
+from batchfuzz.execution import PASSED, Isolated
 
 HOSTILE = Path(__file__).with_name("hostile.py")
 
@@ -83,19 +82,3 @@ def test_a_failure_that_does_not_repeat_is_reported_as_it_was_found() -> None:
     assert r.first_failure_example == 3  # the third call in the worker, and only that one, is wrong
     assert again is not None and again.status == PASSED  # the replay could not make it fail again
 
-
-def test_submit_and_collect_come_in_pairs() -> None:
-    contract = registry.get("split_dummy_tokens")
-    case = Case({"num_reqs": 2, "num_tokens": 5}, {"max_model_len": 5})
-    with Isolated(contract, "impl:numpy@cpu") as ex:
-        with pytest.raises(RuntimeError, match="no case was submitted"):
-            ex.collect(30)
-        ex.submit("sum_is_num_tokens", case)
-        with pytest.raises(RuntimeError, match="was not collected"):
-            ex.submit("sum_is_num_tokens", case)
-        assert ex.collect(30).status == PASSED
-        assert ex.check("sum_is_num_tokens", case, 30).status == PASSED
-    bad = Case({"num_reqs": 2, "num_tokens": 5}, {"max_model_len": 5})
-    with Isolated(contract, f"{HOSTILE}:wrong_once") as ex:
-        statuses = [ex.check("sum_is_num_tokens", bad, 30).status for _ in range(4)]
-    assert statuses == [PASSED, PASSED, FAILED, PASSED]

@@ -1,7 +1,15 @@
 """The execution layer (``batchfuzz.execution``), on the CPU: a target that
-segfaults, exits, raises a BaseException or hangs costs only its worker
-process; the case is a ``crash`` or ``timeout`` failure, shrunk, and a fresh
-worker takes the next one. Inputs stay pristine in both executors."""
+segfaults, exits, raises a BaseException, hangs, forks, floods its output or
+disables the harness costs only its worker process; the case is a ``crash``
+or ``timeout`` failure, shrunk, and a fresh worker takes the next one.
+Inputs stay pristine in both executors; ``submit`` and ``collect`` pair up.
+
+Elsewhere: tests/test_escapes.py (processes that leave the worker's session,
+a rewritten judge), tests/test_overlap.py (``runner.hunt``'s overlap of the
+worker's call), tests/test_hostile.py (each misbehaviour through the
+commands), tests/test_signals.py (signals at the edges of a fuzz run) and
+tests/test_gpu.py (device faults on CUDA). The misbehaving targets are in
+tests/hostile.py."""
 
 from __future__ import annotations
 
@@ -17,7 +25,21 @@ from hypothesis import settings
 
 from batchfuzz import registry, runner
 from batchfuzz.case import Case
-from batchfuzz.execution import CRASH, FAILED, PASSED, TIMEOUT, InProcess, Isolated, guarded, signature_error
+from batchfuzz.execution import (
+    CRASH,
+    FAILED,
+    OUTPUT_TAIL_BYTES,
+    PASSED,
+    RAISES,
+    TIMEOUT,
+    InProcess,
+    Isolated,
+    evaluate,
+    executor_for,
+    guarded,
+    signature_error,
+)
+from batchfuzz.execution.processes import _group_members, _process_state
 
 CONTRACT = "split_dummy_tokens"
 
@@ -112,8 +134,6 @@ def test_the_worker_dies_with_its_owner(tmp_path: Path, hostile: Path) -> None:
     finally:
         owner.kill()
         owner.wait()
-    from batchfuzz.execution import _process_state
-
     for _ in range(300):  # it checks twice a second; a loaded machine may take seconds to run it
         if _process_state(worker) in ("", "Z", "X"):  # gone, or dead and not yet reaped by whoever adopted it
             return
@@ -200,3 +220,87 @@ def test_scores_that_raise_count_nothing_and_leave_the_verdict() -> None:
 
     out = InProcess(contract, once_then_raise).check("returns_bool", _scored_step(), scores=True)
     assert (out.status, out.value, len(seen)) == (PASSED, {}, 2), out
+
+
+def test_submit_and_collect_come_in_pairs() -> None:
+    contract = registry.get("split_dummy_tokens")
+    case = Case({"num_reqs": 2, "num_tokens": 5}, {"max_model_len": 5})
+    with Isolated(contract, "impl:numpy@cpu") as ex:
+        with pytest.raises(RuntimeError, match="no case was submitted"):
+            ex.collect(30)
+        ex.submit("sum_is_num_tokens", case)
+        with pytest.raises(RuntimeError, match="was not collected"):
+            ex.submit("sum_is_num_tokens", case)
+        assert ex.collect(30).status == PASSED
+        assert ex.check("sum_is_num_tokens", case, 30).status == PASSED
+    bad = Case({"num_reqs": 2, "num_tokens": 5}, {"max_model_len": 5})
+    with Isolated(contract, f"{HOSTILE}:wrong_once") as ex:
+        statuses = [ex.check("sum_is_num_tokens", bad, 30).status for _ in range(4)]
+    assert statuses == [PASSED, PASSED, FAILED, PASSED]
+
+
+@pytest.mark.parametrize(("fn", "error_type", "words"), [
+    ("stops_itself", "Stopped", "stopped its own process"),
+    ("kills_fork_server", "KilledForkServer", "ended the process batchfuzz forks its workers from"),
+    ("patches_numpy", "TamperedWithHarness", "replaced numpy.array_equal"),
+])
+def test_a_target_that_disables_the_harness_gets_a_verdict_naming_what_it_did(fn: str, error_type: str, words: str) -> None:
+    """Not "incomplete": a crash naming the act, and the next case runs in a
+    fresh worker (a fresh fork server where the target killed it)."""
+    contract = registry.get(CONTRACT)
+    with Isolated(contract, f"{HOSTILE}:{fn}") as ex:
+        out = ex.check("matches_oracle", _case(3, 7), 60)
+        assert (out.status, out.error_type) == (CRASH, error_type) and words in out.message, out
+        if fn == "stops_itself":
+            assert ex.check("matches_oracle", _case(2, 7), 60).status == PASSED
+
+
+def test_a_numpy_patch_is_caught_in_process_too_and_undone() -> None:
+    before = np.array_equal
+    ex = executor_for(registry.get(CONTRACT), f"{HOSTILE}:patches_numpy", isolate=False)
+    out = ex.check("matches_oracle", _case(3, 7))
+    assert out.status == CRASH and "numpy.array_equal" in out.message, out
+    assert np.array_equal is before  # put back: the rest of this process judges with the real one
+
+
+def test_a_forking_target_leaves_no_process_behind_and_the_cleanup_is_counted() -> None:
+    ex = Isolated(registry.get(CONTRACT), f"{HOSTILE}:forks")
+    for n in range(3, 6):
+        assert ex.check("sum_is_num_tokens", _case(2, n), 60).status == PASSED
+    pid = ex._pid
+    assert len(_group_members(pid, exclude=pid)) == 3
+    ex.close()
+    assert ex.orphans == 3 and _group_members(pid) == []
+
+
+def test_a_chatty_target_costs_a_bounded_tail_of_memory_and_no_file() -> None:
+    import glob
+    import tempfile
+
+
+    logs = set(glob.glob(os.path.join(tempfile.gettempdir(), "batchfuzz-worker-*")))
+    with Isolated(registry.get(CONTRACT), f"{HOSTILE}:chatty") as ex:
+        for n in range(3, 9):  # 24 MB printed
+            assert ex.check("sum_is_num_tokens", _case(2, n), 60).status == PASSED
+        # every call's output was read (the last call's may still be in the pipe: at least five calls' worth)
+        assert ex._tail is not None and ex._tail.total >= 5 * (4 << 20)
+        assert len(ex._tail.buf) <= OUTPUT_TAIL_BYTES
+    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "batchfuzz-worker-*"))) <= logs
+
+
+def test_a_contracts_own_refusal_is_judged_by_its_properties_not_a_raises_verdict() -> None:
+    """Contract G refuses thresholds no reorder threshold satisfies (a
+    ValueError is its answer, ``Contract.refusals``): the implementation's
+    refusal passes every property, while a target raising something else is
+    still ``raises``."""
+    contract = registry.get("batch_order")
+    case = Case({"num_computed_tokens": [0], "num_scheduled_tokens": [1], "num_prompt_tokens": [1],
+                 "thresholds": [2, 1], "num_speculative_tokens": 1}, {})
+    impl = contract.implementation("numpy").for_device("cpu")
+    for prop in contract.properties:
+        assert evaluate(contract, impl, prop.name, case).status == PASSED, prop.name
+
+    def broken(*args: object) -> object:
+        raise KeyError("not a refusal")
+
+    assert evaluate(contract, broken, contract.properties[0].name, case).status == RAISES
