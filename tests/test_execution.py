@@ -39,7 +39,7 @@ from batchfuzz.execution import (
     guarded,
     signature_error,
 )
-from batchfuzz.execution.processes import _group_members, _process_state
+from batchfuzz.execution.processes import _gone, _group_members, _process_state
 
 CONTRACT = "split_dummy_tokens"
 
@@ -304,3 +304,21 @@ def test_a_contracts_own_refusal_is_judged_by_its_properties_not_a_raises_verdic
         raise KeyError("not a refusal")
 
     assert evaluate(contract, broken, contract.properties[0].name, case).status == RAISES
+
+
+def test_a_busy_process_that_then_dies_is_seen_gone_whatever_the_wait() -> None:
+    """A killed fork server runs to its end before it is a zombie; on a loaded
+    machine that can take longer than any fixed window. A child that stays
+    running (not asleep) for 300 ms and then exits stands for it: ``_gone``
+    must wait for the end rather than call a running process alive."""
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "import time\nt = time.monotonic()\nwhile time.monotonic() - t < 0.3: pass"])
+    try:
+        while _process_state(child.pid) not in ("R",):  # until it is spinning, its imports done
+            if child.poll() is not None:
+                pytest.fail("the child ended before it was seen running")
+        assert _gone(child.pid)
+    finally:
+        child.wait()

@@ -28,16 +28,22 @@ def _process_state(pid: int) -> str:
 
 def _gone(pid: int) -> bool:
     """Whether process ``pid`` (the fork server) has died. A process killed a
-    moment ago may still be running to its end: one that is not asleep (its
-    state while it waits for work) is given 50 ms to show it."""
-    for _ in range(25):
+    moment ago is woken to run to its end, so one that is not asleep (its state
+    while it waits for work) is watched until it sleeps or dies: on a loaded
+    machine its end may wait long for a core, and a fixed window would make the
+    verdict depend on the load. The cap only guards against a server that stays
+    busy, which a healthy one never does between cases."""
+    deadline = time.monotonic() + _GONE_CAP_S
+    while True:
         state = _process_state(pid)
         if state in ("", "Z", "X"):
             return True
-        if state in ("S", "I"):
+        if state in ("S", "I") or time.monotonic() > deadline:
             return False
         time.sleep(0.002)
-    return False
+
+
+_GONE_CAP_S = 30.0
 
 
 def _process_table() -> dict[int, tuple[int, int]]:
