@@ -93,7 +93,7 @@ class EngineModule(Protocol):
     ``batchfuzz.engines.Bound`` per spec for a release (it may add rows of
     its own, such as the copies of the split ``batchfuzz.engines.split_search``
     finds, and take a keyword ``search``, False when the selection keeps none
-    of them: ``batchfuzz.engines.matrix.engine_releases``); ``resolve(ref)``:
+    of them: ``batchfuzz.matrix.engine_releases``); ``resolve(ref)``:
     the target of a ``Bound.ref``, rebuilt in a fresh worker process.
     """
 

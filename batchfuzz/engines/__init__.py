@@ -222,8 +222,8 @@ class Bound:
 
 ENGINES_ENV_VAR = "BATCHFUZZ_ENGINES"
 ENTRY_POINT_GROUP = "batchfuzz.engines"
-# Modules of this package that are the harness, not an engine.
-_HARNESS_MODULES = frozenset({"matrix", "split_search", "locate", "follow"})
+# Modules of this package that are tools the engines share, not engines.
+_HARNESS_MODULES = frozenset({"split_search", "locate", "follow"})
 
 
 class UnknownEngine(LookupError):
@@ -232,7 +232,7 @@ class UnknownEngine(LookupError):
 
 def engine_modules() -> list[str]:
     """The modules that hold engines, in order: every module of this package
-    but the harness (``matrix``) and private ones, then those the
+    but the shared tools (``split_search``, ``locate``, ``follow``) and private ones, then those the
     ``batchfuzz.engines`` entry-point group names, then
     ``$BATCHFUZZ_ENGINES`` (comma-separated)."""
     import pkgutil
