@@ -67,15 +67,13 @@ query_start_loc fill only ever sees R >= 1 and a buffer whose [0] is 0).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from batchfuzz import bind
-from batchfuzz import engines as _engines
 from batchfuzz.engines import Bound, split_search
+from batchfuzz.engines.base import Engine, Planned, Release, Spec
 from batchfuzz.engines.vllm._release import (
     ATTN_UTILS,
     DP_UTILS,
@@ -88,7 +86,6 @@ from batchfuzz.engines.vllm._release import (
     UBATCH_UTILS,
     V1_RUNNER,
     ReleaseSource,
-    _Built,
     _Release,
     _release,
 )
@@ -118,7 +115,6 @@ from batchfuzz.engines.vllm.microbatch import (
 )
 from batchfuzz.engines.vllm.order import _bind_extends, _bind_reorder, _bind_reorder_threshold, _bind_split
 from batchfuzz.engines.vllm.spec_decode import _bind_cumsum_and_arange, _bind_mrv2_spec_logits, _bind_spec_decode_metadata
-from batchfuzz.preconditions import domain
 from batchfuzz.reference.make_dummy import DummyBuffers
 
 __all__ = [
@@ -153,13 +149,7 @@ RELEASES = ("0.22.0", "0.23.0", "0.26.0", "0.27.0", "0.28.0", "0.33.0")
 # ---------------------------------------------------------------- the table of bindings
 
 
-@dataclass(frozen=True)
-class _Spec:
-    function: str
-    contract: str
-    build: Callable[[_Release], _Built]
-    probe: tuple[Any, ...]
-    assumed: tuple[str, ...] = ()  # configuration the engine reads and the stand-ins give, as NAME=VALUE
+_Spec = Spec  # the rows below: the shared spec of an engine module (batchfuzz.engines.base)
 
 
 def _probe_buffers() -> DummyBuffers:
@@ -235,111 +225,56 @@ _MOVED: dict[str, str] = {
 _MOVED[f"{V1_RUNNER}:GPUModelRunner._calc_spec_decode_metadata"] = _MOVED[f"{V1_RUNNER}:GPUModelRunner._get_cumsum_and_arange"]
 
 
-def _absent_reason(rel: _Release, spec: _Spec, exc: bind.Absent) -> str:
-    """Why ``spec`` is absent: the binding's own words, and where the behaviour went when the release has the new
-    model runner but no v1 one."""
-    moved = _MOVED.get(spec.function)
-    if moved is None or rel.source.read(V1_RUNNER) is not None or rel.source.read(MRV2_RUNNER) is None:
-        return str(exc)
-    return f"v1 model runner deleted: {moved} ({exc})"
+class _Vllm(Engine):
+    """The shared skeleton with vLLM's differences: where an absent v1 function's behaviour went, fresh mutable
+    probe inputs, and the split search's copies as rows after SPECS."""
+
+    def absent_reason(self, rel: Release, spec: Spec, exc: bind.Absent) -> str:
+        """The binding's own words, and where the behaviour went when the release has the new model runner but
+        no v1 one."""
+        moved = _MOVED.get(spec.function)
+        if moved is None or rel.source.read(V1_RUNNER) is not None or rel.source.read(MRV2_RUNNER) is None:
+            return str(exc)
+        return f"v1 model runner deleted: {moved} ({exc})"
+
+    def probe_args(self, spec: Spec) -> tuple[Any, ...]:
+        fresh = {"buffers": _probe_buffers, "out": lambda: np.zeros(5, dtype=np.int32)}
+        return tuple(fresh[a]() if isinstance(a, str) else a for a in spec.probe)
+
+    def extra_plan(self, rel: Release) -> list[Planned]:
+        """Each copy of the split ``split_search`` finds, in path and line order (reading the source text only)."""
+        return [Planned(site.function, split_search.CONTRACT, functools.partial(self.bind_site, rel, site))
+                for site in split_search.search(rel.source)]
+
+    def resolve_extra(self, rel: Release, function: str, contract: str) -> Bound | None:
+        if contract != split_search.CONTRACT or "#" not in function:
+            return None
+        return self.bind_site(rel, split_search.find(rel.source, function), probe=False)
+
+    def bind_site(self, rel: Release, site: split_search.SplitSite, probe: bool = True) -> Bound:
+        """A copy of the split the search found, as contract A's target; a site
+        whose dividend counts no tokens is ``not-split`` (``split_search.not_a_token_split``)."""
+        release, contract = self.label(rel), split_search.CONTRACT
+        detail = f"found by the split search (batchfuzz.engines.split_search): {site.describe()}"
+        other = split_search.not_a_token_split(site)
+        if other:
+            return Bound(release, site.function, contract, "not-split", reason=other, detail=detail)
+        raised = ""
+        try:
+            target = split_search.bind_site(site, rel.loader())
+            if probe:
+                raised = bind.probe(target, *split_search.PROBE, what=site.function)
+        except (bind.Absent, bind.Unbindable) as exc:
+            return Bound(release, site.function, contract, "unbindable", reason=str(exc), detail=detail)
+        return Bound(release, site.function, contract, "bound", target=self.finish(rel, target, site.function, contract),
+                     ref=self.ref(rel.source, site.function, contract), detail=detail, probe_raised=raised,
+                     probe_args=split_search.PROBE if raised else ())
+
+    def _open(self, source_ref: str) -> Release:
+        return _release(source_ref)  # one cache with the rank functions' (dp.py)
 
 
-def _probe_args(spec: _Spec) -> tuple[Any, ...]:
-    fresh = {"buffers": _probe_buffers, "out": lambda: np.zeros(5, dtype=np.int32)}
-    return tuple(fresh[a]() if isinstance(a, str) else a for a in spec.probe)
-
-
-def _ref(source: _engines.ReleaseSource, spec: _Spec) -> str:
-    return f"{ENGINE}::{source.ref}::{spec.function}::{spec.contract}"
-
-
-def _bind_one(rel: _Release, spec: _Spec, probe: bool = True) -> Bound:
-    """One spec bound in ``rel``, dry-run on its probe input (``bind.probe``)
-    unless ``probe`` is False: a worker rebuilding a target the matrix bound
-    (``resolve``) calls the engine's code only in the properties' calls."""
-    release = f"vllm {rel.source.version}"
-    raised = ""
-    try:
-        built = spec.build(rel)
-        target, detail, assumed = built[0], built[1], (*spec.assumed, *(built[2] if len(built) > 2 else ()))
-        if probe:
-            raised = bind.probe(target, *_probe_args(spec), what=f"{spec.function} as {spec.contract}")
-    except bind.Absent as exc:
-        return Bound(release, spec.function, spec.contract, "absent", reason=_absent_reason(rel, spec, exc))
-    except bind.Unbindable as exc:
-        return Bound(release, spec.function, spec.contract, "unbindable", reason=str(exc), assumed=spec.assumed)
-    target.__name__ = spec.contract
-    target.__qualname__ = f"vllm_{rel.source.version.replace('.', '_')}.{spec.function.split(':')[-1]}[{spec.contract}]"
-    # The engine's code is checked on the inputs the engine's callers produce.
-    target = domain("engine")(target)
-    return Bound(release, spec.function, spec.contract, "bound", target=target, ref=_ref(rel.source, spec), detail=detail,
-                 assumed=assumed, probe_raised=raised, probe_args=_probe_args(spec) if raised else ())
-
-
-def _bind_site(rel: _Release, site: split_search.SplitSite, probe: bool = True) -> Bound:
-    """A copy of the split the search found, as contract A's target; a site
-    whose dividend counts no tokens is ``not-split`` (``split_search.not_a_token_split``)."""
-    release = f"vllm {rel.source.version}"
-    detail = f"found by the split search (batchfuzz.engines.split_search): {site.describe()}"
-    other = split_search.not_a_token_split(site)
-    if other:
-        return Bound(release, site.function, split_search.CONTRACT, "not-split", reason=other, detail=detail)
-    raised = ""
-    try:
-        target = split_search.bind_site(site, rel.loader())
-        if probe:
-            raised = bind.probe(target, *split_search.PROBE, what=site.function)
-    except (bind.Absent, bind.Unbindable) as exc:
-        return Bound(release, site.function, split_search.CONTRACT, "unbindable", reason=str(exc), detail=detail)
-    target.__qualname__ = f"vllm_{rel.source.version.replace('.', '_')}.{site.function.split(':')[-1]}[{split_search.CONTRACT}]"
-    target = domain("engine")(target)
-    ref = f"{ENGINE}::{rel.source.ref}::{site.function}::{split_search.CONTRACT}"
-    return Bound(release, site.function, split_search.CONTRACT, "bound", target=target, ref=ref, detail=detail,
-                 probe_raised=raised, probe_args=split_search.PROBE if raised else ())
-
-
-@dataclass(frozen=True)
-class Planned:
-    """One binding of a release before it is made: its row's function and
-    contract, and ``bind()`` giving its Bound (cutting out, loading and
-    probing the release's code: what ``matrix`` runs in a worker process)."""
-
-    function: str
-    contract: str
-    bind: Callable[[], Bound]
-
-
-def binding_plan(source: _engines.ReleaseSource, *, search: bool = True) -> list[Planned]:
-    """The bindings of one release, not yet made: SPECS in order, then
-    (``search``) each copy of the split ``split_search`` finds, in path and
-    line order. Finding them reads the source text only."""
-    if not isinstance(source, _engines.ReleaseSource):
-        raise TypeError(f"source must be a ReleaseSource, got {type(source).__name__}")
-    rel = _Release(source)
-    plan = [Planned(spec.function, spec.contract, functools.partial(_bind_one, rel, spec)) for spec in SPECS]
-    if search:
-        plan += [Planned(site.function, split_search.CONTRACT, functools.partial(_bind_site, rel, site))
-                 for site in split_search.search(source)]
-    return plan
-
-
-def bindings(source: _engines.ReleaseSource, *, search: bool = True) -> list[Bound]:
-    """Every binding of this module for one release (``binding_plan``), made in this process."""
-    return [p.bind() for p in binding_plan(source, search=search)]
-
-
-@functools.lru_cache(maxsize=256)
-def _resolved(source_ref: str, function: str, contract: str) -> Bound:
-    spec = next((s for s in SPECS if s.function == function and s.contract == contract), None)
-    if spec is None and contract == split_search.CONTRACT and "#" in function:
-        rel = _release(source_ref)
-        return _bind_site(rel, split_search.find(rel.source, function), probe=False)
-    if spec is None:
-        raise LookupError(f"batchfuzz.engines.vllm has no binding of {function} to {contract}")
-    return _bind_one(_release(source_ref), spec, probe=False)
-
-
-def resolve(ref: str) -> Callable[..., Any]:
-    """The target of a ``Bound.ref``; the release's files and compiled
-    bindings are cached per process. LookupError when it is not bound."""
-    return _engines.resolve_bound(ref, ENGINE, _resolved)
+_ENGINE = _Vllm(ENGINE, ReleaseSource, SPECS, release_kind=_Release)
+binding_plan = _ENGINE.binding_plan
+bindings = _ENGINE.bindings
+resolve = _ENGINE.resolve

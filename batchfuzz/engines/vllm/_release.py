@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable
 from typing import Any
 
-from batchfuzz import bind
 from batchfuzz import engines as _engines
+from batchfuzz.engines.base import Built, Release
 
 ENGINE = "vllm"
 
@@ -36,19 +35,13 @@ _STAND_INS: dict[str, Any] = {"logger": logging.getLogger("batchfuzz.engines.vll
 
 
 # What a binding's builder gives: the target and what was cut out, and optionally the configuration values it assumed.
-_Built = tuple[Callable[..., Any], str] | tuple[Callable[..., Any], str, tuple[str, ...]]
+_Built = Built
 
 
-class _Release:
-    """One release: its source and the files parsed so far (shared by every binding)."""
+class _Release(Release):
+    """One vLLM release: the shared per-release loader, with this engine's stand-ins."""
 
-    def __init__(self, source: _engines.ReleaseSource) -> None:
-        self.source = source
-        self.files: dict[str, bind.SourceFile] = {}
-
-    def loader(self, **stand_ins: Any) -> bind.Loader:
-        """A loader of this release's files; ``stand_ins`` add to the module's own."""
-        return bind.Loader(self.source, "vllm", stand_ins={**_STAND_INS, **stand_ins}, files=self.files)
+    STAND_INS = _STAND_INS
 
 
 @functools.lru_cache(maxsize=16)
