@@ -5,9 +5,13 @@ any other unchecked, so a new top-level module must be given its place."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
-import tomllib
+import pytest
+
+# Python 3.10 has no tomllib; import-linter brings tomli there.
+tomllib = pytest.importorskip("tomllib" if sys.version_info >= (3, 11) else "tomli")
 
 ROOT = Path(__file__).resolve().parent.parent
 # The repository's top-level folders installed as packages of batchfuzz (the package-dir mapping).
