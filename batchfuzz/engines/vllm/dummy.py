@@ -55,6 +55,18 @@ def _bind_make_dummy_split(rel: _Release) -> tuple[Callable[..., Any], str]:
     return split_dummy_tokens, detail + "; result: its num_scheduled_tokens"
 
 
+def _layout_args(num_reqs: Any, num_tokens: Any, buffers: Any) -> tuple[int, int]:
+    """R and N of a make_dummy call, checked to fit ``buffers``."""
+    r, n = _split_args(num_reqs, num_tokens)
+    if not isinstance(buffers, DummyBuffers):
+        raise TypeError(f"buffers must be a DummyBuffers, got {type(buffers).__name__}")
+    cap_r, cap_n = buffers.max_num_reqs, buffers.max_num_tokens
+    if r > cap_r or n > cap_n:
+        raise ValueError(f"buffers of capacity max_num_reqs={cap_r}, max_num_tokens={cap_n} "
+                         f"cannot hold num_reqs={r}, num_tokens={n}")
+    return r, n
+
+
 _BUFFER_FIELDS = ("seq_lens", "query_start_loc", "positions", "input_ids")
 
 
@@ -62,12 +74,7 @@ def _bind_make_dummy_layout(rel: _Release) -> tuple[Callable[..., Any], str]:
     make_dummy, init, detail = _make_dummy_parts(rel)
 
     def make_dummy_layout(num_reqs: Any, num_tokens: Any, buffers: DummyBuffers) -> DummyBatch:
-        r, n = _split_args(num_reqs, num_tokens)
-        if not isinstance(buffers, DummyBuffers):
-            raise TypeError(f"buffers must be a DummyBuffers, got {type(buffers).__name__}")
-        if r > buffers.max_num_reqs or n > buffers.max_num_tokens:
-            raise ValueError(f"buffers of capacity max_num_reqs={buffers.max_num_reqs}, max_num_tokens={buffers.max_num_tokens} "
-                             f"cannot hold num_reqs={r}, num_tokens={n}")
+        r, n = _layout_args(num_reqs, num_tokens, buffers)
         engine = _input_buffers(init, buffers.max_num_reqs, buffers.max_num_tokens)
         for name in _BUFFER_FIELDS:  # the stale contents, in the engine's own dtypes
             theirs, ours = getattr(engine, name), bind.int_array(f"buffers.{name}", getattr(buffers, name), minimum=None)
@@ -179,63 +186,64 @@ def _torch_copy(name: str, values: np.ndarray, dtype: torch.dtype) -> torch.Tens
     return torch.from_numpy(bind.cast_exact(name, bind.int_array(name, values, minimum=None), np_dtype).copy())
 
 
-def _bind_v1_dummy_layout(rel: _Release) -> tuple[Callable[..., Any], str]:
-    parts = _v1_dummy_run_parts(rel)
+class _V1DummyCall:
+    """One call of the v1 make_dummy binding: the model runner's persistent buffers, in the dtypes its __init__
+    gives them, holding the caller's stale values; the stand-in model runner; the dummy run's result read back."""
 
-    def make_dummy_layout(num_reqs: Any, num_tokens: Any, buffers: DummyBuffers) -> DummyBatch:
-        r, n = _split_args(num_reqs, num_tokens)
-        if not isinstance(buffers, DummyBuffers):
-            raise TypeError(f"buffers must be a DummyBuffers, got {type(buffers).__name__}")
-        cap_r, cap_n = buffers.max_num_reqs, buffers.max_num_tokens
-        if r > cap_r or n > cap_n:
-            raise ValueError(f"buffers of capacity max_num_reqs={cap_r}, max_num_tokens={cap_n} "
-                             f"cannot hold num_reqs={r}, num_tokens={n}")
-        # The model runner's persistent buffers, in the dtypes its __init__ gives
-        # them, holding the caller's stale values.
-        qsl = bind.cast_exact("buffers.query_start_loc", bind.int_array("buffers.query_start_loc", buffers.query_start_loc,
-                                                                          minimum=None), np.int32).copy()
-        seq_cpu = _torch_copy("buffers.seq_lens", buffers.seq_lens, torch.int32)
-        input_ids = bind.cpu_gpu_buffer(bind.cast_exact("buffers.input_ids", bind.int_array(
+    def __init__(self, parts: _V1DummyRun, r: int, n: int, buffers: DummyBuffers) -> None:
+        self.parts, self.r, self.n, self.buffers = parts, r, n, buffers
+        self.qsl = bind.cast_exact("buffers.query_start_loc", bind.int_array(
+            "buffers.query_start_loc", buffers.query_start_loc, minimum=None), np.int32).copy()
+        self.seq_cpu = _torch_copy("buffers.seq_lens", buffers.seq_lens, torch.int32)
+        self.input_ids = bind.cpu_gpu_buffer(bind.cast_exact("buffers.input_ids", bind.int_array(
             "buffers.input_ids", buffers.input_ids, minimum=None), np.int32).copy())
-        positions = _torch_copy("buffers.positions", buffers.positions, torch.int64)
-        commit = Recorder("input_batch.block_table.commit_block_table")
-        build = Recorder("_build_attention_metadata", returns=(None, None))
-        # One FULL graph of exactly N tokens whose request count is padded to
-        # the whole buffer: every slot past R is a padded request.
-        desc = Stub("BatchDescriptor", num_tokens=n, num_reqs=cap_r)
-        model_runner = Stub(
+        self.positions = _torch_copy("buffers.positions", buffers.positions, torch.int64)
+        self.commit = Recorder("input_batch.block_table.commit_block_table")
+        self.build = Recorder("_build_attention_metadata", returns=(None, None))
+        self.model_runner = self._model_runner()
+
+    def _model_runner(self) -> Stub:
+        """One FULL graph of exactly N tokens whose request count is padded to the whole buffer: every slot past
+        R is a padded request."""
+        cap_r, cap_n, full = self.buffers.max_num_reqs, self.buffers.max_num_tokens, self.parts.full
+        desc = Stub("BatchDescriptor", num_tokens=self.n, num_reqs=cap_r)
+        return Stub(
             "GPUModelRunner", uniform_decode_query_len=1, max_num_tokens=cap_n,
-            scheduler_config=Stub("scheduler_config", max_num_seqs=r),
+            scheduler_config=Stub("scheduler_config", max_num_seqs=self.r),
             dcp_world_size=1, parallel_config=Stub("parallel_config", cp_kv_cache_interleave_size=1),
             vllm_config=Stub("vllm_config", parallel_config=Stub("parallel_config", num_ubatches=2)),
-            optimistic_seq_lens_cpu=seq_cpu, seq_lens=seq_cpu.clone(), query_start_loc=bind.cpu_gpu_buffer(qsl),
+            optimistic_seq_lens_cpu=self.seq_cpu, seq_lens=self.seq_cpu.clone(), query_start_loc=bind.cpu_gpu_buffer(self.qsl),
             query_pos=bind.cpu_gpu_buffer(np.zeros(cap_n, dtype=np.int64)), arange_np=np.arange(cap_n + 1, dtype=np.int64),
-            input_ids=input_ids, positions=positions, speculative_config=None,
-            input_batch=Stub("InputBatch", block_table=Stub("MultiGroupBlockTable", commit_block_table=commit)),
-            _build_attention_metadata=build,
+            input_ids=self.input_ids, positions=self.positions, speculative_config=None,
+            input_batch=Stub("InputBatch", block_table=Stub("MultiGroupBlockTable", commit_block_table=self.commit)),
+            _build_attention_metadata=self.build,
             methods={
-                "_determine_batch_execution_and_padding": lambda self, **kw: (parts.full, desc, False, None, None),
+                "_determine_batch_execution_and_padding": lambda self, **kw: (full, desc, False, None, None),
                 "_get_slot_mappings": lambda self, **kw: (None, None),
                 "synchronize_input_prep": lambda self: contextlib.nullcontext(),
-                "_get_cumsum_and_arange": parts.cumsum_and_arange,
+                "_get_cumsum_and_arange": self.parts.cumsum_and_arange,
             })
+
+    def run(self) -> DummyBatch:
+        """The dummy run's statements on the stand-in; the buffers written back; the batch the model runs on."""
+        parts, n, model_runner, positions, input_ids = self.parts, self.n, self.model_runner, self.positions, self.input_ids
         local = parts.layout(model_runner, n, parts.full)
         logit_indices = parts.logits(model_runner, n)["logit_indices"]
         nst = np.asarray(local["num_scheduled_tokens"]).copy()
-        built = build.last
+        built = self.build.last
         p = int(built.kwargs.get("num_reqs", -1))
-        if commit.calls and int(commit.last.arg(0, "num_reqs")) != p:
-            raise bind.Unbindable(f"the dummy run commits {commit.last.arg(0, 'num_reqs')} block-table rows but builds "
+        if self.commit.calls and int(self.commit.last.arg(0, "num_reqs")) != p:
+            raise bind.Unbindable(f"the dummy run commits {self.commit.last.arg(0, 'num_reqs')} block-table rows but builds "
                                   f"attention metadata over {p} requests")
         seq_lens = bind.to_numpy(model_runner.seq_lens).copy()  # what the attention metadata reads (the device copy)
-        buffers.seq_lens[...] = seq_lens
-        buffers.query_start_loc[...] = qsl
-        buffers.positions[...] = bind.to_numpy(positions)
-        buffers.input_ids[...] = input_ids.np
+        self.buffers.seq_lens[...] = seq_lens
+        self.buffers.query_start_loc[...] = self.qsl
+        self.buffers.positions[...] = bind.to_numpy(positions)
+        self.buffers.input_ids[...] = input_ids.np
         # The tokens the model runs on: the persistent buffers' first N entries.
         mql = built.kwargs.get("max_query_len")
         return DummyBatch(
-            num_scheduled_tokens=nst, seq_lens=seq_lens, query_start_loc=qsl.copy(),
+            num_scheduled_tokens=nst, seq_lens=seq_lens, query_start_loc=self.qsl.copy(),
             positions=bind.to_numpy(positions)[:n].copy(), input_ids=input_ids.np[:n].copy(),
             # v1 has no index mapping: dummy request i is input-batch row i.
             idx_mapping=np.arange(nst.size), logits_indices=np.asarray(logit_indices).copy(),
@@ -243,6 +251,14 @@ def _bind_v1_dummy_layout(rel: _Release) -> tuple[Callable[..., Any], str]:
             cu_num_logits=np.concatenate([[0], np.cumsum(parts.sampled(model_runner, n)["num_sampled_tokens"])]),
             max_query_len=None if mql is None else int(mql),
         )
+
+
+def _bind_v1_dummy_layout(rel: _Release) -> tuple[Callable[..., Any], str]:
+    parts = _v1_dummy_run_parts(rel)
+
+    def make_dummy_layout(num_reqs: Any, num_tokens: Any, buffers: DummyBuffers) -> DummyBatch:
+        r, n = _layout_args(num_reqs, num_tokens, buffers)
+        return _V1DummyCall(parts, r, n, buffers).run()
 
     return make_dummy_layout, (f"{parts.label}; a mixed dummy run (not uniform decode, not create_mixed_batch) with "
                                "scheduler_config.max_num_seqs = R and cudagraph_runtime_mode FULL; the dispatcher "

@@ -196,6 +196,50 @@ def _bind_split_attn_metadata(rel: _Release) -> tuple[Callable[..., Any], str]:
                     "assumes every microbatch holds a real token (the caller refuses other splits)")
 
 
+def _mrv2_input_batch(input_batch_cls: Any, s: _Step) -> Any:
+    """The release's own ``InputBatch`` holding the step; the fields the slicing does not read (logits, drafts,
+    flags) are None."""
+    rp, r = s.padded_reqs, s.num_reqs
+    given = dict(
+        req_ids=[f"req-{i}" for i in range(r)], num_reqs=r, num_reqs_after_padding=rp,
+        idx_mapping=torch.arange(rp, dtype=torch.int32), idx_mapping_np=np.arange(rp, dtype=np.int32),
+        num_scheduled_tokens=s.nst.astype(np.int32), num_tokens=int(s.nst.sum()), num_tokens_after_padding=s.padded,
+        query_start_loc=s.tensor(s.qsl), query_start_loc_np=s.qsl.copy(), seq_lens=s.tensor(s.seq_lens),
+        seq_lens_cpu_upper_bound=s.tensor(s.seq_lens), dcp_local_seq_lens=None, num_computed_tokens_np=s.computed.copy(),
+        prefill_len_np=np.zeros(rp, dtype=np.int32), num_computed_prefill_tokens_np=np.zeros(rp, dtype=np.int32),
+        is_prefilling_np=np.zeros(rp, dtype=bool), input_ids=torch.zeros(s.padded, dtype=torch.int32),
+        positions=s.tensor(s.positions, torch.int64), is_padding=torch.zeros(s.padded, dtype=torch.bool),
+        prompt_lens=None, prefill_runs_as_decode_np=None, max_query_len=None)
+    fields = dataclasses.fields(input_batch_cls)
+    return input_batch_cls(**{fl.name: given.get(fl.name) for fl in fields
+                              if fl.name in given or fl.default is dataclasses.MISSING})
+
+
+def _mrv2_ubatch_runner(s: _Step, prepare_attn: Any, contexts: Recorder) -> Stub:
+    """A stand-in ``UBatchRunner`` with one microbatch per slice of the step, its model state's ``prepare_attn``
+    the release's, and ``_make_forward_contexts`` recorded (it receives the per-microbatch attention metadata)."""
+    n, rp = len(s.slices), s.padded_reqs
+    state = Stub("DefaultModelState", supports_mm_inputs=False, encoder_cache=None, max_model_len=int(s.seq_lens.max()),
+                 model_config=Stub("model_config", is_mm_prefix_lm=False), methods={"prepare_attn": prepare_attn})
+    return Stub("UBatchRunner", num_ubatches=n, dcp_size=1, dcp_rank=0, cp_interleave=1, model_state=state,
+                ubatch_query_start_loc=[torch.zeros(rp + 1, dtype=torch.int32) for _ in range(n)],
+                ubatch_seq_lens=[torch.zeros(rp, dtype=torch.int32) for _ in range(n)],
+                ubatch_dcp_local_seq_lens=[None] * n, attn_groups=[[]], kv_cache_config=None,
+                methods={"_make_forward_contexts": lambda self, *a: contexts(*a)})
+
+
+def _metadata_built(contexts: Recorder) -> list[UbatchMetadata]:
+    """What ``prepare`` passed on for each microbatch (build_attn_metadata's first slice of seq_lens; the computed
+    counts as CommonAttentionMetadata.compute_num_computed_tokens gives them)."""
+    out = []
+    for meta in contexts.last.arg(1, "attn_metadata"):
+        num_reqs = meta["num_reqs"]
+        qsl, seq = meta["query_start_loc_gpu"], meta["seq_lens"][:num_reqs]
+        out.append(_metadata(qsl, seq, seq - (qsl[1:] - qsl[:-1]), meta["positions"], meta["block_tables"][0],
+                             meta["max_query_len"]))
+    return out
+
+
 def _bind_mrv2_ubatch_prepare(rel: _Release) -> _Built:
     graph_mode = Stub("CUDAGraphMode", NONE="NONE", PIECEWISE="PIECEWISE", FULL="FULL")
     scope = rel.loader(
@@ -222,38 +266,11 @@ def _bind_mrv2_ubatch_prepare(rel: _Release) -> _Built:
     def slice_ubatch_metadata(nst: Any, c: Any, positions: Any, block_table: Any, padded: Any, padded_reqs: Any,
                               slices: Any) -> list[UbatchMetadata]:
         s = _Step(nst, c, positions, block_table, padded, padded_reqs, slices)
-        n, rp, r = len(s.slices), s.padded_reqs, s.num_reqs
-        given = dict(
-            req_ids=[f"req-{i}" for i in range(r)], num_reqs=r, num_reqs_after_padding=rp,
-            idx_mapping=torch.arange(rp, dtype=torch.int32), idx_mapping_np=np.arange(rp, dtype=np.int32),
-            num_scheduled_tokens=s.nst.astype(np.int32), num_tokens=int(s.nst.sum()), num_tokens_after_padding=s.padded,
-            query_start_loc=s.tensor(s.qsl), query_start_loc_np=s.qsl.copy(), seq_lens=s.tensor(s.seq_lens),
-            seq_lens_cpu_upper_bound=s.tensor(s.seq_lens), dcp_local_seq_lens=None, num_computed_tokens_np=s.computed.copy(),
-            prefill_len_np=np.zeros(rp, dtype=np.int32), num_computed_prefill_tokens_np=np.zeros(rp, dtype=np.int32),
-            is_prefilling_np=np.zeros(rp, dtype=bool), input_ids=torch.zeros(s.padded, dtype=torch.int32),
-            positions=s.tensor(s.positions, torch.int64), is_padding=torch.zeros(s.padded, dtype=torch.bool),
-            prompt_lens=None, prefill_runs_as_decode_np=None, max_query_len=None)
-        fields = dataclasses.fields(input_batch_cls)
-        # Fields the slicing does not read (logits, drafts, flags) are None.
-        batch = input_batch_cls(**{fl.name: given.get(fl.name) for fl in fields
-                                   if fl.name in given or fl.default is dataclasses.MISSING})
-        state = Stub("DefaultModelState", supports_mm_inputs=False, encoder_cache=None, max_model_len=int(s.seq_lens.max()),
-                     model_config=Stub("model_config", is_mm_prefix_lm=False), methods={"prepare_attn": prepare_attn})
+        batch = _mrv2_input_batch(input_batch_cls, s)
         contexts = Recorder("UBatchRunner._make_forward_contexts", returns=[])
-        ubatch_runner = Stub("UBatchRunner", num_ubatches=n, dcp_size=1, dcp_rank=0, cp_interleave=1, model_state=state,
-                      ubatch_query_start_loc=[torch.zeros(rp + 1, dtype=torch.int32) for _ in range(n)],
-                      ubatch_seq_lens=[torch.zeros(rp, dtype=torch.int32) for _ in range(n)],
-                      ubatch_dcp_local_seq_lens=[None] * n, attn_groups=[[]], kv_cache_config=None,
-                      methods={"_make_forward_contexts": lambda self, *a: contexts(*a)})
-        prepare(ubatch_runner, batch, (s.tensor(s.table),), torch.arange(s.padded, dtype=torch.int64).reshape(1, -1),
-                mode_arg)
-        out = []
-        for meta in contexts.last.arg(1, "attn_metadata"):
-            num_reqs = meta["num_reqs"]
-            qsl, seq = meta["query_start_loc_gpu"], meta["seq_lens"][:num_reqs]  # build_attn_metadata's first slice
-            out.append(_metadata(qsl, seq, seq - (qsl[1:] - qsl[:-1]), meta["positions"], meta["block_tables"][0],
-                                 meta["max_query_len"]))
-        return out
+        prepare(_mrv2_ubatch_runner(s, prepare_attn, contexts), batch, (s.tensor(s.table),),
+                torch.arange(s.padded, dtype=torch.int64).reshape(1, -1), mode_arg)
+        return _metadata_built(contexts)
 
     assumed: tuple[str, ...] = ("batch_desc=FULL with uniform_token_count=None", "dp_sync_state=None") if by_descriptor else ()
     return slice_ubatch_metadata, (f"{piece.label} (create_ubatch_slices, _slice_input_batch, _slice_query_start_loc, "
