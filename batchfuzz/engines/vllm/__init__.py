@@ -55,6 +55,11 @@ The bindings (paths inside the release, under ``vllm/v1/worker/``):
 Then every copy of the split that ``split_search`` finds in the release, as
 ``split_dummy_tokens`` (docs/split-copies.md).
 
+The binders live by area (``dummy.py``: A, B, C; ``microbatch.py``: D, E,
+F, N; ``order.py``: G; ``spec_decode.py``: H; ``dp.py``: I; ``_release.py``: the
+paths and the per-release loader they share); this module holds the table
+of bindings, and ``batchfuzz.engines.base.Engine`` the rest.
+
 A function a release lacks is "absent"; one whose code no longer fits its
 binding (a name no one provides, a signature or attribute that changed, a
 fragment that is not there) is "unbindable" with the reason. ``bindings``

@@ -1,4 +1,4 @@
-"""vLLM's microbatching (contracts D, E, F): the ubatch split, the v1 veto, per-microbatch metadata."""
+"""vLLM's microbatching (contracts D, E, F, N): the ubatch splits, the microbatch veto, per-microbatch metadata."""
 
 from __future__ import annotations
 
