@@ -55,6 +55,8 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from batchfuzz import engine_registry
+
 if TYPE_CHECKING:  # imported where ranks run: registering contract I's variants does not load torch
     import torch
 
@@ -83,15 +85,17 @@ class RankFailure(AssertionError):
 
 def rank_function(ref: str) -> RankFn:
     """The rank function ``ref`` names: ``"MODULE:QUALNAME"``, or an engine
-    binding's ref (``"ENGINE::..."``, resolved by that engine module's
-    ``rank_function``)."""
+    binding's ref (``"ENGINE::..."``, resolved by the ``rank_function`` of the
+    engine the registry, ``batchfuzz.engine_registry``, has under that name)."""
     if not isinstance(ref, str) or not ref:
         raise TypeError(f"ref must be a non-empty str, got {ref!r}")
     if "::" in ref:
         engine = ref.split("::", 1)[0]
         if not engine.isidentifier():
             raise ValueError(f"ref names no engine module: {ref!r}")
-        module = importlib.import_module(f"batchfuzz.engines.{engine}")
+        module = engine_registry.engine(engine)
+        if not callable(getattr(module, "rank_function", None)):
+            raise LookupError(f"engine {engine!r} ({module.__name__}) has no rank_function: {ref!r} names no rank function")
         found: RankFn = module.rank_function(ref)
         return found
     module_name, sep, qualname = ref.partition(":")

@@ -14,7 +14,7 @@ module and what it lacks:
   ``batchfuzz.commands`` whose ``register(subparsers)`` adds one parser and
   sets its ``func`` (:func:`register_command`);
 - an **engine module** (:class:`EngineModule`): one engine's bindings, found
-  through ``batchfuzz.engines.engines()`` (its modules, the
+  through ``batchfuzz.engine_registry.engines()`` (``batchfuzz.engines``' modules, the
   ``batchfuzz.engines`` entry-point group and ``$BATCHFUZZ_ENGINES``) and run
   by ``batchfuzz engine NAME`` (docs/bindings.md, "Adding an engine").
 
@@ -93,8 +93,10 @@ class EngineModule(Protocol):
     ``batchfuzz.engines.Bound`` per spec for a release (it may add rows of
     its own, such as the copies of the split ``batchfuzz.engines.split_search``
     finds, and take a keyword ``search``, False when the selection keeps none
-    of them: ``batchfuzz.engines.matrix.engine_releases``); ``resolve(ref)``:
+    of them: ``batchfuzz.matrix.engine_releases``); ``resolve(ref)``:
     the target of a ``Bound.ref``, rebuilt in a fresh worker process.
+    The module writes its specs and binders; ``batchfuzz.engines.base.Engine``
+    gives ``bindings``, ``binding_plan`` and ``resolve`` (the shared skeleton).
     """
 
     ENGINE: str
@@ -181,9 +183,9 @@ def check_strategies(module: Any, domains: Iterable[str] = ()) -> bool:
 
 def check_engine(module: Any, base: Any) -> None:
     """Check an engine module: its members, its name, and that its
-    ``ReleaseSource`` is a subclass of ``base`` (the engines package passes
-    ``batchfuzz.engines.ReleaseSource``: this module sits below every layer
-    and imports none) naming a distribution and a package, and its SPECS
+    ``ReleaseSource`` is a subclass of ``base`` (the engine registry passes
+    ``batchfuzz.engine_registry.ReleaseSource``: this module imports no
+    other of batchfuzz) naming a distribution and a package, and its SPECS
     name functions and contracts."""
     check_shape(module, EngineModule, "engine module")
     name = module.ENGINE

@@ -98,10 +98,10 @@ class TargetRef:
         if self.kind == "oracle":
             return contract.oracle
         if self.kind == "engine":
-            from batchfuzz import engines
+            from batchfuzz import engine_registry
 
             try:
-                return engines.resolve(self.name)
+                return engine_registry.resolve(self.name)
             except Exception as exc:
                 raise TargetError(f"cannot load engine target {self.name!r}: {type(exc).__name__}: {exc}") from None
         return load_function(self.name)

@@ -4,7 +4,7 @@ repository's Python files) or in ``docs/*.md`` and ``README.md`` exists.
 
 Dotted names are resolved by importing the longest importable module prefix
 and ``getattr`` on the rest; paths are relative to the repository root
-(``docs/x.md``, ``batchfuzz/engines/matrix.py``, ``tests/test_bind.py``),
+(``docs/x.md``, ``batchfuzz/matrix.py``, ``tests/test_bind.py``),
 and a Markdown link's target is relative to the page it is on. A citation
 that is a template (``strategies/<name>.py``, ``impl/x.py``: a part named
 ``x`` is the placeholder) is not a path and is not checked; of a glob
@@ -126,8 +126,8 @@ def test_the_names_that_are_not_python_names_are_not_python_names() -> None:
 
 
 def test_the_checker_sees_a_broken_citation() -> None:
-    assert _resolves("batchfuzz.engines.matrix.run_matrix") == ""
+    assert _resolves("batchfuzz.matrix.run_matrix") == ""
     assert _resolves("batchfuzz.variants.microbatch") == "batchfuzz has no variants.microbatch"
-    assert _resolves("batchfuzz.engines.matrix.no_such_thing") == "batchfuzz.engines.matrix has no no_such_thing"
+    assert _resolves("batchfuzz.matrix.no_such_thing") == "batchfuzz.matrix has no no_such_thing"
     assert _PATH.findall("see docs/bindings.md, `strategies/<name>.py`, tests/test_bind.py::test_x and batchfuzz/contracts/*.py") \
         == ["docs/bindings.md", "tests/test_bind.py", "batchfuzz/contracts"]  # a glob: its folder is checked

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from batchfuzz import engines
-from batchfuzz.engines import follow, locate, matrix, vllm
+from batchfuzz import engines, matrix
+from batchfuzz.engines import follow, locate, vllm
 
 OLD = {
     "pkg/runner.py": '''

@@ -393,7 +393,8 @@ def test_losing_the_shared_database_mid_run_is_said_in_summary_json(tmp_path: Pa
 
 
 def test_a_slow_engine_matrix_cell_is_incomplete_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
-    from batchfuzz.engines import Bound, matrix
+    from batchfuzz import matrix
+    from batchfuzz.engines import Bound
     from batchfuzz.execution import LoadTimeout
 
     def slow(*args: Any, **kwargs: Any) -> Any:

@@ -1,4 +1,4 @@
-"""The release matrix's verdict rules and tables (``batchfuzz.engines.matrix``),
+"""The release matrix's verdict rules and tables (``batchfuzz.matrix``),
 on cells and bindings made here; tests/test_engines_vllm.py runs the real
 command on a real release."""
 
@@ -9,7 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from batchfuzz.engines import Bound, ReleaseSource, SourceError, matrix
+from batchfuzz import matrix
+from batchfuzz.engines import Bound, ReleaseSource, SourceError
 
 
 def _cell(release: str, verdict: str, **kw: object) -> matrix.Cell:

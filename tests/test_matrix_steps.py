@@ -1,5 +1,5 @@
 """``--steps engine|model`` of the release matrix (``batchfuzz engine``,
-``batchfuzz vllm``; ``batchfuzz.engines.matrix.cell_domain``): cells of a
+``batchfuzz vllm``; ``batchfuzz.matrix.cell_domain``): cells of a
 contract over scheduled steps run on the domain that source feeds, the
 others stay on their engine domain and say so; the header line, the table's
 ``steps`` column and the JSON rows say which source each cell used, and a
@@ -31,7 +31,7 @@ ALLOW = "vllm/v1/worker/gpu_model_runner.py:GPUModelRunner._allow_microbatching"
 def test_a_cells_domain_and_step_source_follow_the_one_rule() -> None:
     """``cell_domain``: ``engine_steps.steps_domain`` per contract; without
     ``--steps`` the engine domain, whose source is the model's for contract E."""
-    from batchfuzz.engines import matrix
+    from batchfuzz import matrix
 
     assert matrix.cell_domain("allow_microbatching", None) == ("engine", "model", "")
     assert matrix.cell_domain("find_conflicts", "model") == ("engine", "model", "")

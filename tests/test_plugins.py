@@ -99,7 +99,7 @@ def test_a_command_module_without_func_is_refused() -> None:
 def test_the_built_in_engines_are_registered_in_their_shape() -> None:
     found = engines.engines()
     assert found["vllm"].__name__ == "batchfuzz.engines.vllm"
-    assert "batchfuzz.engines.matrix" not in engines.engine_modules()
+    assert "batchfuzz.engines.split_search" not in engines.engine_modules()
     assert found["sglang"].__name__ == "batchfuzz.engines.sglang"
     with pytest.raises(engines.UnknownEngine, match=r"no engine named 'tgi'; registered: sglang, vllm"):
         engines.engine("tgi")

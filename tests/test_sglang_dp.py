@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from batchfuzz import engines
-from batchfuzz.engines import SourceError, matrix, sglang
+from batchfuzz import engines, matrix
+from batchfuzz.engines import SourceError, sglang
 
 FORWARD_MODE = '''
     from enum import IntEnum

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from batchfuzz import engines
-from batchfuzz.engines import SourceError, matrix, sglang
+from batchfuzz import engines, matrix
+from batchfuzz.engines import SourceError, sglang
 from batchfuzz.strategies.pad_graph_replay import case_of
 
 # A CUDA-graph runner in SGLang's shape, written for this test; ZERO is the padding of positions.

@@ -197,7 +197,7 @@ def test_the_worker_copies_of_0_33_0(wheel: Path) -> None:
 
 
 def test_the_matrix_runs_the_search_only_for_a_selection_that_can_keep_a_copy(tree: vllm.ReleaseSource) -> None:
-    from batchfuzz.engines import matrix
+    from batchfuzz import matrix
 
     assert matrix.searched(None, None) and matrix.searched(["*#*"], ["split_dummy_tokens"])
     assert not matrix.searched(["*._allow_microbatching"], None) and not matrix.searched(None, ["make_dummy"])

@@ -1,8 +1,8 @@
 """A new engine needs exactly what docs/bindings.md's "Adding an engine"
 lists, and nothing else: this test writes a toy engine's source tree (a
 package in an engine's shape, as a source checkout) and an engine module
-binding two of its functions to existing contracts, both outside the
-repository; registers the module through ``$BATCHFUZZ_ENGINES``; and runs
+binding two of its functions to existing contracts (its specs and binders,
+the rest from ``batchfuzz.engines.base``), both outside the repository; registers the module through ``$BATCHFUZZ_ENGINES``; and runs
 its release matrix through ``batchfuzz engine`` as a user would.
 
 The toy engine's step runner prepares a dummy batch: its split of the
@@ -15,6 +15,7 @@ have. Verdicts are driven by example counts (``--max-examples``), not by time.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shlex
@@ -54,18 +55,15 @@ ENGINE_TREE = {
         ''',
 }
 
-# The engine module: the shape batchfuzz.plugins.EngineModule declares.
+# The engine module, in the shape batchfuzz.plugins.EngineModule declares: its specs and binders, and the rest
+# from the shared skeleton (batchfuzz.engines.base.Engine).
 ENGINE_MODULE = '''
     """The toy engine's bindings (an engine module for batchfuzz)."""
 
-    from dataclasses import dataclass
-
     import numpy as np
 
-    from batchfuzz import bind
-    from batchfuzz import engines
-    from batchfuzz.engines import Bound
-    from batchfuzz.preconditions import domain
+    from batchfuzz import bind, engines
+    from batchfuzz.engines.base import Engine, Spec
 
     ENGINE = "toyengine"
     RELEASES = ("1.4.0",)
@@ -77,7 +75,8 @@ ENGINE_MODULE = '''
         package = "toyengine"
 
 
-    def _split(loader):
+    def _split(rel):
+        loader = rel.loader()
         run = loader.load(loader.file(RUNNER).fragment("StepRunner.prepare_dummy", bind.Writes("counts"),
                                                        ("self", "num_tokens")))
 
@@ -87,10 +86,11 @@ ENGINE_MODULE = '''
                 raise ValueError(f"num_reqs must be <= num_tokens, got num_reqs={r}, num_tokens={n}")
             return np.asarray(run(bind.Stub("StepRunner", max_num_seqs=r), n)["counts"])
 
-        return split_dummy_tokens
+        return split_dummy_tokens, "the statements of StepRunner.prepare_dummy writing counts"
 
 
-    def _fill(loader):
+    def _fill(rel):
+        loader = rel.loader()
         run = loader.load(loader.file(RUNNER).fragment(
             "StepRunner.prepare_dummy", bind.Writes("self.query_start_loc"),
             ("self", "num_reqs", "num_reqs_padded", "counts", "num_tokens")))
@@ -102,19 +102,12 @@ ENGINE_MODULE = '''
             run(bind.Stub("StepRunner", query_start_loc=bind.cpu_gpu_buffer(buf)), nst.size, p, nst, int(nst.sum()))
             return buf[: p + 1]
 
-        return pad_query_start_loc
+        return pad_query_start_loc, "the statements of StepRunner.prepare_dummy writing self.query_start_loc"
 
 
-    def _gone(loader):
-        return loader.load(loader.file(RUNNER).piece("StepRunner.plan_ubatches"))
-
-
-    @dataclass(frozen=True)
-    class Spec:
-        function: str
-        contract: str
-        build: object
-        probe: tuple
+    def _gone(rel):
+        loader = rel.loader()
+        return loader.load(loader.file(RUNNER).piece("StepRunner.plan_ubatches")), "StepRunner.plan_ubatches"
 
 
     SPECS = (
@@ -123,32 +116,19 @@ ENGINE_MODULE = '''
         Spec(f"{RUNNER}:StepRunner.plan_ubatches", "split_ubatches", _gone, ()),
     )
 
-
-    def _bind(source, spec):
-        release = f"{ENGINE} {source.version}"
-        try:
-            target = spec.build(bind.Loader(source, "toyengine"))
-            bind.probe(target, *spec.probe, what=spec.function)
-        except bind.Absent as exc:
-            return Bound(release, spec.function, spec.contract, "absent", reason=str(exc))
-        except bind.Unbindable as exc:
-            return Bound(release, spec.function, spec.contract, "unbindable", reason=str(exc))
-        ref = f"{ENGINE}::{source.ref}::{spec.function}::{spec.contract}"
-        return Bound(release, spec.function, spec.contract, "bound", target=domain("engine")(target), ref=ref)
-
-
-    def bindings(source):
-        return [_bind(source, spec) for spec in SPECS]
-
-
-    def resolve(ref):
-        engine, source_ref, function, contract = ref.split("::")
-        spec = next(s for s in SPECS if (s.function, s.contract) == (function, contract))
-        bound = _bind(ReleaseSource.from_ref(source_ref), spec)
-        if bound.target is None:
-            raise LookupError(f"{function} as {contract} is {bound.status}: {bound.reason}")
-        return bound.target
+    _ENGINE = Engine(ENGINE, ReleaseSource, SPECS)
+    bindings, binding_plan, resolve = _ENGINE.bindings, _ENGINE.binding_plan, _ENGINE.resolve
     '''
+
+
+def test_the_engine_module_is_its_specs_and_binders() -> None:
+    """Nothing of the shared skeleton is written again: every function the module defines is a spec's binder."""
+    tree = ast.parse(textwrap.dedent(ENGINE_MODULE))
+    defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    binders = {a.id for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "Spec"
+               for a in n.args[2:3] if isinstance(a, ast.Name)}
+    assert defined == binders == {"_split", "_fill", "_gone"}
+    assert [n.name for n in tree.body if isinstance(n, ast.ClassDef)] == ["ReleaseSource"]
 
 
 @pytest.fixture(scope="module")

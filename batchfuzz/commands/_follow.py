@@ -72,7 +72,8 @@ def reports_only(args: argparse.Namespace) -> bool:
 
 def report(engine: Any, args: argparse.Namespace, sources: Sequence[Any], keep: Callable[[Any], bool]) -> int:
     """``--where`` and ``--drift``: the tables, printed and written; no cell runs."""
-    from batchfuzz.engines import locate, matrix
+    from batchfuzz import matrix
+    from batchfuzz.engines import locate
 
     if args.drift and len(sources) < 2:
         raise UsageError(f"--drift compares releases: give two or more (the older first), got {len(sources)}")
@@ -109,7 +110,8 @@ def _title(engine: Any, source: Any) -> str:
 
 def before(engine: Any, args: argparse.Namespace, sources: Sequence[Any], keep: Callable[[Any], bool]) -> None:
     """``--follow``: the drift report of each release given that was never seen, against the newest seen before it."""
-    from batchfuzz.engines import SourceError, fetch_wheel, follow, locate, matrix
+    from batchfuzz import matrix
+    from batchfuzz.engines import SourceError, fetch_wheel, follow, locate
 
     if not following(args):
         return

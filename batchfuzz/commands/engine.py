@@ -12,7 +12,7 @@ contract, under the contract's ``engine`` domain (with ``--steps
 engine|model``, contracts D and E on the domain that step source feeds,
 ``engine_steps.steps_domain``; the others stay on ``engine``): a cell is ``pass``,
 ``fail`` (property and shrunk counterexample), ``absent``, ``unbindable``
-(with the reason), ``incomplete`` or ``error`` (``batchfuzz.engines.matrix``).
+(with the reason), ``incomplete`` or ``error`` (``batchfuzz.matrix``).
 Nothing of the engine is imported or installed: the functions are cut out of
 the release's source text. While no cell has ended it says what it is doing:
 a wheel being downloaded (then its size), a release being bound (then how
@@ -110,8 +110,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_matrix(engine: Any, args: argparse.Namespace) -> int:
-    """Parse-level checks, then ``batchfuzz.engines.matrix`` over ``engine``'s releases."""
-    from batchfuzz.engines import matrix
+    """Parse-level checks, then ``batchfuzz.matrix`` over ``engine``'s releases."""
+    from batchfuzz import matrix
 
     _options.check_outputs((args.json_path, "--json"), (args.markdown, "--markdown"))
     try:

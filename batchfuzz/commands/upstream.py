@@ -50,8 +50,7 @@ def register(sub: Any) -> None:
 
 
 def _source(args: argparse.Namespace, found: Any) -> Any:
-    from batchfuzz import upstream
-    from batchfuzz.engines import matrix
+    from batchfuzz import matrix, upstream
 
     given = args.wheel or args.source or args.installed
     try:

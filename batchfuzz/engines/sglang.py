@@ -45,15 +45,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from batchfuzz import bind
 from batchfuzz import engines as _engines
-from batchfuzz.engines import Bound
-from batchfuzz.preconditions import domain
+from batchfuzz.engines.base import Engine, Release, Spec
 from batchfuzz.reference.pad_graph_replay import check_args as check_replay_args
 from batchfuzz.reference.tbo_children_tokens import check_args as check_children_args
 from batchfuzz.reference.tbo_dp_agree import check_args as check_dp_args
@@ -76,18 +74,7 @@ class ReleaseSource(_engines.ReleaseSource):
     package = "sglang"
 
 
-class _Release:
-    """One release: its source and the files parsed so far (shared by every binding)."""
-
-    def __init__(self, source: _engines.ReleaseSource) -> None:
-        self.source = source
-        self.files: dict[str, bind.SourceFile] = {}
-
-    def loader(self, **stand_ins: Any) -> bind.Loader:
-        return bind.Loader(self.source, "sglang", stand_ins=stand_ins, files=self.files)
-
-
-def _bind_tbo_split(rel: _Release, path: str) -> tuple[Callable[..., Any], str]:
+def _bind_tbo_split(rel: Release, path: str) -> tuple[Callable[..., Any], str]:
     threshold = [0.48]  # what the stand-in for the server argument returns; set per call
     loader = rel.loader(get_tbo_token_distribution_threshold=lambda: threshold[0])
     tbo = loader.file(path)
@@ -174,7 +161,7 @@ class _Replay:
                 bind.to_numpy(self.out_cache_loc[: bs * self.t]))
 
 
-def _bind_model_runner(rel: _Release) -> tuple[Callable[..., Any], str]:
+def _bind_model_runner(rel: Release) -> tuple[Callable[..., Any], str]:
     loader = rel.loader(enable_num_token_non_padded=lambda server_args: False)
     replay_prepare = loader.load(loader.file(CUDA_GRAPH_RUNNER).piece("CudaGraphRunner.replay_prepare"))
     try:  # from 0.5.8 the buffers and their fill live in GraphInputBuffers
@@ -220,7 +207,7 @@ def _bind_model_runner(rel: _Release) -> tuple[Callable[..., Any], str]:
     return pad_graph_replay, detail
 
 
-def _bind_eagle_draft(rel: _Release) -> tuple[Callable[..., Any], str]:
+def _bind_eagle_draft(rel: Release) -> tuple[Callable[..., Any], str]:
     loader = rel.loader()
     replay = loader.load(loader.file(EAGLE_DRAFT_RUNNER).piece("EAGLEDraftCudaGraphRunner.replay"))
 
@@ -270,7 +257,7 @@ def _stale_registry(build: Callable[..., Any], rp: _Replay) -> Any:
     return reg
 
 
-def _bind_decode_runner(rel: _Release) -> tuple[Callable[..., Any], str]:
+def _bind_decode_runner(rel: Release) -> tuple[Callable[..., Any], str]:
     """0.5.14's rebuilt runner: ``DecodeCudaGraphRunner.load_batch`` pads the
     batch size with ``_pad_to_bucket`` and fills the buffers through the
     release's ``build_decode_registry`` (its per-slot padding policy)."""
@@ -314,7 +301,7 @@ def _bind_decode_runner(rel: _Release) -> tuple[Callable[..., Any], str]:
     return pad_graph_replay, detail
 
 
-def _bind_children_tokens(rel: _Release, path: str) -> tuple[Callable[..., Any], str]:
+def _bind_children_tokens(rel: Release, path: str) -> tuple[Callable[..., Any], str]:
     device = bind.Stub("ServerArgs", device="cpu")
     loader = rel.loader(global_server_args_dict={"device": "cpu"}, get_global_server_args=lambda: device,
                         get_device=lambda: device)
@@ -338,7 +325,7 @@ def _bind_children_tokens(rel: _Release, path: str) -> tuple[Callable[..., Any],
     return tbo_children_tokens, detail
 
 
-def _bind_dp_agree(rel: _Release, path: str, *, per_tp_rank: bool) -> tuple[Callable[..., Any], str]:
+def _bind_dp_agree(rel: Release, path: str, *, per_tp_rank: bool) -> tuple[Callable[..., Any], str]:
     """``TboDPAttentionPreparer.compute_output`` once per rank over the gathered
     tensor, in the release's layout: ``(dp, attn_tp, 2)`` up to 0.5.3
     (``per_tp_rank``: the scheduler passes ``global_info[:, :, 4:6]``), ``(dp, 2)``
@@ -379,76 +366,29 @@ def _bind_dp_agree(rel: _Release, path: str, *, per_tp_rank: bool) -> tuple[Call
     return tbo_dp_agree, detail
 
 
-@dataclass(frozen=True)
-class _Spec:
-    function: str
-    contract: str
-    build: Callable[[_Release], tuple[Callable[..., Any], str]]
-    probe: tuple[Any, ...]
-
-
 _TBO_PROBE = ("extend", np.array([3, 1], dtype=np.int32), 0.48)
 _DP_PROBE = ([True, True], ["decode", "idle"], [1, 0], True)
 _REPLAY_PROBE = tuple(np.asarray(v) if isinstance(v, list) else v for v in (
     [2, 4], [5], [3], [7], 1, 1, [9] * 4, [9] * 4, [9] * 4))
 
 SPECS = (
-    _Spec(f"{TBO_OLD}:compute_split_token_index", "tbo_split", functools.partial(_bind_tbo_split, path=TBO_OLD), _TBO_PROBE),
-    _Spec(f"{TBO_NEW}:compute_split_token_index", "tbo_split", functools.partial(_bind_tbo_split, path=TBO_NEW), _TBO_PROBE),
-    _Spec(f"{TBO_OLD}:TboForwardBatchPreparer.compute_tbo_children_num_token_non_padded_raw", "tbo_children_tokens",
-          functools.partial(_bind_children_tokens, path=TBO_OLD), (3, 5, 8)),
-    _Spec(f"{TBO_NEW}:TboForwardBatchPreparer.compute_tbo_children_num_token_non_padded_raw", "tbo_children_tokens",
-          functools.partial(_bind_children_tokens, path=TBO_NEW), (3, 5, 8)),
-    _Spec(f"{TBO_OLD}:TboDPAttentionPreparer.compute_output", "tbo_dp_agree",
-          functools.partial(_bind_dp_agree, path=TBO_OLD, per_tp_rank=True), _DP_PROBE),
-    _Spec(f"{TBO_NEW}:TboDPAttentionPreparer.compute_output", "tbo_dp_agree",
-          functools.partial(_bind_dp_agree, path=TBO_NEW, per_tp_rank=False), _DP_PROBE),
-    _Spec(f"{CUDA_GRAPH_RUNNER}:CudaGraphRunner.replay_prepare", "pad_graph_replay", _bind_model_runner, _REPLAY_PROBE),
-    _Spec(f"{EAGLE_DRAFT_RUNNER}:EAGLEDraftCudaGraphRunner.replay", "pad_graph_replay", _bind_eagle_draft, _REPLAY_PROBE),
-    _Spec(f"{DECODE_RUNNER}:DecodeCudaGraphRunner.load_batch", "pad_graph_replay", _bind_decode_runner, _REPLAY_PROBE),
+    Spec(f"{TBO_OLD}:compute_split_token_index", "tbo_split", functools.partial(_bind_tbo_split, path=TBO_OLD), _TBO_PROBE),
+    Spec(f"{TBO_NEW}:compute_split_token_index", "tbo_split", functools.partial(_bind_tbo_split, path=TBO_NEW), _TBO_PROBE),
+    Spec(f"{TBO_OLD}:TboForwardBatchPreparer.compute_tbo_children_num_token_non_padded_raw", "tbo_children_tokens",
+         functools.partial(_bind_children_tokens, path=TBO_OLD), (3, 5, 8)),
+    Spec(f"{TBO_NEW}:TboForwardBatchPreparer.compute_tbo_children_num_token_non_padded_raw", "tbo_children_tokens",
+         functools.partial(_bind_children_tokens, path=TBO_NEW), (3, 5, 8)),
+    Spec(f"{TBO_OLD}:TboDPAttentionPreparer.compute_output", "tbo_dp_agree",
+         functools.partial(_bind_dp_agree, path=TBO_OLD, per_tp_rank=True), _DP_PROBE),
+    Spec(f"{TBO_NEW}:TboDPAttentionPreparer.compute_output", "tbo_dp_agree",
+         functools.partial(_bind_dp_agree, path=TBO_NEW, per_tp_rank=False), _DP_PROBE),
+    Spec(f"{CUDA_GRAPH_RUNNER}:CudaGraphRunner.replay_prepare", "pad_graph_replay", _bind_model_runner, _REPLAY_PROBE),
+    Spec(f"{EAGLE_DRAFT_RUNNER}:EAGLEDraftCudaGraphRunner.replay", "pad_graph_replay", _bind_eagle_draft, _REPLAY_PROBE),
+    Spec(f"{DECODE_RUNNER}:DecodeCudaGraphRunner.load_batch", "pad_graph_replay", _bind_decode_runner, _REPLAY_PROBE),
 )
 
 
-def _ref(source: _engines.ReleaseSource, spec: _Spec) -> str:
-    return f"{ENGINE}::{source.ref}::{spec.function}::{spec.contract}"
-
-
-def _bind_one(rel: _Release, spec: _Spec) -> Bound:
-    release = f"sglang {rel.source.version}"
-    try:
-        target, detail = spec.build(rel)
-        bind.probe(target, *spec.probe, what=f"{spec.function} as {spec.contract}")
-    except bind.Absent as exc:
-        return Bound(release, spec.function, spec.contract, "absent", reason=str(exc))
-    except bind.Unbindable as exc:
-        return Bound(release, spec.function, spec.contract, "unbindable", reason=str(exc))
-    target.__name__ = spec.contract
-    target.__qualname__ = f"sglang_{rel.source.version.replace('.', '_')}.{spec.function.split(':')[-1]}[{spec.contract}]"
-    target = domain("engine")(target)  # checked on the inputs SGLang's callers produce
-    return Bound(release, spec.function, spec.contract, "bound", target=target, ref=_ref(rel.source, spec), detail=detail)
-
-
-def bindings(source: _engines.ReleaseSource) -> list[Bound]:
-    """Every binding of this module for one release, in SPECS order."""
-    if not isinstance(source, _engines.ReleaseSource):
-        raise TypeError(f"source must be a ReleaseSource, got {type(source).__name__}")
-    rel = _Release(source)
-    return [_bind_one(rel, spec) for spec in SPECS]
-
-
-@functools.lru_cache(maxsize=16)
-def _release(source_ref: str) -> _Release:
-    return _Release(ReleaseSource.from_ref(source_ref))
-
-
-@functools.lru_cache(maxsize=64)
-def _resolved(source_ref: str, function: str, contract: str) -> Bound:
-    spec = next((s for s in SPECS if s.function == function and s.contract == contract), None)
-    if spec is None:
-        raise LookupError(f"batchfuzz.engines.sglang has no binding of {function} to {contract}")
-    return _bind_one(_release(source_ref), spec)
-
-
-def resolve(ref: str) -> Callable[..., Any]:
-    """The target of a ``Bound.ref``; LookupError when it is not bound."""
-    return _engines.resolve_bound(ref, ENGINE, _resolved)
+_ENGINE = Engine(ENGINE, ReleaseSource, SPECS)
+binding_plan = _ENGINE.binding_plan
+bindings = _ENGINE.bindings
+resolve = _ENGINE.resolve

@@ -19,7 +19,6 @@ docs/upstream-reports.md says what a report holds and where it stops.
 from __future__ import annotations
 
 import ast
-import importlib
 import os
 import re
 import subprocess
@@ -57,8 +56,10 @@ def release_source(f: Finding, version: str | None = None) -> ReleaseSource:
 
 
 def engine_module(f: Finding) -> Any:
-    """The ``batchfuzz.engines`` module of ``f``'s engine (its ReleaseSource kind)."""
-    return importlib.import_module(f"batchfuzz.engines.{f.package}")
+    """The registered engine module of ``f``'s engine (its ReleaseSource kind)."""
+    from batchfuzz import engines
+
+    return engines.engine(f.package)
 
 
 def _node(tree: ast.AST, qualname: str) -> ast.AST | None:

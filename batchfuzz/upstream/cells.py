@@ -3,7 +3,7 @@ the release and on a patched copy of its package, compared cell by cell.
 
 The reproduction (``batchfuzz.upstream.check_patch``) shows the one failure
 gone; this shows what else the patch changes among the cells batchfuzz binds
-in the same files (``batchfuzz.engines.matrix``, same seed and budget on both
+in the same files (``batchfuzz.matrix``, same seed and budget on both
 trees)."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from batchfuzz.engines import ReleaseSource, matrix
+from batchfuzz import matrix
+from batchfuzz.engines import ReleaseSource
 from batchfuzz.upstream import apply_patch
 
 
