@@ -96,6 +96,87 @@ def test_a_command_module_without_func_is_refused() -> None:
         plugins.register_command(quiet, sub)
 
 
+_TOY_COMMAND = """
+import signal
+RUNS_WORKERS = {runs}
+OWNS_SIGNALS = {owns}
+SEEN = []
+def run(args):
+    SEEN.append(signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN))
+    return 0
+def register(sub):
+    sub.add_parser("toy-cmd").set_defaults(func=run)
+"""
+
+
+@pytest.fixture
+def toy_command(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Writes ``batchfuzz.commands.toy_cmd`` (a plug-in command dropped into
+    the commands package) with the given declarations; the process's signal
+    handlers are put back after."""
+    import signal
+
+    import batchfuzz.commands as pkg
+
+    monkeypatch.setattr(pkg, "__path__", [*pkg.__path__, str(tmp_path)])
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def write(runs: object, owns: object) -> None:
+        (tmp_path / "toy_cmd.py").write_text(_TOY_COMMAND.format(runs=runs, owns=owns))
+        sys.modules.pop("batchfuzz.commands.toy_cmd", None)
+        importlib.invalidate_caches()
+
+    yield write
+    sys.modules.pop("batchfuzz.commands.toy_cmd", None)
+    for sig, handler in handlers.items():
+        signal.signal(sig, handler)
+
+
+@pytest.mark.parametrize("runs, owns", [(True, True), (False, False)])
+def test_a_plug_in_command_gets_what_it_declares(toy_command: Any, monkeypatch: pytest.MonkeyPatch, runs: bool, owns: bool) -> None:
+    import signal
+
+    import batchfuzz.execution
+    from batchfuzz import cli
+
+    toy_command(runs, owns)
+    started: list[bool] = []
+    monkeypatch.setattr(batchfuzz.execution, "start_fork_server", lambda: started.append(True))
+    monkeypatch.setattr(sys, "argv", ["batchfuzz", "toy-cmd"])
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    assert cli.main() == 0
+    toy = sys.modules["batchfuzz.commands.toy_cmd"]
+    assert (started, toy.SEEN) == ([True] if runs else [], [owns])  # the fork server; its own handler while it ran
+    assert (signal.getsignal(signal.SIGTERM) is signal.SIG_IGN) == owns  # after it returns: ignored
+    assert cli.declared_traits("toy-cmd") == plugins.CommandTraits(runs_workers=runs, owns_signals=owns)
+
+
+def test_the_built_in_commands_declare_their_traits() -> None:
+    from batchfuzz.cli import declared_traits
+
+    workers = {c for c in ("bench", "catalogue", "check", "confirm", "demo", "engine", "fuzz", "list", "merge-reports", "replay",
+                           "sweep", "upstream", "vllm") if declared_traits(c).runs_workers}
+    assert workers == {"check", "fuzz", "replay", "catalogue", "sweep"}
+    assert declared_traits("fuzz").owns_signals and not declared_traits("check").owns_signals
+    assert declared_traits("no-such") == declared_traits("--help") == declared_traits(None) == plugins.CommandTraits()
+
+
+def test_a_malformed_command_declaration_is_refused_at_registration(toy_command: Any) -> None:
+    from batchfuzz import cli
+
+    toy_command("'yes'", False)
+    with pytest.raises(plugins.PluginError, match=r"command module batchfuzz.commands.toy_cmd: RUNS_WORKERS must be True or "
+                                                  r"False, got 'yes' \(the shape is batchfuzz.plugins.CommandTraits\)"):
+        cli.build_parser()
+    sub = argparse.ArgumentParser(prog="batchfuzz").add_subparsers()
+    misnamed = _module("toy_other", OWNS_SIGNALS=True, register=lambda s: s.add_parser("toy-cmd").set_defaults(func=len))
+    with pytest.raises(plugins.PluginError, match=r"toy_other: it declares .* but its parser is named 'toy-cmd': a command with "
+                                                  r"traits is found by its name, so its module must be named 'toy_cmd'"):
+        plugins.register_command(misnamed, sub)
+    with pytest.raises(plugins.PluginError, match=r"toy_other: OWNS_SIGNALS must be True or False, got 1"):
+        plugins.command_traits(_module("toy_other", OWNS_SIGNALS=1))
+
+
 def test_the_built_in_engines_are_registered_in_their_shape() -> None:
     found = engines.engines()
     assert found["vllm"].__name__ == "batchfuzz.engines.vllm"
