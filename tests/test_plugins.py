@@ -9,14 +9,11 @@ import importlib
 import pkgutil
 import sys
 import types
-import warnings
 from typing import Any
 
 import pytest
 
-from batchfuzz import bind, engines, plugins, registry
-from batchfuzz.contracts import split_ubatches as split_ubatches_record
-from batchfuzz.strategies import split_ubatches as split_ubatches_strategies
+from batchfuzz import engines, plugins, registry
 
 
 def _module(name: str, **attrs: Any) -> types.ModuleType:
@@ -40,15 +37,6 @@ def test_the_declarations_list_their_members() -> None:
     assert dict(plugins.members(plugins.CommandModule)) == {"register": True}
 
 
-def test_every_record_takes_its_strategies_module_once() -> None:
-    for contract in registry.contracts():
-        assert contract.inputs is not None, contract.name
-        strategies = importlib.import_module(contract.inputs.module)
-        assert plugins.check_strategies(strategies) == bool(contract.scopes)
-        assert contract.size is strategies.size and contract.reductions is strategies.reductions
-        assert [d.name for d in contract.domains] == [d.name for d in contract.inputs.domains]
-
-
 def test_a_strategies_module_missing_a_part_is_named() -> None:
     with pytest.raises(plugins.PluginError, match=r"strategies module toy_strategies: no in_domain; no reductions "
                                                   r"\(the shape is batchfuzz.plugins.StrategiesModule\)"):
@@ -63,17 +51,6 @@ def test_a_strategies_module_missing_a_part_is_named() -> None:
         registry.input_space(_strategies(), {"spec": "all", "nightly": "more"})
     space = registry.input_space(_strategies(), {"spec": "all", "engine": "what the engine makes"}, irreducible=("engine",))
     assert [(d.name, d.reducible) for d in space.domains] == [("spec", True), ("engine", False)] and space.scopes == ()
-
-
-def test_a_record_gives_its_inputs_one_way() -> None:
-    record = split_ubatches_record.CONTRACT
-    fields = {f: getattr(record, f) for f in ("name", "title", "section", "signature", "arguments", "oracle", "implementations",
-                                             "properties", "error_inputs", "variants")}
-    with pytest.raises(registry.RecordError, match=r"gives inputs= and size: give them through inputs="):
-        registry.Contract(**fields, inputs=registry.input_space(split_ubatches_strategies, {"spec": "s"}),
-                          size=lambda case: ())  # a second source that disagrees with the strategies module's
-    with pytest.raises(registry.RecordError, match=r"domains must start with 'spec'"):
-        registry.Contract(**fields)  # neither inputs= nor domains=
 
 
 def test_every_command_module_registers_a_parser_with_func() -> None:
@@ -111,9 +88,9 @@ def register(sub):
 
 @pytest.fixture
 def toy_command(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """Writes ``batchfuzz.commands.toy_cmd`` (a plug-in command dropped into
-    the commands package) with the given declarations; the process's signal
-    handlers are put back after."""
+    """Writes a plug-in command module, toy_cmd, into the commands package
+    with the given declarations; the process's signal handlers are put back
+    after."""
     import signal
 
     import batchfuzz.commands as pkg
@@ -210,15 +187,6 @@ def test_an_engine_module_missing_a_part_is_named(monkeypatch: pytest.MonkeyPatc
     assert engines.engine("toyengine") is half
     with pytest.raises(ValueError, match=r"ref names no engine"):
         engines.resolve("not an engine::x::y::z")
-
-
-def test_bind_scope_is_a_deprecated_name_of_loader() -> None:
-    with warnings.catch_warnings(record=True) as seen:
-        warnings.simplefilter("always")
-        assert bind.Scope is bind.Loader
-    assert any(issubclass(w.category, DeprecationWarning) and "bind.Loader" in str(w.message) for w in seen)
-    with pytest.raises(AttributeError, match=r"has no attribute 'Nope'"):
-        _ = bind.Nope  # type: ignore[attr-defined]
 
 
 def test_batchfuzz_vllm_is_the_short_form_of_batchfuzz_engine_vllm() -> None:
