@@ -56,7 +56,27 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+# The inner loop, `pytest -m inner` (README, "Development"): each core
+# layer's own tests and the contracts' error inputs, about two minutes on 2
+# cores; the end-to-end runs (fuzz, pytest and reproductions in subprocesses)
+# stay in the whole suite. A file, or a file's test function.
+INNER = (
+    "tests/test_registry.py", "tests/test_targets.py", "tests/test_plugins.py", "tests/test_binding.py",
+    "tests/test_argument_vocabulary.py", "tests/test_impl_results.py", "tests/test_microbatch_impl.py",
+    "tests/test_checking.py", "tests/test_progress.py", "tests/test_doc_references.py",
+    "tests/test_corpus.py", "tests/test_contracts.py::test_error_inputs", "tests/test_contracts.py::test_oracle_satisfies",
+)
+
+
+def _inner(nodeid: str) -> bool:
+    function = nodeid.partition("[")[0]
+    return any(function == entry or nodeid.startswith(entry + "::") for entry in INNER)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if _inner(item.nodeid):
+            item.add_marker(pytest.mark.inner)
     device = config.getoption("--device")
     if device != "all":
         # --device cuda keeps only the GPU tests; --device cpu drops them.
