@@ -18,7 +18,10 @@ from typing import Any
 import pytest
 
 from batchfuzz import engines
-from batchfuzz.engines import follow, locate, matrix, vllm
+from batchfuzz.engines import follow, locate, matrix
+from tests._lazy import LazyModule
+
+vllm = LazyModule("batchfuzz.engines.vllm")  # imports torch: when a test first uses it
 
 OLD = {
     "pkg/runner.py": '''
