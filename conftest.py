@@ -11,6 +11,7 @@ profile comes from ``BATCHFUZZ_PROFILE``, else ``ci``, CI or not
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 from hypothesis import settings
@@ -32,12 +33,20 @@ def pytest_configure(config: pytest.Config) -> None:
     settings.load_profile("untimed")
 
 
-if os.environ.get("PYTEST_XDIST_WORKER"):
-    # Each xdist worker owns one core: torch's intra-op threads would only
-    # contend with the other workers (small ops get ~100x slower on 2 cores).
-    import torch
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Torch is imported by the tests that use it, never at collection: so
+    its settings are made here, once it is there. A GPU test skips, saying
+    why, without a CUDA device."""
+    torch = sys.modules.get("torch")
+    if torch is not None and os.environ.get("PYTEST_XDIST_WORKER"):
+        # Each xdist worker owns one core: torch's intra-op threads would only
+        # contend with the other workers (small ops get ~100x slower on 2 cores).
+        torch.set_num_threads(1)
+    if "gpu" in item.keywords:
+        import torch
 
-    torch.set_num_threads(1)
+        if not torch.cuda.is_available():
+            pytest.skip("no CUDA device (torch.cuda.is_available() is False)")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -47,9 +56,27 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    import torch
+# The inner loop, `pytest -m inner` (README, "Development"): each core
+# layer's own tests and the contracts' error inputs, about two minutes on 2
+# cores; the end-to-end runs (fuzz, pytest and reproductions in subprocesses)
+# stay in the whole suite. A file, or a file's test function.
+INNER = (
+    "tests/test_registry.py", "tests/test_targets.py", "tests/test_plugins.py", "tests/test_binding.py",
+    "tests/test_argument_vocabulary.py", "tests/test_impl_results.py", "tests/test_microbatch_impl.py",
+    "tests/test_checking.py", "tests/test_progress.py", "tests/test_doc_references.py",
+    "tests/test_corpus.py", "tests/test_contracts.py::test_error_inputs", "tests/test_contracts.py::test_oracle_satisfies",
+)
 
+
+def _inner(nodeid: str) -> bool:
+    function = nodeid.partition("[")[0]
+    return any(function == entry or nodeid.startswith(entry + "::") for entry in INNER)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if _inner(item.nodeid):
+            item.add_marker(pytest.mark.inner)
     device = config.getoption("--device")
     if device != "all":
         # --device cuda keeps only the GPU tests; --device cpu drops them.
@@ -58,9 +85,3 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if dropped:
             config.hook.pytest_deselected(items=dropped)
             items[:] = keep
-    if torch.cuda.is_available():
-        return
-    skip = pytest.mark.skip(reason="no CUDA device (torch.cuda.is_available() is False)")
-    for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)

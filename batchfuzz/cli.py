@@ -1,11 +1,14 @@
 """The ``batchfuzz`` command. Subcommands are modules in ``batchfuzz/commands``:
 each defines ``register(subparsers)`` that adds its parser with ``func=run``
-(the shape ``batchfuzz.plugins.CommandModule``, checked as each registers)."""
+(the shape ``batchfuzz.plugins.CommandModule``, checked as each registers).
+Whether a command starts the worker pool early or owns SIGINT/SIGTERM is its
+module's declaration (``batchfuzz.plugins.CommandTraits``)."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import pkgutil
 import sys
 import time
@@ -29,23 +32,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# Commands that run code under test in worker processes: the fork server they
-# come from starts as soon as the command line parses, before the command's
-# own (heavy) imports, so that its imports (torch, the registry) and ours
-# overlap; `--help` and argparse's usage errors never start it.
-_RUNS_WORKERS = frozenset({"check", "fuzz", "replay", "catalogue", "sweep"})
+def declared_traits(command: str | None) -> plugins.CommandTraits:
+    """What the command module of this name declares (``batchfuzz.plugins.CommandTraits``):
+    none for a word that names no command. Imports that one module only, so
+    that a command owning signals owns them before the others are imported."""
+    import batchfuzz.commands as pkg
 
-
-# Commands that own SIGINT/SIGTERM from their first line (``fuzz``: a partial
-# report): a signal that comes while the commands are imported waits in
-# ``batchfuzz.usage.PENDING_SIGNALS``.
-_OWNS_SIGNALS = frozenset({"fuzz"})
+    name = plugins.command_module_name(command or "")
+    if not name.isidentifier() or name.startswith("_") or importlib.util.find_spec(f"{pkg.__name__}.{name}") is None:
+        return plugins.CommandTraits()
+    return plugins.command_traits(importlib.import_module(f"{pkg.__name__}.{name}"))
 
 
 def main(argv: list[str] | None = None) -> int:
     started = time.time()  # budgets count from here, before the (slow) imports of the commands
     words = sys.argv[1:] if argv is None else argv
-    if words and words[0] in _OWNS_SIGNALS and argv is None:
+    owns_signals = argv is None and declared_traits(words[0] if words else None).owns_signals
+    if owns_signals:
         import signal
 
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -58,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return ExitCode.USAGE
-    if args.command in _RUNS_WORKERS:
+    if declared_traits(args.command).runs_workers:
         from batchfuzz.execution import start_fork_server
 
         start_fork_server()
@@ -68,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"batchfuzz: error: {exc}", file=sys.stderr)
         return ExitCode.USAGE
     finally:
-        if words and words[0] in _OWNS_SIGNALS and argv is None:
+        if owns_signals:
             _ignore_signals_until_exit()
 
 

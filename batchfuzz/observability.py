@@ -1,36 +1,10 @@
 """Hypothesis observability records that name what batchfuzz checks.
 
-Hypothesis writes one ``test_case`` record per example (JSON lines under
-``.hypothesis/observed/``, its documented format, read by Tyche and
-HypoFuzz) when ``HYPOTHESIS_EXPERIMENTAL_OBSERVABILITY`` is set. batchfuzz
-does not write records of its own; it makes Hypothesis's say what ran:
-
-- the property: :func:`name_test` names the hunt's inner test function
-  after the property (Hypothesis's own ``property`` of a record outside
-  pytest: ``matches_oracle``; a function name cannot hold the dot), and
-  :func:`labelled` makes the written record's ``property``
-  ``CONTRACT.PROPERTY`` (``split_dummy_tokens.matches_oracle``);
-- the metadata: while a hunt runs, :func:`labelled` has every record
-  every observability callback receives from this thread (Hypothesis's own
-  file writer, and any a user, Tyche or HypoFuzz registered) carry
-  ``metadata.batchfuzz`` (:func:`describe`: contract, property, target,
-  target kind, implementation or variant, device, engine and release,
-  domain, batchfuzz's version; inside a pytest test, ``pytest_nodeid``, the
-  test that called ``check_contract``), and ``CONTRACT.PROPERTY`` as its
-  ``property``.
-  Each callback is decorated in place (:class:`_Relabel`: it labels a
-  record and hands it on, and equals the callback it decorates, so removing
-  that one removes it): records of other tests pass unchanged.
-
-Switched on as Hypothesis switches on: its environment variable, read by
-every process as it imports Hypothesis (the fuzz job's processes are
-forks of a server started with the command's environment, so they write to
-the same folder). :func:`switch_on` (``check --observe``, ``fuzz
---observe``) sets that variable for every process the command starts and
-registers the writer in this one, without Hypothesis's line coverage
-(``HYPOTHESIS_EXPERIMENTAL_OBSERVABILITY_NOCOVER``: batchfuzz's own lines,
-not the target's when it runs in a worker process, at a large cost per
-example). ``tests/test_observability.py`` reads the records back.
+batchfuzz writes no records of its own: it makes Hypothesis's ``test_case``
+records (read by Tyche and HypoFuzz) say which contract, property, target and
+release ran, as ``CONTRACT.PROPERTY`` and ``metadata.batchfuzz``, and
+switches them on for every process a command starts (``--observe``). How,
+and why each choice: docs/internals.md, "observability.py".
 """
 
 from __future__ import annotations

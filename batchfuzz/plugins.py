@@ -12,7 +12,8 @@ module and what it lacks:
   takes once (``registry.input_space``); found through the record;
 - a **command module** (:class:`CommandModule`): a module of
   ``batchfuzz.commands`` whose ``register(subparsers)`` adds one parser and
-  sets its ``func`` (:func:`register_command`);
+  sets its ``func``, and which may declare ``RUNS_WORKERS`` and
+  ``OWNS_SIGNALS`` (:class:`CommandTraits`, :func:`register_command`);
 - an **engine module** (:class:`EngineModule`): one engine's bindings, found
   through ``batchfuzz.engine_registry.engines()`` (``batchfuzz.engines``' modules, the
   ``batchfuzz.engines`` entry-point group and ``$BATCHFUZZ_ENGINES``) and run
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import inspect
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, fields
 from types import ModuleType
 from typing import Any, Protocol
 
@@ -75,9 +77,30 @@ class ScopedStrategiesModule(StrategiesModule, Protocol):
 class CommandModule(Protocol):
     """A module of ``batchfuzz.commands``: ``register(subparsers)`` adds its
     parser to the ``batchfuzz`` command's subparsers and sets the parser's
-    ``func`` default to the function that runs it (``args -> exit code``)."""
+    ``func`` default to the function that runs it (``args -> exit code``).
+    Optional, both False when absent: ``RUNS_WORKERS`` and ``OWNS_SIGNALS``
+    (:class:`CommandTraits` says what each makes ``batchfuzz.cli.main`` do)."""
 
     def register(self, subparsers: Any) -> None: ...
+
+
+@dataclass(frozen=True)
+class CommandTraits:
+    """What ``batchfuzz.cli.main`` does for a command before running it, as
+    its module declares (module attributes of the same names, upper case).
+
+    ``runs_workers``: it runs code under test in worker processes, so the
+    fork server starts as soon as the command line parses, its imports
+    overlapping the command's own. ``owns_signals``: it handles SIGINT and
+    SIGTERM from its first line (``fuzz``: a partial report); a signal that
+    comes while the commands are imported waits in
+    ``batchfuzz.usage.PENDING_SIGNALS``, and once the command returns they
+    are ignored. ``main`` finds a command's traits by its name, before any
+    other command is imported, so a command that declares one has its
+    module's name (``merge_reports`` for ``merge-reports``)."""
+
+    runs_workers: bool = False
+    owns_signals: bool = False
 
 
 class EngineModule(Protocol):
@@ -207,10 +230,32 @@ def check_engine(module: Any, base: Any) -> None:
             raise PluginError(f"engine module {_label(module)}: SPECS[{k}] has no str {' or '.join(bad)}")
 
 
+def command_traits(module: Any) -> CommandTraits:
+    """A command module's declared traits, each ``True`` or ``False`` (absent:
+    False); anything else is refused, naming the module and the attribute."""
+    declared = {}
+    for field in fields(CommandTraits):
+        attr = field.name.upper()
+        value = getattr(module, attr, False)
+        if not isinstance(value, bool):
+            raise PluginError(f"command module {_label(module)}: {attr} must be True or False, got {value!r} "
+                              "(the shape is batchfuzz.plugins.CommandTraits)")
+        declared[field.name] = value
+    return CommandTraits(**declared)
+
+
+def command_module_name(command: str) -> str:
+    """The module name a command of this name has (``merge-reports``:
+    ``merge_reports``): how a command is found before the others are imported."""
+    return command.replace("-", "_")
+
+
 def register_command(module: ModuleType, subparsers: Any) -> argparse.ArgumentParser:
-    """Register one command module: check its shape, call its ``register``,
-    and check that it added one parser with a ``func``. Returns that parser."""
+    """Register one command module: check its shape and traits, call its
+    ``register``, and check that it added one parser with a ``func`` (and
+    the module's name, where it owns signals). Returns that parser."""
     check_shape(module, CommandModule, "command module")
+    traits = command_traits(module)
     before = dict(subparsers.choices)
     module.register(subparsers)
     added = list({id(p): p for name, p in subparsers.choices.items() if name not in before}.values())  # aliases: one parser
@@ -220,4 +265,8 @@ def register_command(module: ModuleType, subparsers: Any) -> argparse.ArgumentPa
         raise PluginError(f"command module {_label(module)}: its parser {added[0].prog!r} sets no func "
                           "(parser.set_defaults(func=run))")
     parser: argparse.ArgumentParser = added[0]
+    name = parser.prog.rsplit(" ", 1)[-1]
+    if traits != CommandTraits() and command_module_name(name) != _label(module).rsplit(".", 1)[-1]:
+        raise PluginError(f"command module {_label(module)}: it declares {traits} but its parser is named {name!r}: a command "
+                          f"with traits is found by its name, so its module must be named {command_module_name(name)!r}")
     return parser

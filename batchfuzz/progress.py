@@ -1,36 +1,10 @@
 """Live progress of a command that runs longer than a few seconds: a bar on a
 terminal (drawn by ``rich``), plain lines otherwise (CI logs, pipes, tests).
 
-One object per run of a command, used as a context manager::
-
-    from batchfuzz.progress import Progress
-
-    with Progress("catalogue", total=len(items)) as bar:
-        for item in items:
-            bar.update(now=item.name)        # what runs now (the bar's last column)
-            result = run(item)
-            bar.advance(f"{item.name}: ok")  # one unit done, and its line
-        bar.say("a line of its own")         # a line without advancing
-
-- ``total`` is the units of the run (variants, cells, cases); None when it is
-  not known ahead (the bar then counts up). ``update(completed=K, total=N)``
-  sets the position outright (a sweep counts split entries, not calls).
-- On a terminal (:func:`interactive`): a transient bar under the lines
-  printed so far (description, bar, done/total, elapsed, time left, what
-  runs now), redrawn about ten times a second from ``rich``'s own thread; the
-  lines of :meth:`Progress.advance` and :meth:`Progress.say` scroll above it.
-  The bar is gone when the run ends: what stays is the lines.
-- Otherwise: each line as it comes, and a heartbeat line
-  (``... WHAT: K/N done in Ts; now: ...``) when nothing was written for
-  ``heartbeat_s`` seconds (from a daemon thread), so that a log shows a long
-  step is alive. Nothing else: what a test or a CI log reads is the lines.
-
-``tty`` forces either way (None: ask :func:`interactive` of the stream);
-``console`` hands in a ``rich`` console (a test's
-``Console(file=StringIO(), force_terminal=True)``). ``rich`` is imported
-only when a bar is drawn, so a command's ``--help`` and its usage errors do
-not pay for it. Calls are thread-safe; an exception in drawing never
-reaches the run.
+One object per run, a context manager: ``update`` (what runs now, or the
+position), ``advance`` (one unit done, with its line) and ``say`` (a line of
+its own). Off a terminal a heartbeat line says a long step is alive.
+The usage example and both forms in detail: docs/internals.md, "progress.py".
 """
 
 from __future__ import annotations

@@ -1,30 +1,10 @@
 """A reproduction is a test: the printed block of a counterexample.
 
 Pasted into a file and run with ``python``, it fails while the bug is there
-and passes once it is fixed:
-
-- for a property violation, it imports the target (by module, by
-  ``importlib`` for a ``FILE.py:FUNCTION`` target, through the registry for
-  the project's own implementations and variants), makes the call(s) the
-  property makes (the contract's ``reproduce`` hook writes the forms, for
-  contract C the ``out=`` form on the stale buffer and the earlier steps),
-  shows the contract's own answer, and asserts the violated property with
-  ``batchfuzz.testing.assert_property``, which raises an ``AssertionError``
-  with the property's message;
-- for a ``raises`` (the target raised an exception), the same as for a
-  violation: the call raises it while the bug is there;
-- for a ``crash`` or ``timeout``, it runs that check in a subprocess and
-  asserts that the subprocess exits cleanly within the timeout.
-
-The same text, in the same words, makes the other forms a failure is kept
-in: :func:`regression_test` (a pytest file whose one test has the
-reproduction as its body: ``check --write-test``, ``replay --write-tests``)
-and :func:`example_line` (the ``@batchfuzz.testing.example(...)`` line for
-a test calling ``check_contract``).
-
-``tests/test_reproduction.py`` executes printed reproductions for every
-contract, for a crash and for a timeout; ``tests/test_write_tests.py`` runs
-written test files with pytest.
+and passes once it is fixed; the same text makes a failure's other forms
+(``regression_test``: a pytest file; ``example_line``: an ``@example``
+line). What each kind of failure reproduces as: docs/internals.md,
+"reproduce.py".
 """
 
 from __future__ import annotations

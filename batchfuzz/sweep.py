@@ -1,29 +1,10 @@
 """Exhaustive sweep of contract A over a whole domain, properties vectorised.
 
-For every ``1 <= R <= max_reqs`` and every ``R <= N <= max_tokens`` the split
-is computed by a batched implementation (one call per R, all N at once, in
-int32 when the counts fit) and every property of contract A
-(docs/contracts.md) is checked on the whole block: ``sum == N``,
-``max == ceil(N/R)``, ``min == N // R``, non-decreasing, every entry ``>= 1``,
-``max <= L`` for the tightest ``L = ceil(N / R)`` (which implies it for every
-larger ``L``), and the closed form.
-
-The closed form is not recomputed here (the implementation computes exactly
-that expression: comparing with it would check the code against itself). It
-is checked through what characterises it: a row equals the closed form iff it
-is non-decreasing, its minimum is ``N // R``, its maximum ``ceil(N / R)`` and
-its sum ``N``. (With the minimum and maximum right, every entry is ``N // R``
-or, when ``R`` does not divide ``N``, one more; the sum is then
-``R * (N // R)`` plus the number of larger entries, so the sum is ``N`` iff
-there are ``N % R`` of them; non-decreasing puts them last.)
-
-Cost: the sweep is bound by memory traffic over ``sum(R * (max_tokens - R +
-1))`` entries, so each property reads the block once and the properties share
-their reductions (``aminmax``, one sum). Failure flags stay on the device and
-the host reads them every :data:`FLUSH_EVERY` request counts (a host read is
-a synchronisation that idles the device while the next kernels are queued);
-the first failing ``N`` of a property is found again for the first ``R``
-whose flag is set.
+For every ``1 <= R <= max_reqs`` and ``R <= N <= max_tokens`` a batched
+implementation computes the split (one call per R) and every property of
+contract A is checked on the whole block, on the device. The closed form is
+checked through what characterises it, not recomputed; why that suffices,
+and what the sweep costs: docs/internals.md, "sweep.py".
 """
 
 from __future__ import annotations

@@ -1,23 +1,15 @@
 """What a target is called, and how it is loaded: one naming scheme for the
 whole code base (the CLI, reports, the corpus, worker processes).
 
-A target reference is one of:
-
-- ``impl:NAME@DEVICE``: a registered implementation of the contract bound to
-  a device (``impl:numpy@cpu``, ``impl:torch@cuda``);
-- ``variant:NAME``: a registered buggy variant of the contract;
-- ``oracle``: the contract's oracle;
-- ``engine:REF``: an engine's own function, as ``batchfuzz.engines`` binds it
-  (``REF`` is a ``Bound.ref``, e.g. ``vllm::wheel:/path/vllm.whl::...``);
-- ``MODULE:FUNCTION`` or ``path/to/file.py:FUNCTION``: a user's function
-  (``FUNCTION`` may be dotted: ``Class.method``). A file's folder is put on
-  the import path, so the file can import its sibling modules.
-
-The first three name code that is the project's own. An ``engine:`` target
-is the project's binding of code read from a release (``TargetRef.release``:
-``wheel:PATH``, ``dir:PATH`` or ``installed:``) and a ``MODULE:FUNCTION``
-imports code the user names; the corpus loads neither on its own
-(``batchfuzz.fuzz.corpus``): the user names the function or the release.
+A reference is ``impl:NAME@DEVICE`` (a registered implementation on ``cpu``
+or ``cuda``), ``variant:NAME`` (a registered buggy variant), ``oracle``,
+``engine:REF`` (an engine's own function as ``batchfuzz.engines`` binds it,
+read from the release ``TargetRef.release`` names) or ``MODULE:FUNCTION`` /
+``path/to/file.py:FUNCTION`` (a user's function, ``FUNCTION`` possibly
+dotted; a file's folder goes on the import path for its siblings). The first
+three are the project's own code; the corpus loads neither of the last two
+on its own (``batchfuzz.fuzz.corpus``): the user names the function or the
+release.
 """
 
 from __future__ import annotations

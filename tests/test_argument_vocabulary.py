@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 from hypothesis.errors import InvalidArgument
 
 from batchfuzz import strategies
-from batchfuzz.impl import allow_microbatching_numpy, allow_microbatching_torch
-from batchfuzz.impl.split_dummy_tokens_torch import split_dummy_tokens_batched
+from batchfuzz.impl import allow_microbatching_numpy
 from batchfuzz.reference import _args
 from batchfuzz.strategies import _exhaustive
+from tests._lazy import LazyModule
+
+torch = LazyModule("torch")
+allow_microbatching_torch = LazyModule("batchfuzz.impl.allow_microbatching_torch")
+split_dummy_tokens_torch = LazyModule("batchfuzz.impl.split_dummy_tokens_torch")
 
 
 @pytest.mark.parametrize(("build", "message"), [
@@ -76,4 +79,4 @@ def test_metadata_checks_read_no_value() -> None:
     with pytest.raises(ValueError, match=r"^t must have shape \(>= 5, 3\), got \(4, 3\)$"):
         _args.check_buffer("t", meta, torch.Tensor, ndim=2, rows=5, cols=3)
     with pytest.raises(TypeError, match=r"^num_tokens must have dtype int32 or int64, got torch.float32$"):
-        split_dummy_tokens_batched(2, torch.zeros(3, dtype=torch.float32, device="meta"))
+        split_dummy_tokens_torch.split_dummy_tokens_batched(2, torch.zeros(3, dtype=torch.float32, device="meta"))

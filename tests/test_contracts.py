@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import Phase, settings
 
-from batchfuzz import registry, reproduce, runner
+from batchfuzz import reproduce, runner
 from batchfuzz.registry import Contract, ErrorInput, Implementation, Property
 from tests.generate import error_params, impl_params, oracle_params
 
@@ -67,14 +67,3 @@ def test_every_property_can_fail(contract: Contract, prop: Property) -> None:
         if r.failure is not None:
             return
     pytest.fail(f"{prop.name} caught none of {[v.name for v in killers]}")
-
-
-def test_registry_is_complete() -> None:
-    for c in registry.contracts():
-        assert c.implementations, c.name
-        assert c.properties, c.name
-        assert c.error_inputs, c.name
-        assert len([v for v in c.variants if v.origin == "mutant"]) >= 5, c.name
-        for v in c.variants:
-            for name in v.caught_by:
-                c.property(name)  # raises on a typo

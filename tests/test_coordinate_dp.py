@@ -22,12 +22,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from hypothesis import HealthCheck, given, settings
 
 from batchfuzz import distributed, registry
 from batchfuzz.distributed import RankFailure, RankPool
 from batchfuzz.impl._dp import ARGUMENTS, per_rank_args
+from tests._lazy import LazyModule
+
+torch = LazyModule("torch")
 
 CONTRACT = registry.get("coordinate_dp")
 PROCESS_VARIANTS = [v for v in CONTRACT.variants if v.fn.__qualname__.startswith("ranks[")]
@@ -233,8 +235,9 @@ def test_the_canonical_target_splits_and_joins_the_ranks() -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices (one per rank for NCCL)")
 def test_nccl_ranks_give_the_in_process_answers() -> None:
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two CUDA devices (one per rank for NCCL)")
     from batchfuzz.impl import coordinate_dp_torch
 
     fn = distributed.rank_function(coordinate_dp_torch.RANK_FUNCTION)

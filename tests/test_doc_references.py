@@ -4,7 +4,7 @@ repository's Python files) or in ``docs/*.md`` and ``README.md`` exists.
 
 Dotted names are resolved by importing the longest importable module prefix
 and ``getattr`` on the rest; paths are relative to the repository root
-(``docs/x.md``, ``batchfuzz/matrix.py``, ``tests/test_bind.py``),
+(``docs/x.md``, ``batchfuzz/matrix.py``, ``tests/test_binding.py``),
 and a Markdown link's target is relative to the page it is on. A citation
 that is a template (``strategies/<name>.py``, ``impl/x.py``: a part named
 ``x`` is the placeholder) is not a path and is not checked; of a glob

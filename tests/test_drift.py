@@ -18,7 +18,10 @@ from typing import Any
 import pytest
 
 from batchfuzz import engines, matrix
-from batchfuzz.engines import follow, locate, vllm
+from batchfuzz.engines import follow, locate
+from tests._lazy import LazyModule
+
+vllm = LazyModule("batchfuzz.engines.vllm")  # imports torch: when a test first uses it
 
 OLD = {
     "pkg/runner.py": '''

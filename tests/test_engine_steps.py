@@ -25,8 +25,17 @@ from batchfuzz.strategies import realizable_steps
 from batchfuzz.strategies._steps import HypothesisSource
 from batchfuzz.usage import UsageError
 
-WHY = vllm_scheduler.import_error()
-needs_vllm = pytest.mark.skipif(WHY is not None, reason=f"needs vLLM's scheduler: {WHY}")
+
+@pytest.fixture(scope="module")
+def vllm_importable() -> None:
+    """Skips, saying why, where vLLM's scheduler cannot be imported: asked
+    when a test runs (importing vLLM takes seconds; collection imports none)."""
+    why = vllm_scheduler.import_error()
+    if why is not None:
+        pytest.skip(f"needs vLLM's scheduler: {why}")
+
+
+needs_vllm = pytest.mark.usefixtures("vllm_importable")
 
 # Run counts, not time: no health check that measures time may fail a test under load.
 FIXED = settings(derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck))
@@ -179,7 +188,7 @@ def test_steps_name_each_contracts_own_domain_in_check_and_fuzz() -> None:
 
     for name, source, domain in (("find_conflicts", "model", "engine"), ("allow_microbatching", "model", "engine"),
                                  ("split_ubatches", "engine", "engine-steps"), ("allow_microbatching", "engine", "engine-steps")):
-        if source == "engine" and WHY is not None:
+        if source == "engine" and vllm_scheduler.import_error() is not None:
             with pytest.raises(ValueError, match="--steps engine: vLLM's scheduler cannot be imported"):
                 engine_steps.steps_domain(registry.get(name), source)
             continue
@@ -193,7 +202,7 @@ def test_the_engine_source_says_why_it_is_unavailable() -> None:
 
     with pytest.raises(InvalidArgument, match="source must be one of 'model', 'engine', got 'vllm'"):
         realizable_steps(source="vllm")
-    if WHY is not None:
+    if vllm_scheduler.import_error() is not None:
         with pytest.raises(InvalidArgument, match="vLLM's scheduler cannot be imported"):
             realizable_steps(source="engine")
 
@@ -295,7 +304,7 @@ def test_the_nightly_profile_plans_the_conformance_item_or_says_why_not(monkeypa
     dev, _ = plan("--contract", "split_ubatches")
     assert conf not in [(i.contract, i.target, i.property) for i in dev]
     assert plan("--profile", "nightly", "--contract", "split_ubatches")[1] == (False, None)  # filtered out
-    if WHY is None:
+    if vllm_scheduler.import_error() is None:
         items, (planned, note) = plan("--profile", "nightly", "--contract", "scheduler_model")
         assert planned and note is None and [(i.contract, i.target, i.property) for i in items] == [conf]
     monkeypatch.setattr(vllm_scheduler, "import_error", lambda: "vLLM's scheduler cannot be imported: planted")

@@ -17,7 +17,7 @@ import sys
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
@@ -26,7 +26,6 @@ from hypothesis import Phase, settings
 from batchfuzz import bind, engines, registry, runner
 from batchfuzz.case import Case
 from batchfuzz.checks import PropertyViolation
-from batchfuzz.engines import vllm
 from batchfuzz.impl._dp import ARGUMENTS as ARGS
 from batchfuzz.reference import _step as step_oracle
 from batchfuzz.reference import allow_microbatching as decision_oracle
@@ -38,6 +37,12 @@ from batchfuzz.reference import split_dummy_tokens as dummy_oracle
 from batchfuzz.reference import split_ubatches as ubatch_oracle
 from batchfuzz.reference.make_dummy import DummyBuffers
 from batchfuzz.strategies.slice_ubatch_metadata import every_microbatch_has_a_real_token
+from tests._lazy import LazyModule
+
+if TYPE_CHECKING:
+    from batchfuzz.engines import vllm
+else:
+    vllm = LazyModule("batchfuzz.engines.vllm")  # imports torch: when a test first uses it
 
 RELEASE = "0.33.0"
 V1 = "vllm/v1/worker/gpu_model_runner.py"
@@ -63,7 +68,7 @@ MRV2_SLICES = "vllm/v1/worker/gpu/ubatch_utils.py:create_ubatch_slices"
 COMBINE = "vllm/v1/worker/gpu/input_batch.py:combine_sampled_and_draft_tokens"
 MRV2_QSL = "vllm/v1/worker/gpu/model_runner.py:GPUModelRunner.prepare_inputs"
 # The release's source, its bindings by (function, contract), and the texts of the files they read.
-Release = tuple[vllm.ReleaseSource, dict[tuple[str, str], engines.Bound], dict[str, str]]
+Release = tuple["vllm.ReleaseSource", dict[tuple[str, str], engines.Bound], dict[str, str]]
 
 
 @pytest.fixture(scope="module")
@@ -74,22 +79,28 @@ def wheel() -> Path:
         pytest.skip(f"cannot download vllm=={RELEASE} from the package registry: {exc}")
 
 
-class _Recording(vllm.ReleaseSource):
-    """Remembers every file a binding read (to copy them into edited trees)."""
+def _recording(wheel: Path) -> Any:
+    """A release source that remembers every file a binding read (to copy
+    them into edited trees). Its class is made here, not at module level:
+    ``batchfuzz.engines.vllm`` imports torch, which collection does not."""
 
-    seen: set[str]
+    class _Recording(vllm.ReleaseSource):
+        seen: set[str]
 
-    def read(self, relpath: str) -> str | None:
-        text = super().read(relpath)
-        if text is not None:
-            self.seen.add(relpath)
-        return text
+        def read(self, relpath: str) -> str | None:
+            text = super().read(relpath)
+            if text is not None:
+                self.seen.add(relpath)
+            return text
+
+    source = _Recording.from_wheel(wheel)
+    source.seen = set()
+    return source
 
 
 @pytest.fixture(scope="module")
 def release(wheel: Path) -> Release:
-    source = _Recording.from_wheel(wheel)
-    source.seen = set()
+    source = _recording(wheel)
     table = by_key(vllm.bindings(source, search=False))
     files = {p: source.read(p) or "" for p in sorted(source.seen)}
     return source, table, files
@@ -284,8 +295,7 @@ def release_0_34_files() -> tuple[dict[tuple[str, str], engines.Bound], dict[str
         wheel = engines.fetch_wheel("vllm", "0.34.0")
     except engines.SourceError as exc:
         pytest.skip(f"cannot download vllm==0.34.0 from the package registry: {exc}")
-    source = _Recording.from_wheel(wheel)
-    source.seen = set()
+    source = _recording(wheel)
     table = by_key(vllm.bindings(source, search=False))
     return table, {p: source.read(p) or "" for p in sorted(source.seen)}
 

@@ -28,23 +28,26 @@ from typing import Any
 
 import numpy as np
 import pytest
-import torch
 from hypothesis import find, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import NoSuchExample
-from torch.overrides import TorchFunctionMode
 
 from batchfuzz.bench import microbench
 from batchfuzz.contracts._microbatch import shipped_allow_microbatching, shipped_vectorised
 from batchfuzz.impl import allow_microbatching_numpy as exact
-from batchfuzz.impl import allow_microbatching_torch as exact_torch
-from batchfuzz.impl import find_conflicts_numpy, find_conflicts_torch
+from batchfuzz.impl import find_conflicts_numpy
 from batchfuzz.reference import _step as ref_step
 from batchfuzz.reference import allow_microbatching as ref_decision
 from batchfuzz.reference import find_conflicts as ref_conflicts
 from batchfuzz.reference._step import Step
 from batchfuzz.strategies._steps import general_steps, realizable_steps_for_ci
 from batchfuzz.workloads import sample_realizable_step
+from tests._lazy import LazyModule
+
+torch = LazyModule("torch")
+exact_torch = LazyModule("batchfuzz.impl.allow_microbatching_torch")
+find_conflicts_torch = LazyModule("batchfuzz.impl.find_conflicts_torch")
+_torch_helpers = LazyModule("tests._torch_helpers")  # the torch-mode guard and the buggy torch checkers
 
 ANY_STEP = st.one_of(general_steps(), general_steps(well_formed=False), realizable_steps_for_ci().map(lambda si: si[0]))
 SEARCH = settings(max_examples=3000, deadline=None, database=None, derandomize=True)  # deterministic searches
@@ -471,35 +474,11 @@ def test_torch_checkers_reject_bad_arguments() -> None:
 # ---------------------------------------------------------------- torch: exact, no host reads
 
 
-class ForbidHostReads(TorchFunctionMode):
-    """Fails on every torch call that reads a tensor value on the host, and on
-    indexing with a boolean tensor (a hidden ``nonzero``: a data-dependent shape)."""
-
-    FORBIDDEN = frozenset({
-        "item", "tolist", "numpy", "cpu", "__bool__", "__int__", "__float__", "__index__", "nonzero", "argwhere",
-        "masked_select", "unique", "unique_consecutive", "bincount", "equal", "allclose", "repeat_interleave",
-        "_local_scalar_dense",
-    })
-
-    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        name = getattr(func, "__name__", str(func))
-        if name in self.FORBIDDEN:
-            raise AssertionError(f"host read of a tensor value: {name}")
-        if name in ("__getitem__", "__setitem__") and _has_bool_index(args[1] if len(args) > 1 else None):
-            raise AssertionError(f"boolean-mask indexing (data-dependent shape) in {name}")
-        return func(*args, **(kwargs or {}))
-
-
-def _has_bool_index(index: Any) -> bool:
-    items = index if isinstance(index, tuple) else (index,)
-    return any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in items)
-
-
 def test_guard_catches_host_reads_and_mask_indexing() -> None:
     x = torch.arange(4)
-    with ForbidHostReads(), pytest.raises(AssertionError, match="host read"):
+    with _torch_helpers.ForbidHostReadsOrMasks(), pytest.raises(AssertionError, match="host read"):
         x.sum().item()
-    with ForbidHostReads(), pytest.raises(AssertionError, match="boolean-mask"):
+    with _torch_helpers.ForbidHostReadsOrMasks(), pytest.raises(AssertionError, match="boolean-mask"):
         x[x > 1]
 
 
@@ -509,21 +488,12 @@ def torch_decision_is_exact_and_sync_free(check_cls: type[exact_torch.ExactMicro
         check = check_cls(s.num_reqs, *_geometry(s), int(s.num_scheduled_tokens.sum()) + 3)  # spare token capacity, as an engine has
         c, q = torch.from_numpy(s.num_computed_tokens.astype(np.int32)), torch.from_numpy(s.num_scheduled_tokens)
         tables = [torch.from_numpy(t.astype(np.int32)) for t in s.block_tables]
-        with ForbidHostReads():
+        with _torch_helpers.ForbidHostReadsOrMasks():
             got = check(s.num_reqs, c, q, tables)
         assert got.shape == () and got.dtype == torch.bool
         assert bool(got) is ref_decision.allow_microbatching(*_args(step))
 
     return prop
-
-
-class HostReading(exact_torch.ExactMicrobatchCheckTorch):
-    """Buggy: returns early (a host read) when no request has a token."""
-
-    def __call__(self, num_reqs: int, c: torch.Tensor, q: torch.Tensor, tables: Any, num_tokens: int | None = None) -> torch.Tensor:
-        if int(q[:num_reqs].sum().item()) == 0:
-            return torch.ones((), dtype=torch.bool)
-        return super().__call__(num_reqs, c, q, tables, num_tokens)
 
 
 @given(step=ANY_STEP)
@@ -532,7 +502,7 @@ def test_torch_decision_is_exact_without_host_reads(step: Step) -> None:
 
 
 def test_torch_property_catches_a_host_read() -> None:
-    _caught(torch_decision_is_exact_and_sync_free(HostReading))
+    _caught(torch_decision_is_exact_and_sync_free(_torch_helpers.HostReading))
 
 
 @given(step=ANY_STEP)
@@ -558,7 +528,7 @@ def _candidate_pairs(step: Step) -> int:
 def torch_conflicts_are_exact_and_sync_free(cls: type[find_conflicts_torch.ExactConflictsTorch],
                                             max_pairs: int = 4096) -> Callable[[Step], None]:
     """The torch conflict set, inputs as the engine has them (int32), computed
-    under ``ForbidHostReads``: sorted unique rows equal to the oracle's, ``-1``
+    under ``ForbidHostReadsOrMasks`` (tests/_torch_helpers.py): sorted unique rows equal to the oracle's, ``-1``
     past ``count``, ``num_pairs`` the candidate pairs (``_candidate_pairs``), and
     ``overflow`` exactly when the pairs did not fit."""
 
@@ -567,7 +537,7 @@ def torch_conflicts_are_exact_and_sync_free(cls: type[find_conflicts_torch.Exact
         finder = cls(s.num_reqs, *_geometry(s), int(s.num_scheduled_tokens.sum()) + 3, "cpu", max_pairs)
         c, q = torch.from_numpy(s.num_computed_tokens.astype(np.int32)), torch.from_numpy(s.num_scheduled_tokens)
         tables = [torch.from_numpy(t.astype(np.int32)) for t in s.block_tables]
-        with ForbidHostReads():
+        with _torch_helpers.ForbidHostReadsOrMasks():
             found = finder.find_conflicts(s.num_reqs, c, q, tables)
         assert found.rows.shape == (max_pairs, 4) and found.num_conflicts.shape == found.num_pairs.shape == ()
         assert found.rows.dtype == found.num_conflicts.dtype == found.num_pairs.dtype == torch.int64
@@ -585,24 +555,6 @@ def torch_conflicts_are_exact_and_sync_free(cls: type[find_conflicts_torch.Exact
     return prop
 
 
-class CapacityBlind(find_conflicts_torch.ExactConflictsTorch):
-    """Buggy: reports the pairs it enumerated rather than the pairs there are,
-    so an overflow goes unnoticed."""
-
-    def find_conflicts(self, *args: Any, **kwargs: Any) -> Any:
-        found = super().find_conflicts(*args, **kwargs)
-        return found._replace(num_pairs=torch.clamp(found.num_pairs, max=self.max_pairs))
-
-
-class OwnPairsKept(find_conflicts_torch.ExactConflictsTorch):
-    """Buggy: forgets that a request is in no conflict with itself."""
-
-    def find_conflicts(self, num_reqs: int, c: Any, q: Any, tables: Any, num_tokens: int | None = None) -> Any:
-        found = super().find_conflicts(num_reqs, c, q, tables, num_tokens)
-        own = torch.full((1, 4), 0, dtype=torch.int64)
-        return found._replace(rows=torch.cat([own, found.rows[:-1]]), num_conflicts=found.num_conflicts + 1)
-
-
 @given(step=ANY_STEP)
 def test_torch_conflicts_are_exact_without_host_reads(step: Step) -> None:
     torch_conflicts_are_exact_and_sync_free(find_conflicts_torch.ExactConflictsTorch)(step)
@@ -615,8 +567,8 @@ def test_torch_conflicts_flag_an_overflow(step: Step) -> None:
 
 
 def test_torch_conflict_properties_catch_buggy_variants() -> None:
-    _caught(torch_conflicts_are_exact_and_sync_free(CapacityBlind, max_pairs=2))
-    _caught(torch_conflicts_are_exact_and_sync_free(OwnPairsKept))
+    _caught(torch_conflicts_are_exact_and_sync_free(_torch_helpers.CapacityBlind, max_pairs=2))
+    _caught(torch_conflicts_are_exact_and_sync_free(_torch_helpers.OwnPairsKept))
 
 
 def test_torch_conflicts_to_numpy_refuses_an_incomplete_set() -> None:

@@ -17,20 +17,21 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
-import torch
 from hypothesis import settings
 
 from batchfuzz import registry, runner
 from batchfuzz.execution import Isolated
-from batchfuzz.impl import make_dummy_torch, split_dummy_tokens_torch
-from batchfuzz.impl.make_dummy_torch import make_dummy_graph
-from batchfuzz.impl.pad_query_start_loc_torch import pad_query_start_loc_graph
-from batchfuzz.impl.split_dummy_tokens_torch import split_dummy_tokens_batched
 from batchfuzz.reference import make_dummy as dummy_oracle
 from batchfuzz.reference.make_dummy import DummyBuffers
 from batchfuzz.reproduce import reproduction
 from batchfuzz.strategies._engine import default_capture_sizes
-from batchfuzz.sweep import sweep_split
+from tests._lazy import LazyModule
+
+torch = LazyModule("torch")
+sweep = LazyModule("batchfuzz.sweep")
+make_dummy_torch = LazyModule("batchfuzz.impl.make_dummy_torch")
+pad_query_start_loc_torch = LazyModule("batchfuzz.impl.pad_query_start_loc_torch")
+split_dummy_tokens_torch = LazyModule("batchfuzz.impl.split_dummy_tokens_torch")
 
 pytestmark = pytest.mark.gpu
 CUDA = "cuda"
@@ -86,8 +87,8 @@ def test_layout_kernels_do_not_synchronise_with_the_host() -> None:
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        make_dummy_graph(r, n, buf, nst)
-        pad_query_start_loc_graph(nst, r, 32, out)
+        make_dummy_torch.make_dummy_graph(r, n, buf, nst)
+        pad_query_start_loc_torch.pad_query_start_loc_graph(nst, r, 32, out)
         make_dummy_torch.make_dummy(5, 100, buf)
     finally:
         torch.cuda.set_sync_debug_mode("default")
@@ -102,7 +103,7 @@ def test_make_dummy_cuda_graph_replays_match_eager_and_oracle() -> None:
     nst = torch.full((max_reqs,), -1, dtype=torch.int32, device=CUDA)
     r_in = torch.tensor(1, device=CUDA)
     n_in = torch.tensor(1, device=CUDA)
-    graph = _capture(lambda: make_dummy_graph(r_in, n_in, static, nst))  # once, over the persistent buffers
+    graph = _capture(lambda: make_dummy_torch.make_dummy_graph(r_in, n_in, static, nst))  # once, over the persistent buffers
     sizes = [(1, 1), (256, 256), (256, 496), (1, 8192), (255, 8192)] + [
         (r, rng.randint(r, max_tokens)) for r in (rng.randint(1, max_reqs) for _ in range(300))]
     start = time.perf_counter()
@@ -116,7 +117,7 @@ def test_make_dummy_cuda_graph_replays_match_eager_and_oracle() -> None:
         eager = DummyBuffers(*(torch.full((k,), 777, dtype=torch.int32, device=CUDA)
                                for k in (max_reqs, max_reqs + 1, max_tokens, max_tokens)))
         eager_nst = torch.zeros(max_reqs, dtype=torch.int32, device=CUDA)
-        make_dummy_graph(torch.tensor(r, device=CUDA), torch.tensor(n, device=CUDA), eager, eager_nst)
+        make_dummy_torch.make_dummy_graph(torch.tensor(r, device=CUDA), torch.tensor(n, device=CUDA), eager, eager_nst)
         host = DummyBuffers.zeros(max_reqs, max_tokens, np.int64)
         expected = dummy_oracle.make_dummy(r, n, host)
         assert torch.equal(nst, eager_nst) and torch.equal(static.query_start_loc, eager.query_start_loc)
@@ -138,7 +139,7 @@ def test_padded_query_start_loc_cuda_graphs_per_capture_size() -> None:
     graphs = {}
     sizes = default_capture_sizes(512)
     for p in sizes:  # one graph per padded size, as engines capture
-        graphs[p] = _capture(lambda p=p: pad_query_start_loc_graph(nst_buf, r_in, p, out))
+        graphs[p] = _capture(lambda p=p: pad_query_start_loc_torch.pad_query_start_loc_graph(nst_buf, r_in, p, out))
     replays = 0
     start = time.perf_counter()
     # Larger steps then smaller ones, real steps mixed with dummy runs.
@@ -151,7 +152,8 @@ def test_padded_query_start_loc_cuda_graphs_per_capture_size() -> None:
         out.fill_(-99)
         graphs[p].replay()
         got = out[: p + 1].cpu().tolist()
-        eager = pad_query_start_loc_graph(nst_buf, torch.tensor(r, device=CUDA), p, torch.empty_like(out)).cpu().tolist()
+        eager = pad_query_start_loc_torch.pad_query_start_loc_graph(nst_buf, torch.tensor(r, device=CUDA), p, torch.empty_like(out))
+        eager = eager.cpu().tolist()
         assert got == eager == _oracle_qsl(nst, p), (p, r)
         assert out[p + 1 :].eq(-99).all()  # the tail is untouched
         diffs = torch.diff(out[: p + 1])
@@ -189,7 +191,7 @@ def test_device_fault_is_isolated_reported_and_the_run_continues() -> None:
 
 
 def test_exhaustive_sweep_of_the_production_domain() -> None:
-    res = sweep_split(split_dummy_tokens_batched, max_reqs=1024, max_tokens=16384, device=CUDA)
+    res = sweep.sweep_split(split_dummy_tokens_torch.split_dummy_tokens_batched, max_reqs=1024, max_tokens=16384, device=CUDA)
     _record("sweep_gpu", {"pairs": res.pairs, "elements": res.elements, "seconds": res.seconds,
                           "failures": res.failures, "device": torch.cuda.get_device_name(0)})
     assert res.ok, res.failures

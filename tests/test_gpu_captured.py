@@ -11,15 +11,20 @@ replayed graph, not from the eager first call of a bucket.
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
 from batchfuzz import registry
-from batchfuzz.impl import _resident
 from batchfuzz.reference import allow_microbatching as decision_oracle
 from batchfuzz.reference import find_conflicts as conflicts_oracle
 from batchfuzz.reference._step import STEP_ARGUMENTS
+from tests._lazy import LazyModule
+
+_resident = LazyModule("batchfuzz.impl._resident")
 
 EXAMPLES = settings(max_examples=60, database=None, deadline=None, suppress_health_check=list(HealthCheck))
 
@@ -39,18 +44,25 @@ def test_bucket_rounds_up_to_a_power_of_two_times_the_floor() -> None:
 @EXAMPLES
 @given(case=registry.get("allow_microbatching").domain("spec").cases())
 def test_padded_decision_matches_the_oracle_on_cpu(case: object) -> None:
-    decide = _DECIDE_CPU
+    decide = _decide_cpu()
     assert decide(*_args(case)) == decision_oracle.allow_microbatching(*_args(case))
 
 
 @EXAMPLES
 @given(case=registry.get("find_conflicts").domain("spec").cases())
 def test_padded_conflicts_match_the_oracle_on_cpu(case: object) -> None:
-    assert _rows(_FIND_CPU(*_args(case))) == _rows(conflicts_oracle.find_conflicts(*_args(case)))
+    assert _rows(_find_cpu()(*_args(case))) == _rows(conflicts_oracle.find_conflicts(*_args(case)))
 
 
-_DECIDE_CPU = _resident.bind_decision("cpu", graph=False)
-_FIND_CPU = _resident.bind_conflicts("cpu", graph=False)
+@functools.cache
+def _decide_cpu() -> Any:
+    """One binding for every test (bound when first used: no torch at collection)."""
+    return _resident.bind_decision("cpu", graph=False)
+
+
+@functools.cache
+def _find_cpu() -> Any:
+    return _resident.bind_conflicts("cpu", graph=False)
 
 
 def test_overflowing_pairs_retry_in_a_bucket_with_room() -> None:
@@ -61,9 +73,9 @@ def test_overflowing_pairs_retry_in_a_bucket_with_room() -> None:
     q = np.ones(n, dtype=np.int64)
     table = np.ones((n, 2), dtype=np.int64)
     args = (c, q, [table, table.copy()], [4, 4])
-    found = _FIND_CPU(*args)
+    found = _find_cpu()(*args)
     assert _rows(found) == _rows(conflicts_oracle.find_conflicts(*args))
-    assert any(k.max_pairs > _resident.FIRST_PAIRS for k in _FIND_CPU.steps._staged)  # type: ignore[attr-defined]
+    assert any(k.max_pairs > _resident.FIRST_PAIRS for k in _find_cpu().steps._staged)  # type: ignore[attr-defined]
 
 
 def test_least_recently_used_buckets_are_dropped() -> None:

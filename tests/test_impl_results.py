@@ -11,24 +11,25 @@ Each test here kills a mutant that survived the properties (docs/mutation.md).""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pytest
-import torch
 
-from batchfuzz.impl import (
-    _adapter,
-    _cuda_graph,
-    make_dummy_numpy,
-    make_dummy_torch,
-    pad_query_start_loc_torch,
-    split_dummy_tokens_numpy,
-    split_dummy_tokens_torch,
-)
+from batchfuzz.impl import make_dummy_numpy, split_dummy_tokens_numpy
 from batchfuzz.reference import make_dummy as make_dummy_oracle
 from batchfuzz.reference import pad_query_start_loc as pad_oracle
 from batchfuzz.reference.make_dummy import DUMMY_BATCH_FIELDS, DummyBatch, DummyBuffers
+from tests._lazy import LazyModule
+
+torch = LazyModule("torch")
+_adapter = LazyModule("batchfuzz.impl._adapter")
+_cuda_graph = LazyModule("batchfuzz.impl._cuda_graph")
+make_dummy_torch = LazyModule("batchfuzz.impl.make_dummy_torch")
+pad_query_start_loc_torch = LazyModule("batchfuzz.impl.pad_query_start_loc_torch")
+split_dummy_tokens_torch = LazyModule("batchfuzz.impl.split_dummy_tokens_torch")
 
 
 @pytest.mark.parametrize(("num_reqs", "num_tokens"), [(1, 1), (3, 5), (4, 8), (256, 496)])
@@ -71,10 +72,10 @@ def test_query_start_loc_graph_returns_p_plus_one_entries(counts: list[int], num
 # Contract A, exact integers: a split through a float division (``N / R`` for ``N // R``) is right for every
 # N below 2**53 and wrong above it, where a double no longer holds every integer.
 _CONTRACT_A = {
-    "numpy": split_dummy_tokens_numpy.split_dummy_tokens,
-    "dummy_run": split_dummy_tokens_numpy.dummy_run,
-    "torch": split_dummy_tokens_torch.split_dummy_tokens,
-    "lora_capture_hook": split_dummy_tokens_torch.lora_capture_hook,
+    "numpy": (split_dummy_tokens_numpy, "split_dummy_tokens"),
+    "dummy_run": (split_dummy_tokens_numpy, "dummy_run"),
+    "torch": (split_dummy_tokens_torch, "split_dummy_tokens"),
+    "lora_capture_hook": (split_dummy_tokens_torch, "lora_capture_hook"),
 }
 
 
@@ -90,7 +91,8 @@ _CONTRACT_A = {
 def test_contract_a_is_exact_for_large_num_tokens(impl: str, num_reqs: int, num_tokens: int) -> None:
     """Contract A for any ``1 <= R <= N`` whose counts fit the int64 result:
     ``n[i] = N // R + (1 if i >= R - N % R else 0)``, computed exactly."""
-    got = [int(v) for v in _CONTRACT_A[impl](num_reqs, num_tokens)]
+    module, name = _CONTRACT_A[impl]
+    got = [int(v) for v in getattr(module, name)(num_reqs, num_tokens)]
     base, extra = divmod(num_tokens, num_reqs)
     assert got == [base + (1 if i >= num_reqs - extra else 0) for i in range(num_reqs)]
     assert sum(got) == num_tokens
@@ -149,26 +151,46 @@ def test_graph_forms_run_on_meta_tensors() -> None:
     assert q.shape == (5,) and q.device.type == "meta"
 
 
+def torch_zeros(*args: Any, **kwargs: Any) -> Any:
+    return torch.zeros(*args, **kwargs)
+
+
+def torch_empty(*args: Any, **kwargs: Any) -> Any:
+    return torch.empty(*args, **kwargs)
+
+
+@dataclass(frozen=True)
+class _Int32:
+    """An int32 tensor made when the test runs: collecting imports no torch."""
+
+    make: Callable[..., Any]
+    shape: tuple[int, ...]
+    device: str = "cpu"
+
+    def __call__(self) -> Any:
+        return self.make(self.shape, dtype=torch.int32, device=self.device)
+
+
 @pytest.mark.parametrize(
     ("nst", "num_reqs_padded", "out", "error", "message"),
     [
         # a 2-D count array: the shape is named
-        (torch.zeros((2, 2), dtype=torch.int32), 2, None, ValueError, r"num_scheduled_tokens must be 1-D, got shape \(2, 2\)"),
+        (_Int32(torch_zeros, (2, 2)), 2, None, ValueError, r"num_scheduled_tokens must be 1-D, got shape \(2, 2\)"),
         # P < 0 is refused as such, even with no request (not as "P < R")
-        (torch.zeros(0, dtype=torch.int32), -1, None, ValueError, r"num_reqs_padded must be >= 0, got -1"),
-        (torch.zeros(2, dtype=torch.int32), -1, None, ValueError, r"num_reqs_padded must be >= 0, got -1"),
-        (torch.zeros(2, dtype=torch.int32), 2.0, None, TypeError, r"num_reqs_padded must be an int, got float 2\.0"),
+        (_Int32(torch_zeros, (0,)), -1, None, ValueError, r"num_reqs_padded must be >= 0, got -1"),
+        (_Int32(torch_zeros, (2,)), -1, None, ValueError, r"num_reqs_padded must be >= 0, got -1"),
+        (_Int32(torch_zeros, (2,)), 2.0, None, TypeError, r"num_reqs_padded must be an int, got float 2\.0"),
         # out on another device than the counts: both devices named
-        (torch.zeros(2, dtype=torch.int32), 2, torch.empty(3, dtype=torch.int32, device="meta"), ValueError,
+        (_Int32(torch_zeros, (2,)), 2, _Int32(torch_empty, (3,), "meta"), ValueError,
          r"out is on meta but num_scheduled_tokens is on cpu"),
     ],
 )
-def test_torch_pad_query_start_loc_errors(nst: torch.Tensor, num_reqs_padded: Any, out: torch.Tensor | None,
+def test_torch_pad_query_start_loc_errors(nst: _Int32, num_reqs_padded: Any, out: _Int32 | None,
                                           error: type[Exception], message: str) -> None:
     """The torch form is called directly by engine code (not only through the
     host-checking binding): bad metadata gets an error naming the argument and value."""
     with pytest.raises(error, match=f"^{message}$"):
-        pad_query_start_loc_torch.pad_query_start_loc(nst, num_reqs_padded, out)
+        pad_query_start_loc_torch.pad_query_start_loc(nst(), num_reqs_padded, None if out is None else out())
 
 
 @pytest.mark.parametrize(("counts", "num_reqs_padded"), [([3], 1), ([3], 3), ([2, 0, 5], 3), ([2, 0, 5], 5), ([4, 1, 1, 2], 6)])

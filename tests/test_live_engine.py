@@ -19,8 +19,17 @@ import pytest
 
 from batchfuzz import live_engine as le
 
-WHY = le.import_error()
-needs_vllm = pytest.mark.skipif(WHY is not None, reason=f"needs vLLM's engine: {WHY}")
+
+@pytest.fixture(scope="module")
+def vllm_importable() -> None:
+    """Skips, saying why, where vLLM's engine cannot be imported: asked when
+    a test runs (the import takes 20-40 s; collection imports none)."""
+    why = le.import_error()
+    if why is not None:
+        pytest.skip(f"needs vLLM's engine: {why}")
+
+
+needs_vllm = pytest.mark.usefixtures("vllm_importable")
 
 
 def _step(**changes: Any) -> le.CapturedStep:

@@ -7,16 +7,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 from hypothesis import given
 
 from batchfuzz.case import Case
 from batchfuzz.contracts.find_conflicts import conflict_set
 from batchfuzz.impl import (
     allow_microbatching_numpy,
-    allow_microbatching_torch,
     find_conflicts_numpy,
-    find_conflicts_torch,
     split_ubatches_numpy,
 )
 from batchfuzz.reference import allow_microbatching as ref_decision
@@ -25,6 +22,11 @@ from batchfuzz.reference import split_ubatches as ubatch_oracle
 from batchfuzz.reference._step import STEP_ARGUMENTS
 from batchfuzz.strategies import find_conflicts as conflict_cases
 from batchfuzz.strategies import split_ubatches as ubatch_cases
+from tests._lazy import LazyModule
+
+torch = LazyModule("torch")
+allow_microbatching_torch = LazyModule("batchfuzz.impl.allow_microbatching_torch")
+find_conflicts_torch = LazyModule("batchfuzz.impl.find_conflicts_torch")
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 

@@ -9,14 +9,11 @@ import importlib
 import pkgutil
 import sys
 import types
-import warnings
 from typing import Any
 
 import pytest
 
-from batchfuzz import bind, engines, plugins, registry
-from batchfuzz.contracts import split_ubatches as split_ubatches_record
-from batchfuzz.strategies import split_ubatches as split_ubatches_strategies
+from batchfuzz import engines, plugins, registry
 
 
 def _module(name: str, **attrs: Any) -> types.ModuleType:
@@ -40,15 +37,6 @@ def test_the_declarations_list_their_members() -> None:
     assert dict(plugins.members(plugins.CommandModule)) == {"register": True}
 
 
-def test_every_record_takes_its_strategies_module_once() -> None:
-    for contract in registry.contracts():
-        assert contract.inputs is not None, contract.name
-        strategies = importlib.import_module(contract.inputs.module)
-        assert plugins.check_strategies(strategies) == bool(contract.scopes)
-        assert contract.size is strategies.size and contract.reductions is strategies.reductions
-        assert [d.name for d in contract.domains] == [d.name for d in contract.inputs.domains]
-
-
 def test_a_strategies_module_missing_a_part_is_named() -> None:
     with pytest.raises(plugins.PluginError, match=r"strategies module toy_strategies: no in_domain; no reductions "
                                                   r"\(the shape is batchfuzz.plugins.StrategiesModule\)"):
@@ -63,17 +51,6 @@ def test_a_strategies_module_missing_a_part_is_named() -> None:
         registry.input_space(_strategies(), {"spec": "all", "nightly": "more"})
     space = registry.input_space(_strategies(), {"spec": "all", "engine": "what the engine makes"}, irreducible=("engine",))
     assert [(d.name, d.reducible) for d in space.domains] == [("spec", True), ("engine", False)] and space.scopes == ()
-
-
-def test_a_record_gives_its_inputs_one_way() -> None:
-    record = split_ubatches_record.CONTRACT
-    fields = {f: getattr(record, f) for f in ("name", "title", "section", "signature", "arguments", "oracle", "implementations",
-                                             "properties", "error_inputs", "variants")}
-    with pytest.raises(registry.RecordError, match=r"gives inputs= and size: give them through inputs="):
-        registry.Contract(**fields, inputs=registry.input_space(split_ubatches_strategies, {"spec": "s"}),
-                          size=lambda case: ())  # a second source that disagrees with the strategies module's
-    with pytest.raises(registry.RecordError, match=r"domains must start with 'spec'"):
-        registry.Contract(**fields)  # neither inputs= nor domains=
 
 
 def test_every_command_module_registers_a_parser_with_func() -> None:
@@ -94,6 +71,87 @@ def test_a_command_module_without_func_is_refused() -> None:
     quiet = _module("toy_command", register=lambda s: s.add_parser("quiet"))
     with pytest.raises(plugins.PluginError, match=r"its parser 'batchfuzz quiet' sets no func"):
         plugins.register_command(quiet, sub)
+
+
+_TOY_COMMAND = """
+import signal
+RUNS_WORKERS = {runs}
+OWNS_SIGNALS = {owns}
+SEEN = []
+def run(args):
+    SEEN.append(signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN))
+    return 0
+def register(sub):
+    sub.add_parser("toy-cmd").set_defaults(func=run)
+"""
+
+
+@pytest.fixture
+def toy_command(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Writes a plug-in command module, toy_cmd, into the commands package
+    with the given declarations; the process's signal handlers are put back
+    after."""
+    import signal
+
+    import batchfuzz.commands as pkg
+
+    monkeypatch.setattr(pkg, "__path__", [*pkg.__path__, str(tmp_path)])
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def write(runs: object, owns: object) -> None:
+        (tmp_path / "toy_cmd.py").write_text(_TOY_COMMAND.format(runs=runs, owns=owns))
+        sys.modules.pop("batchfuzz.commands.toy_cmd", None)
+        importlib.invalidate_caches()
+
+    yield write
+    sys.modules.pop("batchfuzz.commands.toy_cmd", None)
+    for sig, handler in handlers.items():
+        signal.signal(sig, handler)
+
+
+@pytest.mark.parametrize("runs, owns", [(True, True), (False, False)])
+def test_a_plug_in_command_gets_what_it_declares(toy_command: Any, monkeypatch: pytest.MonkeyPatch, runs: bool, owns: bool) -> None:
+    import signal
+
+    import batchfuzz.execution
+    from batchfuzz import cli
+
+    toy_command(runs, owns)
+    started: list[bool] = []
+    monkeypatch.setattr(batchfuzz.execution, "start_fork_server", lambda: started.append(True))
+    monkeypatch.setattr(sys, "argv", ["batchfuzz", "toy-cmd"])
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    assert cli.main() == 0
+    toy = sys.modules["batchfuzz.commands.toy_cmd"]
+    assert (started, toy.SEEN) == ([True] if runs else [], [owns])  # the fork server; its own handler while it ran
+    assert (signal.getsignal(signal.SIGTERM) is signal.SIG_IGN) == owns  # after it returns: ignored
+    assert cli.declared_traits("toy-cmd") == plugins.CommandTraits(runs_workers=runs, owns_signals=owns)
+
+
+def test_the_built_in_commands_declare_their_traits() -> None:
+    from batchfuzz.cli import declared_traits
+
+    workers = {c for c in ("bench", "catalogue", "check", "confirm", "demo", "engine", "fuzz", "list", "merge-reports", "replay",
+                           "sweep", "upstream", "vllm") if declared_traits(c).runs_workers}
+    assert workers == {"check", "fuzz", "replay", "catalogue", "sweep"}
+    assert declared_traits("fuzz").owns_signals and not declared_traits("check").owns_signals
+    assert declared_traits("no-such") == declared_traits("--help") == declared_traits(None) == plugins.CommandTraits()
+
+
+def test_a_malformed_command_declaration_is_refused_at_registration(toy_command: Any) -> None:
+    from batchfuzz import cli
+
+    toy_command("'yes'", False)
+    with pytest.raises(plugins.PluginError, match=r"command module batchfuzz.commands.toy_cmd: RUNS_WORKERS must be True or "
+                                                  r"False, got 'yes' \(the shape is batchfuzz.plugins.CommandTraits\)"):
+        cli.build_parser()
+    sub = argparse.ArgumentParser(prog="batchfuzz").add_subparsers()
+    misnamed = _module("toy_other", OWNS_SIGNALS=True, register=lambda s: s.add_parser("toy-cmd").set_defaults(func=len))
+    with pytest.raises(plugins.PluginError, match=r"toy_other: it declares .* but its parser is named 'toy-cmd': a command with "
+                                                  r"traits is found by its name, so its module must be named 'toy_cmd'"):
+        plugins.register_command(misnamed, sub)
+    with pytest.raises(plugins.PluginError, match=r"toy_other: OWNS_SIGNALS must be True or False, got 1"):
+        plugins.command_traits(_module("toy_other", OWNS_SIGNALS=1))
 
 
 def test_the_built_in_engines_are_registered_in_their_shape() -> None:
@@ -129,15 +187,6 @@ def test_an_engine_module_missing_a_part_is_named(monkeypatch: pytest.MonkeyPatc
     assert engines.engine("toyengine") is half
     with pytest.raises(ValueError, match=r"ref names no engine"):
         engines.resolve("not an engine::x::y::z")
-
-
-def test_bind_scope_is_a_deprecated_name_of_loader() -> None:
-    with warnings.catch_warnings(record=True) as seen:
-        warnings.simplefilter("always")
-        assert bind.Scope is bind.Loader
-    assert any(issubclass(w.category, DeprecationWarning) and "bind.Loader" in str(w.message) for w in seen)
-    with pytest.raises(AttributeError, match=r"has no attribute 'Nope'"):
-        _ = bind.Nope  # type: ignore[attr-defined]
 
 
 def test_batchfuzz_vllm_is_the_short_form_of_batchfuzz_engine_vllm() -> None:

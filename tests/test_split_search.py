@@ -13,8 +13,11 @@ import pytest
 from hypothesis import Phase, settings
 
 from batchfuzz import engines, registry, runner
-from batchfuzz.engines import split_search, vllm
+from batchfuzz.engines import split_search
 from batchfuzz.reference import split_dummy_tokens as oracle
+from tests._lazy import LazyModule
+
+vllm = LazyModule("batchfuzz.engines.vllm")  # imports torch: when a test first uses it
 
 RUNNER = '''
 import math

@@ -4,14 +4,16 @@ power to fail: a batched remainder-to-last split is caught."""
 from __future__ import annotations
 
 import pytest
-import torch
 
-from batchfuzz.impl.split_dummy_tokens_torch import split_dummy_tokens_batched
-from batchfuzz.sweep import sweep_split
+from tests._lazy import LazyModule
+
+torch = LazyModule("torch")
+sweep = LazyModule("batchfuzz.sweep")
+split_dummy_tokens_torch = LazyModule("batchfuzz.impl.split_dummy_tokens_torch")
 
 
 def test_cpu_sweep_all_properties_hold() -> None:
-    res = sweep_split(split_dummy_tokens_batched, max_reqs=256, max_tokens=4096, device="cpu")
+    res = sweep.sweep_split(split_dummy_tokens_torch.split_dummy_tokens_batched, max_reqs=256, max_tokens=4096, device="cpu")
     assert res.ok, res.failures
     assert res.pairs == sum(4096 - r + 1 for r in range(1, 257))
 
@@ -24,14 +26,14 @@ def _remainder_to_last(num_reqs: int, num_tokens: torch.Tensor) -> torch.Tensor:
 
 
 def test_sweep_catches_the_shipped_split() -> None:
-    res = sweep_split(_remainder_to_last, max_reqs=8, max_tokens=64, device="cpu")
+    res = sweep.sweep_split(_remainder_to_last, max_reqs=8, max_tokens=64, device="cpu")
     assert set(res.failures) == {"matches_oracle", "max_is_ceil", "within_max_model_len"}
     assert res.failures["max_is_ceil"] == (3, 5)
 
 
 def test_sweep_reports_progress_after_every_request_count() -> None:
     seen: list[tuple[int, int]] = []
-    res = sweep_split(split_dummy_tokens_batched, max_reqs=5, max_tokens=20, device="cpu",
+    res = sweep.sweep_split(split_dummy_tokens_torch.split_dummy_tokens_batched, max_reqs=5, max_tokens=20, device="cpu",
                       on_progress=lambda r, k: seen.append((k, r.pairs)))
     assert [k for k, _ in seen] == [1, 2, 3, 4, 5]
     assert [p for _, p in seen] == [sum(20 - r + 1 for r in range(1, k + 1)) for k in range(1, 6)]
@@ -65,6 +67,6 @@ def test_the_closed_form_is_checked_through_what_characterises_it(split: object,
     """The sweep's matches_oracle is not the implementation's own expression: a
     permutation of the right counts fails it (with non_decreasing), and so does
     a split with the wrong sum."""
-    res = sweep_split(split, max_reqs=6, max_tokens=40, device="cpu")  # type: ignore[arg-type]
+    res = sweep.sweep_split(split, max_reqs=6, max_tokens=40, device="cpu")  # type: ignore[arg-type]
     assert set(res.failures) == failing
     assert res.failures["matches_oracle"] == (2, 3)  # the first (R, N) in the sweep's order with a remainder

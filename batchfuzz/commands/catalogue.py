@@ -25,6 +25,8 @@ from batchfuzz.commands import _options
 from batchfuzz.progress import Progress
 from batchfuzz.usage import ExitCode, UsageError
 
+RUNS_WORKERS = True  # batchfuzz.plugins.CommandTraits
+
 
 def register(sub: Any) -> None:
     p = sub.add_parser("catalogue", help="hunt every known buggy variant; print and write the table",

@@ -35,6 +35,8 @@ from batchfuzz import checking, registry
 from batchfuzz.commands import _options
 from batchfuzz.usage import ExitCode, positive_int
 
+RUNS_WORKERS = True  # batchfuzz.plugins.CommandTraits
+
 
 def register(sub: Any) -> None:
     p = sub.add_parser(

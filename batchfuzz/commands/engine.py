@@ -1,31 +1,16 @@
 """``batchfuzz engine NAME``: a registered engine's own batch-layout
 functions, release by release (the release matrix).
 
-``NAME`` is an engine registered with ``batchfuzz.engines`` (built in:
-``vllm``; others through the ``batchfuzz.engines`` entry-point group or
-``$BATCHFUZZ_ENGINES``; docs/bindings.md, "Adding an engine"). Every release
-given (``--wheel FILE``, ``--source DIR``, ``--installed``, ``--release
-VERSION``: the release wheel, downloaded with ``pip download --no-deps`` into
-the cache outside any repository; ``--all-releases``: every release of the
-engine's published matrix) x every function the engine binds x its
-contract, under the contract's ``engine`` domain (with ``--steps
-engine|model``, contracts D and E on the domain that step source feeds,
-``engine_steps.steps_domain``; the others stay on ``engine``): a cell is ``pass``,
-``fail`` (property and shrunk counterexample), ``absent``, ``unbindable``
-(with the reason), ``incomplete`` or ``error`` (``batchfuzz.matrix``).
-Nothing of the engine is imported or installed: the functions are cut out of
-the release's source text. While no cell has ended it says what it is doing:
-a wheel being downloaded (then its size), a release being bound (then how
-many functions were bound), the cell running (in its heartbeat line).
-``--where``, ``--drift``, ``--latest``, ``--follow`` and ``--profile
-nightly`` (``batchfuzz.commands._follow``; docs/where-it-lives.md) say
-where the bindings live and how they drifted, and follow the newest releases.
+Every release given x every function the engine binds x its contract, on
+the contract's ``engine`` domain, cut out of the release's source text
+(nothing of the engine is imported or installed); each cell is ``pass``,
+``fail``, ``absent``, ``unbindable``, ``incomplete`` or ``error``
+(``batchfuzz.matrix``). ``--where``, ``--drift``, ``--latest`` and
+``--follow`` are ``batchfuzz.commands._follow`` (docs/where-it-lives.md);
+adding an engine: docs/bindings.md, "Adding an engine".
 
 Exit codes: 0 every bound cell passed; 1 a cell failed, or a function is
-unbindable or could not be run; 2 a usage error (an unknown engine, a release
-that cannot be opened or downloaded, an unwritable output, ``--steps engine``
-without an importable vLLM scheduler); 3 a cell
-incomplete.
+unbindable or could not be run; 2 a usage error; 3 a cell incomplete.
 """
 
 from __future__ import annotations

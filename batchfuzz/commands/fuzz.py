@@ -34,6 +34,8 @@ from batchfuzz.commands import _options
 from batchfuzz.fuzz.settings import CORPUS_ENV_VAR, DEFAULT_BUDGET_S, DEFAULT_CORPUS, DEFAULT_REPORT, GRACE_S, MIN_SLICE_S, STARTUP_S
 from batchfuzz.usage import positive_int
 
+RUNS_WORKERS = OWNS_SIGNALS = True  # batchfuzz.plugins.CommandTraits: a partial report on a signal, start-up included
+
 
 def _shard(text: str) -> tuple[int, int]:
     from batchfuzz.fuzz.shards import parse_shard

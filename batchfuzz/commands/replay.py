@@ -34,6 +34,8 @@ from typing import Any
 from batchfuzz.commands import _options
 from batchfuzz.usage import ExitCode
 
+RUNS_WORKERS = True  # batchfuzz.plugins.CommandTraits
+
 
 def _target(text: str) -> tuple[str, str]:
     from batchfuzz.targets import TargetError, parse

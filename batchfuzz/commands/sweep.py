@@ -10,6 +10,8 @@ from batchfuzz.commands import _options
 from batchfuzz.progress import Progress
 from batchfuzz.usage import ExitCode, UsageError
 
+RUNS_WORKERS = True  # batchfuzz.plugins.CommandTraits
+
 
 def register(sub: Any) -> None:
     p = sub.add_parser("sweep", help="exhaustively check the dummy token split over a domain")

@@ -1,26 +1,14 @@
 """What the engine's own attention kernel does with a counterexample.
 
-A batchfuzz verdict is a property of metadata ("request 2 is longer than
-``max_model_len``", "a padded ``query_start_loc`` entry drops", "the reader
-runs before its writer"). ``confirm`` replays the case through an engine's
-attention kernel on a CUDA device and says what the kernel then does:
-``clean``, or the consequences (``read outside its row``, ``read unwritten KV
-(NaN)``, ``wrote past its output``, ``illegal memory access``), each with the
-request involved. Every case has a control: the oracle's result on the same
-case, laid out and run the same way, which must come out clean (and match
-plain attention). The detectors are built into the data
-(``batchfuzz.confirm.layouts``), because a memory checker also flags the
-kernel's harmless unmasked block-table load on legal layouts.
-
-The pieces:
-
-- ``batchfuzz.confirm.kernels``: a release's kernel files extracted into a
-  carried folder, and loaded there over generated stand-ins;
-- ``batchfuzz.confirm.layouts``: a case and a result as attention calls;
-- ``batchfuzz.confirm.attention``: running a layout, the detectors, the plain
-  references;
-- this module: the isolated worker that runs layouts (a fault costs only the
-  worker), and confirming one case, the corpus or the catalogue.
+A batchfuzz verdict is a property of metadata; ``confirm`` replays the case
+through an engine's attention kernel on a CUDA device and says what the
+kernel then does: ``clean``, or the consequences (a read outside a row, of
+unwritten KV, a write past the output, an illegal memory access), against a
+control (the oracle's result, which must come out clean). ``kernels``
+extracts and loads a release's kernel, ``layouts`` lays a case out as
+attention calls, ``attention`` runs one and reads the detectors; this module
+is the isolated worker (a fault costs only the worker) and confirms one
+case, the corpus or the catalogue (docs/confirm.md).
 """
 
 from __future__ import annotations

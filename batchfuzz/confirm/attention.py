@@ -1,31 +1,12 @@
 """Running a :class:`~batchfuzz.confirm.layouts.Layout` through an attention
 kernel and reading the detectors (torch; imported only where a layout runs).
 
-:func:`replay` builds the KV cache, query and output buffers of a layout on a
-device, runs its launches in order through a kernel with the signature of
-vLLM's ``unified_attention`` (the engine's own, loaded by
-``batchfuzz.confirm.kernels``, or :func:`model_kernel`), and returns the
-consequences it saw:
-
-- ``read outside its row``: a sequence's output holds the canary marker (its
-  V is :data:`CANARY_V`; every real V lies in ``[-1, 1]``, so a softmax
-  average above :data:`MARKER_THRESHOLD` needs a canary slot);
-- ``read unwritten KV (NaN)``: a sequence's output is NaN (unwritten slots
-  hold NaN until the launch that writes them);
-- ``wrote past its output``: a guard row after the launch's output changed;
-- ``left output rows unwritten``: rows of the step's own output still hold
-  the sentinel the buffer was filled with (no sequence's range covered them);
-- ``illegal memory access``: the kernel faulted (the CUDA error is sticky, so
-  the confirm worker reports it and is replaced);
-- ``wrong output``: for a layout with no other consequence, the kernel's
-  output differs from :func:`reference_attention` (plain torch over the
-  intended rows), which checks that the arguments mean what the layout says.
-
-:func:`model_kernel` is a plain torch model of the kernel's memory access
-(the block table read by flat index, as the kernel's pointer arithmetic does,
-so a column past a row reads the canary or the next row; output rows written
-wherever ``cu_seqlens_q`` points): it lets the whole confirm path run on a
-CPU (the test suite), and it is never reported as the engine's kernel.
+:func:`replay` builds a layout's buffers on a device, runs its launches
+through a kernel with the signature of vLLM's ``unified_attention`` and
+returns the consequences it saw (docs/confirm.md, "The detectors").
+:func:`model_kernel`, a plain torch model of the kernel's memory access, lets
+the whole path run on a CPU (the test suite); it is never reported as the
+engine's kernel.
 """
 
 from __future__ import annotations

@@ -1,31 +1,12 @@
 """An engine's attention kernels, read from a release and loaded without the engine.
 
-Two halves, for two machines:
-
-- :func:`extract` (a machine that can read the release: a wheel in the cache,
-  a source checkout, the installed distribution) copies just the files a
-  kernel needs into a *kernel folder* (``cache_dir()/kernels/vllm-VERSION``
-  by default) with a ``manifest.json`` naming the release, the source and each
-  file's SHA-256, and the release's own ``RECORD`` rows of those files. A
-  folder of a few hundred kB can be carried to a GPU machine that has no
-  network; a whole wheel cannot. :func:`checked_files` checks a folder
-  against both, its paths confined to the kernel files (docs/confirm.md).
-- :func:`load` (the GPU machine, inside a confirm worker process only) imports
-  the kernel files from such a folder, unchanged (compiled from the checked
-  bytes, never from bytecode beside them), over stand-ins for the five
-  engine modules they import (``vllm.envs``, ``vllm.logger``,
-  ``vllm.platforms``, ``vllm.triton_utils``, ``vllm.v1.kv_cache_interface``).
-  The stand-ins are built here from what the kernel files read of them; the
-  one enum they use (``KVQuantMode``) is cut out of the release's own
-  ``kv_cache_interface.py`` with the binding kit (``batchfuzz.bind``), so its
-  members are the release's. Because the files import ``vllm.*`` by absolute
-  name, :func:`load` installs its modules under the name ``vllm`` in
-  ``sys.modules``: it is meant for a dedicated process (``batchfuzz.confirm``
-  runs it in its worker), never for one that imports a real vLLM.
-
-:data:`KERNELS` is the one record per kernel: the files it needs, the entry
-point, and the contracts whose counterexamples it can confirm (the test that
-reads ``contracts`` is tests/test_confirm.py::test_every_kernel_names_contracts).
+Two halves, for two machines: :func:`extract` copies the files a kernel
+needs into a small *kernel folder* with a checked manifest (carried to a GPU
+machine with no network), and :func:`load` imports them there, unchanged,
+over stand-ins for the engine modules they import, in a dedicated confirm
+worker (it installs them as ``vllm`` in ``sys.modules``). :data:`KERNELS` is
+the one record per kernel. Why, and how the folder is checked:
+docs/confirm.md, "The kernels".
 """
 
 from __future__ import annotations

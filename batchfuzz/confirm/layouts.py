@@ -2,40 +2,12 @@
 engine would make: the metadata an attention kernel reads, plus detectors
 built into the data.
 
-A :class:`Layout` is a paged KV cache of ``num_blocks`` blocks of
-``block_size`` slots and one or more :class:`Launch` es (attention calls, run
-in order). Every request owns a block-table row of ``capacity`` real blocks
-(its share of ``max_model_len``, as the engine sizes its block table) followed
-by *canary* columns: block ids whose V holds a marker value no real slot
-holds, so that a request whose ``seq_len`` runs past its row reads a canary
-and the marker shows in its output (or, in *poison* mode, an id far past the
-cache, so the read faults). KV slots that a launch writes start unwritten
-(NaN) and are written just before the launch that writes them, so a request
-that attends over a slot no earlier launch wrote reads NaN. The output and
-query buffers are followed by guard rows, so a launch that computes rows past
-the step's tokens writes a guard row. ``confirm`` runs the layout of the
-target's result and, as the control, the layout of the oracle's result; the
-control must come out clean.
-
-Per contract (the consumer in the engine, ``docs/contracts.md``):
-
-- A ``split_dummy_tokens(R, N)``: ``R`` fresh prefills of the split's counts
-  (``seq_len == query length``), rows of ``cdiv(max_model_len, B)`` blocks;
-- B ``make_dummy(R, N, buffers)``: the padded dummy batch as the CUDA graph
-  replays it, every slot of the persistent buffers (``max_num_reqs``
-  sequences, ``query_start_loc`` and ``seq_lens`` as returned);
-- C ``pad_query_start_loc(nst, P, out)``: ``P`` sequences over the padded
-  ``query_start_loc``, real requests fresh prefills, padded ones empty;
-- E ``allow_microbatching`` / ``find_conflicts``: the step's KV groups one at
-  a time; when the target allows the split (or finds no conflict where the
-  oracle does), the two ubatches of the engine's split (contract D's oracle)
-  run in order, each writing its tokens' KV and then attending; otherwise
-  the whole step runs as one launch. Computed slots not written this step
-  were written by earlier steps and hold their values.
-
-The block size is the caller's choice (``--block-size``); by default the
-largest power of two up to 16 that divides ``max_model_len``, so that "past
-its row" is exactly "past ``max_model_len``".
+A :class:`Layout` is a paged KV cache and one or more :class:`Launch` es
+(attention calls, run in order). Canary block ids past each row, NaN in
+unwritten KV slots and guard rows after the output make a wrong layout show
+in the kernel's output; ``confirm`` runs the target's layout and, as the
+control, the oracle's, which must come out clean. The detectors and each
+contract's layout: docs/confirm.md, "The detectors" and "Per contract".
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""batchfuzz.bind on a small engine-shaped source tree written for these tests.
+"""batchfuzz.bind and batchfuzz.binding/ on a small engine-shaped source tree.
 
 The fixture engine ``toyengine`` is code in the shape of an engine's (a model
 runner whose methods read persistent buffers and configuration, a batch
@@ -10,13 +10,13 @@ stand-ins, report what is missing, and let the contracts judge the result.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-import torch
 from hypothesis import settings
 
 from batchfuzz import bind, registry, runner
@@ -24,6 +24,9 @@ from batchfuzz.bind import Record, Recorder, Stub, Writes
 from batchfuzz.reference import pad_query_start_loc as qsl_oracle
 from batchfuzz.reference import split_dummy_tokens as dummy_oracle
 from batchfuzz.reference import split_ubatches as ubatch_oracle
+from tests._lazy import LazyModule
+
+torch = LazyModule("torch")
 
 RUNNER = '''\
 """The toy engine's model runner."""
@@ -546,3 +549,12 @@ def test_probe_blames_the_engine_for_what_its_own_lines_raise_and_the_binding_fo
     # Raised in batchfuzz's own adapter around the engine's code: the binding's.
     with pytest.raises(bind.Unbindable, match=r"KeyError"):
         bind.probe(lambda: {}["x"] if last([1], 0) else None, what="adapter")
+
+
+def test_bind_scope_is_a_deprecated_name_of_loader() -> None:
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert bind.Scope is bind.Loader
+    assert any(issubclass(w.category, DeprecationWarning) and "bind.Loader" in str(w.message) for w in seen)
+    with pytest.raises(AttributeError, match=r"has no attribute 'Nope'"):
+        _ = bind.Nope  # type: ignore[attr-defined]
