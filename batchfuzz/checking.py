@@ -8,7 +8,7 @@ request says ``isolate=False``: a segfault, an exit, a device fault or a
 hang is a counterexample of the pseudo-property ``crash`` or ``timeout``,
 shrunk and reproduced like any other. The budget bounds the whole run.
 
-Random (the default): every property runs through ``runner.hunt_for``.
+Random (the default): every property runs through ``runner.hunt_in_rounds``.
 Examples, not seconds, decide the verdict: the budget counts from the moment
 the target has loaded in its worker (starting the worker, batchfuzz's
 imports and forks are not charged to it, and are reported as
@@ -317,10 +317,10 @@ def _random(request: CheckRequest, plan: _Plan, on_progress: Callable[[Progress]
                              seconds_left=max(0.0, plan.deadline - time.time())))
 
     try:
-        results = runner.hunt_for(contract, plan.executor, props, target_name=plan.ref.spec, budget_s=plan.budget,
-                                  base_settings=base, seed=seed, domain=domain, deadline=plan.deadline,
-                                  example_timeout_s=plan.timeout, min_examples=min_examples,
-                                  min_deadline=plan.deadline + plan.budget, on_result=progress)
+        options = runner.HuntOptions(base, seed=seed, domain=domain, deadline=plan.deadline, example_timeout_s=plan.timeout)
+        rounds = runner.Rounds(budget_s=plan.budget, min_examples=min_examples, min_deadline=plan.deadline + plan.budget)
+        results = runner.hunt_in_rounds(contract, plan.executor, props, options, rounds, target_name=plan.ref.spec,
+                                        on_result=progress)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return CheckResult(INTERRUPTED, {})

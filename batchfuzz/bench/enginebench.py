@@ -85,8 +85,8 @@ def run_command(args: argparse.Namespace) -> int:
     rates: dict[str, float] = {}
     for domain, label in (("engine-steps", "engine steps"), ("engine", "model steps")):
         t = time.perf_counter()
-        r = runner.hunt(contract, exact, prop, target_name="impl:numpy@cpu", run_settings=_hunt_settings(args.engine_examples),
-                        seed=args.seed, domain=domain)
+        r = runner.hunt(contract, exact, prop, runner.HuntOptions(_hunt_settings(args.engine_examples), seed=args.seed,
+                                                                  domain=domain), target_name="impl:numpy@cpu")
         dt = time.perf_counter() - t
         if r.failure is not None:
             print(f"  the exact check failed on {label}: {r.failure.message}")
@@ -108,8 +108,8 @@ def run_command(args: argparse.Namespace) -> int:
         examples = 0
         while failure is None and examples < 20000:  # fresh rounds until found; a round is a fresh Hypothesis run
             for name in ("sound_under_engine_splits", "sound_under_adversarial_splits"):
-                r = runner.hunt(contract, bound.target, contract.property(name), target_name=bound.ref or "engine",
-                                run_settings=_hunt_settings(200), seed=seed * 1000 + examples, domain="engine-steps")
+                options = runner.HuntOptions(_hunt_settings(200), seed=seed * 1000 + examples, domain="engine-steps")
+                r = runner.hunt(contract, bound.target, contract.property(name), options, target_name=bound.ref or "engine")
                 examples += r.examples
                 failure = r.failure
                 if failure is not None:

@@ -323,8 +323,8 @@ def measure(contracts: list[str] | None = None, *, examples: int = 100, repeat: 
                 warm = _settings(min(examples, 10))
                 ceiling_run(contract.domain("spec").cases(), warm, seed)
                 for ex in (here, isolated):
-                    runner.hunt(contract, ex, contract.properties[0], target_name=ref, run_settings=warm, seed=seed,
-                                domain="spec", reduce=False, labels=True)
+                    runner.hunt(contract, ex, contract.properties[0], runner.HuntOptions(
+                        warm, seed=seed, domain="spec", reduce=False, labels=True), target_name=ref)
                 mine = [PropertyRow(name, p.name, ref) for p in contract.properties]
                 rows += mine
                 t0 = time.perf_counter()
@@ -339,9 +339,10 @@ def measure(contracts: list[str] | None = None, *, examples: int = 100, repeat: 
                                 # A fresh strategy, as every hunt builds its own.
                                 row.samples[mode].append(ceiling_run(contract.domain("spec").cases(), rs, s))
                                 continue
-                            r = runner.hunt(contract, isolated if mode in (ISOLATED, WAITING) else here, prop,
-                                            target_name=ref, run_settings=rs, seed=s, domain="spec", reduce=False,
-                                            labels=mode == LABELS, overlap=mode == ISOLATED)
+                            options = runner.HuntOptions(rs, seed=s, domain="spec", reduce=False,
+                                                         labels=mode == LABELS, overlap=mode == ISOLATED)
+                            r = runner.hunt(contract, isolated if mode in (ISOLATED, WAITING) else here, prop, options,
+                                            target_name=ref)
                             row.samples[mode].append(Sample(r.examples, r.seconds))
                             if r.failure is not None:
                                 row.failures.append(f"{mode}: {r.failure.error_type}: {r.failure.message[:200]}")
