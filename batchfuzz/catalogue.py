@@ -388,7 +388,7 @@ def search(contract: Contract, target: Target, prop: Property, *, target_name: s
     """``runner.hunt`` (in this process) with the first failure's example index and time recorded."""
     counting = _Counting(contract, target, target_name)
     with pinned_source_constants(contract):
-        r = runner.hunt(contract, counting, prop, target_name=target_name, run_settings=run_settings, seed=seed)
+        r = runner.hunt(contract, counting, prop, runner.HuntOptions(run_settings, seed=seed), target_name=target_name)
     found = r.failure is not None
     first = counting.first if found else None
     return Search(

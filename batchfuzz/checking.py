@@ -8,7 +8,7 @@ request says ``isolate=False``: a segfault, an exit, a device fault or a
 hang is a counterexample of the pseudo-property ``crash`` or ``timeout``,
 shrunk and reproduced like any other. The budget bounds the whole run.
 
-Random (the default): every property runs through ``runner.hunt_for``.
+Random (the default): every property runs through ``runner.hunt_in_rounds``.
 Examples, not seconds, decide the verdict: the budget counts from the moment
 the target has loaded in its worker (starting the worker, batchfuzz's
 imports and forks are not charged to it, and are reported as
@@ -34,6 +34,7 @@ tests/test_hostile.py (random) and tests/test_exhaustive.py (exhaustive).
 
 from __future__ import annotations
 
+import functools
 import shlex
 import sys
 import time
@@ -202,10 +203,6 @@ def run(request: CheckRequest, on_progress: Callable[[Progress], None] | None = 
 
 def _plan(request: CheckRequest) -> _Plan:
     """Validate ``request`` (every usage error, before any example), load the target, and time the run."""
-    from batchfuzz import runner
-    from batchfuzz.execution import executor_for
-    from batchfuzz.targets import TargetError, parse
-
     started = request.started or time.time()
     budget = request.budget_s if request.budget_s is not None else \
         EXHAUSTIVE_BUDGET_S if request.exhaustive else DEFAULT_BUDGET_S
@@ -213,17 +210,41 @@ def _plan(request: CheckRequest) -> _Plan:
         contract = registry.get(request.contract)
     except KeyError as exc:
         raise UsageError(str(exc)) from None
-    scope = None
+    scope = _scope(request, contract)
+    domain = _domain(request, contract)
+    props = _properties(request, contract)
+    if request.json_path:
+        writable_file(request.json_path, "--json")
+    if request.write_test:
+        writable_dir(request.write_test, "--write-test")
+    database = _database(request.database)
+    timeout = request.timeout_s if request.timeout_s is not None else default_timeout(budget)
+    ref, executor, info = _load(request, contract, domain, budget, timeout)
+    # The budget is the examples': its clock starts now. batchfuzz's own start (the command's and the registry's
+    # imports, the fork server, the worker, the target's load and probe) is start-up, reported, not charged.
+    ready = time.time()
+    return _Plan(contract=contract, props=props, scope=scope, domain=domain, budget=budget, timeout=timeout,
+                 database=database, ref=ref, executor=executor, info=info, started=started,
+                 deadline=ready + budget, startup_s=ready - started)
+
+
+def _scope(request: CheckRequest, contract: registry.Contract) -> registry.Scope | None:
+    """The scope an exhaustive check enumerates (None for a random one); the options it excludes are usage errors."""
     if request.scope is not None and not request.exhaustive:
         raise UsageError("--scope needs --exhaustive")
-    if request.exhaustive:
-        for flag, given in (("--seed", request.seed is not None), ("--database", request.database is not None)):
-            if given:
-                raise UsageError(f"{flag} does not apply to --exhaustive (it enumerates, it does not draw)")
-        try:
-            scope = contract.scope(request.scope or registry.DEFAULT_SCOPE)
-        except KeyError as exc:
-            raise UsageError(str(exc)) from None
+    if not request.exhaustive:
+        return None
+    for flag, given in (("--seed", request.seed is not None), ("--database", request.database is not None)):
+        if given:
+            raise UsageError(f"{flag} does not apply to --exhaustive (it enumerates, it does not draw)")
+    try:
+        return contract.scope(request.scope or registry.DEFAULT_SCOPE)
+    except KeyError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _domain(request: CheckRequest, contract: registry.Contract) -> str | None:
+    """The domain asked for (``--domain``, or the one ``--steps`` names), checked to be the contract's."""
     domain = request.domain
     if request.steps is not None:
         domain = _steps_domain(contract, request.steps, domain)
@@ -232,18 +253,26 @@ def _plan(request: CheckRequest) -> _Plan:
             contract.domain(domain)
         except KeyError as exc:
             raise UsageError(str(exc)) from None
-    props = contract.properties
-    if request.properties:
-        try:
-            props = tuple(contract.property(n) for n in request.properties)
-        except KeyError as exc:
-            raise UsageError(str(exc)) from None
-    if request.json_path:
-        writable_file(request.json_path, "--json")
-    if request.write_test:
-        writable_dir(request.write_test, "--write-test")
-    database = _database(request.database)
-    timeout = request.timeout_s if request.timeout_s is not None else default_timeout(budget)
+    return domain
+
+
+def _properties(request: CheckRequest, contract: registry.Contract) -> tuple[registry.Property, ...]:
+    if not request.properties:
+        return contract.properties
+    try:
+        return tuple(contract.property(n) for n in request.properties)
+    except KeyError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _load(request: CheckRequest, contract: registry.Contract, domain: str | None, budget: float,
+          timeout: float) -> tuple[TargetRef, Executor, dict[str, Any]]:
+    """The target's reference, its executor and what it declares; a target
+    that does not load, or whose result cannot be read, is a usage error."""
+    from batchfuzz import runner
+    from batchfuzz.execution import executor_for
+    from batchfuzz.targets import TargetError, parse
+
     try:
         ref = parse(request.target)
         # Loading the target (its module's import) is the target's own time: bounded by the budget.
@@ -258,12 +287,7 @@ def _plan(request: CheckRequest) -> _Plan:
     if why:
         executor.close()
         raise UsageError(f"target {request.target}: {why}; bind it to the contract's result (docs/bindings.md)")
-    # The budget is the examples': its clock starts now. batchfuzz's own start (the command's and the registry's
-    # imports, the fork server, the worker, the target's load and probe) is start-up, reported, not charged.
-    ready = time.time()
-    return _Plan(contract=contract, props=props, scope=scope, domain=domain, budget=budget, timeout=timeout,
-                 database=database, ref=ref, executor=executor, info=info, started=started,
-                 deadline=ready + budget, startup_s=ready - started)
+    return ref, executor, info
 
 
 def _steps_domain(contract: registry.Contract, source: str, domain: str | None) -> str:
@@ -304,26 +328,36 @@ def _random(request: CheckRequest, plan: _Plan, on_progress: Callable[[Progress]
 
     from batchfuzz import runner
 
-    contract, props, min_examples = plan.contract, plan.props, request.min_examples
+    contract, props = plan.contract, plan.props
     profiles.register_profiles()
     base = settings(settings.get_profile("dev"), derandomize=False, database=plan.database)
     seed = request.seed if request.seed is not None else int(time.time() * 1000) & 0xFFFFFFFF
     domain = registry.choose_domain(plan.domain, plan.info.get("domain"))
     print(f"batchfuzz check {contract.name} {request.target}: {len(props)} properties, domain {domain}, budget "
           f"{plan.budget:g}s, timeout {plan.timeout:g}s per example, {_mode(request)}, seed {seed}", flush=True)
-
-    def progress(r: runner.HuntResult, acc: runner.HuntResult) -> None:
-        on_progress(Progress(property=acc.property, examples=acc.examples, failed=acc.failure is not None,
-                             seconds_left=max(0.0, plan.deadline - time.time())))
-
     try:
-        results = runner.hunt_for(contract, plan.executor, props, target_name=plan.ref.spec, budget_s=plan.budget,
-                                  base_settings=base, seed=seed, domain=domain, deadline=plan.deadline,
-                                  example_timeout_s=plan.timeout, min_examples=min_examples,
-                                  min_deadline=plan.deadline + plan.budget, on_result=progress)
+        options = runner.HuntOptions(base, seed=seed, domain=domain, deadline=plan.deadline, example_timeout_s=plan.timeout)
+        rounds = runner.Rounds(budget_s=plan.budget, min_examples=request.min_examples,
+                               min_deadline=plan.deadline + plan.budget)
+        results = runner.hunt_in_rounds(contract, plan.executor, props, options, rounds, target_name=plan.ref.spec,
+                                        on_result=functools.partial(_progress, on_progress, plan.deadline))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return CheckResult(INTERRUPTED, {})
+    _end_live_line(lines)
+    return _random_verdict(request, plan, results, seed, domain)
+
+
+def _progress(on_progress: Callable[[Progress], None], deadline: float, r: runner.HuntResult,
+              acc: runner.HuntResult) -> None:
+    on_progress(Progress(property=acc.property, examples=acc.examples, failed=acc.failure is not None,
+                         seconds_left=max(0.0, deadline - time.time())))
+
+
+def _random_verdict(request: CheckRequest, plan: _Plan, results: list[runner.HuntResult], seed: int,
+                    domain: str) -> CheckResult:
+    """The random check's table, verdict and report."""
+    min_examples = request.min_examples
     seconds = time.time() - plan.started
     examples = sum(r.examples for r in results)
     failure = next((r.failure for r in results if r.failure is not None), None)
@@ -331,23 +365,11 @@ def _random(request: CheckRequest, plan: _Plan, on_progress: Callable[[Progress]
     for r in results:
         for k, v in r.scores.items():
             scores[k] = scores.get(k, 0) + v
-    _end_live_line(lines)
-    short = [r.property for r in results if r.examples < min_examples and r.failure is None]
-    not_run = [r.property for r in results if r.examples == 0 and r.failure is None]
-    for r in results:
-        if r.failure:
-            mark, note = "FAIL", ""
-        elif failure is not None and r.examples < min_examples:
-            mark, note = "-", "  (short: the search stops at the first counterexample)"
-        elif r.examples >= min_examples:
-            mark, note = "ok", ""
-        else:
-            mark, note = "-", f"  (short of the minimum of {min_examples}: the budget ended, and one more after it)"
-        print(f"  {mark:4} {r.property:40} {r.examples:7d} examples{note}")
+    _print_properties(results, failure is not None, min_examples)
     if scores:
         print("  scores (reported, not failed on): " + ", ".join(f"{k}={v}" for k, v in sorted(scores.items())))
     report: dict[str, Any] = {
-        "contract": contract.name, "target": request.target, "domain": domain, "examples": examples,
+        "contract": plan.contract.name, "target": request.target, "domain": domain, "examples": examples,
         "seconds": round(seconds, 3), "startup_seconds": round(plan.startup_s, 3), "budget": plan.budget,
         "min_examples": min_examples, "timeout": plan.timeout, "isolated": request.isolate,
         "seed": seed, "scores": scores, "status": PASSED, "property": None, "counterexample": None,
@@ -355,24 +377,37 @@ def _random(request: CheckRequest, plan: _Plan, on_progress: Callable[[Progress]
                                     if r.examples >= min_examples else "not run" if not r.examples else "short"}
                        for r in results},
     }
-    status = PASSED
+    short = [r.property for r in results if r.examples < min_examples and r.failure is None]
     if failure is not None:
-        status = COUNTEREXAMPLE
-        replay = (f"replay the search: batchfuzz check {contract.name} {request.target} --property "
+        replay = (f"replay the search: batchfuzz check {plan.contract.name} {request.target} --property "
                   f"{failure.during or failure.property} --seed {seed}")
         report.update(_print_counterexample(plan, failure, replay, write_test=request.write_test))
-    elif short:
-        status = INCOMPLETE
+        return _finish(request, plan, report, COUNTEREXAMPLE)
+    if short:
         per = (seconds - plan.startup_s) / examples if examples else None
         why = (f"an example took {per:.2f}s on average (the target's calls, generation and checking, on this machine "
                f"now)" if per is not None else "not one example finished")
         reason = (f"{len(short)} of {len(results)} properties did not reach the minimum of {min_examples} examples "
                   f"within twice the budget ({2 * plan.budget:g}s after start-up): {', '.join(short)}; {why}")
         print(f"\nincomplete: {reason}; give it a larger --budget (or a smaller --min-examples)")
+        not_run = [r.property for r in results if r.examples == 0 and r.failure is None]
         report.update(status=INCOMPLETE, not_run=not_run, short=short, reason=reason)
-    else:
-        print(f"\npassed: no counterexample in {examples} examples ({seconds:.1f}s)")
-    return _finish(request, plan, report, status)
+        return _finish(request, plan, report, INCOMPLETE)
+    print(f"\npassed: no counterexample in {examples} examples ({seconds:.1f}s)")
+    return _finish(request, plan, report, PASSED)
+
+
+def _print_properties(results: list[runner.HuntResult], failed: bool, min_examples: int) -> None:
+    for r in results:
+        if r.failure:
+            mark, note = "FAIL", ""
+        elif failed and r.examples < min_examples:
+            mark, note = "-", "  (short: the search stops at the first counterexample)"
+        elif r.examples >= min_examples:
+            mark, note = "ok", ""
+        else:
+            mark, note = "-", f"  (short of the minimum of {min_examples}: the budget ended, and one more after it)"
+        print(f"  {mark:4} {r.property:40} {r.examples:7d} examples{note}")
 
 
 def _finish(request: CheckRequest, plan: _Plan, report: dict[str, Any], status: str) -> CheckResult:

@@ -108,6 +108,18 @@ def _length(src: Source, block_size: int, hi: int) -> int:
     return max(1, min(hi, k * block_size + (1 if shape == "k*B+1" else 0)))
 
 
+class _Tokens:
+    """Fresh token ids, never repeated within a workload."""
+
+    def __init__(self) -> None:
+        self.next = 1
+
+    def fresh(self, n: int) -> list[int]:
+        out = list(range(self.next, self.next + n))
+        self.next += n
+        return out
+
+
 def draw_workload(src: Source, bounds: dict[str, Any] | None = None) -> EngineWorkload:
     """A small workload (see :func:`check_bounds`). Shrinks towards one step,
     arrivals in the emitted (last) step,
@@ -118,45 +130,14 @@ def draw_workload(src: Source, bounds: dict[str, Any] | None = None) -> EngineWo
     block_size = src.sampled(BLOCK_SIZES)
     num_steps = src.integers(1, b["max_steps"])
     max_model_len = b["max_prompt_len"] + b["max_output_len"] + 1
-    next_token = [1]
-
-    def fresh(n: int) -> list[int]:
-        out = list(range(next_token[0], next_token[0] + n))
-        next_token[0] += n
-        return out
-
-    prompts: list[list[int]] = []
-    events: list[tuple[int, list[int], int, bool]] = []  # arrival, prompt, copies, greedy (copies share outputs)
-    num_reqs = 0
-    for _ in range(src.integers(1, b["max_events"])):
-        if num_reqs >= b["max_reqs"]:
-            break
-        arrival = num_steps - 1 - src.integers(0, num_steps - 1)  # in the emitted step first: same-step hits need it
-        kind = src.sampled(PROMPT_KINDS)
-        copies = 1
-        if kind in ("copy", "prefix") and prompts:
-            parent = prompts[len(prompts) - 1 - src.integers(0, len(prompts) - 1)]
-            if kind == "copy":
-                prompt = list(parent)
-            else:
-                keep = min(len(parent), src.sampled((block_size * src.integers(0, len(parent) // block_size),
-                                                     src.integers(1, len(parent)))))
-                room = b["max_prompt_len"] - keep
-                prompt = parent[:keep] + fresh(_length(src, block_size, room) if room >= 1 else 0)
-        else:
-            prompt = fresh(_length(src, block_size, b["max_prompt_len"]))
-            if kind == "parallel":
-                copies = src.integers(2, 4)
-        copies = min(copies, b["max_reqs"] - num_reqs)
-        events.append((arrival, prompt, copies, copies > 1 and src.integers(0, 1) == 1))
-        prompts.append(prompt)
-        num_reqs += copies
+    tokens = _Tokens()
+    events = _draw_arrivals(src, b, block_size, num_steps, tokens)
     requests: list[EngineRequest] = []
     for arrival, prompt, copies, greedy in sorted(events, key=lambda e: e[0]):
         n_out = src.integers(1, b["max_output_len"])
-        shared = fresh(n_out)
+        shared = tokens.fresh(n_out)
         for _ in range(copies):
-            requests.append(EngineRequest(arrival, tuple(prompt), tuple(shared if greedy else fresh(n_out))))
+            requests.append(EngineRequest(arrival, tuple(prompt), tuple(shared if greedy else tokens.fresh(n_out))))
     max_num_seqs = b["max_reqs"] - src.integers(0, b["max_reqs"] - 1)
     ample_budget = max_num_seqs * max_model_len
     budget = ample_budget - src.integers(0, ample_budget - 1)
@@ -172,6 +153,38 @@ def draw_workload(src: Source, bounds: dict[str, Any] | None = None) -> EngineWo
     reorder = src.sampled((1, None))
     return EngineWorkload(block_size, num_blocks, budget, max_num_seqs, max_model_len, threshold, reorder, num_steps,
                           tuple(requests))
+
+
+def _draw_arrivals(src: Source, b: dict[str, Any], block_size: int, num_steps: int,
+                   tokens: _Tokens) -> list[tuple[int, list[int], int, bool]]:
+    """The arrival events: (step, prompt, copies, greedy: the copies share their outputs)."""
+    prompts: list[list[int]] = []
+    events: list[tuple[int, list[int], int, bool]] = []
+    num_reqs = 0
+    for _ in range(src.integers(1, b["max_events"])):
+        if num_reqs >= b["max_reqs"]:
+            break
+        arrival = num_steps - 1 - src.integers(0, num_steps - 1)  # in the emitted step first: same-step hits need it
+        kind = src.sampled(PROMPT_KINDS)
+        copies = 1
+        if kind in ("copy", "prefix") and prompts:
+            parent = prompts[len(prompts) - 1 - src.integers(0, len(prompts) - 1)]
+            if kind == "copy":
+                prompt = list(parent)
+            else:
+                keep = min(len(parent), src.sampled((block_size * src.integers(0, len(parent) // block_size),
+                                                     src.integers(1, len(parent)))))
+                room = b["max_prompt_len"] - keep
+                prompt = parent[:keep] + tokens.fresh(_length(src, block_size, room) if room >= 1 else 0)
+        else:
+            prompt = tokens.fresh(_length(src, block_size, b["max_prompt_len"]))
+            if kind == "parallel":
+                copies = src.integers(2, 4)
+        copies = min(copies, b["max_reqs"] - num_reqs)
+        events.append((arrival, prompt, copies, copies > 1 and src.integers(0, 1) == 1))
+        prompts.append(prompt)
+        num_reqs += copies
+    return events
 
 
 def sample_workload(rng: np.random.Generator | int, **bounds: Any) -> EngineWorkload:

@@ -126,18 +126,12 @@ def run_scope(
     on_progress: Callable[[ScopeResult], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
 ) -> ScopeResult:
-    """Run ``properties`` (default: all of the contract's) on every case of
-    ``scope`` against ``target`` (a callable, run here, or an executor), in
-    the scope's order, stopping at the first counterexample.
-
-    ``domain``: the domain the check runs in (default: the target's declared
-    one, else the scope's); cases outside it, or rejected by the target's
-    ``@assumes``, are skipped. ``deadline`` (``time.time()``): no case starts
-    after it (the result is then incomplete) and a call in flight is cut at
-    it plus ``DEADLINE_GRACE_S``; ``example_timeout_s`` bounds every call.
-    ``on_progress(result)`` is called every ``PROGRESS_EVERY_S`` seconds;
-    ``should_stop`` is polled before every case.
-    """
+    """Run ``properties`` (default: all) on every case of ``scope`` against
+    ``target`` (a callable or an executor) in the scope's order, up to the
+    first counterexample. Cases outside ``domain`` (default: the target's,
+    else the scope's) or rejected by its ``@assumes`` are skipped; no case
+    starts after ``deadline`` (``time.time()``; the result is then
+    incomplete); ``on_progress(result)`` every ``PROGRESS_EVERY_S`` seconds."""
     executor = wrap(contract, target, target_name)
     sc = contract.scope(scope) if isinstance(scope, str) else scope
     props = properties if properties is not None else contract.properties
@@ -149,29 +143,17 @@ def run_scope(
     # property gets its own copy of the case (a scribbling target must change
     # neither the case the next property judges by nor the cached enumeration).
     copy_each = isinstance(executor, InProcess)
+    timeout = functools.partial(_call_timeout, deadline, example_timeout_s)
     start = time.perf_counter()
     last_report = time.monotonic()
     previous: tuple[int, ...] | None = None
-
-    def timeout() -> float | None:
-        if deadline is None:
-            return example_timeout_s
-        left = max(0.05, deadline + DEADLINE_GRACE_S - time.time())
-        return left if example_timeout_s is None else min(example_timeout_s, left)
-
     try:
         for case in scope_cases(contract, sc):
             if (deadline is not None and time.time() > deadline) or (should_stop is not None and should_stop()):
                 result.out_of_time = True
                 break
             result.enumerated += 1
-            if result.enumerated > sc.count:
-                raise RecordError(f"contract {contract.name!r}: scope {sc.name!r} has more than the {sc.count} cases it declares")
-            size = contract.size(case)
-            if previous is not None and size < previous:
-                raise RecordError(f"contract {contract.name!r}: scope {sc.name!r} is not in the contract's order: case "
-                                  f"{result.enumerated} has size {size}, after a case of size {previous}")
-            previous = size
+            previous = _in_order(contract, sc, result.enumerated, case, previous)
             if within is not own and not within.contains(case):
                 result.skipped += 1
                 continue
@@ -187,6 +169,26 @@ def run_scope(
     if result.failure is None and not result.out_of_time and result.enumerated != sc.count:
         raise RecordError(f"contract {contract.name!r}: scope {sc.name!r} has {result.enumerated} cases, declares {sc.count}")
     return result
+
+
+def _call_timeout(deadline: float | None, example_timeout_s: float | None) -> float | None:
+    """One call's timeout: ``example_timeout_s``, cut to the deadline's grace."""
+    if deadline is None:
+        return example_timeout_s
+    left = max(0.05, deadline + DEADLINE_GRACE_S - time.time())
+    return left if example_timeout_s is None else min(example_timeout_s, left)
+
+
+def _in_order(contract: Contract, sc: Scope, index: int, case: Case, previous: tuple[int, ...] | None) -> tuple[int, ...]:
+    """``case``'s size, the ``index``-th of ``sc``: a RecordError where the
+    scope has more cases than it declares or leaves the contract's order."""
+    if index > sc.count:
+        raise RecordError(f"contract {contract.name!r}: scope {sc.name!r} has more than the {sc.count} cases it declares")
+    size = contract.size(case)
+    if previous is not None and size < previous:
+        raise RecordError(f"contract {contract.name!r}: scope {sc.name!r} is not in the contract's order: case "
+                          f"{index} has size {size}, after a case of size {previous}")
+    return size
 
 
 def _check_case(contract: Contract, executor: Executor, props: tuple[Property, ...], case: Case, result: ScopeResult,

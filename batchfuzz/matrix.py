@@ -151,7 +151,7 @@ def _warm_engine_steps() -> None:
 def run_cell(bound: Bound, *, budget_s: float, timeout_s: float, seed: int, isolate: bool = True,
              domain: str = "engine", max_examples: int | None = None, steps: str | None = None) -> Cell:
     """The verdict of one binding: all the contract's properties, round robin
-    (``runner.hunt_for``) within ``budget_s``, stopping at the first failure.
+    (``runner.hunt_in_rounds``) within ``budget_s``, stopping at the first failure.
     With ``max_examples``, one round of that many examples per property
     (``budget_s`` then only a ceiling): a verdict that depends on counts,
     not on the machine's speed. ``steps`` (``model``, ``engine``): the step
@@ -210,10 +210,10 @@ def _run_bound(cell: Cell, bound: Bound, *, budget_s: float, timeout_s: float, s
             if info.get("error"):
                 cell.verdict, cell.reason = "error", str(info["error"])
                 return cell
-            results = runner.hunt_for(contract, executor, contract.properties, target_name=cell.target,
-                                      budget_s=budget_s, base_settings=base, seed=seed, domain=domain,
-                                      example_timeout_s=timeout_s, round_examples=max_examples,
-                                      max_rounds=None if max_examples is None else 1)
+            results = runner.hunt_in_rounds(contract, executor, contract.properties, runner.HuntOptions(
+                base, seed=seed, domain=domain, example_timeout_s=timeout_s), runner.Rounds(
+                budget_s=budget_s, round_examples=max_examples, max_rounds=None if max_examples is None else 1),
+                target_name=cell.target)
     except LoadTimeout as exc:  # a slow cell (its release's bindings took too long to load): not run, not broken
         cell.verdict, cell.reason = "incomplete", f"the cell did not start: {exc}"
         cell.seconds = round(time.time() - started, 2)
@@ -262,9 +262,9 @@ def _check_probe(cell: Cell, bound: Bound, *, timeout_s: float, isolate: bool, d
     started = time.time()
     try:
         with executor_for(contract, parse(cell.target), isolate=isolate) as executor:
-            r = runner.hunt(contract, executor, contract.properties[0], target_name=cell.target, extra_examples=(case,),
-                            run_settings=settings(phases=[Phase.explicit], database=None, deadline=None),
-                            domain=domain, example_timeout_s=timeout_s)
+            r = runner.hunt(contract, executor, contract.properties[0], runner.HuntOptions(
+                settings(phases=[Phase.explicit], database=None, deadline=None), domain=domain,
+                example_timeout_s=timeout_s, extra_examples=(case,)), target_name=cell.target)
     except Exception as exc:  # the harness could not run it: said, never a pass
         cell.verdict, cell.reason = "error", f"checking the probe input: {type(exc).__name__}: {exc}"
         return cell

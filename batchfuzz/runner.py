@@ -1,24 +1,20 @@
 """Run a contract's properties against a target with Hypothesis.
 
-The same code serves the generated tests, ``batchfuzz check``, ``fuzz``,
-``replay``, the catalogue and ``batchfuzz.testing``: :func:`hunt` runs one
-property once with given settings and returns its shrunk (and reduced)
-counterexample, if any; :func:`hunt_for` repeats rounds over the properties
-with fresh seeds until a deadline.
-
-The target runs in an executor (``batchfuzz.execution``): a worker process
-that may crash or hang without taking this process down, or this process.
-A crash, a hang or an exception the target raises is a failure of the
-pseudo-property ``crash``, ``timeout`` or ``raises``, shrunk like any other
-and named apart from the property it kept from judging a result. A deadline (wall clock, ``time.time()``,
-so that several processes share one) bounds everything, shrinking included:
-past it a hunt stops and reports the smallest failing case seen so far.
+The one search behind the generated tests, ``check``, ``fuzz``, ``replay``,
+the catalogue and ``batchfuzz.testing``: :func:`hunt` (a :class:`Hunt`) runs
+one property once and returns its shrunk, reduced counterexample, if any;
+:func:`hunt_in_rounds` (a :class:`RoundRobin`) repeats rounds over several
+properties with fresh seeds within a budget. A crash, a hang or an exception
+of the target fails the pseudo-property ``crash``, ``timeout`` or ``raises``.
+docs/fuzz-loop.md ("One hunt") explains the phases, deadlines and seeds.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import numbers
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -165,207 +161,32 @@ def _quiet_hypothesis() -> Iterator[None]:
         yield
 
 
-def hunt(
-    contract: Contract,
-    target: Target | Executor,
-    prop: Property,
-    *,
-    target_name: str,
-    run_settings: settings,
-    seed: int | None = None,
-    extra_examples: tuple[Case, ...] = (),
-    on_example: Callable[[], None] | None = None,
-    domain: str | None = None,
-    reduce: bool = True,
-    deadline: float | None = None,
-    example_timeout_s: float | None = None,
-    labels: bool = True,
-    generate_until: float | None = None,
-    should_stop: Callable[[], bool] | None = None,
-    overlap: bool = True,
-) -> HuntResult:
-    """Run ``prop`` against ``target`` (a callable, run here, or an executor)
-    once under ``run_settings``, on cases of the contract's ``domain``
-    (default: the one the target declares with ``@batchfuzz.domain``, else
-    ``spec``), minus the cases the target's ``@batchfuzz.assumes`` predicates
-    reject.
+@dataclass(frozen=True)
+class HuntOptions:
+    """What a hunt runs under. ``deadline`` and ``generate_until`` are
+    ``time.time()`` values (several processes share them); docs/fuzz-loop.md
+    ("One hunt") says what each option does to the search."""
 
-    Returns the examples run and, on failure, the shrunk case (the last
-    failing case Hypothesis replays is its minimal one, since
-    ``report_multiple_bugs`` is off), then reduced by the contract's
-    structural reductions (``batchfuzz.reduce``) when ``reduce``.
+    run_settings: settings
+    seed: int | None = None  # a randomized run's seed (fresh when None); a derandomized run has its own
+    domain: str | None = None  # default: the target's declared domain, else spec
+    deadline: float | None = None  # no example starts after it, shrinking included
+    example_timeout_s: float | None = None  # per call; a hang is a timeout failure
+    labels: bool = True  # record the contract's input-class labels (hypothesis.event)
+    reduce: bool = True  # reduce the shrunk case with the contract's reductions
+    overlap: bool = True  # draw the next example while an isolated target runs the last
+    extra_examples: tuple[Case, ...] = ()  # explicit examples, run first
+    generate_until: float | None = None  # no new example after it unless a failure is being shrunk
 
-    ``deadline`` (``time.time()``): no example starts after it, an example in
-    flight is cut at it plus ``DEADLINE_GRACE_S``, and a failure found by
-    then is reported as shrunk so far. ``example_timeout_s`` bounds every
-    call (a hang is a ``timeout`` failure; in-process, only Python-level
-    hangs can be interrupted). ``generate_until`` (``time.time()``): no new
-    example is generated after it (but the first), unless a failure was found
-    (then it is shrunk until ``deadline``): a fuzz job's time slice. ``should_stop`` is
-    polled before every example (an interrupted run). ``labels``: record the contract's input-class
-    labels (``hypothesis.event`` statistics; they cost a few evaluations of
-    the oracle per example).
-
-    ``overlap`` (the default; it takes effect with an executor whose target
-    runs in another process, ``Executor.overlaps``, in a randomized run
-    without ``extra_examples``): an example's body submits its case and returns, and its outcome is
-    collected in the next example's body, so Hypothesis draws example k+1
-    while the worker runs example k (and the labels are computed then).
-    An example that fails is then found one body late, with an innocent
-    example's body running: that run is stopped, and a second Hypothesis
-    run replays the failing example from its choice sequence
-    (``_replay_settings``) and shrinks it, waiting for every call as without
-    ``overlap``; the result is what it would have been without. A failure
-    that does not repeat there is reported as it was found. Hypothesis's
-    own records of the first run (its statistics, observability) count the
-    failing example as passed; the replay records it as failing.
-
-    Seeds: a randomized run uses ``seed`` (fresh when None); a derandomized
-    run (the ``ci`` profile) is seeded from (contract, property, domain)
-    alone, so its example stream does not depend on the target or on the
-    source code of this function.
-    """
-    executor = wrap(contract, target, target_name)
-    domain = choose_domain(domain, executor.describe().get("domain"))
-    dom = contract.domain(domain)
-    result = HuntResult(prop.name)
-    last_failure: list[tuple[Case, Outcome]] = []
-    want_scores = contract.scores is not None
-    # overlap: each example is submitted and its outcome collected in the next example's body (see the docstring).
-    mode = {"overlap": overlap and executor.overlaps and not extra_examples and not run_settings.derandomize,
-            "replaying": False}
-    in_flight: list[_InFlight] = []  # the example submitted and not yet collected (at most one)
-    deferred: list[tuple[Case, tuple[Any, ...], Outcome]] = []  # an overlapped example that failed: case, choices, outcome
-
-    def timeout() -> float | None:
-        if deadline is None:
-            return example_timeout_s
-        left = max(0.05, deadline + DEADLINE_GRACE_S - time.time())
-        return left if example_timeout_s is None else min(example_timeout_s, left)
-
-    def counted(case: Case, outcome: Outcome, case_labels: Sequence[str] | None) -> None:
-        """Book one example's outcome (not a rejected one); a failure is kept,
-        the rest reported (scores, ``on_example``)."""
-        result.examples += 1
-        result.events.update(case_labels or ())
-        if failure_signature(outcome) is not None:
-            if result.first_failure_example is None:
-                result.first_failure_example, result.first_failure_time = result.examples, time.time()
-            return
-        if outcome.value:
-            result.scores.update(outcome.value)
-        if on_example is not None:
-            on_example()
-
-    def settle() -> None:
-        """Collect the example in flight; one that failed is kept for its replay (``_Replay``)."""
-        f = in_flight.pop()
-        outcome = executor.collect(f.timeout_s)
-        if outcome.status == REJECTED:
-            return
-        counted(f.case, outcome, f.labels)
-        if failure_signature(outcome) is not None:
-            deferred.append((f.case, f.choices, outcome))
-            raise _Replay
-
-    def body(case: Case) -> None:
-        now = time.time()
-        if (deadline is not None and now > deadline) or (should_stop is not None and should_stop()) or \
-                (generate_until is not None and now > generate_until and result.examples and not last_failure
-                 and not mode["replaying"]):
-            raise _OutOfTime
-        if mode["overlap"]:
-            if in_flight:
-                settle()
-            choices = _choices()
-            if choices is not None:
-                executor.submit(prop.name, case, scores=want_scores)
-                in_flight.append(_InFlight(case, choices, timeout()))
-                if labels:  # while the target runs
-                    case_labels = in_flight[0].labels = contract.labels(case)
-                    for label in case_labels:
-                        event(label)
-                return
-            mode["overlap"] = False  # this Hypothesis keeps no choice sequence to replay: every example waits
-        snapshot = case if executor.keeps_cases else case.copy()
-        outcome = executor.check(prop.name, case, timeout(), scores=want_scores)
-        if outcome.status == REJECTED:
-            reject()
-        sync_labels = contract.labels(snapshot) if labels else None
-        for label in sync_labels or ():
-            event(label)
-        counted(snapshot, outcome, sync_labels)
-        if failure_signature(outcome) is not None:
-            last_failure.append((snapshot, outcome))
-            _raise_for(outcome)
-
-    # One database key per (contract, domain, target, property): the inner
-    # function is the same for every hunt, so without this every hunt would
-    # share a key and replay each other's saved failures against the wrong
-    # strategy.
-    body._hypothesis_internal_add_digest = repr((contract.name, domain, target_name, prop.name)).encode()  # type: ignore[attr-defined]
-    # Observability records name what ran: CONTRACT.PROPERTY, the target, the domain (batchfuzz.observability).
-    observability.name_test(body, contract.name, prop.name)
-
-    def run(test_settings: settings, examples: tuple[Case, ...] = ()) -> None:
-        test = given(case=dom.cases())(body)
-        for ex in reversed(examples):
-            from hypothesis import example
-
-            test = example(case=ex)(test)
-        if test_settings.derandomize:
-            test = hypothesis_seed(_round_seed(0, contract.name, prop.name, domain))(test)
-        elif seed is not None:
-            # @seed switches the example database off; applying the settings
-            # after it switches it back on, so a seeded hunt (every round of
-            # hunt_for) still saves and replays failures.
-            test = hypothesis_seed(seed)(test)
-        test = settings(test_settings, report_multiple_bugs=False)(test)
-        try:
-            with _quiet_hypothesis(), observability.labelled(contract.name, prop.name, target_name, domain):
-                test()
-        except _Replay:
-            pass
-        except _OutOfTime:
-            result.out_of_time = True
-        except HypothesisException:
-            if not last_failure:
-                raise
-        except (_Failed, _Raised, _Crashed, _TimedOut):
-            pass
-        finally:
-            if in_flight:  # the last example's outcome (the run ended, was stopped or raised while it ran)
-                with contextlib.suppress(_Replay):
-                    settle()
-
-    start = time.perf_counter()
-    try:
-        run(run_settings, extra_examples)
-        if deferred and not last_failure:
-            case, choices, outcome = deferred[0]
-            mode.update(overlap=False, replaying=True)
-            result.out_of_time = False  # a slice's end stops generating, not shrinking: the replay says if time ran out
-            run(_replay_settings(run_settings, body, choices))
-            if not last_failure:  # it did not fail again: reported as it was found
-                last_failure.append((case, outcome))
-    finally:
-        result.seconds = time.perf_counter() - start
-    if last_failure:
-        case, outcome = last_failure[-1]
-        if reduce and not result.out_of_time:
-            within = dataclasses.replace(dom, contains=lambda c: dom.contains(c) and
-                                         executor.check("__admits__", c).status != REJECTED)
-            want = failure_signature(outcome)
-
-            def fails(c: Case) -> Outcome | None:
-                if deadline is not None and time.time() > deadline:
-                    return None
-                o = executor.check(prop.name, c, timeout())
-                return o if failure_signature(o) == want else None
-
-            case, outcome = reduce_case(contract, within, case, outcome, fails)
-        result.failure = _failure(contract, target_name, prop, case, outcome, complete=not result.out_of_time)
-    return result
+    def __post_init__(self) -> None:
+        if not isinstance(self.run_settings, settings):
+            raise TypeError(f"run_settings must be hypothesis settings, got {self.run_settings!r}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral)):
+            raise ValueError(f"seed must be an int or None, got {self.seed!r}")
+        if self.example_timeout_s is not None and not self.example_timeout_s > 0:
+            raise ValueError(f"example_timeout_s must be positive or None, got {self.example_timeout_s!r}")
+        if not isinstance(self.extra_examples, tuple) or not all(isinstance(c, Case) for c in self.extra_examples):
+            raise ValueError(f"extra_examples must be a tuple of Case, got {self.extra_examples!r}")
 
 
 @dataclass
@@ -376,6 +197,235 @@ class _InFlight:
     choices: tuple[Any, ...]  # its Hypothesis choice sequence: what replays it
     timeout_s: float | None
     labels: Sequence[str] | None = None
+
+
+@dataclass
+class _LateFailure:
+    """An overlapped example whose outcome, collected one body late, failed."""
+
+    flight: _InFlight
+    outcome: Outcome
+
+
+class _Overlap:
+    """A hunt's overlap: whether it is on, the example submitted and not yet
+    collected (at most one), and the first one found failing (replayed)."""
+
+    def __init__(self, executor: Executor, *, enabled: bool) -> None:
+        self.executor, self.enabled = executor, enabled
+        self.in_flight: _InFlight | None = None
+        self.late: _LateFailure | None = None
+
+    def collect(self) -> tuple[_InFlight, Outcome]:
+        flight, self.in_flight = self.in_flight, None
+        assert flight is not None, "collect without an example in flight"
+        return flight, self.executor.collect(flight.timeout_s)
+
+
+class Hunt:
+    """One property's search on one target: a Hypothesis run that generates
+    and shrinks, a replay of a failure the overlap found late, the reduction
+    of the shrunk case, the ``HuntResult``. ``run`` it once."""
+
+    def __init__(self, contract: Contract, target: Target | Executor, prop: Property, options: HuntOptions, *,
+                 target_name: str, on_example: Callable[[], None] | None = None,
+                 should_stop: Callable[[], bool] | None = None) -> None:
+        self.contract, self.prop, self.options, self.target_name = contract, prop, options, target_name
+        self.on_example, self.should_stop = on_example, should_stop
+        self.executor = wrap(contract, target, target_name)
+        self.domain = choose_domain(options.domain, self.executor.describe().get("domain"))
+        self.dom = contract.domain(self.domain)
+        self.result = HuntResult(prop.name)
+        self.failing: tuple[Case, Outcome] | None = None  # the last failing example run: the shrunk one
+        self.replaying = False
+        overlapped = not options.extra_examples and not options.run_settings.derandomize
+        self.overlap = _Overlap(self.executor, enabled=options.overlap and self.executor.overlaps and overlapped)
+        self.want_scores = contract.scores is not None
+        self.body = _test_body(self)
+        self._ran = False
+
+    def run(self) -> HuntResult:
+        """Generate and shrink, replay a late failure, reduce: the result."""
+        if self._ran:
+            raise RuntimeError(f"the hunt of {self.prop.name} on {self.target_name} has run already")
+        self._ran = True
+        start = time.perf_counter()
+        try:
+            self._run(self.options.run_settings, self.options.extra_examples)
+            if self.overlap.late is not None and self.failing is None:
+                self._replay(self.overlap.late)
+        finally:
+            self.result.seconds = time.perf_counter() - start
+        if self.failing is not None:
+            self.result.failure = self._reduced_failure(*self.failing)
+        return self.result
+
+    def _replay(self, late: _LateFailure) -> None:
+        """Replay the failure found late from its choice sequence and shrink
+        it, every call waited for; one that does not repeat stays as found."""
+        self.overlap.enabled, self.replaying = False, True
+        self.result.out_of_time = False  # a slice's end stops generating, not shrinking: the replay says if time ran out
+        self._run(_replay_settings(self.options.run_settings, self.body, late.flight.choices))
+        if self.failing is None:
+            self.failing = (late.flight.case, late.outcome)
+
+    def _run(self, test_settings: settings, examples: tuple[Case, ...] = ()) -> None:
+        """One Hypothesis run of the body; how it ended is in the hunt's state."""
+        test = self._test(test_settings, examples)
+        try:
+            with _quiet_hypothesis(), observability.labelled(self.contract.name, self.prop.name, self.target_name,
+                                                             self.domain):
+                test()
+        except _Replay:
+            pass
+        except _OutOfTime:
+            self.result.out_of_time = True
+        except HypothesisException:
+            if self.failing is None:
+                raise
+        except (_Failed, _Raised, _Crashed, _TimedOut):
+            pass
+        finally:
+            if self.overlap.in_flight is not None:  # the last example's outcome (the run ended, was stopped or raised)
+                with contextlib.suppress(_Replay):
+                    self._settle()
+
+    def _test(self, test_settings: settings, examples: tuple[Case, ...]) -> Callable[[], None]:
+        from hypothesis import example
+
+        test = given(case=self.dom.cases())(self.body)
+        for ex in reversed(examples):
+            test = example(case=ex)(test)
+        if test_settings.derandomize:
+            test = hypothesis_seed(_round_seed(0, self.contract.name, self.prop.name, self.domain))(test)
+        elif self.options.seed is not None:
+            # @seed switches the example database off; applying the settings after it switches it back on,
+            # so a seeded hunt (every round of hunt_in_rounds) still saves and replays failures.
+            test = hypothesis_seed(self.options.seed)(test)
+        return settings(test_settings, report_multiple_bugs=False)(test)
+
+    def example(self, case: Case) -> None:
+        """The body of one Hypothesis example."""
+        if self._out_of_time():
+            raise _OutOfTime
+        if self.overlap.enabled:
+            if self.overlap.in_flight is not None:
+                self._settle()
+            if self._submit(case):
+                return
+            self.overlap.enabled = False  # this Hypothesis keeps no choice sequence to replay: every example waits
+        self._check(case)
+
+    def _out_of_time(self) -> bool:
+        now, o = time.time(), self.options
+        if (o.deadline is not None and now > o.deadline) or (self.should_stop is not None and self.should_stop()):
+            return True
+        return (o.generate_until is not None and now > o.generate_until and self.result.examples > 0
+                and self.failing is None and not self.replaying)
+
+    def _submit(self, case: Case) -> bool:
+        """Submit ``case`` without waiting (False where it has no choice
+        sequence to replay it from); its labels are computed meanwhile."""
+        choices = _choices()
+        if choices is None:
+            return False
+        self.executor.submit(self.prop.name, case, scores=self.want_scores)
+        flight = self.overlap.in_flight = _InFlight(case, choices, self._timeout())
+        if self.options.labels:  # while the target runs
+            flight.labels = self.contract.labels(case)
+            for label in flight.labels:
+                event(label)
+        return True
+
+    def _settle(self) -> None:
+        """Collect the example in flight; one that failed is kept for its replay (``_Replay``)."""
+        flight, outcome = self.overlap.collect()
+        if outcome.status == REJECTED:
+            return
+        self._count(outcome, flight.labels)
+        if failure_signature(outcome) is not None:
+            self.overlap.late = _LateFailure(flight, outcome)
+            raise _Replay
+
+    def _check(self, case: Case) -> None:
+        """Run ``case`` and wait for its outcome; a failure raises for Hypothesis to shrink."""
+        snapshot = case if self.executor.keeps_cases else case.copy()
+        outcome = self.executor.check(self.prop.name, case, self._timeout(), scores=self.want_scores)
+        if outcome.status == REJECTED:
+            reject()
+        labels = self.contract.labels(snapshot) if self.options.labels else None
+        for label in labels or ():
+            event(label)
+        self._count(outcome, labels)
+        if failure_signature(outcome) is not None:
+            self.failing = (snapshot, outcome)
+            _raise_for(outcome)
+
+    def _count(self, outcome: Outcome, labels: Sequence[str] | None) -> None:
+        """Book one example's outcome (not a rejected one); a failure's
+        place is kept, a pass reported (scores, ``on_example``)."""
+        r = self.result
+        r.examples += 1
+        r.events.update(labels or ())
+        if failure_signature(outcome) is not None:
+            if r.first_failure_example is None:
+                r.first_failure_example, r.first_failure_time = r.examples, time.time()
+            return
+        if outcome.value:
+            r.scores.update(outcome.value)
+        if self.on_example is not None:
+            self.on_example()
+
+    def _timeout(self) -> float | None:
+        """One call's timeout: the option's, cut to the deadline's grace."""
+        o = self.options
+        if o.deadline is None:
+            return o.example_timeout_s
+        left = max(0.05, o.deadline + DEADLINE_GRACE_S - time.time())
+        return left if o.example_timeout_s is None else min(o.example_timeout_s, left)
+
+    def _reduced_failure(self, case: Case, outcome: Outcome) -> Failure:
+        """The failure record, its case reduced where the options say and time was left."""
+        if self.options.reduce and not self.result.out_of_time:
+            within = dataclasses.replace(self.dom, contains=self._admits)
+            fails = functools.partial(self._fails_alike, failure_signature(outcome))
+            case, outcome = reduce_case(self.contract, within, case, outcome, fails)
+        return _failure(self.contract, self.target_name, self.prop, case, outcome, complete=not self.result.out_of_time)
+
+    def _admits(self, case: Case) -> bool:
+        return self.dom.contains(case) and self.executor.check("__admits__", case).status != REJECTED
+
+    def _fails_alike(self, want: tuple[str, str] | None, case: Case) -> Outcome | None:
+        """``case``'s outcome where it fails as ``want`` says, before the deadline."""
+        if self.options.deadline is not None and time.time() > self.options.deadline:
+            return None
+        outcome = self.executor.check(self.prop.name, case, self._timeout())
+        return outcome if failure_signature(outcome) == want else None
+
+
+def _test_body(search: Hunt) -> Callable[[Case], None]:
+    """The function Hypothesis runs for ``search``, keyed and named for it."""
+
+    def body(case: Case) -> None:
+        search.example(case)
+
+    # One database key per (contract, domain, target, property): the source is the same for every hunt, so
+    # without this every hunt would share a key and replay each other's saved failures against the wrong strategy.
+    key = (search.contract.name, search.domain, search.target_name, search.prop.name)
+    body._hypothesis_internal_add_digest = repr(key).encode()  # type: ignore[attr-defined]
+    # Observability records name what ran: CONTRACT.PROPERTY, the target, the domain (batchfuzz.observability).
+    observability.name_test(body, search.contract.name, search.prop.name)
+    return body
+
+
+def hunt(contract: Contract, target: Target | Executor, prop: Property, options: HuntOptions, *, target_name: str,
+         on_example: Callable[[], None] | None = None, should_stop: Callable[[], bool] | None = None) -> HuntResult:
+    """Run ``prop`` against ``target`` (a callable, run here, or an executor)
+    once under ``options``: the examples run and, on failure, the shrunk and
+    reduced counterexample. ``on_example`` is called after every passing
+    example, ``should_stop`` polled before every example."""
+    return Hunt(contract, target, prop, options, target_name=target_name, on_example=on_example,
+                should_stop=should_stop).run()
 
 
 def _choices() -> tuple[Any, ...] | None:
@@ -429,126 +479,171 @@ def _failure(contract: Contract, target_name: str, prop: Property, case: Case, o
                    during=during, complete=complete)
 
 
-# hunt_for's default round sizes (examples per property per round).
+# hunt_in_rounds's default round sizes (examples per property per round).
 FIRST_ROUND_EXAMPLES = 10
 ROUND_EXAMPLES = 50
 
 
-def hunt_for(
-    contract: Contract,
-    target: Target | Executor,
-    properties: tuple[Property, ...],
-    *,
-    target_name: str,
-    budget_s: float,
-    base_settings: settings,
-    seed: int = 0,
-    round_examples: int | Callable[[int], int] | None = None,
-    stop_on_failure: bool = True,
-    deadline: float | None = None,
-    should_stop: Callable[[], bool] | None = None,
-    on_result: Callable[[HuntResult, HuntResult], None] | None = None,
-    max_rounds: int | None = None,
-    domain: str | None = None,
-    example_timeout_s: float | None = None,
-    labels: bool = True,
-    min_examples: int = 0,
-    min_deadline: float | None = None,
-) -> list[HuntResult]:
-    """Round-robin over ``properties`` with fresh seeds until the deadline
-    (``time.time() + budget_s`` unless ``deadline`` is given).
+@dataclass(frozen=True)
+class Rounds:
+    """How ``hunt_in_rounds`` spends its time (docs/fuzz-loop.md, "Rounds").
 
-    Each round runs every still-passing property with ``round_examples``
-    examples (default: ``FIRST_ROUND_EXAMPLES`` in the first round,
-    ``ROUND_EXAMPLES`` after), so every property gets examples early whatever the budget; a
-    derandomized profile runs a single round of its own size, since a
-    repeated round would replay the same examples.
+    ``budget_s`` sets the end unless the options' ``deadline`` does;
+    ``round_examples`` (an int, or a function of the round number) sizes the
+    rounds; ``min_examples`` is every property's floor, run on until
+    ``min_deadline``."""
 
-    ``should_stop`` is polled before every hunt (an interrupted run stops at
-    the next hunt boundary and returns what it has); ``on_result(round_result,
-    accumulated)`` is called after every hunt, so a caller can persist a
-    failure the moment it is found; ``max_rounds`` caps the rounds (with a
-    fixed ``seed`` and a fixed ``round_examples`` that makes a run replayable
-    example for example). ``round_examples`` may be a function of the round
-    number, to size rounds to a time slice. A property never started before
-    the deadline keeps zero examples (the caller reports it as not run).
+    budget_s: float | None = None
+    round_examples: int | Callable[[int], int] | None = None
+    max_rounds: int | None = None
+    min_examples: int = 0
+    min_deadline: float | None = None
+    stop_on_failure: bool = True
 
-    ``min_examples``: the first round gives every property at least that
-    many examples, and a property still short of them at the deadline runs
-    on until it has them or ``min_deadline`` (a later ``time.time()``) comes:
-    examples, not a busy machine's seconds, decide a verdict.
-    """
-    executor = wrap(contract, target, target_name)
-    results = {p.name: HuntResult(p.name) for p in properties}
-    end = deadline if deadline is not None else time.time() + budget_s
-    floor_end = max(end, min_deadline) if (min_examples and min_deadline is not None) else end
-    round_no = 0
-    while True:
-        live = [p for p in properties if results[p.name].failure is None]
-        if not live:
-            break
-        if round_examples is None:  # a short first round: every property gets examples early, whatever the budget
-            n_examples = FIRST_ROUND_EXAMPLES if round_no == 0 else ROUND_EXAMPLES
-        else:
-            n_examples = round_examples(round_no) if callable(round_examples) else round_examples
+    def __post_init__(self) -> None:
+        if self.budget_s is not None and not self.budget_s >= 0:
+            raise ValueError(f"budget_s must be >= 0 or None, got {self.budget_s!r}")
+        n = self.round_examples
+        if n is not None and not callable(n) and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise ValueError(f"round_examples must be a positive int, a function of the round or None, got {n!r}")
+        if self.max_rounds is not None and (isinstance(self.max_rounds, bool) or not isinstance(self.max_rounds, int)
+                                            or self.max_rounds < 1):
+            raise ValueError(f"max_rounds must be a positive int or None, got {self.max_rounds!r}")
+        if isinstance(self.min_examples, bool) or not isinstance(self.min_examples, int) or self.min_examples < 0:
+            raise ValueError(f"min_examples must be an int >= 0, got {self.min_examples!r}")
+
+
+class RoundRobin:
+    """Several properties hunted on one target in rounds with fresh seeds
+    until a deadline, then on the contract's explicit examples. ``run`` it once."""
+
+    def __init__(self, contract: Contract, target: Target | Executor, properties: tuple[Property, ...],
+                 options: HuntOptions, rounds: Rounds, *, target_name: str,
+                 should_stop: Callable[[], bool] | None = None,
+                 on_result: Callable[[HuntResult, HuntResult], None] | None = None) -> None:
+        if options.extra_examples or options.generate_until is not None:
+            raise ValueError("hunt_in_rounds sets extra_examples and generate_until itself: leave them unset, got "
+                             f"{options.extra_examples!r} and {options.generate_until!r}")
+        if options.deadline is None and rounds.budget_s is None:
+            raise ValueError("hunt_in_rounds needs an end: options.deadline or rounds.budget_s, both are None")
+        self.contract, self.properties, self.options, self.rounds = contract, properties, options, rounds
+        self.target_name, self.should_stop, self.on_result = target_name, should_stop, on_result
+        self.executor = wrap(contract, target, target_name)
+        self.results = {p.name: HuntResult(p.name) for p in properties}
+        self.end = options.deadline if options.deadline is not None else time.time() + (rounds.budget_s or 0.0)
+        floor = rounds.min_deadline if rounds.min_examples and rounds.min_deadline is not None else self.end
+        self.floor_end: float = max(self.end, floor)  # a property short of min_examples runs on until then
+        self.round_no = 0
+
+    def run(self) -> list[HuntResult]:
+        """The rounds, then (unless they ended the run) the explicit examples."""
+        if self._rounds() and not self._stopped():
+            self._explicit_examples()
+        return list(self.results.values())
+
+    def _stopped(self) -> bool:
+        return self.should_stop is not None and self.should_stop()
+
+    def _rounds(self) -> bool:
+        """Round after round; False where one ended the whole run."""
+        while any(r.failure is None for r in self.results.values()):
+            if not self._round():
+                return False
+            self.round_no += 1
+            if not self._another_round():
+                break
+        return True
+
+    def _round(self) -> bool:
+        """One hunt of every still-passing property; False: the run is over
+        (stopped, out of time, or a failure where the first one ends it)."""
+        live = [p for p in self.properties if self.results[p.name].failure is None]
+        n_examples = self._round_size()
         for p in live:
-            if should_stop is not None and should_stop():
-                return list(results.values())
-            short = results[p.name].examples < min_examples
-            p_end = floor_end if short else end
+            if self._stopped():
+                return False
+            short = self.results[p.name].examples < self.rounds.min_examples
+            p_end = self.floor_end if short else self.end
             if time.time() >= p_end:
-                if time.time() < floor_end:
+                if time.time() < self.floor_end:
                     continue  # another property may still be short of its minimum
-                return list(results.values())
-            n = max(n_examples, min_examples - results[p.name].examples) if short else n_examples
-            rs = base_settings if base_settings.derandomize else settings(base_settings, max_examples=n)
-            r = hunt(contract, executor, p, target_name=target_name, run_settings=rs,
-                     seed=_round_seed(seed, contract.name, p.name, round_no), domain=domain, deadline=p_end,
-                     example_timeout_s=example_timeout_s, labels=labels)
-            acc = results[p.name]
-            acc.examples += r.examples
-            acc.seconds += r.seconds
+                return False
+            r = hunt(self.contract, self.executor, p, self._round_options(p, n_examples, short, p_end),
+                     target_name=self.target_name)
+            self._book(r, full=True)
+            if r.failure is not None and self.rounds.stop_on_failure:
+                return False
+        return True
+
+    def _round_size(self) -> int:
+        n = self.rounds.round_examples
+        if n is None:  # a short first round: every property gets examples early, whatever the budget
+            return FIRST_ROUND_EXAMPLES if self.round_no == 0 else ROUND_EXAMPLES
+        return n(self.round_no) if callable(n) else n
+
+    def _round_options(self, p: Property, n_examples: int, short: bool, p_end: float) -> HuntOptions:
+        """One round's hunt of ``p``: its size (a short property's made up to its floor), seed and end."""
+        base = self.options.run_settings
+        n = max(n_examples, self.rounds.min_examples - self.results[p.name].examples) if short else n_examples
+        rs = base if base.derandomize else settings(base, max_examples=n)
+        seed = 0 if self.options.seed is None else self.options.seed
+        return dataclasses.replace(self.options, run_settings=rs, deadline=p_end,
+                                   seed=_round_seed(seed, self.contract.name, p.name, self.round_no))
+
+    def _another_round(self) -> bool:
+        """A derandomized profile runs one round (another would replay it);
+        a property short of its floor gets more until ``floor_end``."""
+        derandomized = self.options.run_settings.derandomize
+        rounds_left = self.rounds.max_rounds is None or self.round_no < self.rounds.max_rounds
+        short = any(r.examples < self.rounds.min_examples and r.failure is None for r in self.results.values())
+        if short and time.time() < self.floor_end and not derandomized and rounds_left:
+            return True
+        return not (derandomized or time.time() >= self.end or not rounds_left)
+
+    def _explicit_examples(self) -> None:
+        """The contract's regression examples, last: a failure there is not
+        shrunk by Hypothesis, so generated search gets the first chance."""
+        if not self.contract.examples or time.time() >= self.end:
+            return
+        dom = self.contract.domain(choose_domain(self.options.domain, self.executor.describe().get("domain")))
+        examples = tuple(ex for ex in self.contract.examples
+                         if dom.contains(ex) and self.executor.check("__admits__", ex).status != REJECTED)
+        rs = settings(self.options.run_settings, phases=[Phase.explicit], database=None)
+        options = dataclasses.replace(self.options, run_settings=rs, seed=None, deadline=self.end, extra_examples=examples)
+        for p in self.properties if examples else ():
+            if self.results[p.name].failure is not None:
+                continue
+            r = hunt(self.contract, self.executor, p, options, target_name=self.target_name)
+            self._book(r, full=False)
+            if r.failure is not None and self.rounds.stop_on_failure:
+                break
+
+    def _book(self, r: HuntResult, *, full: bool) -> None:
+        """Add one hunt to its property's total (``full``: its events, scores
+        and time-out too) and report it (``on_result``)."""
+        acc = self.results[r.property]
+        acc.examples += r.examples
+        acc.seconds += r.seconds
+        if full:
             acc.events.update(r.events)
             acc.scores.update(r.scores)
             acc.out_of_time = acc.out_of_time or r.out_of_time
-            if r.failure is not None:
-                acc.failure = r.failure
-            if on_result is not None:
-                on_result(r, acc)
-            if r.failure is not None and stop_on_failure:
-                return list(results.values())
-        round_no += 1
-        still_short = any(results[p.name].examples < min_examples and results[p.name].failure is None for p in properties)
-        if still_short and time.time() < floor_end and not base_settings.derandomize and \
-                (max_rounds is None or round_no < max_rounds):
-            continue
-        if base_settings.derandomize or time.time() >= end or (max_rounds is not None and round_no >= max_rounds):
-            break
-    if should_stop is not None and should_stop():
-        return list(results.values())
-    # The contract's explicit regression examples run last: a failure there is
-    # not shrunk by Hypothesis, so generated search gets the first chance to
-    # report a minimal case.
-    if contract.examples and time.time() < end:
-        dom = contract.domain(choose_domain(domain, executor.describe().get("domain")))
-        examples = tuple(ex for ex in contract.examples
-                         if dom.contains(ex) and executor.check("__admits__", ex).status != REJECTED)
-        for p in properties if examples else ():
-            acc = results[p.name]
-            if acc.failure is not None:
-                continue
-            r = hunt(contract, executor, p, target_name=target_name, extra_examples=examples, domain=domain, deadline=end,
-                     run_settings=settings(base_settings, phases=[Phase.explicit], database=None),
-                     example_timeout_s=example_timeout_s, labels=labels)
-            acc.examples += r.examples
-            acc.seconds += r.seconds
-            if r.failure is not None:
-                acc.failure = r.failure
-            if on_result is not None:
-                on_result(r, acc)
-            if r.failure is not None and stop_on_failure:
-                break
-    return list(results.values())
+        if r.failure is not None:
+            acc.failure = r.failure
+        if self.on_result is not None:
+            self.on_result(r, acc)
+
+
+def hunt_in_rounds(contract: Contract, target: Target | Executor, properties: tuple[Property, ...],
+                   options: HuntOptions, rounds: Rounds, *, target_name: str,
+                   should_stop: Callable[[], bool] | None = None,
+                   on_result: Callable[[HuntResult, HuntResult], None] | None = None) -> list[HuntResult]:
+    """Hunt ``properties`` round robin with fresh seeds until the end
+    ``rounds`` and ``options`` set; one result per property. ``should_stop``
+    is polled before every hunt, ``on_result(hunt's, property's total)``
+    called after every hunt (a caller persists a failure the moment it is found)."""
+    return RoundRobin(contract, target, properties, options, rounds, target_name=target_name,
+                      should_stop=should_stop, on_result=on_result).run()
 
 
 def _round_seed(seed: int, *parts: object) -> int:

@@ -335,61 +335,72 @@ class SchedulerModel:
         is already its length. ``fit`` > ``c + n``: succeed only if blocks for
         positions up to ``fit`` would fit (allocating still only up to ``c + n``).
         """
-        cfg = self.cfg
         c = req.num_computed
         end = c + n
-        need_end = max(end, fit)
-        current = hit if hit is not None else req.blocks
-        # Sliding-window blocks outside the window are dropped first (freeing them).
+        kept, to_drop = self._outside_window(hit if hit is not None else req.blocks, c)
+        if not self._fits(kept, to_drop, hit is not None, max(end, fit)):
+            return False
+        if hit is None:
+            for g, b in to_drop:
+                self.pools[self._pool(g)].release(b)
+        else:  # touch every group's hit blocks before any allocation can evict them
+            for g in range(len(self.cfg.groups)):
+                for b in kept[g]:
+                    if b != 0:
+                        self.pools[self._pool(g)].touch(b)
+                req.num_cached_blocks[g] = len(kept[g])
+        for g in range(len(self.cfg.groups)):
+            self._fill(req, g, kept[g], c, end)
+        return True
+
+    def _outside_window(self, current: list[list[int]], c: int) -> tuple[list[list[int]], list[tuple[int, int]]]:
+        """Each group's row with its sliding-window blocks outside the window
+        of position ``c`` zeroed, and those blocks (group, id): dropped first."""
         to_drop: list[tuple[int, int]] = []
         kept: list[list[int]] = []
-        for g in range(len(cfg.groups)):
+        for g in range(len(self.cfg.groups)):
             row = list(current[g])
             for j in range(min(self._skipped(g, c), len(row))):
                 if row[j] != 0:
                     to_drop.append((g, row[j]))
                     row[j] = 0
             kept.append(row)
+        return kept, to_drop
+
+    def _fits(self, kept: list[list[int]], to_drop: list[tuple[int, int]], new: bool, need_end: int) -> bool:
+        """Whether every pool has the blocks for positions up to ``need_end``
+        (a ``new`` request's evictable hit blocks count as taken; a running
+        one's dropped blocks as freed)."""
         need = [0] * len(self.pools)
-        for g, spec in enumerate(cfg.groups):
+        for g, spec in enumerate(self.cfg.groups):
             need[self._pool(g)] += max(0, ceil_div(need_end, spec.block_size) - len(kept[g]))
-        if hit is not None:  # touching an evictable hit block takes it out of the free queue
-            for g in range(len(cfg.groups)):
+        if new:  # touching an evictable hit block takes it out of the free queue
+            for g in range(len(self.cfg.groups)):
                 pool = self.pools[self._pool(g)]
                 need[self._pool(g)] += sum(1 for b in kept[g] if b != 0 and pool.ref.get(b, 0) == 0)
         freed = [0] * len(self.pools)
-        if hit is None:
+        if not new:
             for g, b in to_drop:
                 if self.pools[self._pool(g)].ref[b] == 1:
                     freed[self._pool(g)] += 1
-        if any(need[p] > self.pools[p].num_free() + freed[p] for p in range(len(self.pools))):
-            return False
-        # Commit.
-        if hit is None:
-            for g, b in to_drop:
-                self.pools[self._pool(g)].release(b)
-        if hit is not None:  # touch every group's hit blocks before any allocation can evict them
-            for g in range(len(cfg.groups)):
-                for b in kept[g]:
-                    if b != 0:
-                        self.pools[self._pool(g)].touch(b)
-                req.num_cached_blocks[g] = len(kept[g])
-        for g, spec in enumerate(cfg.groups):
-            pool = self.pools[self._pool(g)]
-            row = kept[g]
-            while len(row) < ceil_div(end, spec.block_size):
-                row.append(pool.allocate())
-            req.blocks[g] = row
-            # Register the blocks this step fills completely, before the step runs.
-            full = min(end, len(req.tokens)) // spec.block_size  # draft positions are never cached
-            hs = self._hashes(req, g, full)
-            for j in range(req.num_cached_blocks[g], full):
-                if row[j] != 0:
-                    pool.register((g, hs[j]), row[j])
-                    if (j + 1) * spec.block_size > c:  # written in this step (accepted drafts were written earlier)
-                        self._writers[(self._pool(g), row[j])] = req.rid
-            req.num_cached_blocks[g] = max(req.num_cached_blocks[g], full)
-        return True
+        return not any(need[p] > self.pools[p].num_free() + freed[p] for p in range(len(self.pools)))
+
+    def _fill(self, req: _Request, g: int, row: list[int], c: int, end: int) -> None:
+        """Allocate group ``g``'s row up to position ``end`` and register the
+        blocks this step fills completely, before the step runs."""
+        spec = self.cfg.groups[g]
+        pool = self.pools[self._pool(g)]
+        while len(row) < ceil_div(end, spec.block_size):
+            row.append(pool.allocate())
+        req.blocks[g] = row
+        full = min(end, len(req.tokens)) // spec.block_size  # draft positions are never cached
+        hs = self._hashes(req, g, full)
+        for j in range(req.num_cached_blocks[g], full):
+            if row[j] != 0:
+                pool.register((g, hs[j]), row[j])
+                if (j + 1) * spec.block_size > c:  # written in this step (accepted drafts were written earlier)
+                    self._writers[(self._pool(g), row[j])] = req.rid
+        req.num_cached_blocks[g] = max(req.num_cached_blocks[g], full)
 
     def _free(self, req: _Request) -> None:
         for g in range(len(self.cfg.groups)):
@@ -577,26 +588,58 @@ def emit_step(model: SchedulerModel, sched: Scheduled, pad: str, dtype: Any, tab
     cfg = model.cfg
     order, moved = model.batch_order(sched)
     q_of = {req.rid: n for req, n in sched.entries}
-    r = len(order)
     c = np.array([sched.computed[req.rid] for req in order], dtype=dtype)
     q = np.array([q_of[req.rid] for req in order], dtype=dtype)
+    tables = _tables(cfg, order, pad, table_dtype)
+    step = Step(c, q, tables, [g.block_size for g in cfg.groups])
+    pos = {req.rid: i for i, req in enumerate(order)}
+    hits = sorted({(g, pos[a], pos[b], blk) for g, a, b, blk in sched.hits})
+    new_flags = [req.rid in sched.new for req in order]
+    labels = _step_labels(model, order, c, q, tables, hits, new_flags, moved)
+    info: dict[str, Any] = {
+        "labels": labels,
+        "reorder_batch_threshold": cfg.reorder_batch_threshold,
+        "reorder": cfg.reorder,
+        "group_kinds": [g.kind for g in cfg.groups],
+        "sliding_windows": [g.window for g in cfg.groups],
+        "shared_pool": cfg.shared_pool,
+        "same_step_hits": hits,  # (group, reader row, writer row, block) in batch order
+        "new_request": new_flags,
+        "prompt_lens": [len(req.prompt) for req in order],
+        # Positions [0, c + q) per row; -1 marks a draft token (speculative decoding).
+        "token_ids": [list(req.tokens[: int(c[i] + q[i])]) + [-1] * max(0, int(c[i] + q[i]) - len(req.tokens))
+                      for i, req in enumerate(order)],
+        "num_spec_tokens": cfg.num_spec_tokens,
+        "num_steps": model.step_index + 1,
+        "token_budget": cfg.token_budget,
+        "max_num_seqs": cfg.max_num_seqs,
+        "max_model_len": cfg.max_model_len,
+    }
+    return step, info
+
+
+def _tables(cfg: EngineConfig, order: list[Any], pad: str, table_dtype: Any) -> list[np.ndarray]:
+    """Each group's block table in batch order, its width as ``pad`` says."""
     tables = []
     for g in range(len(cfg.groups)):
         need = max((len(req.blocks[g]) for req in order), default=0)
         w = {"tight": need, "plus one": need + 1}.get(pad, max(need, ceil_div(cfg.max_model_len, cfg.groups[g].block_size)))
-        t = np.zeros((r, w), dtype=table_dtype)
+        t = np.zeros((len(order), w), dtype=table_dtype)
         for i, req in enumerate(order):
             t[i, : len(req.blocks[g])] = req.blocks[g]
         tables.append(t)
-    step = Step(c, q, tables, [g.block_size for g in cfg.groups])
-    pos = {req.rid: i for i, req in enumerate(order)}
-    hits = sorted({(g, pos[a], pos[b], blk) for g, a, b, blk in sched.hits})
+    return tables
+
+
+def _step_labels(model: SchedulerModel, order: list[Any], c: np.ndarray, q: np.ndarray, tables: list[np.ndarray],
+                 hits: list[tuple[int, int, int, int]], new_flags: list[bool], moved: bool) -> list[str]:
+    """The input classes the emitted step falls in, in a fixed order."""
+    cfg, r = model.cfg, len(order)
     labels: list[str] = []
     if hits:
         labels.append(SAME_STEP_HIT)
         if any(rd < wr for _, rd, wr, _ in hits):
             labels.append(READER_BEFORE_WRITER)
-    new_flags = [req.rid in sched.new for req in order]
     if any(new_flags[i] and q[i] == 1 and c[i] > 0 for i in range(r)):
         labels.append(FULLY_CACHED)
     if any(new_flags[i] and c[i] > 0 for i in range(r)):
@@ -627,23 +670,4 @@ def emit_step(model: SchedulerModel, sched: Scheduled, pad: str, dtype: Any, tab
         labels.append(REORDERED)
     if any(int(c[i] + q[i]) > len(req.tokens) for i, req in enumerate(order)):
         labels.append(SPEC_DECODE)
-    info: dict[str, Any] = {
-        "labels": labels,
-        "reorder_batch_threshold": cfg.reorder_batch_threshold,
-        "reorder": cfg.reorder,
-        "group_kinds": [g.kind for g in cfg.groups],
-        "sliding_windows": [g.window for g in cfg.groups],
-        "shared_pool": cfg.shared_pool,
-        "same_step_hits": hits,  # (group, reader row, writer row, block) in batch order
-        "new_request": new_flags,
-        "prompt_lens": [len(req.prompt) for req in order],
-        # Positions [0, c + q) per row; -1 marks a draft token (speculative decoding).
-        "token_ids": [list(req.tokens[: int(c[i] + q[i])]) + [-1] * max(0, int(c[i] + q[i]) - len(req.tokens))
-                      for i, req in enumerate(order)],
-        "num_spec_tokens": cfg.num_spec_tokens,
-        "num_steps": model.step_index + 1,
-        "token_budget": cfg.token_budget,
-        "max_num_seqs": cfg.max_num_seqs,
-        "max_model_len": cfg.max_model_len,
-    }
-    return step, info
+    return labels

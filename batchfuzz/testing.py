@@ -139,7 +139,8 @@ def check_contract(contract: str | Contract, target: Callable[..., Any], *, max_
     ref = f"{module}:{name}" if "<" not in name else f"{module}:target"
     examples = _example_cases(c, domain, target)
     for prop in props:
-        r = runner.hunt(c, target, prop, target_name=ref, run_settings=run_settings, domain=domain, extra_examples=examples)
+        r = runner.hunt(c, target, prop, runner.HuntOptions(run_settings, domain=domain, extra_examples=examples),
+                        target_name=ref)
         if r.failure is not None:
             keep = f"# To keep this case in your test once it is fixed, add above it:\n{reproduce.example_line(r.failure)}"
             raise Counterexample(r.failure, reproduce.reproduction(r.failure, ref) + "\n\n" + keep)

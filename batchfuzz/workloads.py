@@ -176,10 +176,12 @@ def _finish_step(src: Source, model: SchedulerModel, arrivals: _Arrivals, budget
 _BLOCK_SIZES = (2, 4, 8, 16, 1, 3, 32, 5, 12)
 
 
-def _draw_config(src: Source, *, max_reqs: int, max_prompt_len: int, max_output_len: int, min_block_size: int,
-                 max_block_size: int, max_groups: int, sliding: bool, max_token_budget: int,
-                 reorder_batch_threshold: int | None, reorder: str | None, shared_pool: bool | None,
-                 max_spec_tokens: int) -> EngineConfig:
+def _draw_config(src: Source, bounds: dict[str, Any]) -> EngineConfig:
+    """An engine configuration within ``bounds`` (``check_bounds``'s)."""
+    max_reqs, max_prompt_len, max_output_len = bounds["max_reqs"], bounds["max_prompt_len"], bounds["max_output_len"]
+    min_block_size, max_block_size, max_token_budget = bounds["min_block_size"], bounds["max_block_size"], bounds["max_token_budget"]
+    reorder_batch_threshold, reorder, shared_pool = bounds["reorder_batch_threshold"], bounds["reorder"], bounds["shared_pool"]
+    max_groups, sliding, max_spec_tokens = bounds["max_groups"], bounds["sliding"], bounds["max_spec_tokens"]
     allowed = [b for b in _BLOCK_SIZES if min_block_size <= b <= max_block_size] or [min_block_size]
     b0 = src.sampled(allowed)
     groups = [GroupSpec(b0)]
@@ -239,11 +241,7 @@ def check_bounds(bounds: dict[str, Any]) -> dict[str, Any]:
 def draw_small_step(src: Source, bounds: dict[str, Any]) -> tuple[Step, dict[str, Any]]:
     """One small realizable step, its choices from ``src`` (see ``check_bounds``)."""
     b = check_bounds(bounds)
-    cfg = _draw_config(src, max_reqs=b["max_reqs"], max_prompt_len=b["max_prompt_len"], max_output_len=b["max_output_len"],
-                       min_block_size=b["min_block_size"], max_block_size=b["max_block_size"], max_groups=b["max_groups"],
-                       sliding=b["sliding"], max_token_budget=b["max_token_budget"],
-                       reorder_batch_threshold=b["reorder_batch_threshold"], reorder=b["reorder"], shared_pool=b["shared_pool"],
-                       max_spec_tokens=b["max_spec_tokens"])
+    cfg = _draw_config(src, b)
     model = SchedulerModel(cfg)
     w = Workload(max_prompt_len=b["max_prompt_len"], max_output_len=b["max_output_len"])
     arrivals = _Arrivals(src, model, w)
@@ -331,7 +329,16 @@ def sample_realizable_step(
         rng = np.random.default_rng(rng)
     src = RngSource(rng)
     gs = tuple(groups) if groups is not None else default_groups(num_groups)
-    budget, running_share, prompt_len = _PROFILE_SHAPE[profile]
+    arrivals = _large_arrivals(src, gs, profile, num_reqs, max_blocks_per_req, reorder_batch_threshold)
+    _run_waves(arrivals, _PROFILE_SHAPE[profile][1], num_waves)
+    sched = _large_final_schedule(arrivals)
+    return emit_step(arrivals.model, sched, "max_model_len", dtype, dtype)
+
+
+def _large_arrivals(src: Source, gs: tuple[GroupSpec, ...], profile: str, num_reqs: int, max_blocks_per_req: int,
+                    reorder_batch_threshold: int) -> _Arrivals:
+    """A large step's modelled engine, and the arrivals of its long-running requests."""
+    budget, _running_share, prompt_len = _PROFILE_SHAPE[profile]
     max_model_len = max_blocks_per_req * gs[0].block_size
     prompt_len = max(1, min(prompt_len, max_model_len // 4))
     pool_blocks = sum(ceil_div(max_model_len, g.block_size) + 1 for g in gs) * (num_reqs + 8) * 2
@@ -341,7 +348,14 @@ def sample_realizable_step(
         "fresh", "fresh", "prefix", "parallel", "copy", "followup", "prefix"),
         length_shapes=("any", "any", "any", "k*A+1"), max_parallel=4, num_roots=4,
         root_len=(min(16, prompt_len), max(min(16, prompt_len), prompt_len)))
-    arrivals = _Arrivals(src, model, w)
+    return _Arrivals(src, model, w)
+
+
+def _run_waves(arrivals: _Arrivals, running_share: float, num_waves: int) -> None:
+    """The history: waves of requests, each run for a drawn number of steps
+    under an unlimited budget, until ``running_share`` of the seats run."""
+    src, model = arrivals.src, arrivals.model
+    num_reqs = model.cfg.max_num_seqs
     unlimited = 1 << 40
     old = max(0, min(num_reqs - 1, round(running_share * num_reqs)))
     for wave in range(num_waves):
@@ -352,6 +366,13 @@ def sample_realizable_step(
             want -= len(model.requests) - before
         for _ in range(src.integers(1, 24)):
             model.run(model.schedule(unlimited))
+
+
+def _large_final_schedule(arrivals: _Arrivals) -> Scheduled:
+    """A long prompt cut by the budget, then new arrivals: the emitted step's schedule."""
+    src, model = arrivals.src, arrivals.model
+    budget, max_model_len, num_reqs = model.cfg.token_budget, model.cfg.max_model_len, model.cfg.max_num_seqs
+    prompt_len = arrivals.w.max_prompt_len
     # Long prompts cut by the budget: chunked prefills still running in the emitted step.
     long_len = min(max_model_len - 1, budget + src.integers(0, budget // 2))
     model.add_request(model.fresh_tokens(long_len), max_model_len)
@@ -364,5 +385,4 @@ def sample_realizable_step(
     budget_reqs = [num_reqs - len(model.running) + num_reqs // 8]
     while budget_reqs[0] > 0:
         new_arrivals.arrive(1, budget_reqs)
-    sched = _finish_step(src, model, new_arrivals, [1])
-    return emit_step(model, sched, "max_model_len", dtype, dtype)
+    return _finish_step(src, model, new_arrivals, [1])

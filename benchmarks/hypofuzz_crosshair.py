@@ -91,8 +91,9 @@ def hunt_one(contract: str, variant: str, tool: str, cap_s: float) -> dict[str, 
         rs = settings(rs, backend="crosshair")
     start = time.time()
     with catalogue.pinned_source_constants(c):
-        r = runner.hunt(c, v.fn, c.property(v.caught_by[0]), target_name=f"variant:{variant}", run_settings=rs,
-                        generate_until=start + cap_s, deadline=start + cap_s + SHRINK_S, labels=False)
+        r = runner.hunt(c, v.fn, c.property(v.caught_by[0]),
+                        runner.HuntOptions(rs, generate_until=start + cap_s, deadline=start + cap_s + SHRINK_S, labels=False),
+                        target_name=f"variant:{variant}")
     f = r.failure
     case, note = "", "" if f is None or f.complete else "shrink cut short"
     if f is not None:

@@ -453,8 +453,9 @@ def _warmup_split(source: str) -> Callable[..., Any]:
 def _hunt(contract_name: str, target: Callable[..., Any], examples: int = 60) -> runner.Failure | None:
     contract = registry.get(contract_name)
     for prop in contract.properties:
-        r = runner.hunt(contract, target, prop, target_name="toy", run_settings=settings(max_examples=examples, database=None,
-                                                                                          derandomize=True, deadline=None))
+        r = runner.hunt(contract, target, prop,
+                        runner.HuntOptions(settings(max_examples=examples, database=None, derandomize=True, deadline=None)),
+                        target_name="toy")
         if r.failure is not None:
             return r.failure
     return None

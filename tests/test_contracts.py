@@ -27,8 +27,8 @@ def _fail_with(result: runner.HuntResult) -> None:
 
 @pytest.mark.parametrize(("contract", "prop"), oracle_params())
 def test_oracle_satisfies(contract: Contract, prop: Property) -> None:
-    r = runner.hunt(contract, contract.oracle, prop, target_name="oracle", run_settings=settings(),
-                    extra_examples=contract.examples)
+    r = runner.hunt(contract, contract.oracle, prop, runner.HuntOptions(settings(), extra_examples=contract.examples),
+                    target_name="oracle")
     if r.failure:
         _fail_with(r)
     assert r.examples > 0
@@ -36,8 +36,8 @@ def test_oracle_satisfies(contract: Contract, prop: Property) -> None:
 
 @pytest.mark.parametrize(("contract", "impl", "device", "prop"), impl_params())
 def test_implementation_satisfies(contract: Contract, impl: Implementation, device: str, prop: Property) -> None:
-    r = runner.hunt(contract, impl.for_device(device), prop, target_name=f"impl:{impl.name}@{device}",
-                    run_settings=settings(), extra_examples=contract.examples)
+    r = runner.hunt(contract, impl.for_device(device), prop, runner.HuntOptions(settings(), extra_examples=contract.examples),
+                    target_name=f"impl:{impl.name}@{device}")
     if r.failure:
         _fail_with(r)
     assert r.examples > 0
@@ -61,9 +61,10 @@ def test_every_property_can_fail(contract: Contract, prop: Property) -> None:
     killers = [v for v in contract.variants if prop.name in v.caught_by]
     assert killers, f"no registered variant of {contract.name} claims to break {prop.name}"
     for v in killers:
-        r = runner.hunt(contract, v.fn, prop, target_name=f"variant:{v.name}",
-                        run_settings=settings(settings(), max_examples=max(settings().max_examples, 200),
-                                              phases=_FIND_ONLY), extra_examples=contract.examples)
+        r = runner.hunt(contract, v.fn, prop,
+                        runner.HuntOptions(settings(settings(), max_examples=max(settings().max_examples, 200), phases=_FIND_ONLY),
+                                           extra_examples=contract.examples),
+                        target_name=f"variant:{v.name}")
         if r.failure is not None:
             return
     pytest.fail(f"{prop.name} caught none of {[v.name for v in killers]}")

@@ -101,8 +101,8 @@ def _failure_of(prop: str) -> runner.Failure:
     namespace: dict[str, Any] = {}
     exec(compile(BUGGY, "<planted>", "exec"), namespace)
     c = registry.get(CONTRACT)
-    r = runner.hunt(c, namespace["split"], c.property(prop), target_name="planted",
-                    run_settings=settings(max_examples=200, derandomize=True, database=None, deadline=None))
+    r = runner.hunt(c, namespace["split"], c.property(prop),
+                    runner.HuntOptions(settings(max_examples=200, derandomize=True, database=None, deadline=None)), target_name="planted")
     assert r.failure is not None
     return r.failure
 

@@ -126,7 +126,7 @@ def shipped_failure() -> runner.Failure:
     """The shipped check (our statement of it) hunted on engine steps, shrunk."""
     contract = registry.get("allow_microbatching")
     r = runner.hunt(contract, contract.variant("shipped_check").fn, contract.property("sound_under_adversarial_splits"),
-                    target_name="variant:shipped_check", run_settings=settings(FIXED, max_examples=400), domain="engine-steps")
+                    runner.HuntOptions(settings(FIXED, max_examples=400), domain="engine-steps"), target_name="variant:shipped_check")
     assert r.failure is not None
     return r.failure
 
@@ -155,8 +155,8 @@ def test_the_exact_check_holds_on_engine_steps() -> None:
     contract = registry.get("allow_microbatching")
     exact = contract.implementation("numpy").for_device("cpu")
     for name in ("sound_under_engine_splits", "sound_under_adversarial_splits"):
-        r = runner.hunt(contract, exact, contract.property(name), target_name="impl:numpy@cpu",
-                        run_settings=settings(FIXED, max_examples=30), domain="engine-steps")
+        r = runner.hunt(contract, exact, contract.property(name),
+                        runner.HuntOptions(settings(FIXED, max_examples=30), domain="engine-steps"), target_name="impl:numpy@cpu")
         assert r.failure is None and r.examples > 0, (name, r.failure)
 
 
@@ -254,7 +254,7 @@ def test_every_property_of_contract_d_fails_on_a_variant_on_engine_steps(engine_
 def test_a_contract_d_failure_on_engine_steps_shrinks_to_one_request_and_reproduces() -> None:
     contract = registry.get("split_ubatches")
     r = runner.hunt(contract, contract.variant("no_refusal").fn, contract.property("refusal_rule"),
-                    target_name="variant:no_refusal", run_settings=settings(FIXED, max_examples=100), domain="engine-steps")
+                    runner.HuntOptions(settings(FIXED, max_examples=100), domain="engine-steps"), target_name="variant:no_refusal")
     assert r.failure is not None
     w = r.failure.case.context["workload"]
     assert [r[:2] for r in w["requests"]] == [[0, [1]]] and w["num_steps"] == 1

@@ -140,7 +140,7 @@ def hunt(contract: registry.Contract, fn: Callable[..., Any], examples: int, pro
     phases = (Phase.explicit, Phase.reuse, Phase.generate, *((Phase.shrink,) if shrink else ()))
     base = settings(max_examples=examples, derandomize=True, database=None, deadline=None, phases=phases)
     for prop in (contract.properties if props is None else tuple(contract.property(p) for p in props)):
-        r = runner.hunt(contract, fn, prop, target_name="vllm", run_settings=base, domain=domain, reduce=shrink)
+        r = runner.hunt(contract, fn, prop, runner.HuntOptions(base, domain=domain, reduce=shrink), target_name="vllm")
         if r.failure is not None:
             return r.failure
     return None

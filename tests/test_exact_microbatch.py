@@ -823,8 +823,8 @@ def test_microbench_runs_and_compares() -> None:
                 info["reorder_batch_threshold"])
         return lambda: shipped_vectorised(*args)
 
-    report = microbench.run(["mixed/G2", "prefill-heavy/G1"], num_reqs=12, width=48, steps=2, repeat=2, oracle_steps=1,
-                            engine=engine)
+    options = microbench.MicrobenchOptions(num_reqs=12, width=48, steps=2, repeat=2, oracle_steps=1)
+    report = microbench.run(["mixed/G2", "prefill-heavy/G1"], options, engine=engine)
     assert report.mismatches == []
     assert report.columns == ["exact", "shipped", "find", "exact+validation", "engine"]
     for sc in report.scenarios:
@@ -845,8 +845,8 @@ def test_microbench_reports_a_wrong_engine_function() -> None:
                 info["reorder_batch_threshold"])
         return lambda: not shipped_vectorised(*args)
 
-    report = microbench.run(["prefill-heavy/G1"], num_reqs=12, width=48, steps=1, repeat=1, oracle_steps=0,
-                            validated=False, engine=contrary)
+    options = microbench.MicrobenchOptions(num_reqs=12, width=48, steps=1, repeat=1, oracle_steps=0, validated=False)
+    report = microbench.run(["prefill-heavy/G1"], options, engine=contrary)
     assert len(report.mismatches) == 1 and "engine" in report.mismatches[0]
     assert "MISMATCH" in report.to_text() and "MISMATCH" in report.to_markdown()
 
@@ -855,7 +855,7 @@ def test_microbench_rejects_bad_arguments() -> None:
     with pytest.raises(ValueError, match="scenarios must be among"):
         microbench.run(["mixed/G4"])
     with pytest.raises(ValueError, match="repeat must be an int >= 1, got 0"):
-        microbench.run(["mixed/G1"], repeat=0)
+        microbench.MicrobenchOptions(repeat=0)
 
 
 def test_bench_drop_in_cli_writes_json_and_markdown(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:

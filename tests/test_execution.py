@@ -91,8 +91,9 @@ def test_a_hang_is_a_timeout_and_the_worker_is_replaced(hostile: Path) -> None:
 def test_an_isolated_crash_is_shrunk_like_any_failure(hostile: Path) -> None:
     contract = registry.get(CONTRACT)
     with Isolated(contract, f"{hostile}:segv") as ex:
-        r = runner.hunt(contract, ex, contract.property("sum_is_num_tokens"), target_name="segv",
-                        run_settings=settings(max_examples=100, derandomize=True, database=None, deadline=None))
+        r = runner.hunt(contract, ex, contract.property("sum_is_num_tokens"),
+                        runner.HuntOptions(settings(max_examples=100, derandomize=True, database=None, deadline=None)),
+                        target_name="segv")
     assert r.failure is not None and r.failure.property == "crash" and r.failure.during == "sum_is_num_tokens"
     assert r.failure.case.args == {"num_reqs": 3, "num_tokens": 3}  # shrunk, then reduced, to the smallest that crashes
     assert "SIGSEGV" in r.failure.exit
@@ -199,8 +200,9 @@ def test_scores_come_back_with_the_verdict_in_one_call() -> None:
         calls = []
         check = ex.check
         ex.check = lambda *a, **k: calls.append(a[0]) or check(*a, **k)  # type: ignore[method-assign]
-        r = runner.hunt(contract, ex, contract.property("returns_bool"), target_name="impl:numpy@cpu",
-                        run_settings=settings(max_examples=15, database=None), seed=0, reduce=False, labels=False)
+        r = runner.hunt(contract, ex, contract.property("returns_bool"),
+                        runner.HuntOptions(settings(max_examples=15, database=None), seed=0, reduce=False, labels=False),
+                        target_name="impl:numpy@cpu")
     assert r.failure is None and r.examples >= 1
     assert calls == ["returns_bool"] * r.examples  # one request an example
     assert r.scores["steps"] == r.examples

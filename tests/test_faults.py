@@ -192,8 +192,8 @@ def test_a_target_that_raises_gets_its_own_verdict_shrunk_and_reproduced() -> No
 
     contract = registry.get(CONTRACT)
     fn = load_function(f"{HOSTILE}:raises")
-    r = runner.hunt(contract, fn, contract.property("every_request_has_a_token"), target_name="raises",
-                    run_settings=settings(max_examples=100, derandomize=True, database=None, deadline=None))
+    r = runner.hunt(contract, fn, contract.property("every_request_has_a_token"),
+                    runner.HuntOptions(settings(max_examples=100, derandomize=True, database=None, deadline=None)), target_name="raises")
     f = r.failure
     assert f is not None and (f.property, f.during, f.error_type) == ("raises", "every_request_has_a_token", "IndexError"), f
     assert f.kind() == "raises" and f.case.args == {"num_reqs": 3, "num_tokens": 3}, f.case

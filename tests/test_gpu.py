@@ -169,8 +169,9 @@ def test_device_fault_is_isolated_reported_and_the_run_continues() -> None:
     env = {"BATCHFUZZ_KERNEL_DEVICE": CUDA}
     start = time.perf_counter()
     with Isolated(contract, "variant:remainder_to_last.dummy_run", device=CUDA, env=env) as bad:
-        r = runner.hunt(contract, bad, prop, target_name="variant:remainder_to_last.dummy_run",
-                        run_settings=settings(settings(), max_examples=100, database=None), example_timeout_s=60)
+        r = runner.hunt(contract, bad, prop,
+                        runner.HuntOptions(settings(settings(), max_examples=100, database=None), example_timeout_s=60),
+                        target_name="variant:remainder_to_last.dummy_run")
         crashes, started = bad.crashes, bad.started
     assert r.failure is not None, "the faulting variant was not found"
     assert r.failure.property == "crash" and "device fault" in r.failure.message, r.failure.message
@@ -179,8 +180,9 @@ def test_device_fault_is_isolated_reported_and_the_run_continues() -> None:
     # The parent's own CUDA context is intact, and a correct target passes in a fresh worker.
     assert torch.ones(4, device=CUDA).sum().item() == 4
     with Isolated(contract, f"impl:torch@{CUDA}", env=env) as good:
-        r2 = runner.hunt(contract, good, prop, target_name=f"impl:torch@{CUDA}",
-                         run_settings=settings(settings(), max_examples=50, database=None), example_timeout_s=60)
+        r2 = runner.hunt(contract, good, prop,
+                         runner.HuntOptions(settings(settings(), max_examples=50, database=None), example_timeout_s=60),
+                         target_name=f"impl:torch@{CUDA}")
     assert r2.failure is None
     _record("crash_isolation", {"variant": "remainder_to_last.dummy_run", "property": prop.name,
                                 "failure_property": r.failure.property, "message": r.failure.message[:600],

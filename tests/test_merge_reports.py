@@ -522,8 +522,8 @@ url, local, corpus_dir, seed, worker, spec = sys.argv[1:7]
 contract = registry.get("split_dummy_tokens")
 db = open_database(url, local_dir=local)
 examples = []
-r = runner.hunt(contract, load_function(spec), contract.property("within_max_model_len"), target_name=spec, seed=int(seed),
-                run_settings=settings(max_examples=300, derandomize=False, database=db, deadline=None),
+options = runner.HuntOptions(settings(max_examples=300, derandomize=False, database=db, deadline=None), seed=int(seed))
+r = runner.hunt(contract, load_function(spec), contract.property("within_max_model_len"), options, target_name=spec,
                 on_example=lambda: examples.append(1))
 assert r.failure is not None, "the planted bug was not found"
 data = corpus.make_entry_data(r.failure, target=spec, device="cpu",
@@ -584,9 +584,10 @@ def test_without_the_shared_database_another_seed_shrinks_elsewhere(tmp_path: Pa
     reduced: list[Any] = []
     for seed in (4, 7):
         for reduce, out in ((False, shrunk), (True, reduced)):
-            r = runner.hunt(contract, namespace["split"], contract.property("within_max_model_len"), target_name="planted",
-                            seed=seed, reduce=reduce,
-                            run_settings=settings(max_examples=300, derandomize=False, database=None, deadline=None))
+            r = runner.hunt(contract, namespace["split"], contract.property("within_max_model_len"),
+                            runner.HuntOptions(settings(max_examples=300, derandomize=False, database=None, deadline=None),
+                                               seed=seed, reduce=reduce),
+                            target_name="planted")
             assert r.failure is not None
             out.append(encode_case(r.failure.case))
     assert shrunk[0] != shrunk[1]

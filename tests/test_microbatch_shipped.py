@@ -48,8 +48,8 @@ def test_shipped_check_is_unsound_on_a_small_realizable_step() -> None:
     the batch fills in this step."""
     contract = registry.get("allow_microbatching")
     prop = contract.property("sound_under_adversarial_splits")
-    r = runner.hunt(contract, shipped_allow_microbatching, prop, target_name="shipped",
-                    run_settings=settings(settings(), max_examples=300), domain="engine")
+    r = runner.hunt(contract, shipped_allow_microbatching, prop,
+                    runner.HuntOptions(settings(settings(), max_examples=300), domain="engine"), target_name="shipped")
     assert r.failure is not None, "the shipped check was sound on every realizable step tried"
     step = ref_step.check_step(*(r.failure.case.args[k] for k in STEP_ARGUMENTS))
     assert r.failure.case.context["source"] == "realizable"

@@ -273,9 +273,10 @@ def test_a_later_shard_replays_a_failure_another_shard_saved_before_any_new_gene
     profiles.register_profiles()
     contract = registry.get(CONTRACT)
     for _, target, prop in found_before:
-        r = runner.hunt(contract, load_function(str(night.work / target)), contract.property(prop), target_name=target,
-                        run_settings=settings(settings.get_profile("nightly"), database=None),
-                        seed=runner._round_seed(NEXT_NIGHT_SEED, CONTRACT, target, prop, 1), reduce=False)
+        r = runner.hunt(contract, load_function(str(night.work / target)), contract.property(prop),
+                        runner.HuntOptions(settings(settings.get_profile("nightly"), database=None),
+                                           seed=runner._round_seed(NEXT_NIGHT_SEED, CONTRACT, target, prop, 1), reduce=False),
+                        target_name=target)
         assert r.failure is not None and r.first_failure_example is not None and r.first_failure_example > 1, (prop, r)
 
     # Its corpus holds the earlier nights' origins: merging it keeps one entry per origin, the smallest case
@@ -312,7 +313,8 @@ def test_the_end_of_a_time_slice_leaves_nothing_in_the_database() -> None:
     profiles.register_profiles()
     contract = registry.get(CONTRACT)
     db = InMemoryExampleDatabase()
-    r = runner.hunt(contract, namespace["split"], contract.property("max_is_ceil"), target_name="fixed", seed=1,
-                    run_settings=settings(settings.get_profile("nightly"), database=db), generate_until=time.time() + 0.3)
+    r = runner.hunt(contract, namespace["split"], contract.property("max_is_ceil"),
+                    runner.HuntOptions(settings(settings.get_profile("nightly"), database=db), seed=1, generate_until=time.time() + 0.3),
+                    target_name="fixed")
     assert r.out_of_time and r.examples > 0 and r.failure is None
     assert not any(db.data.values()), db.data

@@ -29,8 +29,8 @@ def test_an_overlapped_hunt_finds_and_shrinks_what_a_waiting_one_does() -> None:
     contract = registry.get("find_conflicts")
     prop = contract.property("matches_oracle")
     with Isolated(contract, "variant:with_self") as ex:
-        waiting, overlapped = (runner.hunt(contract, ex, prop, target_name="variant:with_self", run_settings=_random(200),
-                                           seed=3, overlap=overlap) for overlap in (False, True))
+        waiting, overlapped = (runner.hunt(contract, ex, prop, runner.HuntOptions(_random(200), seed=3, overlap=overlap),
+                                           target_name="variant:with_self") for overlap in (False, True))
     assert waiting.failure is not None and overlapped.failure is not None
     assert (overlapped.failure.property, overlapped.failure.error_type) == (waiting.failure.property,
                                                                            waiting.failure.error_type)
@@ -59,8 +59,8 @@ def test_each_outcome_is_collected_in_the_next_examples_body() -> None:
         ex.submit = lambda *a, **k: events.append(("submit", context())) or submit(*a, **k)  # type: ignore[method-assign]
         ex.collect = lambda *a, **k: events.append(("collect", context())) or collect(*a, **k)  # type: ignore[method-assign]
         ex.check = lambda *a, **k: pytest.fail("an overlapped hunt waited for a call")  # type: ignore[method-assign]
-        r = runner.hunt(contract, ex, contract.property("matches_oracle"), target_name="impl:numpy@cpu",
-                        run_settings=_random(20), seed=0, reduce=False)
+        r = runner.hunt(contract, ex, contract.property("matches_oracle"), runner.HuntOptions(_random(20), seed=0, reduce=False),
+                        target_name="impl:numpy@cpu")
     assert r.failure is None and r.examples == 20
     assert [kind for kind, _ in events] == ["submit"] + ["collect", "submit"] * 19 + ["collect"]
     submitted = [data for kind, data in events if kind == "submit"]
@@ -75,8 +75,8 @@ def test_a_failure_that_does_not_repeat_is_reported_as_it_was_found() -> None:
     contract = registry.get("split_dummy_tokens")
     ref = f"{HOSTILE}:wrong_once"
     with Isolated(contract, ref) as ex:
-        r = runner.hunt(contract, ex, contract.property("sum_is_num_tokens"), target_name=ref,
-                        run_settings=_random(50), seed=0, reduce=False)
+        r = runner.hunt(contract, ex, contract.property("sum_is_num_tokens"), runner.HuntOptions(_random(50), seed=0, reduce=False),
+                        target_name=ref)
         again = ex.check("sum_is_num_tokens", r.failure.case, 30) if r.failure is not None else None
     assert r.failure is not None and r.failure.property == "sum_is_num_tokens"
     assert r.first_failure_example == 3  # the third call in the worker, and only that one, is wrong

@@ -433,10 +433,11 @@ def test_torch_native_errors_name_the_argument(call: Callable[[], Any], error: t
 
 @pytest.mark.parametrize("variant_name", ["padding_unwritten", "pads_with_padded_token_count"])
 def test_check_catches_the_variant_through_the_registry_properties(variant_name: str) -> None:
-    """``batchfuzz check`` runs every property through ``runner.hunt_for``; the
-    out= and history forms make it fail on both variants."""
-    results = runner.hunt_for(CONTRACT, CONTRACT.variant(variant_name).fn, CONTRACT.properties,
-                              target_name=variant_name, budget_s=20, base_settings=settings(settings(), max_examples=100))
+    """``batchfuzz check`` runs every property through ``runner.hunt_in_rounds``;
+    the out= and history forms make it fail on both variants."""
+    results = runner.hunt_in_rounds(CONTRACT, CONTRACT.variant(variant_name).fn, CONTRACT.properties,
+                                    runner.HuntOptions(settings(settings(), max_examples=100)), runner.Rounds(budget_s=20),
+                                    target_name=variant_name)
     failure = next((r.failure for r in results if r.failure is not None), None)
     assert failure is not None, f"{variant_name} passed every property"
     assert failure.case.args["num_reqs_padded"] <= 2 and failure.case.args["num_scheduled_tokens"].size <= 1

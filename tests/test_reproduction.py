@@ -31,8 +31,8 @@ def _run(code: str, tmp_path: Path, name: str = "repro.py") -> subprocess.Comple
 
 
 def _hunt(contract: registry.Contract, target: object, prop: str, name: str) -> runner.Failure:
-    r = runner.hunt(contract, target, contract.property(prop), target_name=name,  # type: ignore[arg-type]
-                    run_settings=settings(max_examples=300, derandomize=True, database=None, deadline=None))
+    r = runner.hunt(contract, target, contract.property(prop),  # type: ignore[arg-type]
+                    runner.HuntOptions(settings(max_examples=300, derandomize=True, database=None, deadline=None)), target_name=name)
     assert r.failure is not None, (contract.name, name, prop)
     return r.failure
 
@@ -89,9 +89,10 @@ def test_crash_and_timeout_reproductions_run_the_call_in_a_subprocess(body: str,
     target.write_text(src)
     contract = registry.get("split_dummy_tokens")
     with Isolated(contract, f"{target}:split") as ex:
-        r = runner.hunt(contract, ex, contract.property("sum_is_num_tokens"), target_name=f"{target}:split",
-                        run_settings=settings(max_examples=100, derandomize=True, database=None, deadline=None),
-                        example_timeout_s=1.0)
+        r = runner.hunt(contract, ex, contract.property("sum_is_num_tokens"),
+                        runner.HuntOptions(settings(max_examples=100, derandomize=True, database=None, deadline=None),
+                                           example_timeout_s=1.0),
+                        target_name=f"{target}:split")
     assert r.failure is not None and r.failure.property == kind
     code = reproduction(r.failure, timeout_s=5)  # the hang's: 5 s is plenty to show it hangs
     assert "subprocess.run" in code

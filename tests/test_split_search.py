@@ -148,8 +148,8 @@ def test_found_copies_are_bound_to_contract_a_and_resolve(tree: vllm.ReleaseSour
     base = settings(max_examples=60, derandomize=True, database=None, deadline=None,
                     phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink))
     contract = registry.get("split_dummy_tokens")
-    found = runner.hunt(contract, last.target, contract.property("matches_oracle"), target_name="copy", run_settings=base,
-                        domain="engine", reduce=True)
+    found = runner.hunt(contract, last.target, contract.property("matches_oracle"),
+                        runner.HuntOptions(base, domain="engine", reduce=True), target_name="copy")
     assert found.failure is not None and (found.failure.case.args["num_reqs"], found.failure.case.args["num_tokens"]) == (3, 5)
 
 

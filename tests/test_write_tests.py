@@ -76,8 +76,9 @@ def _c_failure() -> runner.Failure:
     """A shrunk counterexample of contract C's padding_unwritten variant (numpy arrays in its case)."""
     c = registry.get("pad_query_start_loc")
     for prop in c.properties:
-        r = runner.hunt(c, c.variant("padding_unwritten").fn, prop, target_name="variant:padding_unwritten",
-                        run_settings=settings(max_examples=300, database=None, derandomize=True))
+        r = runner.hunt(c, c.variant("padding_unwritten").fn, prop,
+                        runner.HuntOptions(settings(max_examples=300, database=None, derandomize=True)),
+                        target_name="variant:padding_unwritten")
         if r.failure is not None and r.failure.property == prop.name:
             return r.failure
     raise AssertionError("padding_unwritten broke no property")

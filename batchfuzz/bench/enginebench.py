@@ -53,19 +53,43 @@ def run_command(args: argparse.Namespace) -> int:
     for name in ("engine_seeds", "engine_workloads", "engine_examples"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    out = _startup()
+    _scheduler_rates(args, out)
+    if not _example_rates(args, out):
+        return 1
+    found = _times_to_find(args)
+    out["time_to_find"] = found
+    secs = sorted(r["seconds"] for r in found if r["found"])
+    if secs:
+        print(f"time to find the unsound step of vLLM {args.engine_release}'s _allow_microbatching: found on {len(secs)} of "
+              f"{len(found)} seeds, median {secs[len(secs) // 2]:.1f}s, max {secs[-1]:.1f}s")
+    if args.json_path:
+        with open(args.json_path, "w") as fh:
+            json.dump(out, fh, indent=2)
+        print(f"wrote {args.json_path}")
+    return 0 if all(r["found"] for r in found) else 1
+
+
+def _startup() -> dict[str, Any]:
+    """Import and configure vLLM's scheduler (a usage error where it cannot be): the report's start."""
     t0 = time.perf_counter()
     from batchfuzz import vllm_scheduler
 
     why = vllm_scheduler.import_error()
     if why is not None:
         raise UsageError(f"--engine-steps: {why}")
-    from batchfuzz import engine_steps, registry, runner
-    from batchfuzz.engines import fetch_wheel, vllm
+    from batchfuzz import engine_steps
 
     engine_steps.engine_step(engine_steps.sample_workload(0))  # the first ModelConfig (cached model inspection)
     startup = time.perf_counter() - t0
     out: dict[str, Any] = {"vllm": vllm_scheduler.version(), "startup_s": round(startup, 2)}
     print(f"vLLM {out['vllm']} scheduler imported and configured in {startup:.1f}s")
+    return out
+
+
+def _scheduler_rates(args: argparse.Namespace, out: dict[str, Any]) -> None:
+    """Scheduler steps and emitted steps per second over seeded workloads."""
+    from batchfuzz import engine_steps
 
     workloads = [engine_steps.sample_workload(args.seed + k) for k in range(args.engine_workloads)]
     t = time.perf_counter()
@@ -79,22 +103,35 @@ def run_command(args: argparse.Namespace) -> int:
     print(f"engine steps: {sched_steps} scheduler steps of {len(workloads)} workloads in {dt:.2f}s: "
           f"{sched_steps / dt:.0f} scheduler steps/s, {len(workloads) / dt:.0f} emitted steps/s (a fresh scheduler each)")
 
+
+def _example_rates(args: argparse.Namespace, out: dict[str, Any]) -> bool:
+    """Contract E's examples per second on engine and model steps; False where the exact check failed."""
+    from batchfuzz import registry, runner
+
     contract = registry.get("allow_microbatching")
     exact = contract.implementation("numpy").for_device("cpu")
     prop = contract.property("sound_under_adversarial_splits")
     rates: dict[str, float] = {}
     for domain, label in (("engine-steps", "engine steps"), ("engine", "model steps")):
         t = time.perf_counter()
-        r = runner.hunt(contract, exact, prop, target_name="impl:numpy@cpu", run_settings=_hunt_settings(args.engine_examples),
-                        seed=args.seed, domain=domain)
+        r = runner.hunt(contract, exact, prop, runner.HuntOptions(_hunt_settings(args.engine_examples), seed=args.seed,
+                                                                  domain=domain), target_name="impl:numpy@cpu")
         dt = time.perf_counter() - t
         if r.failure is not None:
             print(f"  the exact check failed on {label}: {r.failure.message}")
-            return 1
+            return False
         rates[domain] = r.examples / dt
         print(f"contract E on {label}: {r.examples} examples in {dt:.2f}s: {rates[domain]:.1f} examples/s (exact check passes)")
     out["examples_per_s"] = {k: round(v, 1) for k, v in rates.items()}
+    return True
 
+
+def _times_to_find(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Per seed: how long fresh rounds take to find the released _allow_microbatching's unsound step."""
+    from batchfuzz import registry, runner
+    from batchfuzz.engines import fetch_wheel, vllm
+
+    contract = registry.get("allow_microbatching")
     wheel = fetch_wheel("vllm", args.engine_release)
     bound = next(b for b in vllm.bindings(vllm.ReleaseSource.from_wheel(str(wheel)))
                  if b.function.endswith("_allow_microbatching"))
@@ -108,8 +145,8 @@ def run_command(args: argparse.Namespace) -> int:
         examples = 0
         while failure is None and examples < 20000:  # fresh rounds until found; a round is a fresh Hypothesis run
             for name in ("sound_under_engine_splits", "sound_under_adversarial_splits"):
-                r = runner.hunt(contract, bound.target, contract.property(name), target_name=bound.ref or "engine",
-                                run_settings=_hunt_settings(200), seed=seed * 1000 + examples, domain="engine-steps")
+                options = runner.HuntOptions(_hunt_settings(200), seed=seed * 1000 + examples, domain="engine-steps")
+                r = runner.hunt(contract, bound.target, contract.property(name), options, target_name=bound.ref or "engine")
                 examples += r.examples
                 failure = r.failure
                 if failure is not None:
@@ -121,13 +158,4 @@ def run_command(args: argparse.Namespace) -> int:
         found.append(row)
         print(f"seed {seed}: {'found' if failure else 'NOT found'} in {dt:.1f}s ({examples} examples, shrinking included)"
               + (f" by {failure.property}: workload {json.dumps(row['workload'])}" if failure else ""))
-    out["time_to_find"] = found
-    secs = sorted(r["seconds"] for r in found if r["found"])
-    if secs:
-        print(f"time to find the unsound step of vLLM {args.engine_release}'s _allow_microbatching: found on {len(secs)} of "
-              f"{len(found)} seeds, median {secs[len(secs) // 2]:.1f}s, max {secs[-1]:.1f}s")
-    if args.json_path:
-        with open(args.json_path, "w") as fh:
-            json.dump(out, fh, indent=2)
-        print(f"wrote {args.json_path}")
-    return 0 if all(r["found"] for r in found) else 1
+    return found

@@ -282,75 +282,27 @@ def measure(contracts: list[str] | None = None, *, examples: int = 100, repeat: 
     ``repeat`` times each, interleaved, for each of the contract's targets
     on ``devices`` (see the module docstring)."""
 
-    from batchfuzz import registry, runner
-    from batchfuzz.execution import InProcess, Isolated, start_fork_server
+    from batchfuzz import registry
+    from batchfuzz.execution import start_fork_server
 
-    if examples < 1:
-        raise ValueError(f"examples must be >= 1, got {examples}")
-    if repeat < 1:
-        raise ValueError(f"repeat must be >= 1, got {repeat}")
-    if target not in ("impl", "oracle"):
-        raise ValueError(f"target must be 'impl' or 'oracle', got {target!r}")
     devices = tuple(devices)
-    if not devices or any(d not in registry.DEVICES for d in devices):
-        raise ValueError(f"devices must be some of {', '.join(registry.DEVICES)}, got {','.join(devices) or 'none'}")
-    if target == "oracle" and devices != ("cpu",):
-        raise ValueError(f"the oracle runs on the host: target 'oracle' takes devices cpu, got {','.join(devices)}")
-    if "cuda" in devices:
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ValueError("devices cuda: no CUDA device is available (torch.cuda.is_available() is False)")
+    _check_measure(examples, repeat, target, devices)
     names = [c.name for c in registry.select(contracts or None)]
     start_fork_server()
     rs = _settings(examples)
     rows: list[PropertyRow] = []
     refs: dict[str, list[str]] = {}
-    turn = 0
+    rotation = _Rotation()
     for name in names:
         contract = registry.get(name)
         mine_refs = targets_of(contract, target, devices)
         if mine_refs:
             refs[name] = mine_refs
         for ref in mine_refs:
-            here = InProcess(contract, _load(contract, ref), ref)
-            isolated = Isolated(contract, ref)
-            try:
-                info = isolated.describe()
-                if info.get("error"):
-                    raise ValueError(f"{name} {ref}: {info['error']}")
-                # Warm-up (untimed): the strategy's first draws, the target's first calls, the worker's imports.
-                warm = _settings(min(examples, 10))
-                ceiling_run(contract.domain("spec").cases(), warm, seed)
-                for ex in (here, isolated):
-                    runner.hunt(contract, ex, contract.properties[0], target_name=ref, run_settings=warm, seed=seed,
-                                domain="spec", reduce=False, labels=True)
-                mine = [PropertyRow(name, p.name, ref) for p in contract.properties]
-                rows += mine
-                t0 = time.perf_counter()
-                for rep in range(repeat):
-                    for row in mine:
-                        prop = contract.property(row.property)
-                        s = runner._round_seed(seed, name, row.property, rep)
-                        order = MODES[turn % len(MODES):] + MODES[: turn % len(MODES)]
-                        turn += 1
-                        for mode in order:
-                            if mode == CEILING:
-                                # A fresh strategy, as every hunt builds its own.
-                                row.samples[mode].append(ceiling_run(contract.domain("spec").cases(), rs, s))
-                                continue
-                            r = runner.hunt(contract, isolated if mode in (ISOLATED, WAITING) else here, prop,
-                                            target_name=ref, run_settings=rs, seed=s, domain="spec", reduce=False,
-                                            labels=mode == LABELS, overlap=mode == ISOLATED)
-                            row.samples[mode].append(Sample(r.examples, r.seconds))
-                            if r.failure is not None:
-                                row.failures.append(f"{mode}: {r.failure.error_type}: {r.failure.message[:200]}")
-                if log is not None:
-                    log(f"  {name} {ref}: {len(mine)} properties x {repeat} repetitions in "
-                        f"{time.perf_counter() - t0:.1f}s")
-            finally:
-                isolated.close()
-
+            mine, seconds = _measure_target(contract, ref, rs, seed, repeat, rotation)
+            rows += mine
+            if log is not None:
+                log(f"  {name} {ref}: {len(mine)} properties x {repeat} repetitions in {seconds:.1f}s")
     machine = {**machine_info(), "date": time.strftime("%Y-%m-%d")}
     if "cuda" in devices:
         import torch
@@ -360,6 +312,86 @@ def measure(contracts: list[str] | None = None, *, examples: int = 100, repeat: 
     settings_out = {"examples": examples, "repeat": repeat, "seed": seed, "target": target, "devices": list(devices),
                     "contracts": names, "profile": "dev", "database": None, "phases": [p.name for p in rs.phases]}
     return LoopReport(settings_out, machine, refs, rows)
+
+
+def _check_measure(examples: int, repeat: int, target: str, devices: tuple[str, ...]) -> None:
+    """A ValueError naming the first of ``measure``'s arguments that is wrong."""
+    from batchfuzz import registry
+
+    if examples < 1:
+        raise ValueError(f"examples must be >= 1, got {examples}")
+    if repeat < 1:
+        raise ValueError(f"repeat must be >= 1, got {repeat}")
+    if target not in ("impl", "oracle"):
+        raise ValueError(f"target must be 'impl' or 'oracle', got {target!r}")
+    if not devices or any(d not in registry.DEVICES for d in devices):
+        raise ValueError(f"devices must be some of {', '.join(registry.DEVICES)}, got {','.join(devices) or 'none'}")
+    if target == "oracle" and devices != ("cpu",):
+        raise ValueError(f"the oracle runs on the host: target 'oracle' takes devices cpu, got {','.join(devices)}")
+    if "cuda" in devices:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError("devices cuda: no CUDA device is available (torch.cuda.is_available() is False)")
+
+
+class _Rotation:
+    """The loops' order: rotated by one for every (property, repetition) of the whole run."""
+
+    def __init__(self) -> None:
+        self.turn = 0
+
+    def next(self) -> tuple[str, ...]:
+        k = self.turn % len(MODES)
+        self.turn += 1
+        return MODES[k:] + MODES[:k]
+
+
+def _measure_target(contract: Any, ref: str, rs: Any, seed: int, repeat: int,
+                    rotation: _Rotation) -> tuple[list[PropertyRow], float]:
+    """The rows of one target and their seconds: a warm-up (not counted),
+    then ``repeat`` rounds of every property's loops."""
+    from batchfuzz import runner
+    from batchfuzz.execution import InProcess, Isolated
+
+    here = InProcess(contract, _load(contract, ref), ref)
+    isolated = Isolated(contract, ref)
+    try:
+        info = isolated.describe()
+        if info.get("error"):
+            raise ValueError(f"{contract.name} {ref}: {info['error']}")
+        # Warm-up (untimed): the strategy's first draws, the target's first calls, the worker's imports.
+        warm = _settings(min(rs.max_examples, 10))
+        ceiling_run(contract.domain("spec").cases(), warm, seed)
+        for ex in (here, isolated):
+            runner.hunt(contract, ex, contract.properties[0], runner.HuntOptions(
+                warm, seed=seed, domain="spec", reduce=False, labels=True), target_name=ref)
+        mine = [PropertyRow(contract.name, p.name, ref) for p in contract.properties]
+        t0 = time.perf_counter()
+        for rep in range(repeat):
+            for row in mine:
+                s = runner._round_seed(seed, contract.name, row.property, rep)
+                for mode in rotation.next():
+                    _sample(row, mode, contract, here if mode in (IN_PROCESS, LABELS) else isolated, rs, s)
+        return mine, time.perf_counter() - t0
+    finally:
+        isolated.close()
+
+
+def _sample(row: PropertyRow, mode: str, contract: Any, executor: Any, rs: Any, seed: int) -> None:
+    """One loop of one property: its examples and seconds (and a failure, where one came) into ``row``."""
+    from batchfuzz import runner
+
+    if mode == CEILING:
+        # A fresh strategy, as every hunt builds its own.
+        row.samples[mode].append(ceiling_run(contract.domain("spec").cases(), rs, seed))
+        return
+    options = runner.HuntOptions(rs, seed=seed, domain="spec", reduce=False, labels=mode == LABELS,
+                                 overlap=mode == ISOLATED)
+    r = runner.hunt(contract, executor, contract.property(row.property), options, target_name=row.target)
+    row.samples[mode].append(Sample(r.examples, r.seconds))
+    if r.failure is not None:
+        row.failures.append(f"{mode}: {r.failure.error_type}: {r.failure.message[:200]}")
 
 
 def _load(contract: Any, ref: str) -> Any:

@@ -225,37 +225,47 @@ def _select(names: Sequence[str] | None) -> list[str]:
     return list(names)
 
 
-def run(scenarios: Sequence[str] | None = None, *, num_reqs: int = 256, width: int = 2048, steps: int = 2,
-        repeat: int = 7, oracle_steps: int = 1, validated: bool = True, seed: int = 0,
-        engine: EngineFactory | None = None, engine_label: str | None = None, devices: Sequence[str] = (),
+@dataclass(frozen=True)
+class MicrobenchOptions:
+    """What ``run`` measures: ``num_reqs`` (max_num_seqs of the modelled
+    engine), ``width`` (columns of group 0's table), ``steps`` per scenario,
+    ``repeat``, ``oracle_steps`` (steps per scenario the oracle checks; 0:
+    none), ``validated`` (also time ``exact+validation``), ``seed``,
+    ``devices`` (torch devices for the ``torch`` and ``find torch`` columns)."""
+
+    num_reqs: int = 256
+    width: int = 2048
+    steps: int = 2
+    repeat: int = 7
+    oracle_steps: int = 1
+    validated: bool = True
+    seed: int = 0
+    devices: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for label, value, low in (("num_reqs", self.num_reqs, 1), ("width", self.width, 2), ("steps", self.steps, 1),
+                                  ("repeat", self.repeat, 1), ("oracle_steps", self.oracle_steps, 0)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ValueError(f"{label} must be an int >= {low}, got {value!r}")
+
+
+def run(scenarios: Sequence[str] | None = None, options: MicrobenchOptions = MicrobenchOptions(), *,
+        engine: EngineFactory | None = None, engine_label: str | None = None,
         log: Callable[[str], None] | None = None) -> MicrobenchReport:
-    """Time the columns (module docstring) on ``steps`` steps per scenario.
+    """Time the columns (module docstring) on ``options.steps`` steps per scenario.
 
     ``scenarios``: names like ``"mixed/G2"`` (default: all nine);
-    ``num_reqs``: max_num_seqs of the modelled engine; ``width``: columns of
-    group 0's table; ``oracle_steps``: how many steps per scenario the
-    oracle checks (0: none); ``validated``: also time ``exact+validation``;
     ``engine``: adds the ``engine`` column (``engine_label`` names it in the
-    report); ``devices``: torch devices for the ``torch`` and ``find torch``
-    columns. ``log`` receives progress lines.
+    report). ``log`` receives progress lines.
     """
-    from batchfuzz.contracts._microbatch import shipped_allow_microbatching
-    from batchfuzz.impl.allow_microbatching_numpy import ExactMicrobatchCheck, allow_microbatching
-    from batchfuzz.reference import allow_microbatching as ref
-    from batchfuzz.reference import find_conflicts as ref_conflicts
-    from batchfuzz.workloads import sample_realizable_step
-
+    o = options
     names = _select(scenarios)
-    for label, value, low in (("num_reqs", num_reqs, 1), ("width", width, 2), ("steps", steps, 1), ("repeat", repeat, 1),
-                              ("oracle_steps", oracle_steps, 0)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < low:
-            raise ValueError(f"{label} must be an int >= {low}, got {value!r}")
-    devices = list(devices)
-    columns = ([EXACT, SHIPPED, FIND] + ([VALIDATED] if validated else []) + ([ENGINE] if engine is not None else [])
+    devices = list(o.devices)
+    columns = ([EXACT, SHIPPED, FIND] + ([VALIDATED] if o.validated else []) + ([ENGINE] if engine is not None else [])
                + [col for dev in devices for col in torch_columns(dev)])
     report = MicrobenchReport(
-        settings={"scenarios": names, "num_reqs": num_reqs, "width": width, "steps": steps, "repeat": repeat,
-                  "oracle_steps": oracle_steps, "validated": validated, "seed": seed, "engine": engine is not None,
+        settings={"scenarios": names, "num_reqs": o.num_reqs, "width": o.width, "steps": o.steps, "repeat": o.repeat,
+                  "oracle_steps": o.oracle_steps, "validated": o.validated, "seed": o.seed, "engine": engine is not None,
                   "engine_label": engine_label, "devices": devices},
         machine=machine_info(), columns=columns)
     if devices:
@@ -266,84 +276,131 @@ def run(scenarios: Sequence[str] | None = None, *, num_reqs: int = 256, width: i
         if torch.cuda.is_available():
             report.machine["cuda_device"] = torch.cuda.get_device_name(0)
     for name in names:
-        profile, groups = name.split("/G")
-        t0 = time.perf_counter()
-        drawn = [sample_realizable_step(np.random.default_rng(seed + k), num_reqs=num_reqs, max_blocks_per_req=width,
-                                        profile=profile, num_groups=int(groups)) for k in range(steps)]
-        gen = time.perf_counter() - t0
-        first = drawn[0][0]
-        num_blocks = 1 + max(int(t.max(initial=0)) for s, _ in drawn for t in s.block_tables)
-        check = ExactMicrobatchCheck(num_reqs, [int(t.shape[1]) for t in first.block_tables], list(first.block_sizes),
-                                     num_blocks)
-        finders = {dev: _TorchColumns(dev, num_reqs, first, num_blocks, max(int(s.num_scheduled_tokens.sum()) for s, _ in drawn))
-                   for dev in devices}
-        torch_cols = {col for dev in devices for col in torch_columns(dev)}
-        syncs = {col: f.sync for f in finders.values() for col in torch_columns(f.device) if f.sync is not None}
-        calls: list[dict[str, Callable[[], Any]]] = []
-        step_out: list[dict[str, Any]] = []
-        oracle_seconds: list[float] = []
-        for k, (step, info) in enumerate(drawn):
-            n, c, q, tables, sizes = step.num_reqs, step.num_computed_tokens, step.num_scheduled_tokens, step.block_tables, step.block_sizes
-            thr = int(info["reorder_batch_threshold"])
-            per: dict[str, Callable[[], Any]] = {
-                EXACT: partial(check, n, c, q, tables),
-                SHIPPED: partial(shipped_vectorised, n, c, q, tables, sizes, thr),
-                FIND: partial(check.find_conflicts, n, c, q, tables),
-            }
-            if validated:
-                per[VALIDATED] = partial(allow_microbatching, c, q, tables, sizes)
-            if engine is not None:
-                per[ENGINE] = engine(step, info)
-            for finder in finders.values():
-                per.update(finder.calls(step))
-            calls.append(per)
-            decisions: dict[str, Any] = {EXACT: bool(per[EXACT]()), "paths": list(check.last_paths)}
-            decisions.update({col: bool(f()) for col, f in per.items() if col not in (EXACT, FIND) and col not in torch_cols})
-            rows = per[FIND]()
-            decisions[FIND] = len(rows)
-            decisions["shipped variant"] = bool(shipped_allow_microbatching(c, q, tables, sizes, thr))
-            mismatches = []
-            if decisions[SHIPPED] != decisions["shipped variant"]:
-                mismatches.append(f"step {k}: shipped {decisions[SHIPPED]} != registered variant {decisions['shipped variant']}")
-            if ENGINE in decisions and decisions[ENGINE] != decisions[SHIPPED]:
-                mismatches.append(f"step {k}: engine {decisions[ENGINE]} != shipped {decisions[SHIPPED]}")
-            if VALIDATED in decisions and decisions[VALIDATED] != decisions[EXACT]:
-                mismatches.append(f"step {k}: exact+validation {decisions[VALIDATED]} != exact {decisions[EXACT]}")
-            for finder in finders.values():
-                mismatches += [f"step {k}: {m}" for m in finder.compare(per, decisions, rows)]
-            if k < oracle_steps:
-                t1 = time.perf_counter()
-                decisions["oracle"] = bool(ref.allow_microbatching(c, q, tables, sizes))
-                oracle_seconds.append(time.perf_counter() - t1)
-                found = {tuple(row) for row in check.find_conflicts(n, c, q, tables).tolist()}
-                expected = ref_conflicts.find_conflicts(c, q, tables, sizes)
-                decisions["oracle conflicts"] = len(expected)
-                if decisions["oracle"] != decisions[EXACT]:
-                    mismatches.append(f"step {k}: exact {decisions[EXACT]} != oracle {decisions['oracle']}")
-                if found != expected:
-                    mismatches.append(f"step {k}: find ({len(found)} conflicts) != oracle find_conflicts ({len(expected)})")
-            step_out.append({**_summary(step, info), "decisions": decisions, "mismatches": mismatches})
-        samples: dict[str, list[float]] = {col: [] for col in columns}
-        for rep in range(repeat):
-            gc.collect()
-            order = columns[rep % len(columns):] + columns[: rep % len(columns)]
-            for per in calls:
-                for col in order:
-                    f, sync = per[col], syncs.get(col)
-                    if sync is not None:
-                        sync()
-                    t1 = time.perf_counter()
-                    f()
-                    if sync is not None:
-                        sync()
-                    samples[col].append(time.perf_counter() - t1)
-        result = ScenarioResult(name, profile, int(groups), step_out, {col: statistics.median(xs) for col, xs in samples.items()},
-                                {col: len(xs) for col, xs in samples.items()}, oracle_seconds, gen)
+        result = _scenario(name, o, columns, engine)
         report.scenarios.append(result)
         if log is not None:
             ratios = ", ".join(f"{k} {_fmt_ratio(v)}" for k, v in result.ratios.items())
-            log(f"  {name}: generated in {gen:.1f}s; {ratios}")
+            log(f"  {name}: generated in {result.generation_seconds:.1f}s; {ratios}")
     return report
+
+
+def _scenario(name: str, o: MicrobenchOptions, columns: list[str], engine: EngineFactory | None) -> ScenarioResult:
+    """One scenario: its steps drawn, every column's call checked against the others, then timed."""
+    from batchfuzz.impl.allow_microbatching_numpy import ExactMicrobatchCheck
+    from batchfuzz.workloads import sample_realizable_step
+
+    profile, groups = name.split("/G")
+    t0 = time.perf_counter()
+    drawn = [sample_realizable_step(np.random.default_rng(o.seed + k), num_reqs=o.num_reqs, max_blocks_per_req=o.width,
+                                    profile=profile, num_groups=int(groups)) for k in range(o.steps)]
+    gen = time.perf_counter() - t0
+    first = drawn[0][0]
+    num_blocks = 1 + max(int(t.max(initial=0)) for s, _ in drawn for t in s.block_tables)
+    check = ExactMicrobatchCheck(o.num_reqs, [int(t.shape[1]) for t in first.block_tables], list(first.block_sizes),
+                                 num_blocks)
+    finders = {dev: _TorchColumns(dev, o.num_reqs, first, num_blocks, max(int(s.num_scheduled_tokens.sum()) for s, _ in drawn))
+               for dev in o.devices}
+    syncs = {col: f.sync for f in finders.values() for col in torch_columns(f.device) if f.sync is not None}
+    calls: list[dict[str, Callable[[], Any]]] = []
+    step_out: list[dict[str, Any]] = []
+    oracle_seconds: list[float] = []
+    for k, (step, info) in enumerate(drawn):
+        per = _calls(step, info, check, o.validated, engine, finders)
+        calls.append(per)
+        out, seconds = _step_decisions(k, step, info, per, check, finders, checked_by_oracle=k < o.oracle_steps)
+        step_out.append(out)
+        if seconds is not None:
+            oracle_seconds.append(seconds)
+    samples = _timed(calls, columns, syncs, o.repeat)
+    return ScenarioResult(name, profile, int(groups), step_out, {col: statistics.median(xs) for col, xs in samples.items()},
+                          {col: len(xs) for col, xs in samples.items()}, oracle_seconds, gen)
+
+
+def _calls(step: Step, info: dict[str, Any], check: Any, validated: bool, engine: EngineFactory | None,
+           finders: dict[str, _TorchColumns]) -> dict[str, Callable[[], Any]]:
+    """Every column's call on ``step``, its arguments bound."""
+    from batchfuzz.impl.allow_microbatching_numpy import allow_microbatching
+
+    n, c, q, tables, sizes = step.num_reqs, step.num_computed_tokens, step.num_scheduled_tokens, step.block_tables, step.block_sizes
+    thr = int(info["reorder_batch_threshold"])
+    per: dict[str, Callable[[], Any]] = {
+        EXACT: partial(check, n, c, q, tables),
+        SHIPPED: partial(shipped_vectorised, n, c, q, tables, sizes, thr),
+        FIND: partial(check.find_conflicts, n, c, q, tables),
+    }
+    if validated:
+        per[VALIDATED] = partial(allow_microbatching, c, q, tables, sizes)
+    if engine is not None:
+        per[ENGINE] = engine(step, info)
+    for finder in finders.values():
+        per.update(finder.calls(step))
+    return per
+
+
+def _step_decisions(k: int, step: Step, info: dict[str, Any], per: dict[str, Callable[[], Any]], check: Any,
+                    finders: dict[str, _TorchColumns], *, checked_by_oracle: bool) -> tuple[dict[str, Any], float | None]:
+    """Step ``k``'s summary with every column's decision and the mismatches
+    between them; the oracle's seconds where it checked the step."""
+    from batchfuzz.contracts._microbatch import shipped_allow_microbatching
+
+    c, q, tables, sizes = step.num_computed_tokens, step.num_scheduled_tokens, step.block_tables, step.block_sizes
+    torch_cols = {col for f in finders.values() for col in torch_columns(f.device)}
+    decisions: dict[str, Any] = {EXACT: bool(per[EXACT]()), "paths": list(check.last_paths)}
+    decisions.update({col: bool(f()) for col, f in per.items() if col not in (EXACT, FIND) and col not in torch_cols})
+    rows = per[FIND]()
+    decisions[FIND] = len(rows)
+    decisions["shipped variant"] = bool(shipped_allow_microbatching(c, q, tables, sizes, int(info["reorder_batch_threshold"])))
+    mismatches = []
+    if decisions[SHIPPED] != decisions["shipped variant"]:
+        mismatches.append(f"step {k}: shipped {decisions[SHIPPED]} != registered variant {decisions['shipped variant']}")
+    if ENGINE in decisions and decisions[ENGINE] != decisions[SHIPPED]:
+        mismatches.append(f"step {k}: engine {decisions[ENGINE]} != shipped {decisions[SHIPPED]}")
+    if VALIDATED in decisions and decisions[VALIDATED] != decisions[EXACT]:
+        mismatches.append(f"step {k}: exact+validation {decisions[VALIDATED]} != exact {decisions[EXACT]}")
+    for finder in finders.values():
+        mismatches += [f"step {k}: {m}" for m in finder.compare(per, decisions, rows)]
+    seconds = _oracle_decisions(k, step, check, decisions, mismatches) if checked_by_oracle else None
+    return {**_summary(step, info), "decisions": decisions, "mismatches": mismatches}, seconds
+
+
+def _oracle_decisions(k: int, step: Step, check: Any, decisions: dict[str, Any], mismatches: list[str]) -> float:
+    """The oracle's decision and conflicts on step ``k``, compared with the
+    exact check's (into ``decisions`` and ``mismatches``); its seconds."""
+    from batchfuzz.reference import allow_microbatching as ref
+    from batchfuzz.reference import find_conflicts as ref_conflicts
+
+    n, c, q, tables, sizes = step.num_reqs, step.num_computed_tokens, step.num_scheduled_tokens, step.block_tables, step.block_sizes
+    t1 = time.perf_counter()
+    decisions["oracle"] = bool(ref.allow_microbatching(c, q, tables, sizes))
+    seconds = time.perf_counter() - t1
+    found = {tuple(row) for row in check.find_conflicts(n, c, q, tables).tolist()}
+    expected = ref_conflicts.find_conflicts(c, q, tables, sizes)
+    decisions["oracle conflicts"] = len(expected)
+    if decisions["oracle"] != decisions[EXACT]:
+        mismatches.append(f"step {k}: exact {decisions[EXACT]} != oracle {decisions['oracle']}")
+    if found != expected:
+        mismatches.append(f"step {k}: find ({len(found)} conflicts) != oracle find_conflicts ({len(expected)})")
+    return seconds
+
+
+def _timed(calls: list[dict[str, Callable[[], Any]]], columns: list[str], syncs: dict[str, Callable[..., Any]],
+           repeat: int) -> dict[str, list[float]]:
+    """Every column's calls, ``repeat`` times in a rotating order: seconds per call."""
+    samples: dict[str, list[float]] = {col: [] for col in columns}
+    for rep in range(repeat):
+        gc.collect()
+        order = columns[rep % len(columns):] + columns[: rep % len(columns)]
+        for per in calls:
+            for col in order:
+                f, sync = per[col], syncs.get(col)
+                if sync is not None:
+                    sync()
+                t1 = time.perf_counter()
+                f()
+                if sync is not None:
+                    sync()
+                samples[col].append(time.perf_counter() - t1)
+    return samples
 
 
 class _TorchColumns:
@@ -451,11 +508,12 @@ def run_command(args: Any) -> bool:
 
         torch.set_num_threads(args.torch_threads)
     try:
-        report = run(
-            names, num_reqs=args.num_reqs or (16 if quick else 256), width=args.width or (64 if quick else 2048),
+        options = MicrobenchOptions(
+            num_reqs=args.num_reqs or (16 if quick else 256), width=args.width or (64 if quick else 2048),
             steps=args.steps or (1 if quick else 2), repeat=args.repeat or (3 if quick else 7),
-            oracle_steps=0 if args.no_oracle else args.oracle_steps, seed=args.seed, engine=engine, engine_label=label,
-            devices=devices, log=lambda line: print(line, file=sys.stderr, flush=True))
+            oracle_steps=0 if args.no_oracle else args.oracle_steps, seed=args.seed, devices=tuple(devices))
+        report = run(names, options, engine=engine, engine_label=label,
+                     log=lambda line: print(line, file=sys.stderr, flush=True))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     print(report.to_text())

@@ -267,21 +267,8 @@ class _Flow:
             self.expr(s.value, bound)
             if s.value is not None:
                 self.target(s.target, bound)
-        elif isinstance(s, ast.For | ast.AsyncFor):
-            self.expr(s.iter, bound)
-            inner = set(bound)
-            self.target(s.target, inner)
-            self.block(s.body, inner)
-            self.block(s.orelse, set(bound))
-        elif isinstance(s, ast.While):
-            self.expr(s.test, bound)
-            self.block(s.body, set(bound))
-            self.block(s.orelse, set(bound))
-        elif isinstance(s, ast.If):
-            self.expr(s.test, bound)
-            then = self.block(s.body, set(bound))
-            otherwise = self.block(s.orelse, set(bound))
-            bound |= then & otherwise
+        elif isinstance(s, ast.For | ast.AsyncFor | ast.While | ast.If):
+            self.branches(s, bound)
         elif isinstance(s, ast.With | ast.AsyncWith):
             for item in s.items:
                 self.expr(item.context_expr, bound)
@@ -297,17 +284,7 @@ class _Flow:
             self.block(s.orelse, set(inner))
             self.block(s.finalbody, bound)
         elif isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            for d in s.decorator_list:
-                self.expr(d, bound)
-            if isinstance(s, ast.ClassDef):
-                for base in s.bases:
-                    self.expr(base, bound)
-            else:
-                for default in (*s.args.defaults, *(k for k in s.args.kw_defaults if k is not None)):
-                    self.expr(default, bound)
-            for name in scope_free(s):
-                self.read(name, bound)
-            bound.add(s.name)
+            self.definition(s, bound)
         elif isinstance(s, ast.Import | ast.ImportFrom):
             for alias in s.names:
                 bound.add(import_binds(alias))
@@ -316,6 +293,38 @@ class _Flow:
         else:  # Expr, Assert, Return, Raise, Delete, Match, ...
             for child in ast.iter_child_nodes(s):
                 self.expr(child, bound)
+
+    def branches(self, s: ast.For | ast.AsyncFor | ast.While | ast.If, bound: set[str]) -> None:
+        """A loop or an ``if``: a name bound in a body counts after it only where every branch binds it."""
+        if isinstance(s, ast.For | ast.AsyncFor):
+            self.expr(s.iter, bound)
+            inner = set(bound)
+            self.target(s.target, inner)
+            self.block(s.body, inner)
+            self.block(s.orelse, set(bound))
+        elif isinstance(s, ast.While):
+            self.expr(s.test, bound)
+            self.block(s.body, set(bound))
+            self.block(s.orelse, set(bound))
+        else:
+            self.expr(s.test, bound)
+            then = self.block(s.body, set(bound))
+            otherwise = self.block(s.orelse, set(bound))
+            bound |= then & otherwise
+
+    def definition(self, s: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef, bound: set[str]) -> None:
+        """A ``def`` or ``class``: its decorators, bases and defaults are read now, its free names too."""
+        for d in s.decorator_list:
+            self.expr(d, bound)
+        if isinstance(s, ast.ClassDef):
+            for base in s.bases:
+                self.expr(base, bound)
+        else:
+            for default in (*s.args.defaults, *(k for k in s.args.kw_defaults if k is not None)):
+                self.expr(default, bound)
+        for name in scope_free(s):
+            self.read(name, bound)
+        bound.add(s.name)
 
 
 def _strip_annotations(node: _Node) -> _Node:

@@ -15,10 +15,11 @@ documented one, 1 otherwise, 2 usage error.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from batchfuzz import output, profiles
 from batchfuzz.commands import _options
@@ -26,6 +27,12 @@ from batchfuzz.progress import Progress
 from batchfuzz.usage import ExitCode, UsageError
 
 RUNS_WORKERS = True  # batchfuzz.plugins.CommandTraits
+
+if TYPE_CHECKING:
+    from hypothesis import settings
+
+    from batchfuzz import catalogue
+    from batchfuzz.registry import Contract, Variant
 
 
 def register(sub: Any) -> None:
@@ -47,8 +54,39 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import hypothesis
+    from batchfuzz import catalogue
 
+    items = _items(args)
+    if args.jobs < 1:
+        raise UsageError(f"--jobs must be >= 1, got {args.jobs}")
+    rs = catalogue.catalogue_settings(args.max_examples)
+    print(f"batchfuzz catalogue: {len(items)} variants, profile ci (derandomized, no database), "
+          f"max_examples={args.max_examples}" + (f", {args.jobs} worker processes" if args.jobs > 1 else ""), flush=True)
+    start = time.monotonic()
+    bar = Progress("catalogue", total=len(items))
+    try:
+        with bar:
+            entries = catalogue.run_items(items, max_examples=args.max_examples, check_all=not args.primary_only,
+                                          jobs=args.jobs, on_entry=functools.partial(_progress, bar),
+                                          on_start=lambda c, v: bar.update(now=f"{c.name}/{v.name}"))
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    seconds = time.monotonic() - start
+    print()
+    print(catalogue.text_table(entries))
+    bad = [e for e in entries if not e.ok]
+    print(f"\n{len(entries) - len(bad)}/{len(entries)} variants caught with a counterexample no larger than the "
+          f"documented one ({seconds:.1f}s)")
+    for e in bad:
+        print(f"  BAD {e.contract}/{e.variant}: " + "; ".join(e.problems()))
+    _write(args, rs, items, entries, seconds)
+    return ExitCode.COUNTEREXAMPLE if bad else ExitCode.OK
+
+
+def _items(args: argparse.Namespace) -> list[tuple[Contract, Variant]]:
+    """The (contract, variant) pairs asked for; a usage error for an unknown
+    name or a --markdown file without the catalogue's markers."""
     from batchfuzz import catalogue
 
     try:
@@ -67,37 +105,26 @@ def run(args: argparse.Namespace) -> int:
         if before.strip() and catalogue.marker_span(before) is None:
             raise UsageError(f"--markdown {args.markdown}: the file exists and has no catalogue markers; put these two "
                              f"lines where the table goes:\n{catalogue.BEGIN_MARKER}\n{catalogue.END_MARKER}")
-    if args.jobs < 1:
-        raise UsageError(f"--jobs must be >= 1, got {args.jobs}")
-    rs = catalogue.catalogue_settings(args.max_examples)
-    print(f"batchfuzz catalogue: {len(items)} variants, profile ci (derandomized, no database), "
-          f"max_examples={args.max_examples}" + (f", {args.jobs} worker processes" if args.jobs > 1 else ""), flush=True)
-    start = time.monotonic()
-    bar = Progress("catalogue", total=len(items))
+    return items
 
-    def progress(k: int, n: int, e: catalogue.Row) -> None:
-        mark = "ok " if e.ok else "BAD"
-        what = catalogue.compact_args(e.case.args) if e.case is not None else "not found"
-        bar.advance(f"[{k}/{n}] {mark} {e.contract}/{e.variant}: {e.verdict} in {e.primary.seconds:.1f}s  {what}")
-        for problem in e.problems():
-            bar.say(f"      {problem}")
 
-    try:
-        with bar:
-            entries = catalogue.run_items(items, max_examples=args.max_examples, check_all=not args.primary_only,
-                                          jobs=args.jobs, on_entry=progress,
-                                          on_start=lambda c, v: bar.update(now=f"{c.name}/{v.name}"))
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    seconds = time.monotonic() - start
-    print()
-    print(catalogue.text_table(entries))
-    bad = [e for e in entries if not e.ok]
-    print(f"\n{len(entries) - len(bad)}/{len(entries)} variants caught with a counterexample no larger than the "
-          f"documented one ({seconds:.1f}s)")
-    for e in bad:
-        print(f"  BAD {e.contract}/{e.variant}: " + "; ".join(e.problems()))
+def _progress(bar: Progress, k: int, n: int, e: catalogue.Row) -> None:
+    from batchfuzz import catalogue
+
+    mark = "ok " if e.ok else "BAD"
+    what = catalogue.compact_args(e.case.args) if e.case is not None else "not found"
+    bar.advance(f"[{k}/{n}] {mark} {e.contract}/{e.variant}: {e.verdict} in {e.primary.seconds:.1f}s  {what}")
+    for problem in e.problems():
+        bar.say(f"      {problem}")
+
+
+def _write(args: argparse.Namespace, rs: settings, items: list[tuple[Contract, Variant]], entries: list[catalogue.Row],
+           seconds: float) -> None:
+    """The Markdown table (--markdown, between its markers) and the JSON report (--json)."""
+    import hypothesis
+
+    from batchfuzz import catalogue
+
     if args.markdown:
         table = catalogue.markdown_table(entries, rs)
         existing: str | None = None
@@ -107,11 +134,11 @@ def run(args: argparse.Namespace) -> int:
         text = catalogue.splice_markdown(existing, table)  # before opening for writing: a refusal must not truncate
         output.write_outputs(None, None, args.markdown, text)
     if args.json_path:
+        ok = sum(1 for e in entries if e.ok)
         report = {
             "profile": "ci", "max_examples": args.max_examples, "hypothesis": hypothesis.__version__,
-            "seconds": round(seconds, 3), "variants": len(entries), "ok": len(entries) - len(bad),
+            "seconds": round(seconds, 3), "variants": len(entries), "ok": ok,
             "entries": [e.to_json() for e in entries],
             "kills": {c.name: catalogue.kill_matrix(entries, c) for c in {c.name: c for c, _ in items}.values()},
         }
         output.write_outputs(args.json_path, report)
-    return ExitCode.COUNTEREXAMPLE if bad else ExitCode.OK

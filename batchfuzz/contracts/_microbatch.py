@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -210,6 +211,41 @@ def describe(v: Violation) -> str:
             f"in ubatch {v.ubatch}, before request {v.writer} writes it")
 
 
+@dataclass
+class _Scan:
+    """One pass over a step's writes and reads: what ``labels`` reports."""
+
+    conflicts: set[Conflict] = field(default_factory=set)
+    pairs: set[tuple[int, int]] = field(default_factory=set)  # (reader's first token, a writer's token) per conflict
+    exact: bool = True  # no slot's first write comes after a reader's first token
+    self_overlap: bool = False
+    written_twice: bool = False
+
+
+def _scan(s: Any) -> _Scan:
+    scan = _Scan()
+    writers: dict[tuple[int, int, int], dict[int, int]] = {}  # slot -> {writer: its earliest token there}
+    for g, w, _p, b, o, t in writes(s):
+        per = writers.setdefault((g, b, o), {})
+        if per:
+            scan.written_twice = True
+        if w not in per or t < per[w]:
+            per[w] = t
+    for g, r, _p, b, o in reads(s):
+        by_writer = writers.get((g, b, o))
+        if not by_writer:
+            continue
+        if min(by_writer.values()) > s.start[r]:
+            scan.exact = False  # the slot's first write comes after the reader's first token
+        for w, t in by_writer.items():
+            if w == r:
+                scan.self_overlap = True
+            else:
+                scan.conflicts.add((g, r, w, b))
+                scan.pairs.add((s.start[r], t))
+    return scan
+
+
 def labels(case: Case) -> list[str]:
     """Input classes of a contract E case (for hypothesis.event statistics).
 
@@ -225,35 +261,12 @@ def labels(case: Case) -> list[str]:
     source = case.context.get("source", "?")
     out = [f"source: {source}"]
     out += [f"{source}: {label}" for label in case.context.get("labels", [])]
-    writers: dict[tuple[int, int, int], dict[int, int]] = {}  # slot -> {writer: its earliest token there}
-    written_twice = False
-    for g, w, _p, b, o, t in writes(s):
-        per = writers.setdefault((g, b, o), {})
-        if per:
-            written_twice = True
-        if w not in per or t < per[w]:
-            per[w] = t
-    conflicts: set[Conflict] = set()
-    pairs: set[tuple[int, int]] = set()  # (reader's first token, a writer's token) of every conflict
-    exact = True
-    self_overlap = False
-    for g, r, _p, b, o in reads(s):
-        by_writer = writers.get((g, b, o))
-        if not by_writer:
-            continue
-        if min(by_writer.values()) > s.start[r]:
-            exact = False  # the slot's first write comes after the reader's first token
-        for w, t in by_writer.items():
-            if w == r:
-                self_overlap = True
-            else:
-                conflicts.add((g, r, w, b))
-                pairs.add((s.start[r], t))
-    out.append("conflict" if conflicts else "no conflict")
-    if not exact:
+    scan = _scan(s)
+    out.append("conflict" if scan.conflicts else "no conflict")
+    if not scan.exact:
         out.append("unsafe step (a reader before a writer)")
     c, q = s.c, s.q
-    if any(q[r] == 1 and c[r] > 0 for _g, r, _w, _b in conflicts):
+    if any(q[r] == 1 and c[r] > 0 for _g, r, _w, _b in scan.conflicts):
         out.append("conflict read by a q == 1, c > 0 request")
     readers = (step.num_scheduled_tokens > 0) & (step.num_computed_tokens > 0)
     for t, b in zip(step.block_tables, step.block_sizes, strict=True):
@@ -263,6 +276,22 @@ def labels(case: Case) -> list[str]:
             break
     if len(step.block_sizes) > 1:
         out.append("several groups")
+    out += _split_labels(case, s, step, scan.pairs)
+    if scan.self_overlap:
+        out.append("ill-formed: self-overlap")
+    if scan.written_twice:
+        out.append("ill-formed: slot written twice")
+    shipped = _shipped_on(s)
+    if shipped and not scan.exact:
+        out.append("shipped check unsound here")
+    if scan.exact and not shipped:
+        out.append("shipped check vetoes a safe step")
+    return out
+
+
+def _split_labels(case: Case, s: Any, step: Any, pairs: set[tuple[int, int]]) -> list[str]:
+    """The labels of the case's generated splits: one that cuts a request, one under which a conflict harms."""
+    out = []
     splits = [check_split(list(sp), s.num_tokens) for sp in (*case.context.get("engine_splits", []),
                                                            *case.context.get("adversarial_splits", []))]
     starts = np.asarray(s.start, dtype=np.int64)
@@ -271,15 +300,6 @@ def labels(case: Case) -> list[str]:
         out.append("straddling request")
     if pairs and any(_ubatch(sp, first) < _ubatch(sp, t) for sp in splits for first, t in pairs):
         out.append("harmful conflict under a generated split")
-    if self_overlap:
-        out.append("ill-formed: self-overlap")
-    if written_twice:
-        out.append("ill-formed: slot written twice")
-    shipped = _shipped_on(s)
-    if shipped and not exact:
-        out.append("shipped check unsound here")
-    if exact and not shipped:
-        out.append("shipped check vetoes a safe step")
     return out
 
 

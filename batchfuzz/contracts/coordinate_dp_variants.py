@@ -13,6 +13,7 @@ bug: variants are judged, not fast.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from batchfuzz.impl._dp import Config, RankStep, ranks_target
@@ -25,11 +26,26 @@ if TYPE_CHECKING:  # torch is imported when a variant runs: `batchfuzz list` and
 AllReduce = Callable[["torch.Tensor"], None]
 
 
-def _decide(rank: int, world: int, all_reduce: AllReduce, step: RankStep, config: Config, *,
-            pad_when_split: bool = True, pad_piecewise: bool = True, across_from_unpadded: bool = False,
-            refusal_ubatches: int | None = None, refusal_rank: str = "fewest", veto: bool = True, mode_max: bool = False,
-            graph_needs_full: bool = True, refuse: bool = True, graph_check_two: bool = False,
-            splits: bool = True, pad_to_smallest: bool = False) -> RankDecision:
+@dataclass(frozen=True)
+class _Bugs:
+    """One flag per bug (the defaults: the correct rule)."""
+
+    pad_when_split: bool = True
+    pad_piecewise: bool = True
+    across_from_unpadded: bool = False
+    refusal_ubatches: int | None = None
+    refusal_rank: str = "fewest"
+    veto: bool = True
+    mode_max: bool = False
+    graph_needs_full: bool = True
+    refuse: bool = True
+    graph_check_two: bool = False
+    splits: bool = True
+    pad_to_smallest: bool = False
+
+
+def _decide(rank: int, world: int, all_reduce: AllReduce, step: RankStep, config: Config,
+            bugs: _Bugs = _Bugs()) -> RankDecision:
     import torch
 
     n, (decode_thr, prefill_thr), _sizes, ubatch_sizes = config
@@ -42,32 +58,32 @@ def _decide(rank: int, world: int, all_reduce: AllReduce, step: RankStep, config
     votes = [int(x) for x in table[2]]
     modes = [int(x) for x in table[3]]
     uniform = [int(x) for x in table[4]]
-    mode = max(modes) if mode_max else min(modes)
+    mode = max(modes) if bugs.mode_max else min(modes)
     if ubatch_sizes is None:
         ok = [v == 1 and t >= (decode_thr if u > 0 else prefill_thr) for v, t, u in zip(votes, tokens, uniform, strict=True)]
     else:
         same = uniform[0] > 0 and all(u == uniform[0] for u in uniform)
         ok = [v == 1 for v in votes]
         ok = [o and min(tokens) >= (decode_thr if same else prefill_thr) for o in ok]
-    vote = all(ok) if veto else any(ok)
-    checked = {"fewest": min(tokens), "largest": max(tokens), "own": tokens[rank]}[refusal_rank]
-    empty = last_microbatch_empty(checked, max(padded), refusal_ubatches or n)
-    split = splits and vote and not (refuse and empty)
-    source = tokens if across_from_unpadded else padded
-    largest = min if pad_to_smallest else max
+    vote = all(ok) if bugs.veto else any(ok)
+    checked = {"fewest": min(tokens), "largest": max(tokens), "own": tokens[rank]}[bugs.refusal_rank]
+    empty = last_microbatch_empty(checked, max(padded), bugs.refusal_ubatches or n)
+    split = bugs.splits and vote and not (bugs.refuse and empty)
+    source = tokens if bugs.across_from_unpadded else padded
+    largest = min if bugs.pad_to_smallest else max
     if split:
         run = largest(source)
         if ubatch_sizes is not None:
             graph = smallest_fitting(list(ubatch_sizes), max(padded))
-            fits = graph is not None and (2 * min(tokens) >= graph if graph_check_two
+            fits = graph is not None and (2 * min(tokens) >= graph if bugs.graph_check_two
                                           else not last_microbatch_empty(min(tokens), graph, n))
-            if (mode == FULL or not graph_needs_full) and graph is not None and fits:
+            if (mode == FULL or not bugs.graph_needs_full) and graph is not None and fits:
                 return RankDecision(True, (graph,) * world, FULL, graph)
             run, mode = max(tokens), NONE
-        if not pad_when_split and mode == NONE:
+        if not bugs.pad_when_split and mode == NONE:
             return RankDecision(True, tuple(source), mode, source[rank])
         return RankDecision(True, (run,) * world, mode, run)
-    if mode != NONE and (pad_piecewise or mode == FULL):
+    if mode != NONE and (bugs.pad_piecewise or mode == FULL):
         run = largest(source)
         return RankDecision(False, (run,) * world, mode, run)
     if mode != NONE:
@@ -81,68 +97,68 @@ def _decide(rank: int, world: int, all_reduce: AllReduce, step: RankStep, config
 
 def dp_padding_optional(rank: int, world: int, all_reduce: AllReduce, step: RankStep, config: Config) -> RankDecision:
     """DP padding only when the agreed graph mode asks for it: a split eager step leaves the ranks at their own counts."""
-    return _decide(rank, world, all_reduce, step, config, pad_when_split=False)
+    return _decide(rank, world, all_reduce, step, config, _Bugs(pad_when_split=False))
 
 
 def padding_only_full_graphs(rank: int, world: int, all_reduce: AllReduce, step: RankStep, config: Config) -> RankDecision:
     """Pads the ranks to one count only for FULL graphs: PIECEWISE runs keep their own counts."""
-    return _decide(rank, world, all_reduce, step, config, pad_piecewise=False)
+    return _decide(rank, world, all_reduce, step, config, _Bugs(pad_piecewise=False))
 
 
 def counts_from_unpadded(rank: int, world: int, all_reduce: AllReduce, step: RankStep, config: Config) -> RankDecision:
     """The agreed count (and descriptor) from the largest real count, not the largest padded one."""
-    return _decide(rank, world, all_reduce, step, config, across_from_unpadded=True)
+    return _decide(rank, world, all_reduce, step, config, _Bugs(across_from_unpadded=True))
 
 
 def pads_to_smallest(rank: int, world: int, all_reduce: AllReduce, step: RankStep, config: Config) -> RankDecision:
     """Pads every rank to the smallest padded count, not the largest."""
-    return _decide(rank, world, all_reduce, step, config, pad_to_smallest=True)
+    return _decide(rank, world, all_reduce, step, config, _Bugs(pad_to_smallest=True))
 
 
 def refusal_for_two_ubatches(rank: int, world: int, all_reduce: AllReduce, step: RankStep, config: Config) -> RankDecision:
     """The empty-microbatch refusal computed for two microbatches whatever num_ubatches is."""
-    return _decide(rank, world, all_reduce, step, config, refusal_ubatches=2)
+    return _decide(rank, world, all_reduce, step, config, _Bugs(refusal_ubatches=2))
 
 
 def refusal_on_own_rank(rank: int, world: int, all_reduce: AllReduce, step: RankStep, config: Config) -> RankDecision:
     """Each rank checks the last microbatch of its own step, not of the rank with the fewest tokens."""
-    return _decide(rank, world, all_reduce, step, config, refusal_rank="own")
+    return _decide(rank, world, all_reduce, step, config, _Bugs(refusal_rank="own"))
 
 
 def refusal_on_largest_rank(rank: int, world: int, all_reduce: AllReduce, step: RankStep, config: Config) -> RankDecision:
     """The last-microbatch check on the rank with the most real tokens."""
-    return _decide(rank, world, all_reduce, step, config, refusal_rank="largest")
+    return _decide(rank, world, all_reduce, step, config, _Bugs(refusal_rank="largest"))
 
 
 def any_vote_splits(rank: int, world: int, all_reduce: AllReduce, step: RankStep, config: Config) -> RankDecision:
     """One rank's yes is enough to split (the veto ignored)."""
-    return _decide(rank, world, all_reduce, step, config, veto=False)
+    return _decide(rank, world, all_reduce, step, config, _Bugs(veto=False))
 
 
 def mode_is_max(rank: int, world: int, all_reduce: AllReduce, step: RankStep, config: Config) -> RankDecision:
     """The agreed graph mode is the largest any rank asks for, not the smallest."""
-    return _decide(rank, world, all_reduce, step, config, mode_max=True)
+    return _decide(rank, world, all_reduce, step, config, _Bugs(mode_max=True))
 
 
 def split_graph_ignores_modes(rank: int, world: int, all_reduce: AllReduce, step: RankStep, config: Config) -> RankDecision:
     """A split step dispatches the microbatched FULL graph whatever mode the ranks can run."""
-    return _decide(rank, world, all_reduce, step, config, graph_needs_full=False)
+    return _decide(rank, world, all_reduce, step, config, _Bugs(graph_needs_full=False))
 
 
 def graph_check_times_two(rank: int, world: int, all_reduce: AllReduce, step: RankStep, config: Config) -> RankDecision:
     """Keeps the microbatched graph unless 2 * fewest < graph size: two microbatches assumed, and ``<`` where an
     empty second microbatch needs ``<=``."""
-    return _decide(rank, world, all_reduce, step, config, graph_check_two=True)
+    return _decide(rank, world, all_reduce, step, config, _Bugs(graph_check_two=True))
 
 
 def no_refusal(rank: int, world: int, all_reduce: AllReduce, step: RankStep, config: Config) -> RankDecision:
     """Splits even when a rank's last microbatch holds no real token (it would run as dummy work)."""
-    return _decide(rank, world, all_reduce, step, config, refuse=False)
+    return _decide(rank, world, all_reduce, step, config, _Bugs(refuse=False))
 
 
 def never_splits(rank: int, world: int, all_reduce: AllReduce, step: RankStep, config: Config) -> RankDecision:
     """Never microbatches (a coordinator that lost the split)."""
-    return _decide(rank, world, all_reduce, step, config, splits=False)
+    return _decide(rank, world, all_reduce, step, config, _Bugs(splits=False))
 
 
 def _scribbling(*args: Any) -> list[RankDecision]:

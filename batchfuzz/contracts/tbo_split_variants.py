@@ -7,6 +7,7 @@ each the oracle's rule with one knob turned."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -15,22 +16,34 @@ from batchfuzz.reference.tbo_split import balanced_index, check_args, cut_index,
 from batchfuzz.registry import Variant
 
 
-def _split(forward_mode: Any, seq_lens: Any, threshold: Any, *, padded_to: int = 1, seq_floor: bool = False,
-           token_half: bool = False, seq_after_cut: bool = False, strict_ties: bool = False,
-           two_chunk: bool = True, unguarded: bool = False, always_half: bool = False) -> tuple[int, int, bool]:
+@dataclass(frozen=True)
+class _Knobs:
+    """The oracle's rule with one knob turned per variant (the defaults: the oracle's)."""
+
+    padded_to: int = 1
+    seq_floor: bool = False
+    token_half: bool = False
+    seq_after_cut: bool = False
+    strict_ties: bool = False
+    two_chunk: bool = True
+    unguarded: bool = False
+    always_half: bool = False
+
+
+def _split(forward_mode: Any, seq_lens: Any, threshold: Any, knobs: _Knobs = _Knobs()) -> tuple[int, int, bool]:
     mode, lens, thr = check_args(forward_mode, seq_lens, threshold)
     if mode == "idle":
         return 0, 0, False
     total = sum(lens)
     if mode != "extend":
         per_seq = lens[0] if lens else 1
-        counted = -(-total // padded_to) * padded_to  # the token count the split is computed from
-        s = ((len(lens) - 1) // 2 if lens else 0) if seq_floor else (counted // per_seq) // 2
-        if token_half:  # a cut at half the tokens, reported as a two-chunk split
+        counted = -(-total // knobs.padded_to) * knobs.padded_to  # the token count the split is computed from
+        s = ((len(lens) - 1) // 2 if lens else 0) if knobs.seq_floor else (counted // per_seq) // 2
+        if knobs.token_half:  # a cut at half the tokens, reported as a two-chunk split
             return s, total // 2, total // 2 != s * per_seq
         return s, s * per_seq, False
     b = balanced_index(lens)
-    if strict_ties:
+    if knobs.strict_ties:
         b, best, left = 0, None, 0
         for i in range(1, len(lens)):
             left += lens[i - 1]
@@ -39,50 +52,50 @@ def _split(forward_mode: Any, seq_lens: Any, threshold: Any, *, padded_to: int =
                 b, best = i, diff
             elif diff > best:
                 break
-    if two_chunk and (is_lopsided(lens, thr) if unguarded else is_two_chunk(lens, thr)):
-        return cut_index(lens) + (1 if seq_after_cut else 0), total // 2, True
-    return b, (total // 2 if always_half else sum(lens[:b])), False
+    if knobs.two_chunk and (is_lopsided(lens, thr) if knobs.unguarded else is_two_chunk(lens, thr)):
+        return cut_index(lens) + (1 if knobs.seq_after_cut else 0), total // 2, True
+    return b, (total // 2 if knobs.always_half else sum(lens[:b])), False
 
 
 def split_from_padded_count(forward_mode: Any, seq_lens: Any, threshold: Any) -> tuple[int, int, bool]:
     """Decode and verify: the split computed from the token count padded to a capture size (a multiple of 4)."""
-    return _split(forward_mode, seq_lens, threshold, padded_to=4)
+    return _split(forward_mode, seq_lens, threshold, _Knobs(padded_to=4))
 
 
 def empty_first_child(forward_mode: Any, seq_lens: Any, threshold: Any) -> tuple[int, int, bool]:
     """Decode and verify: half the requests rounded down from R - 1, so two requests give child A none."""
-    return _split(forward_mode, seq_lens, threshold, seq_floor=True)
+    return _split(forward_mode, seq_lens, threshold, _Knobs(seq_floor=True))
 
 
 def verify_cut_at_token_half(forward_mode: Any, seq_lens: Any, threshold: Any) -> tuple[int, int, bool]:
     """Decode and verify: the token index at half the tokens, cutting a verified request's draft tokens."""
-    return _split(forward_mode, seq_lens, threshold, token_half=True)
+    return _split(forward_mode, seq_lens, threshold, _Knobs(token_half=True))
 
 
 def two_chunk_seq_after_cut(forward_mode: Any, seq_lens: Any, threshold: Any) -> tuple[int, int, bool]:
     """Two-chunk mode: the sequence index of the request after the cut one, away from the token index."""
-    return _split(forward_mode, seq_lens, threshold, seq_after_cut=True)
+    return _split(forward_mode, seq_lens, threshold, _Knobs(seq_after_cut=True))
 
 
 def two_chunk_unguarded(forward_mode: Any, seq_lens: Any, threshold: Any) -> tuple[int, int, bool]:
     """Two-chunk mode whenever the balanced split is lopsided, even when token N // 2 is a request's first
     token: that request goes to child A with no token there (the rule of SGLang 0.5.3 to 0.5.14)."""
-    return _split(forward_mode, seq_lens, threshold, unguarded=True)
+    return _split(forward_mode, seq_lens, threshold, _Knobs(unguarded=True))
 
 
 def balanced_strict_ties(forward_mode: Any, seq_lens: Any, threshold: Any) -> tuple[int, int, bool]:
     """The balanced split keeps the first of equal differences (``<`` for ``<=``)."""
-    return _split(forward_mode, seq_lens, threshold, strict_ties=True)
+    return _split(forward_mode, seq_lens, threshold, _Knobs(strict_ties=True))
 
 
 def two_chunk_ignored(forward_mode: Any, seq_lens: Any, threshold: Any) -> tuple[int, int, bool]:
     """Never the two-chunk mode: a lopsided extend step keeps its lopsided (or empty) child."""
-    return _split(forward_mode, seq_lens, threshold, two_chunk=False)
+    return _split(forward_mode, seq_lens, threshold, _Knobs(two_chunk=False))
 
 
 def cut_outside_two_chunk(forward_mode: Any, seq_lens: Any, threshold: Any) -> tuple[int, int, bool]:
     """Extend: the token index at half the tokens even when the balanced split is taken."""
-    return _split(forward_mode, seq_lens, threshold, always_half=True)
+    return _split(forward_mode, seq_lens, threshold, _Knobs(always_half=True))
 
 
 def sorts_seq_lens(forward_mode: Any, seq_lens: Any, threshold: Any) -> tuple[int, int, bool]:

@@ -285,11 +285,11 @@ class _JobProcess:
             state["settings"] = {"profile": job.profile, "derandomize": bool(rs.derandomize), "isolated": job.isolate,
                                  "database": repr(rs.database) if rs.database is not None else None, "domain": domain,
                                  "seed": job.seed, "timeout": job.example_timeout_s, "max_examples": job.max_examples}
-            r = runner.hunt(contract, executor, contract.property(item.property), target_name=item.target, run_settings=rs,
-                            seed=runner._round_seed(job.seed, item.contract, item.target, item.property, slice_no),
-                            domain=domain, deadline=shrink_until, generate_until=slice_end,
-                            example_timeout_s=job.example_timeout_s, labels=job.labels,
-                            should_stop=lambda: stop_requested(job))
+            r = runner.hunt(contract, executor, contract.property(item.property), runner.HuntOptions(
+                rs, seed=runner._round_seed(job.seed, item.contract, item.target, item.property, slice_no),
+                domain=domain, deadline=shrink_until, generate_until=slice_end,
+                example_timeout_s=job.example_timeout_s, labels=job.labels),
+                target_name=item.target, should_stop=lambda: stop_requested(job))
         except Exception as exc:
             return self._errored(item, state, exc, began)
         examples_before = _count_slice(state, r.examples, began, self.last_startup_s)
