@@ -81,7 +81,7 @@ import torch
 from batchfuzz import bind, distributed
 from batchfuzz import engines as _engines
 from batchfuzz.bind import Record, Recorder, Stub
-from batchfuzz.engines import Bound, SourceError, split_search
+from batchfuzz.engines import Bound, SourceError, _vllm_graphs, split_search
 from batchfuzz.impl import batch_order_numpy, spec_decode_metadata_numpy
 from batchfuzz.impl._dp import per_rank_args, ranks_target
 from batchfuzz.preconditions import assumes, domain
@@ -1239,6 +1239,11 @@ def rank_function(ref: str) -> Callable[..., Any]:
         raise LookupError(f"cannot open the release of {ref!r}: {exc}") from exc
 
 
+def _bind_graph_dispatch(rel: _Release) -> _Built:
+    return _vllm_graphs.bind_graph_dispatch(rel.loader(get_offloader=bind.unreachable("get_offloader"),
+                                                      build_dynamic_sd_schedule_lookup=bind.unreachable("dynamic SD")))
+
+
 # ---------------------------------------------------------------- the table of bindings
 
 
@@ -1296,6 +1301,9 @@ SPECS: tuple[_Spec, ...] = (
           ([2, 0, 1], [3, 4, 2])),
     _Spec(f"{INPUT_BATCH}:combine_sampled_and_draft_tokens", "spec_decode_metadata", _bind_mrv2_spec_logits,
           ([2, 0, 1], [3, 4, 2])),
+    _Spec(f"{_vllm_graphs.CG_UTILS}:CudaGraphManager.dispatch", "pad_graph_replay", _bind_graph_dispatch,
+          tuple(np.asarray(v) if isinstance(v, list) else v for v in ([2, 4], [5], [3], [7], 1, 1, [9] * 4, [9] * 4, [9] * 4)),
+          _vllm_graphs.ASSUMED),
     _Spec(f"{DP_UTILS}:coordinate_batch_across_dp", "coordinate_dp", _bind_dp(f"{DP_UTILS}:coordinate_batch_across_dp"),
           ([3, 4], [4, 4], [1, 1], [1, 1], [0, 0], [3, 4], 2, (2, 2), [2, 4, 8], None)),
     _Spec(f"{MRV2_DP_UTILS}:sync_cudagraph_and_dp_padding", "coordinate_dp",
