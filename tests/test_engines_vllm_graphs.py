@@ -18,16 +18,17 @@ from tests.test_engines_vllm import _Recording, bound_target, edited, hunt
 
 DISPATCH = "vllm/v1/worker/gpu/cudagraph_utils.py:CudaGraphManager.dispatch"
 SPEC = next(s for s in vllm.SPECS if s.function == DISPATCH)
+TOKENS = next(s for s in vllm.SPECS if s.function.endswith("CudaGraphManager._init_candidates"))
 
 
-def _bound(version: str) -> tuple[engines.Bound, dict[str, str]]:
+def _bound(version: str, spec: vllm._Spec = SPEC) -> tuple[engines.Bound, dict[str, str]]:
     try:
         wheel = engines.fetch_wheel("vllm", version)
     except engines.SourceError as exc:
         pytest.skip(f"cannot download vllm=={version} from the package registry: {exc}")
     source = _Recording.from_wheel(wheel)
     source.seen = set()
-    bound = vllm._bind_one(vllm._Release(source), SPEC)
+    bound = vllm._bind_one(vllm._Release(source), spec)
     return bound, {p: source.read(p) or "" for p in sorted(source.seen)}
 
 
@@ -38,12 +39,14 @@ def _args(sizes: list[int], seq_lens: list[int], t: int) -> tuple[object, ...]:
 
 
 @pytest.mark.parametrize("version", ["0.34.0", "0.22.0"])
-def test_dispatch_pads_a_decode_step_to_the_smallest_graph_holding_it(version: str) -> None:
+@pytest.mark.parametrize("spec", [SPEC, TOKENS], ids=["decode graphs", "token-keyed graphs"])
+def test_dispatch_pads_a_step_to_the_smallest_graph_holding_it(version: str, spec: vllm._Spec) -> None:
     """The release's dispatch gives R requests of T tokens the smallest captured request count >= R (contract K's
-    size rule), in the first release with the new runner and the newest."""
-    bound, _files = _bound(version)
+    size rule), on FULL decode graphs and on token-keyed graphs, in the first release with the new runner and the
+    newest."""
+    bound, _files = _bound(version, spec)
     assert bound.status == "bound", bound.reason
-    assert bound.assumed == SPEC.assumed
+    assert bound.assumed == spec.assumed
     target = bound_target(bound)
     assert target(*_args([1, 2, 4, 8], [3, 3, 3], 2))[0] == 4
     assert target(*_args([2, 4], [5], 3))[0] == 2

@@ -1239,9 +1239,10 @@ def rank_function(ref: str) -> Callable[..., Any]:
         raise LookupError(f"cannot open the release of {ref!r}: {exc}") from exc
 
 
-def _bind_graph_dispatch(rel: _Release) -> _Built:
+def _bind_graph_dispatch(rel: _Release, tokens: bool = False) -> _Built:
     return _vllm_graphs.bind_graph_dispatch(rel.loader(get_offloader=bind.unreachable("get_offloader"),
-                                                      build_dynamic_sd_schedule_lookup=bind.unreachable("dynamic SD")))
+                                                      build_dynamic_sd_schedule_lookup=bind.unreachable("dynamic SD")),
+                                            tokens)
 
 
 # ---------------------------------------------------------------- the table of bindings
@@ -1304,6 +1305,10 @@ SPECS: tuple[_Spec, ...] = (
     _Spec(f"{_vllm_graphs.CG_UTILS}:CudaGraphManager.dispatch", "pad_graph_replay", _bind_graph_dispatch,
           tuple(np.asarray(v) if isinstance(v, list) else v for v in ([2, 4], [5], [3], [7], 1, 1, [9] * 4, [9] * 4, [9] * 4)),
           _vllm_graphs.ASSUMED),
+    _Spec(f"{_vllm_graphs.CG_UTILS}:CudaGraphManager._init_candidates", "pad_graph_replay",
+          functools.partial(_bind_graph_dispatch, tokens=True),
+          tuple(np.asarray(v) if isinstance(v, list) else v for v in ([2, 4], [5], [3], [7], 1, 1, [9] * 4, [9] * 4, [9] * 4)),
+          _vllm_graphs.TOKEN_ASSUMED),
     _Spec(f"{DP_UTILS}:coordinate_batch_across_dp", "coordinate_dp", _bind_dp(f"{DP_UTILS}:coordinate_batch_across_dp"),
           ([3, 4], [4, 4], [1, 1], [1, 1], [0, 0], [3, 4], 2, (2, 2), [2, 4, 8], None)),
     _Spec(f"{MRV2_DP_UTILS}:sync_cudagraph_and_dp_padding", "coordinate_dp",
