@@ -38,7 +38,7 @@ def _args(sizes: list[int], seq_lens: list[int], t: int) -> tuple[object, ...]:
             np.full(top, 9), np.full(top * t, 9), np.full(top * t, 9))
 
 
-@pytest.mark.parametrize("version", ["0.34.0", "0.22.0"])
+@pytest.mark.parametrize("version", ["0.34.0", "0.26.0", "0.22.0"])
 @pytest.mark.parametrize("spec", [SPEC, TOKENS], ids=["decode graphs", "token-keyed graphs"])
 def test_dispatch_pads_a_step_to_the_smallest_graph_holding_it(version: str, spec: vllm._Spec) -> None:
     """The release's dispatch gives R requests of T tokens the smallest captured request count >= R (contract K's

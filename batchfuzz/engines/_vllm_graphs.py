@@ -35,7 +35,7 @@ ASSUMED = ("cudagraph_mode=FULL_DECODE_ONLY (uniform decode graphs, no mixed gra
            "decode graph request sizes = capture_bs, query length num_tokens_per_bs", *_COMMON)
 # The token-keyed path: a step that is not a uniform decode (uniform_token_count None) takes the smallest graph of
 # at least its token count; capture sizes c * T tokens make its request count the case's bs.
-TOKEN_ASSUMED = ("cudagraph_mode=PIECEWISE (token-keyed graphs only)",
+TOKEN_ASSUMED = ("cudagraph_mode=PIECEWISE (token-keyed graphs only), torch-compiled (use_breakable_cg=False)",
                  "capture token sizes = capture_bs * num_tokens_per_bs (cudagraph_capture_sizes up to 0.33.0, "
                  "prefill_cudagraph_capture_token_sizes from 0.34.0)", "uniform_token_count=None", *_COMMON)
 
@@ -54,7 +54,7 @@ def _manager(methods: dict[str, Callable[..., Any]], modes: Any, sizes: list[int
                    cudagraph_mode=modes.PIECEWISE if tokens else modes.FULL_DECODE_ONLY, decode_request_sizes=None, max_num_reqs=sizes[-1],
                    decode_max_reqs={q: sizes[-1]}, decode_query_len=q, varlen_decode=False, ubatch_runner=None,
                    lora_capture_cases=[0], _candidates={}, _decode_descs={}, _capture_descs={}, _graphs_captured=False,
-                   _lora_dispatch_map={}, _max_lora_case=0)
+                   _lora_dispatch_map={}, _max_lora_case=0, use_breakable_cg=False)
     manager._init_candidates()
     manager._graphs_captured = True
     return manager
