@@ -1337,13 +1337,21 @@ _MOVED: dict[str, str] = {
 _MOVED[f"{V1_RUNNER}:GPUModelRunner._calc_spec_decode_metadata"] = _MOVED[f"{V1_RUNNER}:GPUModelRunner._get_cumsum_and_arange"]
 
 
+# The short clause an absent cell's reason starts with (the Markdown matrix shows it): the function or its file is
+# not in the release, or they are but what the contract checks is not (the binding's own words say which).
+_NOT_DEFINED = ("is not in this source tree", "has no class or function", "has no attribute")
+
+
 def _absent_reason(rel: _Release, spec: _Spec, exc: bind.Absent) -> str:
-    """Why ``spec`` is absent: the binding's own words, and where the behaviour went when the release has the new
-    model runner but no v1 one."""
+    """Why ``spec`` is absent, starting with a short clause (``v1 model runner deleted``, ``not defined in this
+    release``, ``not in this release``): the binding's own words, and where the behaviour went when the release has
+    the new model runner but no v1 one."""
     moved = _MOVED.get(spec.function)
-    if moved is None or rel.source.read(V1_RUNNER) is not None or rel.source.read(MRV2_RUNNER) is None:
-        return str(exc)
-    return f"v1 model runner deleted: {moved} ({exc})"
+    if moved is not None and rel.source.read(V1_RUNNER) is None and rel.source.read(MRV2_RUNNER) is not None:
+        return f"v1 model runner deleted: {moved} ({exc})"
+    if any(words in str(exc) for words in _NOT_DEFINED):
+        return f"not defined in this release: {exc}"
+    return f"not in this release: {exc}"
 
 
 def _probe_args(spec: _Spec) -> tuple[Any, ...]:
