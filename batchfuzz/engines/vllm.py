@@ -95,7 +95,7 @@ from batchfuzz.strategies.slice_ubatch_metadata import every_microbatch_has_a_re
 
 ENGINE = "vllm"
 # The releases of the published matrix (docs/vllm-matrix.json; batchfuzz engine vllm --all-releases).
-RELEASES = ("0.22.0", "0.23.0", "0.26.0", "0.27.0", "0.28.0", "0.33.0")
+RELEASES = ("0.22.0", "0.23.0", "0.26.0", "0.27.0", "0.28.0", "0.33.0", "0.34.0")
 
 INPUT_BATCH = "vllm/v1/worker/gpu/input_batch.py"
 MRV2_RUNNER = "vllm/v1/worker/gpu/model_runner.py"
