@@ -1,4 +1,4 @@
-"""vLLM's CUDA-graph size choice (``CudaGraphManager.dispatch``) bound to contract K, on 0.34.0 and 0.22.0.
+"""vLLM's CUDA-graph size choice (``CudaGraphManager.dispatch``) bound to contract K, on 0.22.0, 0.26.0, 0.34.0.
 
 The wheels are downloaded with pip into ``$BATCHFUZZ_CACHE/wheels`` once; the tests skip, saying why, when the
 package registry cannot be reached. An edited copy of 0.34.0's file plants a dispatch one graph too large.
@@ -42,8 +42,8 @@ def _args(sizes: list[int], seq_lens: list[int], t: int) -> tuple[object, ...]:
 @pytest.mark.parametrize("spec", [SPEC, TOKENS], ids=["decode graphs", "token-keyed graphs"])
 def test_dispatch_pads_a_step_to_the_smallest_graph_holding_it(version: str, spec: vllm._Spec) -> None:
     """The release's dispatch gives R requests of T tokens the smallest captured request count >= R (contract K's
-    size rule), on FULL decode graphs and on token-keyed graphs, in the first release with the new runner and the
-    newest."""
+    size rule), on FULL decode graphs and on token-keyed graphs: in the first release with the new runner, the
+    first whose manager reads use_breakable_cg (0.26.0), and the newest."""
     bound, _files = _bound(version, spec)
     assert bound.status == "bound", bound.reason
     assert bound.assumed == spec.assumed
