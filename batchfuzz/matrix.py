@@ -454,6 +454,13 @@ def to_text(cells: list[Cell], among: Iterable[str] = ()) -> str:
     return "\n".join(lines)
 
 
+def _verdict_with_why(cell: Cell) -> str:
+    """An absent cell with the short clause its reason starts with (``absent (not defined in this release)``), when
+    the engine module gives one (under 40 characters, before the first ': '); any other cell its verdict."""
+    why = cell.reason.split(": ", 1)[0] if cell.verdict == "absent" and ": " in cell.reason else ""
+    return f"absent ({why})" if why and len(why) < 40 else cell.verdict
+
+
 def to_markdown(cells: list[Cell]) -> str:
     """The matrix as a Markdown table: a row per (function, contract), a column per release."""
     releases = list(dict.fromkeys(c.release for c in cells))
@@ -469,7 +476,7 @@ def to_markdown(cells: list[Cell]) -> str:
             elif c.verdict == "fail" and c.counterexample:
                 cols.append(f"**fail** `{c.property}` `{compact_args(c.counterexample)}`".replace("|", "\\|"))
             else:
-                cols.append(c.verdict)
+                cols.append(_verdict_with_why(c))
         out.append(f"| `{short_function(function, (f for f, _ in rows))}` | {contract} | " + " | ".join(cols) + " |")
     return "\n".join(out) + "\n"
 

@@ -67,6 +67,7 @@ DISPATCH = "vllm/v1/worker/gpu/dp_utils.py:dispatch_cg_and_sync_dp"
 MRV2_SLICES = "vllm/v1/worker/gpu/ubatch_utils.py:create_ubatch_slices"
 COMBINE = "vllm/v1/worker/gpu/input_batch.py:combine_sampled_and_draft_tokens"
 MRV2_QSL = "vllm/v1/worker/gpu/model_runner.py:GPUModelRunner.prepare_inputs"
+CG = "vllm/v1/worker/gpu/cudagraph_utils.py"
 # The release's source, its bindings by (function, contract), and the texts of the files they read.
 Release = tuple["vllm.ReleaseSource", dict[tuple[str, str], engines.Bound], dict[str, str]]
 
@@ -160,7 +161,8 @@ def test_every_binding_is_bound_in_the_reference_release(release: Release) -> No
         (SPLIT, "batch_order"), (EXTENDS, "batch_order"), (THRESHOLD, "batch_order"), (CUMSUM, "spec_decode_metadata"),
         (SPEC, "spec_decode_metadata"), (COORDINATE, "coordinate_dp"), (SYNC, "coordinate_dp"),
         (DISPATCH, "allow_microbatching"), (MRV2_SLICES, "split_ubatches"), (COMBINE, "spec_decode_metadata"),
-        (MRV2_QSL, "pad_query_start_loc"), (MRV2_SLICES, "split_uniform_ubatches")])
+        (MRV2_QSL, "pad_query_start_loc"), (MRV2_SLICES, "split_uniform_ubatches"),
+        (f"{CG}:CudaGraphManager.dispatch", "pad_graph_replay"), (f"{CG}:CudaGraphManager._init_candidates", "pad_graph_replay")])
     uniform = table[(MRV2_SLICES, "split_uniform_ubatches")]
     assert uniform.status == "absent" and "takes no uniform_token_count" in uniform.reason  # 0.33.0 cuts at the midpoint
     for bound in table.values():

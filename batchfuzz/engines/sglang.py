@@ -43,7 +43,10 @@ otherwise, as the callers pass them.
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import functools
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -51,7 +54,7 @@ import numpy as np
 
 from batchfuzz import bind
 from batchfuzz import engines as _engines
-from batchfuzz.engines.base import Engine, Release, Spec
+from batchfuzz.engines.base import Built, Engine, Release, Spec
 from batchfuzz.reference.pad_graph_replay import check_args as check_replay_args
 from batchfuzz.reference.tbo_children_tokens import check_args as check_children_args
 from batchfuzz.reference.tbo_dp_agree import check_args as check_dp_args
@@ -257,15 +260,95 @@ def _stale_registry(build: Callable[..., Any], rp: _Replay) -> Any:
     return reg
 
 
-def _bind_decode_runner(rel: Release) -> tuple[Callable[..., Any], str]:
+def _frozenset_constant(rel: Release, path: str, name: str) -> frozenset[Any]:
+    """The module constant ``name = frozenset({...literals...})`` of ``path`` as the release writes it (the loader
+    does not run calls made at import time); an empty set when the release has no such constant (nothing reads it)."""
+    text = rel.source.read(path) or ""
+    for node in ast.parse(text).body if text else ():
+        if (isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == [name]
+                and isinstance(node.value, ast.Call) and getattr(node.value.func, "id", None) == "frozenset"
+                and len(node.value.args) == 1):
+            try:
+                return frozenset(ast.literal_eval(node.value.args[0]))
+            except ValueError as exc:
+                raise bind.Unbindable(f"{path}:{name} is no longer a frozenset of literals: {exc}") from exc
+    return frozenset()
+
+
+_RUNTIME_GETTERS = ("get_flags", "get_spec", "get_exec", "get_lora", "get_model", "mamba_cache_chunk_size")
+# The DecodeCudaGraphRunner methods 0.5.23's load_batch reaches the attention backend through (taken from the
+# release when it has them), and the stand-ins for the rest: no hidden-state check, no glue graph, no early
+# verify-metadata staging, no attention-graph variant, no draft-glue log.
+_DECODE_HELPERS = ("_capture_graph_size", "_resolve_attention_variant", "_set_dp_real_num_tokens",
+                   "_init_replay_attn_metadata", "_init_replay_attn_metadata_from_view", "_global_num_tokens_for_graph")
+_DECODE_STAND_INS: dict[str, Callable[..., Any]] = {
+    "recapture_if_needed": lambda self, fb: None, "_resolve_lora_variant": lambda self, fb: None,
+    "_make_graph_key": lambda self, *a: None, "_validate_capture_hidden_mode": lambda self, fb: None,
+    "_glue_key": lambda self, *a: None, "_take_early_verify_metadata": lambda self, fb, **kw: False,
+    "_replay_attn_backend": lambda self: self.attn_backend, "_maybe_log_draft_glue": lambda self: None,
+    "_prep_attention_variant": lambda self, variant: contextlib.nullcontext()}
+
+
+def _decode_runner(rp: _Replay, reg: Any, slot: dict[str, Any], attn: bind.Recorder, pad: Callable[..., Any],
+                   own: dict[str, Callable[..., Any]]) -> bind.Stub:
+    """The stand-in ``DecodeCudaGraphRunner`` whose ``load_batch`` replays ``rp`` (the attributes 0.5.14 and
+    0.5.23 read; those 0.5.14 does not read are never looked at)."""
+    methods = {**_DECODE_STAND_INS, "_pad_to_bucket": lambda self, size, buckets: pad(size, buckets), **own}
+    model_runner = bind.Stub("ModelRunner", hisparse_coordinator=None, lora_manager=None, is_draft_worker=False,
+                             spec_algorithm=bind.Stub("SpeculativeAlgorithm", methods={
+                                 "is_dflash": lambda self: False, "is_dflash_family": lambda self: False}))
+    return bind.Stub(
+        "DecodeCudaGraphRunner", methods=methods,
+        capture_bs=list(rp.sizes), num_tokens_per_bs=rp.t, captured_req_width=rp.t, seq_len_fill_value=rp.fill,
+        require_mlp_tp_gather=False, require_attn_tp_gather=False, buffer_registry=reg,
+        buffers=bind.Stub("DecodeInputBuffers", encoder_lens=None, custom_mask=None, num_token_non_padded=None,
+                          mamba_track_indices=None, **slot),
+        deepep_adapter=bind.Stub("DeepEPAdapter", methods={"replay": lambda self: None}),
+        enable_two_batch_overlap=False, enable_pdmux=False,
+        attn_backend=bind.Stub("AttnBackend", init_forward_metadata_out_graph=attn), capture_forward_mode=None,
+        is_encoder_decoder=False, model_runner=model_runner, dllm_uses_input_embeds=False, dllm_input_preparation=None,
+        ragged_verify_mode=False, _skips_prefilled_inputs=False, _draft_metadata_glue=False,
+        _target_metadata_glue=False, attention_graph_variants=None, _metadata_glue=None, _early_verify_metadata=None)
+
+
+# What 0.5.23's load_batch reads of its configuration and process, given here (each stand-in says why).
+_DECODE_ASSUMED = ("SGLANG_OPT_CUDA_GRAPH_FILL_FAST_PATH=False (its default in sglang/srt/environ.py)",
+                   "get_parallel(): one rank, attention DP off", "no early verify-metadata staging, no metadata glue "
+                   "graph, no attention-graph variant, no ragged verify")
+
+
+def _bind_decode_runner(rel: Release) -> Built:
     """0.5.14's rebuilt runner: ``DecodeCudaGraphRunner.load_batch`` pads the
     batch size with ``_pad_to_bucket`` and fills the buffers through the
     release's ``build_decode_registry`` (its per-slot padding policy)."""
+    # 0.5.23's registry reads one switch from sglang.srt.environ's envs (an object built at import time): given its
+    # default, off (the fill then resets every padded region, as before the switch).
+    fast_path = bind.Stub("EnvBool", methods={"get": lambda self: False})
     loader = rel.loader(ForwardBatch=object, PPProxyTensors=object, share_input_buffer=lambda name, buffer: buffer,
-                        _has_foreach_copy=False)
+                        _has_foreach_copy=False, envs=bind.Stub("envs", SGLANG_OPT_CUDA_GRAPH_FILL_FAST_PATH=fast_path),
+                        INDEX_SEMANTIC_BUFFERS=_frozenset_constant(rel, INPUT_BUFFERS, "INDEX_SEMANTIC_BUFFERS"),
+                        # 0.5.23: the slots early verify-metadata staging fills itself; no staging here (the runner
+                        # stand-in takes none), so the fill skips no slot and this set is never read.
+                        STAGED_SLOTS=frozenset(),
+                        # Read only with a num_token_non_padded buffer (DP/TP MoE), which the stand-in runner has not.
+                        _dp_tp_moe_masks_pad_rows=bind.unreachable("_dp_tp_moe_masks_pad_rows"),
+                        logger=logging.getLogger("batchfuzz.engines.sglang"),
+                        # 0.5.23's process-wide parallel state: one rank, no attention DP (no DP/TP gather, as above).
+                        get_parallel=lambda: bind.Stub("ParallelContext", attn_dp_enabled=False, tp_rank=0,
+                                                       num_dp_ranks=1),
+                        # The rest of runtime_context's getters (built at import time): not read on this path.
+                        **{name: bind.unreachable(name) for name in _RUNTIME_GETTERS},
+                        # 0.5.23's replay view names the DP padding mode; one rank: no DP padding to choose.
+                        DpPaddingMode=bind.Stub("DpPaddingMode", methods={
+                            "get_default_mode_in_cuda_graph": lambda self, global_num_tokens=None: "one rank"}))
     build = loader.load(loader.file(BUFFER_REGISTRY).piece("build_decode_registry"))
     pad = loader.load(loader.file(BASE_GRAPH_RUNNER).piece("BaseCudaGraphRunner._pad_to_bucket"))
-    load_batch = loader.load(loader.file(DECODE_RUNNER).piece("DecodeCudaGraphRunner.load_batch"))
+    runner_file = loader.file(DECODE_RUNNER)
+    load_batch = loader.load(runner_file.piece("DecodeCudaGraphRunner.load_batch"))
+    own = {}  # 0.5.23's helpers load_batch calls on the way to the attention backend, the release's own
+    for name in _DECODE_HELPERS:
+        with contextlib.suppress(bind.Absent):
+            own[name] = loader.load(runner_file.piece(f"DecodeCudaGraphRunner.{name}"))
 
     def pad_graph_replay(*args: Any) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
         rp = _Replay(args)
@@ -275,18 +358,10 @@ def _bind_decode_runner(rel: Release) -> tuple[Callable[..., Any], str]:
         attn = bind.Recorder("init_forward_metadata_out_graph")
         rp.batch.needs_forward_metadata_init = lambda: True
         rp.batch.input_embeds = None
-        runner = bind.Stub(
-            "DecodeCudaGraphRunner", methods={"recapture_if_needed": lambda self, fb: None,
-                                              "_pad_to_bucket": lambda self, size, buckets: pad(size, buckets),
-                                              "_resolve_lora_variant": lambda self, fb: None,
-                                              "_make_graph_key": lambda self, *a: None},
-            capture_bs=list(rp.sizes), num_tokens_per_bs=rp.t, seq_len_fill_value=rp.fill, require_mlp_tp_gather=False,
-            buffer_registry=reg, buffers=bind.Stub("DecodeInputBuffers", encoder_lens=None, custom_mask=None, **slot),
-            deepep_adapter=bind.Stub("DeepEPAdapter", methods={"replay": lambda self: None}),
-            enable_two_batch_overlap=False, enable_pdmux=False, attn_backend=bind.Stub(
-                "AttnBackend", init_forward_metadata_out_graph=attn), capture_forward_mode=None, is_encoder_decoder=False,
-            model_runner=bind.Stub("ModelRunner", hisparse_coordinator=None, spec_algorithm=bind.Stub(
-                "SpeculativeAlgorithm", methods={"is_dflash": lambda self: False})))
+        # What 0.5.23's replay view copies from the step unchanged: no KV-location plan, no LoRA, no override.
+        vars(rp.batch).update(max_seq_len_host=int(rp.step_lens.max()), out_cache_loc_virtual=None, kv_loc_plan=None,
+                              kv_loc_cols=None, max_seq_len_override=None, lora_ids=None, can_run_decode_cuda_graph=True)
+        runner = _decode_runner(rp, reg, slot, attn, pad, own)
         load_batch(runner, rp.batch)
         view = attn.last.arg(0, "forward_batch")
         bs = int(view.batch_size)
@@ -298,7 +373,8 @@ def _bind_decode_runner(rel: Release) -> tuple[Callable[..., Any], str]:
               "runner: no DP/TP gather, no two-batch overlap, no PD multiplexing, no LoRA, no encoder, no global token "
               "counts; the registry's slots hold the case's stale values (int64); bs and seq_lens as the attention "
               "backend's init_forward_metadata_out_graph receives them, positions/out_cache_loc the slots' first bs * T rows")
-    return pad_graph_replay, detail
+    assumed = _DECODE_ASSUMED if "SGLANG_OPT_CUDA_GRAPH_FILL_FAST_PATH" in (rel.source.read(BUFFER_REGISTRY) or "") else ()
+    return pad_graph_replay, detail, assumed
 
 
 def _bind_children_tokens(rel: Release, path: str) -> tuple[Callable[..., Any], str]:

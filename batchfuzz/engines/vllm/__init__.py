@@ -79,6 +79,7 @@ import numpy as np
 from batchfuzz import bind
 from batchfuzz.engines import Bound, split_search
 from batchfuzz.engines.base import Engine, Planned, Release, Spec
+from batchfuzz.engines.vllm import graphs as _graphs
 from batchfuzz.engines.vllm._release import (
     ATTN_UTILS,
     DP_UTILS,
@@ -148,7 +149,7 @@ __all__ = [
 ]
 
 # The releases of the published matrix (docs/vllm-matrix.json; batchfuzz engine vllm --all-releases).
-RELEASES = ("0.22.0", "0.23.0", "0.26.0", "0.27.0", "0.28.0", "0.33.0")
+RELEASES = ("0.22.0", "0.23.0", "0.26.0", "0.27.0", "0.28.0", "0.33.0", "0.34.0")
 
 
 # ---------------------------------------------------------------- the table of bindings
@@ -202,6 +203,13 @@ SPECS: tuple[_Spec, ...] = (
           ([2, 0, 1], [3, 4, 2])),
     _Spec(f"{INPUT_BATCH}:combine_sampled_and_draft_tokens", "spec_decode_metadata", _bind_mrv2_spec_logits,
           ([2, 0, 1], [3, 4, 2])),
+    _Spec(f"{_graphs.CG_UTILS}:CudaGraphManager.dispatch", "pad_graph_replay", _graphs._bind_graph_dispatch,
+          tuple(np.asarray(v) if isinstance(v, list) else v for v in ([2, 4], [5], [3], [7], 1, 1, [9] * 4, [9] * 4, [9] * 4)),
+          _graphs.ASSUMED),
+    _Spec(f"{_graphs.CG_UTILS}:CudaGraphManager._init_candidates", "pad_graph_replay",
+          functools.partial(_graphs._bind_graph_dispatch, tokens=True),
+          tuple(np.asarray(v) if isinstance(v, list) else v for v in ([2, 4], [5], [3], [7], 1, 1, [9] * 4, [9] * 4, [9] * 4)),
+          _graphs.TOKEN_ASSUMED),
     _Spec(f"{DP_UTILS}:coordinate_batch_across_dp", "coordinate_dp", _bind_dp(f"{DP_UTILS}:coordinate_batch_across_dp"),
           ([3, 4], [4, 4], [1, 1], [1, 1], [0, 0], [3, 4], 2, (2, 2), [2, 4, 8], None)),
     _Spec(f"{MRV2_DP_UTILS}:sync_cudagraph_and_dp_padding", "coordinate_dp",
@@ -230,17 +238,25 @@ _MOVED: dict[str, str] = {
 _MOVED[f"{V1_RUNNER}:GPUModelRunner._calc_spec_decode_metadata"] = _MOVED[f"{V1_RUNNER}:GPUModelRunner._get_cumsum_and_arange"]
 
 
+# The short clause an absent cell's reason starts with (the Markdown matrix shows it): the function or its file is
+# not in the release, or they are but what the contract checks is not (the binding's own words say which).
+_NOT_DEFINED = ("is not in this source tree", "has no class or function", "has no attribute")
+
+
 class _Vllm(Engine):
     """The shared skeleton with vLLM's differences: where an absent v1 function's behaviour went, fresh mutable
     probe inputs, and the split search's copies as rows after SPECS."""
 
     def absent_reason(self, rel: Release, spec: Spec, exc: bind.Absent) -> str:
-        """The binding's own words, and where the behaviour went when the release has the new model runner but
-        no v1 one."""
+        """Why ``spec`` is absent, starting with a short clause (``v1 model runner deleted``, ``not defined in
+        this release``, ``not in this release``): the binding's own words, and where the behaviour went when the
+        release has the new model runner but no v1 one."""
         moved = _MOVED.get(spec.function)
-        if moved is None or rel.source.read(V1_RUNNER) is not None or rel.source.read(MRV2_RUNNER) is None:
-            return str(exc)
-        return f"v1 model runner deleted: {moved} ({exc})"
+        if moved is not None and rel.source.read(V1_RUNNER) is None and rel.source.read(MRV2_RUNNER) is not None:
+            return f"v1 model runner deleted: {moved} ({exc})"
+        if any(words in str(exc) for words in _NOT_DEFINED):
+            return f"not defined in this release: {exc}"
+        return f"not in this release: {exc}"
 
     def probe_args(self, spec: Spec) -> tuple[Any, ...]:
         fresh = {"buffers": _probe_buffers, "out": lambda: np.zeros(5, dtype=np.int32)}
