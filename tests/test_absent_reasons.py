@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from batchfuzz import engines
-from batchfuzz.engines import matrix, vllm
+from batchfuzz import engines, matrix
+from tests._lazy import LazyModule
+
+vllm = LazyModule("batchfuzz.engines.vllm")  # imports torch: when a test first uses it
 
 
 def _cell(verdict: str, reason: str = "") -> matrix.Cell:
@@ -30,7 +32,7 @@ def _absent(version: str, function: str, contract: str) -> str:
     except engines.SourceError as exc:
         pytest.skip(f"cannot download vllm=={version} from the package registry: {exc}")
     spec = next(s for s in vllm.SPECS if s.function == function and s.contract == contract)
-    bound = vllm._bind_one(vllm._Release(vllm.ReleaseSource.from_wheel(wheel)), spec, probe=False)
+    bound = vllm._ENGINE.bind_one(vllm._Release(vllm.ReleaseSource.from_wheel(wheel)), spec, probe=False)
     assert bound.status == "absent", bound
     return bound.reason
 

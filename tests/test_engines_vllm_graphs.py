@@ -7,28 +7,36 @@ package registry cannot be reached. An edited copy of 0.34.0's file plants a dis
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from batchfuzz import engines, registry
-from batchfuzz.engines import vllm
 from batchfuzz.reference.pad_graph_replay import graph_size
-from tests.test_engines_vllm import _Recording, bound_target, edited, hunt
+from tests._lazy import LazyModule
+from tests.test_engines_vllm import _recording, bound_target, edited, hunt
 
+vllm = LazyModule("batchfuzz.engines.vllm")  # imports torch: when a test first uses it
 DISPATCH = "vllm/v1/worker/gpu/cudagraph_utils.py:CudaGraphManager.dispatch"
-SPEC = next(s for s in vllm.SPECS if s.function == DISPATCH)
-TOKENS = next(s for s in vllm.SPECS if s.function.endswith("CudaGraphManager._init_candidates"))
+TOKENS = "vllm/v1/worker/gpu/cudagraph_utils.py:CudaGraphManager._init_candidates"
 
 
-def _bound(version: str, spec: vllm._Spec = SPEC) -> tuple[engines.Bound, dict[str, str]]:
+def _spec(function: str) -> Any:
+    return next(s for s in vllm.SPECS if s.function == function)
+
+
+def _bind(source: Any, function: str) -> engines.Bound:
+    return vllm._ENGINE.bind_one(vllm._Release(source), _spec(function))
+
+
+def _bound(version: str, function: str = DISPATCH) -> tuple[engines.Bound, dict[str, str]]:
     try:
         wheel = engines.fetch_wheel("vllm", version)
     except engines.SourceError as exc:
         pytest.skip(f"cannot download vllm=={version} from the package registry: {exc}")
-    source = _Recording.from_wheel(wheel)
-    source.seen = set()
-    bound = vllm._bind_one(vllm._Release(source), spec)
+    source = _recording(wheel)
+    bound = _bind(source, function)
     return bound, {p: source.read(p) or "" for p in sorted(source.seen)}
 
 
@@ -39,14 +47,14 @@ def _args(sizes: list[int], seq_lens: list[int], t: int) -> tuple[object, ...]:
 
 
 @pytest.mark.parametrize("version", ["0.34.0", "0.26.0", "0.22.0"])
-@pytest.mark.parametrize("spec", [SPEC, TOKENS], ids=["decode graphs", "token-keyed graphs"])
-def test_dispatch_pads_a_step_to_the_smallest_graph_holding_it(version: str, spec: vllm._Spec) -> None:
+@pytest.mark.parametrize("function", [DISPATCH, TOKENS], ids=["decode graphs", "token-keyed graphs"])
+def test_dispatch_pads_a_step_to_the_smallest_graph_holding_it(version: str, function: str) -> None:
     """The release's dispatch gives R requests of T tokens the smallest captured request count >= R (contract K's
     size rule), on FULL decode graphs and on token-keyed graphs: in the first release with the new runner, the
     first whose manager reads use_breakable_cg (0.26.0), and the newest."""
-    bound, _files = _bound(version, spec)
+    bound, _files = _bound(version, function)
     assert bound.status == "bound", bound.reason
-    assert bound.assumed == spec.assumed
+    assert bound.assumed == _spec(function).assumed
     target = bound_target(bound)
     assert target(*_args([1, 2, 4, 8], [3, 3, 3], 2))[0] == 4
     assert target(*_args([2, 4], [5], 3))[0] == 2
@@ -59,7 +67,7 @@ def test_a_planted_dispatch_one_graph_too_large_is_caught(tmp_path: Path) -> Non
     _bound_ok, files = _bound("0.34.0")
     planted = edited(tmp_path, files, DISPATCH.split(":")[0], "candidates = [decode_descs[n], *candidates]",
                      "candidates = [decode_descs[-1], *candidates]")
-    bound = vllm._bind_one(vllm._Release(planted), SPEC)
+    bound = _bind(planted, DISPATCH)
     failure = hunt(registry.get("pad_graph_replay"), bound_target(bound), 40, ("size_smallest",), domain="engine")
     assert failure is not None
     sizes, r = [int(x) for x in failure.case.args["capture_bs"]], len(failure.case.args["seq_lens"])

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from batchfuzz import engines
-from batchfuzz.engines import SourceError, matrix, sglang
+from batchfuzz import engines, matrix
+from batchfuzz.engines import SourceError, sglang
 from batchfuzz.strategies.pad_graph_replay import case_of
 
 DECODE = f"{sglang.DECODE_RUNNER}:DecodeCudaGraphRunner.load_batch"
