@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from batchfuzz import registry
+from batchfuzz import registry, runner
+from batchfuzz.case import Case
 from batchfuzz.cli import main
 from batchfuzz.engines import matrix
 
@@ -81,3 +82,11 @@ def test_the_matrix_shows_the_label_and_hunts_safety_first() -> None:
     assert "max_is_ceil [safety]: num_reqs=3" in matrix.to_text([cell])
     order = [p.label for p in matrix._safety_first(registry.get("split_dummy_tokens"))]
     assert order == sorted(order, key=lambda label: label != "safety") and order[-1] == "choice"
+
+
+def test_a_failing_cell_records_its_propertys_label() -> None:
+    cell = matrix.Cell(release="1", function="pkg/mod.py:f", contract="coordinate_dp", domain="engine", verdict="pass")
+    failure = runner.Failure("coordinate_dp", "t", "split_when_agreed", "spec", Case({"num_reqs": 1}), "PropertyViolation", "m")
+    matrix._record_failure(cell, failure)
+    assert (cell.verdict, cell.property, cell.label) == ("fail", "split_when_agreed", "choice")
+    assert cell.to_json()["label"] == "choice"

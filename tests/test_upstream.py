@@ -219,6 +219,14 @@ def test_the_fix_passes_the_failing_cell_and_changes_no_other() -> None:
     assert len(changes) >= 3 and not [c for c in changes if c.changed and c not in target], changes
 
 
+def test_a_cell_failing_only_a_documented_choice_has_no_safety_failure() -> None:
+    def change(after: str) -> cells.CellChange:
+        return cells.CellChange("pkg/mod.py:f", "tbo_split", "fail cut_request_in_both [choice]", after)
+
+    assert change("pass").safe_after and change("fail matches_oracle [choice]").safe_after
+    assert not change("fail indices_in_range [safety]").safe_after and not change("incomplete").safe_after
+
+
 def test_cells_without_a_patch_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["upstream", KEYS[0], "--cells"]) == 2
     assert "--cells needs --patch" in capsys.readouterr().err
