@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from batchfuzz import registry
+
 
 @dataclass(frozen=True)
 class Quote:
@@ -68,8 +70,6 @@ class Finding:
 
     @property
     def label(self) -> str:
-        from batchfuzz import registry
-
         return registry.get(self.contract).property(self.prop).label
 
 
