@@ -327,10 +327,16 @@ assert max(seq_lens) <= max_model_len, (
     f"cdiv({max(seq_lens)}, block_size) blocks through a block-table row sized for {max_model_len} tokens")
 '''
 
+# The seq_lens alone are not enough: with the remainder split (finding A of
+# the README) a one-request seq_len still passes max_model_len (--cells).
 _DUMMY_RUN_FIX = '''\
 --- a/vllm/v1/worker/gpu_model_runner.py
 +++ b/vllm/v1/worker/gpu_model_runner.py
-@@ -5658,1 +5658,2 @@
+@@ -5548,1 +5548,2 @@
+-            num_scheduled_tokens_list[-1] += num_tokens % num_reqs
++            for i in range(num_reqs - num_tokens % num_reqs, num_reqs):
++                num_scheduled_tokens_list[i] += 1  # at most ceil(num_tokens / num_reqs)
+@@ -5658,1 +5659,2 @@
 -                    seq_lens = max_query_len  # type: ignore[assignment]
 +                    # each dummy request's own tokens: no context past max_model_len
 +                    seq_lens = torch.from_numpy(num_scheduled_tokens)  # type: ignore[assignment]'''
@@ -669,7 +675,7 @@ FINDINGS: tuple[Finding, ...] = (
                  "which puts the whole remainder on the last request (README, finding A): with `num_tokens=5`, "
                  "`max_num_seqs=3` and `max_model_len=2` the queries are `[1, 1, 3]` and the clamped seq_lens "
                  "`[2, 2, 2]`, a seq_len shorter than its own query (checked by hand with this reproduction's "
-                 "`dummy_batch`; the stated fix gives `[1, 1, 3]`, past `max_model_len` until the split is fixed "
-                 "too, as the new model runner's is)."),
+                 "`dummy_batch`). The stated fix therefore evens the split too, as the new model runner's dummy "
+                 "batch does: `[1, 2, 2]` for both."),
     ),
 )
