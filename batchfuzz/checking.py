@@ -432,7 +432,8 @@ def _print_counterexample(plan: _Plan, failure: runner.Failure, replay: str, wha
     from batchfuzz.execution import PSEUDO_PROPERTIES
 
     repro = reproduce.reproduction(failure, plan.ref, timeout_s=max(10.0, 3 * plan.timeout))
-    print(f"\nCOUNTEREXAMPLE: property {failure.property} ({failure.spec})"
+    label = plan.contract.property_label(failure.property)
+    print(f"\nCOUNTEREXAMPLE: property {failure.property} [{label}] ({failure.spec})"
           + (f", while checking {failure.during}" if failure.during else ""))
     print(f"{failure.error_type}: {failure.message}\n")
     if not failure.complete:
@@ -455,7 +456,7 @@ def _print_counterexample(plan: _Plan, failure: runner.Failure, replay: str, wha
         # `python -m pytest`: it puts the working directory on sys.path, so the target's module imports as it did here
         print(f"--- regression test written: {written} (run it: python -m pytest {shlex.quote(written)})")
     return dict(
-        test_file=written, status=COUNTEREXAMPLE, property=failure.property, during=failure.during, message=failure.message,
+        test_file=written, status=COUNTEREXAMPLE, property=failure.property, label=label, during=failure.during, message=failure.message,
         error_type=failure.error_type, exit=failure.exit, shrink_complete=failure.complete,
         counterexample={"args": {k: literal(v) for k, v in failure.case.args.items()},
                         "context": {k: literal(v) for k, v in failure.case.context.items()}},

@@ -79,6 +79,7 @@ class Cell:
     domain: str
     verdict: str
     property: str | None = None
+    label: str = ""  # fail: the failing property's label (registry.SAFETY or registry.CHOICE)
     counterexample: dict[str, Any] | None = None
     message: str = ""
     reason: str = ""
@@ -210,7 +211,7 @@ def _run_bound(cell: Cell, bound: Bound, *, budget_s: float, timeout_s: float, s
             if info.get("error"):
                 cell.verdict, cell.reason = "error", str(info["error"])
                 return cell
-            results = runner.hunt_in_rounds(contract, executor, contract.properties, runner.HuntOptions(
+            results = runner.hunt_in_rounds(contract, executor, _safety_first(contract), runner.HuntOptions(
                 base, seed=seed, domain=domain, example_timeout_s=timeout_s), runner.Rounds(
                 budget_s=budget_s, round_examples=max_examples, max_rounds=None if max_examples is None else 1),
                 target_name=cell.target)
@@ -235,8 +236,15 @@ def _run_bound(cell: Cell, bound: Bound, *, budget_s: float, timeout_s: float, s
     return cell
 
 
+def _safety_first(contract: registry.Contract) -> tuple[registry.Property, ...]:
+    """The contract's properties, safety before documented choice: a cell
+    then fails on a choice only when no safety property failed."""
+    return tuple(sorted(contract.properties, key=lambda p: p.label != registry.SAFETY))
+
+
 def _record_failure(cell: Cell, failure: runner.Failure) -> None:
     cell.verdict, cell.property = "fail", failure.property
+    cell.label = registry.get(cell.contract).property_label(failure.property)
     cell.message = failure.message.splitlines()[0] if failure.message else failure.error_type
     cell.counterexample = {"args": {k: literal(v) for k, v in failure.case.args.items()},
                            "context": {k: literal(v) for k, v in failure.case.context.items()},
@@ -430,10 +438,14 @@ def compact_args(counterexample: dict[str, Any], limit: int = 60) -> str:
 def _detail(cell: Cell) -> str:
     assumed = f" [assumed {', '.join(cell.assumed)}]" if cell.assumed else ""
     if cell.verdict == "fail" and cell.counterexample:
-        return f"{cell.property}: {compact_args(cell.counterexample)}{assumed}"
+        return f"{cell.property}{_label(cell)}: {compact_args(cell.counterexample)}{assumed}"
     if cell.verdict in ("absent", "unbindable", "not-split", "incomplete", "error"):
         return (cell.reason.splitlines()[0][:160] if cell.reason else "") + assumed
     return f"{cell.examples} examples{assumed}"
+
+
+def _label(cell: Cell) -> str:
+    return f" [{cell.label}]" if cell.label else ""
 
 
 def _steps_column(cell: Cell) -> str:
@@ -474,7 +486,7 @@ def to_markdown(cells: list[Cell]) -> str:
             if c is None:
                 cols.append("")
             elif c.verdict == "fail" and c.counterexample:
-                cols.append(f"**fail** `{c.property}` `{compact_args(c.counterexample)}`".replace("|", "\\|"))
+                cols.append(f"**fail** `{c.property}`{_label(c)} `{compact_args(c.counterexample)}`".replace("|", "\\|"))
             else:
                 cols.append(_verdict_with_why(c))
         out.append(f"| `{short_function(function, (f for f, _ in rows))}` | {contract} | " + " | ".join(cols) + " |")

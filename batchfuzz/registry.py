@@ -39,6 +39,11 @@ ORIGINS = ("shipped", "mutant")
 MIN_MUTANTS = 5
 CONTRACTS_ENV_VAR = "BATCHFUZZ_CONTRACTS"
 ENTRY_POINT_GROUP = "batchfuzz.contracts"
+# What a property judges (docs/contracts.md, "Safety and documented choice"):
+# SAFETY, what any correct engine must hold; CHOICE, one of several safe
+# answers, the one the engine documents (its comments, docstrings, callers).
+SAFETY, CHOICE = "safety", "choice"
+LABELS = (SAFETY, CHOICE)
 
 
 
@@ -119,7 +124,9 @@ def torch_impl(name: str, bind: Callable[[str], Target] | str, description: str 
 class Property:
     """A property of the contract: ``check(target, case)`` raises
     ``batchfuzz.checks.PropertyViolation`` when ``target`` breaks it on ``case``;
-    ``spec`` is the sentence of docs/contracts.md it checks."""
+    ``spec`` is the sentence of docs/contracts.md it checks; ``label`` is
+    ``SAFETY`` or ``CHOICE`` (every contract gives one: checked when the
+    contract is built)."""
 
     name: str
     spec: str
@@ -127,6 +134,11 @@ class Property:
     # True for a property about what the target does to its own arguments:
     # it gets the target itself, not the copying guard of batchfuzz.execution.
     raw: bool = False
+    label: str = ""
+
+    def __post_init__(self) -> None:
+        if self.label not in ("", *LABELS):
+            raise RecordError(f"property {self.name!r}: label must be one of {LABELS}, got {self.label!r}")
 
 
 @dataclass(frozen=True)
@@ -346,6 +358,9 @@ class Contract:
             raise bad("needs at least one implementation")
         if not self.properties:
             raise bad("needs at least one property")
+        unlabelled = [p.name for p in self.properties if p.label not in LABELS]
+        if unlabelled:
+            raise bad(f"properties without a label ({' or '.join(LABELS)}): {unlabelled}")
         if not self.error_inputs:
             raise bad("needs at least one error input")
         if not self.domains or self.domains[0].name != "spec":
@@ -400,6 +415,12 @@ class Contract:
             if p.name == name:
                 return p
         raise UnknownName(f"contract {self.name!r} has no property {name!r} (has: {', '.join(p.name for p in self.properties)})")
+
+    def property_label(self, name: str) -> str:
+        """The label of property ``name``: the contract's own properties', or
+        ``SAFETY`` for the harness's crash, timeout and raises (any target
+        must return)."""
+        return next((p.label for p in self.properties if p.name == name), SAFETY)
 
     def variant(self, name: str) -> Variant:
         for v in self.variants:

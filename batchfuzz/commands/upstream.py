@@ -8,7 +8,8 @@ a unified diff to a copy of the release's files and runs the reproduction on
 both (docs/upstream-reports.md).
 
 Exit codes: 0 the report is written, or the patch removes the failure (with
-``--cells``: and no other cell changed); 1 the patch leaves the reproduction
+``--cells``: and the finding's cell no longer fails a safety property, and
+no other cell changed); 1 the patch leaves the reproduction
 failing, the release does not fail it, or (``--cells``) another cell changed;
 2 a usage error (an unknown finding, a release that cannot be opened, a patch
 that does not apply, an unwritable output); 3 (``--cells``) the rest holds but
@@ -123,8 +124,10 @@ def _cells(upstream: Any, found: Any, source: Any, patch: str) -> int:
     target = [c for c in changes if c.of(found.qualname, found.contract)]
     others = [c for c in changes if c not in target and c.changed]
     unjudged = [c for c in changes if not c.conclusive]
-    gone = bool(target) and all(c.before.startswith("fail") and c.after == "pass" for c in target)
-    print(("the failing cell passes" if gone else "the failing cell does not pass") + "; "
+    gone = bool(target) and all(c.before.startswith("fail") and c.safe_after for c in target)
+    passes = gone and all(c.after == "pass" for c in target)
+    print(("the failing cell passes" if passes else "the failing cell fails a documented choice only (a policy "
+           "difference)" if gone else "the failing cell does not pass") + "; "
           + ("nothing else changed" if not others else f"{len(others)} other cell(s) changed")
           + (f"; {len(unjudged)} cell(s) incomplete or in error on a tree, not compared" if unjudged else ""))
     if unjudged and not others and gone:

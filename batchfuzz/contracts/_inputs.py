@@ -20,7 +20,7 @@ import numpy as np
 from batchfuzz.case import Case, copy_value
 from batchfuzz.checks import PropertyViolation
 from batchfuzz.codec import encode
-from batchfuzz.registry import Property, Target
+from batchfuzz.registry import SAFETY, Property, Target
 
 
 def _difference(before: Any, after: Any, where: str) -> str | None:
@@ -59,4 +59,4 @@ def inputs_unchanged(arguments: tuple[str, ...], writes: tuple[str, ...] = ()) -
                 raise PropertyViolation(f"the target changed its argument {k}: {found}")
 
     exempt = f" (but {', '.join(writes)})" if writes else ""
-    return Property("inputs_unchanged", f"the target leaves its arguments{exempt} as they were", check, raw=True)
+    return Property("inputs_unchanged", f"the target leaves its arguments{exempt} as they were", check, raw=True, label=SAFETY)

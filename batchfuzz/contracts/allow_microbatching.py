@@ -33,7 +33,7 @@ from batchfuzz.contracts.allow_microbatching_variants import VARIANTS
 from batchfuzz.impl import allow_microbatching_numpy
 from batchfuzz.reference import allow_microbatching as oracle
 from batchfuzz.reference._step import STEP_ARGUMENTS
-from batchfuzz.registry import Contract, Property, Target
+from batchfuzz.registry import SAFETY, Contract, Property, Target
 from batchfuzz.strategies import allow_microbatching as strategies
 from batchfuzz.strategies._steps import ENGINE_STEPS, ENGINE_STEPS_DESCRIPTION
 
@@ -72,10 +72,11 @@ def _sound(kinds: tuple[str, ...]) -> Any:
 
 
 PROPERTIES = (
-    Property("returns_bool", "the answer is a bool", _returns_bool),
-    Property("sound_under_engine_splits", "if it allows, the engine's token-rule split has no violation", _sound(("engine",))),
+    Property("returns_bool", "the answer is a bool", _returns_bool, label=SAFETY),
+    Property("sound_under_engine_splits", "if it allows, the engine's token-rule split has no violation", _sound(("engine",)),
+             label=SAFETY),
     Property("sound_under_adversarial_splits", "if it allows, no consecutive split (arbitrary cut points, a cut after each "
-             "reader's first token) has a violation", _sound(("adversarial", "reader cut"))),
+             "reader's first token) has a violation", _sound(("adversarial", "reader cut")), label=SAFETY),
     inputs_unchanged(STEP_ARGUMENTS),
 )
 

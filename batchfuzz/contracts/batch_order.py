@@ -12,7 +12,7 @@ from batchfuzz.contracts.batch_order_variants import VARIANTS
 from batchfuzz.impl import batch_order_numpy
 from batchfuzz.reference import batch_order as oracle
 from batchfuzz.reference.batch_order import REGIONS, SPLIT_FLAGS, BatchOrder
-from batchfuzz.registry import Contract, ErrorInput, Property, Target
+from batchfuzz.registry import CHOICE, SAFETY, Contract, ErrorInput, Property, Target
 from batchfuzz.strategies import batch_order as strategies
 
 register_dataclass(BatchOrder)
@@ -147,15 +147,15 @@ def _spec_rows(target: Target, case: Case) -> None:
 
 PROPERTIES = (
     Property("threshold_matches_oracle", "the reorder threshold is the smallest a group asks for (None when none asks), "
-             "refused when a group running (1 + k)-token speculative rows as decodes would get less than 1 + k", _threshold),
-    Property("is_permutation", "the reorder is a permutation of the requests", _permutation),
-    Property("state_moves_with_request", "each row holds its request's computed, prompt and scheduled tokens", _state),
+             "refused when a group running (1 + k)-token speculative rows as decodes would get less than 1 + k", _threshold, label=CHOICE),
+    Property("is_permutation", "the reorder is a permutation of the requests", _permutation, label=SAFETY),
+    Property("state_moves_with_request", "each row holds its request's computed, prompt and scheduled tokens", _state, label=SAFETY),
     Property("regions_in_order", "rows ordered decode, short extend, long extend, prefill under the threshold "
-             "(every decode before every prefill); not moved when no group asks", _regions),
+             "(every decode before every prefill); not moved when no group asks", _regions, label=CHOICE),
     Property("split_counts_match_order", "each group's split counts are the longest decode prefix of the rows as ordered "
-             "(four flag combinations, and the extends split)", _split_counts),
+             "(four flag combinations, and the extends split)", _split_counts, label=SAFETY),
     Property("spec_rows_are_decodes", "in a uniform speculative step, every group whose threshold admits 1 + k counts "
-             "every speculative row as a decode", _spec_rows),
+             "every speculative row as a decode", _spec_rows, label=CHOICE),
 )
 
 IMPLEMENTATIONS = (

@@ -25,7 +25,7 @@ from batchfuzz.impl import coordinate_dp_numpy
 from batchfuzz.impl._dp import ARGUMENTS
 from batchfuzz.reference import coordinate_dp as oracle
 from batchfuzz.reference.coordinate_dp import NONE, RankDecision, Step, last_microbatch_empty
-from batchfuzz.registry import Contract, ErrorInput, Property, Target
+from batchfuzz.registry import CHOICE, SAFETY, Contract, ErrorInput, Property, Target
 from batchfuzz.strategies import coordinate_dp as strategies
 
 
@@ -181,18 +181,19 @@ def _split_when_agreed(target: Target, case: Case) -> None:
 
 
 PROPERTIES = (
-    Property("matches_oracle", "every rank's decision equals the oracle's", _matches_oracle),
-    Property("ranks_agree", "every rank reaches the same split, counts and graph mode", _ranks_agree),
-    Property("veto_respected", "one rank's veto (not allowed, or below its threshold) means no rank splits", _veto_respected),
+    Property("matches_oracle", "every rank's decision equals the oracle's", _matches_oracle, label=CHOICE),
+    Property("ranks_agree", "every rank reaches the same split, counts and graph mode", _ranks_agree, label=SAFETY),
+    Property("veto_respected", "one rank's veto (not allowed, or below its threshold) means no rank splits", _veto_respected, label=SAFETY),
     Property("keeps_real_tokens", "padding never drops a real token: every count is at least the rank's real count",
-             _keeps_real_tokens),
-    Property("padded_counts_equal", "a split step, or one run with a graph, runs one count on every rank", _padded_counts_equal),
-    Property("covers_graph_padding", "a graph run's count is at least every rank's padded count", _covers_graph_padding),
+             _keeps_real_tokens, label=SAFETY),
+    Property("padded_counts_equal", "a split step, or one run with a graph, runs one count on every rank", _padded_counts_equal,
+             label=SAFETY),
+    Property("covers_graph_padding", "a graph run's count is at least every rank's padded count", _covers_graph_padding, label=SAFETY),
     Property("no_empty_microbatch", "when split, no rank has a microbatch without a real token, for any num_ubatches",
-             _no_empty_microbatch),
+             _no_empty_microbatch, label=CHOICE),
     Property("graph_runnable", "the agreed graph mode is one every rank can run (at most the smallest asked for; a "
-             "microbatched graph of a captured size)", _graph_runnable),
-    Property("split_when_agreed", "with no veto and no empty microbatch, every rank splits", _split_when_agreed),
+             "microbatched graph of a captured size)", _graph_runnable, label=SAFETY),
+    Property("split_when_agreed", "with no veto and no empty microbatch, every rank splits", _split_when_agreed, label=CHOICE),
     inputs_unchanged(ARGUMENTS),
 )
 

@@ -19,7 +19,7 @@ from batchfuzz.impl import find_conflicts_numpy
 from batchfuzz.reference import find_conflicts as oracle
 from batchfuzz.reference._step import STEP_ARGUMENTS, Conflict, Step, is_well_formed
 from batchfuzz.reference.allow_microbatching import simulate
-from batchfuzz.registry import Contract, Property, Target
+from batchfuzz.registry import SAFETY, Contract, Property, Target
 from batchfuzz.strategies import find_conflicts as strategies
 from batchfuzz.strategies._steps import ENGINE_STEPS, ENGINE_STEPS_DESCRIPTION
 
@@ -137,12 +137,12 @@ def _harmful_matches_simulation(target: Target, case: Case) -> None:
 
 
 PROPERTIES = (
-    Property("matches_oracle", "the conflict set, exactly (no more, no less)", _matches_oracle),
-    Property("tuples_in_range", "every (g, r, w, b) has g < G, r, w < R, w != r, b != 0", _tuple_ranges),
-    Property("no_spurious_conflicts", "every reported tuple has a shared slot (checked directly on the step)", _no_spurious),
-    Property("no_missing_conflicts", "every conflict of the step is reported", _no_missing),
+    Property("matches_oracle", "the conflict set, exactly (no more, no less)", _matches_oracle, label=SAFETY),
+    Property("tuples_in_range", "every (g, r, w, b) has g < G, r, w < R, w != r, b != 0", _tuple_ranges, label=SAFETY),
+    Property("no_spurious_conflicts", "every reported tuple has a shared slot (checked directly on the step)", _no_spurious, label=SAFETY),
+    Property("no_missing_conflicts", "every conflict of the step is reported", _no_missing, label=SAFETY),
     Property("harmful_match_simulation", "under every split, the harmful reported conflicts are the simulation's violations "
-             "(well-formed steps; in general every violation with w != r is one)", _harmful_matches_simulation),
+             "(well-formed steps; in general every violation with w != r is one)", _harmful_matches_simulation, label=SAFETY),
     inputs_unchanged(STEP_ARGUMENTS),
 )
 

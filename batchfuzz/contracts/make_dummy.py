@@ -13,7 +13,7 @@ from batchfuzz.contracts.make_dummy_variants import VARIANTS
 from batchfuzz.impl import make_dummy_numpy
 from batchfuzz.reference import make_dummy as oracle
 from batchfuzz.reference.make_dummy import DUMMY_BATCH_FIELDS, DummyBatch, DummyBuffers
-from batchfuzz.registry import Contract, ErrorInput, Property, Target
+from batchfuzz.registry import CHOICE, SAFETY, Contract, ErrorInput, Property, Target
 from batchfuzz.strategies import make_dummy as strategies
 
 register_dataclass(DummyBuffers)
@@ -139,18 +139,20 @@ def _stale_independent(target: Target, case: Case) -> None:
 
 
 PROPERTIES = (
-    Property("matches_oracle", "every field equals the oracle's on fresh buffers", _matches_oracle),
-    Property("num_scheduled_tokens_is_split", "num_scheduled_tokens = split_dummy_tokens(R, N)", _num_scheduled),
-    Property("seq_lens_layout", "seq_lens[:R] == num_scheduled_tokens, seq_lens[R:] == 0", _seq_lens),
-    Property("seq_lens_within_max_model_len", "no dummy request is longer than max_model_len when N <= R * L", _within_max_model_len),
-    Property("query_start_loc_layout", "[0] = 0, [1..R] running sum, [R+1..] = N", _query_start_loc),
-    Property("query_start_loc_non_decreasing", "query_start_loc non-decreasing over the whole buffer", _qsl_monotone),
-    Property("query_start_loc_diff", "diff(query_start_loc[:R+1]) == num_scheduled_tokens", _qsl_diff),
-    Property("positions_and_input_ids_zero", "positions[:N] and input_ids[:N] zero", _zero_tokens),
-    Property("index_arrays", "idx_mapping = arange(R); logits_indices = qsl[1:R+1] - 1; cu_num_logits = arange(R + 1)", _indices),
+    Property("matches_oracle", "every field equals the oracle's on fresh buffers", _matches_oracle, label=CHOICE),
+    Property("num_scheduled_tokens_is_split", "num_scheduled_tokens = split_dummy_tokens(R, N)", _num_scheduled, label=CHOICE),
+    Property("seq_lens_layout", "seq_lens[:R] == num_scheduled_tokens, seq_lens[R:] == 0", _seq_lens, label=SAFETY),
+    Property("seq_lens_within_max_model_len", "no dummy request is longer than max_model_len when N <= R * L", _within_max_model_len,
+             label=SAFETY),
+    Property("query_start_loc_layout", "[0] = 0, [1..R] running sum, [R+1..] = N", _query_start_loc, label=SAFETY),
+    Property("query_start_loc_non_decreasing", "query_start_loc non-decreasing over the whole buffer", _qsl_monotone, label=SAFETY),
+    Property("query_start_loc_diff", "diff(query_start_loc[:R+1]) == num_scheduled_tokens", _qsl_diff, label=SAFETY),
+    Property("positions_and_input_ids_zero", "positions[:N] and input_ids[:N] zero", _zero_tokens, label=CHOICE),
+    Property("index_arrays", "idx_mapping = arange(R); logits_indices = qsl[1:R+1] - 1; cu_num_logits = arange(R + 1)", _indices,
+             label=SAFETY),
     Property("max_query_len_covers_batch", "max(num_scheduled_tokens) <= max_query_len <= N (None: the longest count)",
-             _max_query_len),
-    Property("independent_of_stale_buffers", "the result is identical whatever the buffers held before", _stale_independent),
+             _max_query_len, label=SAFETY),
+    Property("independent_of_stale_buffers", "the result is identical whatever the buffers held before", _stale_independent, label=SAFETY),
 )
 
 

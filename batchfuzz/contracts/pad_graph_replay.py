@@ -13,7 +13,7 @@ from batchfuzz.contracts._inputs import inputs_unchanged
 from batchfuzz.contracts.pad_graph_replay_variants import VARIANTS
 from batchfuzz.impl import pad_graph_replay_numpy
 from batchfuzz.reference import pad_graph_replay as oracle
-from batchfuzz.registry import Contract, ErrorInput, Property, Target
+from batchfuzz.registry import CHOICE, SAFETY, Contract, ErrorInput, Property, Target
 from batchfuzz.strategies import pad_graph_replay as strategies
 
 ARGUMENTS = oracle.ARGUMENTS
@@ -99,15 +99,17 @@ def _matches_oracle(target: Target, case: Case) -> None:
 
 # The size first, the real rows, then each padded buffer, the exact answer last: a release matrix reports the first that fails.
 PROPERTIES = (
-    Property("size_fits", "bs is a captured size and bs >= R", _size_fits),
-    Property("size_smallest", "no captured size c with R <= c < bs (bisect_left over capture_bs)", _size_smallest),
-    Property("real_rows_copied", "seq_lens[:R], positions[:R*T] and out_cache_loc[:R*T] are the step's rows", _real_rows_copied),
+    Property("size_fits", "bs is a captured size and bs >= R", _size_fits, label=SAFETY),
+    Property("size_smallest", "no captured size c with R <= c < bs (bisect_left over capture_bs)", _size_smallest, label=CHOICE),
+    Property("real_rows_copied", "seq_lens[:R], positions[:R*T] and out_cache_loc[:R*T] are the step's rows", _real_rows_copied,
+             label=SAFETY),
     Property("padded_seq_lens_filled", "seq_lens[R:bs] == seq_len_fill_value, over any stale buffer",
-             _padded("seq_lens", "seq_len_fill_value")),
-    Property("padded_out_cache_loc_zeroed", "out_cache_loc[R*T:bs*T] == 0, over any stale buffer", _padded("out_cache_loc", None)),
-    Property("padded_positions_zeroed", "positions[R*T:bs*T] == 0, over any stale buffer", _padded("positions", None)),
+             _padded("seq_lens", "seq_len_fill_value"), label=SAFETY),
+    Property("padded_out_cache_loc_zeroed", "out_cache_loc[R*T:bs*T] == 0, over any stale buffer", _padded("out_cache_loc", None),
+             label=SAFETY),
+    Property("padded_positions_zeroed", "positions[R*T:bs*T] == 0, over any stale buffer", _padded("positions", None), label=SAFETY),
     inputs_unchanged(ARGUMENTS, writes=BUFFERS),
-    Property("matches_oracle", "(bs, seq_lens, positions, out_cache_loc) of the rule, exactly", _matches_oracle),
+    Property("matches_oracle", "(bs, seq_lens, positions, out_cache_loc) of the rule, exactly", _matches_oracle, label=CHOICE),
 )
 
 IMPLEMENTATIONS = (

@@ -25,7 +25,7 @@ from batchfuzz.contracts._inputs import inputs_unchanged
 from batchfuzz.contracts.pad_query_start_loc_variants import VARIANTS
 from batchfuzz.impl import pad_query_start_loc_numpy
 from batchfuzz.reference import pad_query_start_loc as oracle
-from batchfuzz.registry import Contract, ErrorInput, Property, Target
+from batchfuzz.registry import SAFETY, Contract, ErrorInput, Property, Target
 from batchfuzz.strategies import pad_query_start_loc as strategies
 
 
@@ -197,19 +197,19 @@ def check_query_start_loc(result: Any, num_scheduled_tokens: Any, num_reqs_padde
 
 PROPERTIES = (
     Property("matches_oracle", "q[0] = 0; q[i+1] = q[i] + nst[i] for i < R; q[j] = sum(nst) for R < j <= P (fresh and into a stale out)",
-             _each(_matches_oracle)),
-    Property("starts_at_zero", "q[0] == 0", _each(_starts_at_zero)),
-    Property("non_decreasing", "q is non-decreasing", _each(_non_decreasing)),
-    Property("diff_real_is_num_scheduled_tokens", "diff(q)[:R] == nst", _each(_diff_real)),
-    Property("diff_padding_is_zero", "diff(q)[R:] == 0 (padded slots are empty)", _each(_diff_padding)),
-    Property("last_is_total", "q[P] == sum(nst)", _each(_last_is_total)),
+             _each(_matches_oracle), label=SAFETY),
+    Property("starts_at_zero", "q[0] == 0", _each(_starts_at_zero), label=SAFETY),
+    Property("non_decreasing", "q is non-decreasing", _each(_non_decreasing), label=SAFETY),
+    Property("diff_real_is_num_scheduled_tokens", "diff(q)[:R] == nst", _each(_diff_real), label=SAFETY),
+    Property("diff_padding_is_zero", "diff(q)[R:] == 0 (padded slots are empty)", _each(_diff_padding), label=SAFETY),
+    Property("last_is_total", "q[P] == sum(nst)", _each(_last_is_total), label=SAFETY),
     Property("token_map_numpy", "np.repeat(arange(P), diff(q)) exists, has sum(nst) entries, is non-decreasing, "
-             "sends each token to its owner", _each(_token_map_numpy)),
+             "sends each token to its owner", _each(_token_map_numpy), label=SAFETY),
     Property("token_map_torch", "torch.repeat_interleave(arange(P), diff(q)) exists, has sum(nst) entries, is non-decreasing, "
-             "sends each token to its owner", _each(_token_map_torch)),
-    Property("out_form", "with out: writes out[:P+1], leaves out[P+1:] untouched, returns out[:P+1]", _out_form),
+             "sends each token to its owner", _each(_token_map_torch), label=SAFETY),
+    Property("out_form", "with out: writes out[:P+1], leaves out[P+1:] untouched, returns out[:P+1]", _out_form, label=SAFETY),
     Property("persistent_buffer", "one buffer over a sequence of steps: after each, buffer[:P+1] obeys the contract "
-             "whatever earlier steps left", _persistent_buffer),
+             "whatever earlier steps left", _persistent_buffer, label=SAFETY),
     inputs_unchanged(("num_scheduled_tokens", "num_reqs_padded")),
 )
 

@@ -16,7 +16,7 @@ from batchfuzz.contracts.slice_ubatch_metadata_variants import VARIANTS
 from batchfuzz.impl import slice_ubatch_metadata_numpy
 from batchfuzz.reference import slice_ubatch_metadata as oracle
 from batchfuzz.reference.slice_ubatch_metadata import METADATA_FIELDS, UbatchMetadata
-from batchfuzz.registry import Contract, ErrorInput, Property, Target
+from batchfuzz.registry import SAFETY, Contract, ErrorInput, Property, Target
 from batchfuzz.strategies import slice_ubatch_metadata as strategies
 
 register_dataclass(UbatchMetadata)
@@ -170,19 +170,19 @@ def _max_query_len(target: Target, case: Case) -> None:
 
 
 PROPERTIES = (
-    Property("matches_oracle", "every microbatch's metadata equals the oracle's", _matches_oracle),
+    Property("matches_oracle", "every microbatch's metadata equals the oracle's", _matches_oracle, label=SAFETY),
     Property("query_start_loc_rebased", "each query_start_loc has re - rs + 1 entries, starts at 0, is non-decreasing",
-             _rebased),
+             _rebased, label=SAFETY),
     Property("tokens_conserved", "a microbatch's requests have exactly its real tokens, each its own part; per request, "
-             "the parts sum to nst", _conserved),
+             "the parts sum to nst", _conserved, label=SAFETY),
     Property("continuation_computed", "num_computed_tokens = seq_len - query_len = c plus the tokens earlier microbatches "
-             "ran (a straddler's continuation included)", _continuation),
+             "ran (a straddler's continuation included)", _continuation, label=SAFETY),
     Property("seq_lens_follow_requests", "seq_len = the step's seq_len less the tokens past the microbatch's end (padded: 0)",
-             _seq_lens),
-    Property("positions_follow_tokens", "positions are the step's positions[ts:te]", _positions),
-    Property("block_table_rows_follow", "block-table rows are the step's rows [rs, re)", _block_rows),
+             _seq_lens, label=SAFETY),
+    Property("positions_follow_tokens", "positions are the step's positions[ts:te]", _positions, label=SAFETY),
+    Property("block_table_rows_follow", "block-table rows are the step's rows [rs, re)", _block_rows, label=SAFETY),
     Property("max_query_len_right", "max_query_len is the microbatch's longest query (0 when it holds no real token)",
-             _max_query_len),
+             _max_query_len, label=SAFETY),
     inputs_unchanged(ARGUMENTS),
 )
 

@@ -12,7 +12,7 @@ from batchfuzz.contracts.spec_decode_metadata_variants import VARIANTS
 from batchfuzz.impl import spec_decode_metadata_numpy
 from batchfuzz.reference import spec_decode_metadata as oracle
 from batchfuzz.reference.spec_decode_metadata import SpecDecodeIndices
-from batchfuzz.registry import Contract, ErrorInput, Property, Target
+from batchfuzz.registry import SAFETY, Contract, ErrorInput, Property, Target
 from batchfuzz.strategies import spec_decode_metadata as strategies
 
 register_dataclass(SpecDecodeIndices)
@@ -90,12 +90,12 @@ def _draft_positions(target: Target, case: Case) -> None:
 
 
 PROPERTIES = (
-    Property("matches_oracle", "every index list equals the concatenated aranges of the oracle", _matches_oracle),
-    Property("target_and_bonus_partition", "target and bonus indices partition the sum(d + 1) logits", _partition),
-    Property("logits_are_last_positions", "request i's logits sit at its last 1 + d[i] token positions", _last_positions),
-    Property("bonus_is_last_token", "request i's bonus index reads its last token", _bonus),
-    Property("cumulative_counts", "cu_num_draft_tokens = cumsum(d), cu_num_sampled_tokens = cumsum(d + 1)", _cumulative),
-    Property("draft_token_positions", "the draft tokens are each request's last d[i] tokens", _draft_positions),
+    Property("matches_oracle", "every index list equals the concatenated aranges of the oracle", _matches_oracle, label=SAFETY),
+    Property("target_and_bonus_partition", "target and bonus indices partition the sum(d + 1) logits", _partition, label=SAFETY),
+    Property("logits_are_last_positions", "request i's logits sit at its last 1 + d[i] token positions", _last_positions, label=SAFETY),
+    Property("bonus_is_last_token", "request i's bonus index reads its last token", _bonus, label=SAFETY),
+    Property("cumulative_counts", "cu_num_draft_tokens = cumsum(d), cu_num_sampled_tokens = cumsum(d + 1)", _cumulative, label=SAFETY),
+    Property("draft_token_positions", "the draft tokens are each request's last d[i] tokens", _draft_positions, label=SAFETY),
 )
 
 IMPLEMENTATIONS = (

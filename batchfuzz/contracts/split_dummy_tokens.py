@@ -16,7 +16,7 @@ from batchfuzz.contracts.split_dummy_tokens_variants import VARIANTS
 from batchfuzz.impl import split_dummy_tokens_numpy
 from batchfuzz.reference import split_dummy_tokens as oracle
 from batchfuzz.reference._args import ceil_div
-from batchfuzz.registry import Contract, ErrorInput, Property, Target
+from batchfuzz.registry import CHOICE, SAFETY, Contract, ErrorInput, Property, Target
 from batchfuzz.strategies import split_dummy_tokens as strategies
 
 
@@ -117,15 +117,15 @@ def _attention_in_bounds(target: Target, case: Case) -> None:
 
 
 PROPERTIES = (
-    Property("matches_oracle", "n[i] = N // R + (1 if i >= R - N % R else 0)", _matches_oracle),
-    Property("sum_is_num_tokens", "sum(n) == N", _sum),
-    Property("max_is_ceil", "max(n) == ceil(N / R)", _max),
-    Property("min_is_floor", "min(n) == N // R", _min),
-    Property("non_decreasing", "non-decreasing (the extra tokens sit at the tail)", _sorted),
-    Property("every_request_has_a_token", "every n[i] >= 1", _positive),
-    Property("within_max_model_len", "for any max_model_len L with N <= R * L, max(n) <= L", _max_model_len),
+    Property("matches_oracle", "n[i] = N // R + (1 if i >= R - N % R else 0)", _matches_oracle, label=CHOICE),
+    Property("sum_is_num_tokens", "sum(n) == N", _sum, label=SAFETY),
+    Property("max_is_ceil", "max(n) == ceil(N / R)", _max, label=SAFETY),
+    Property("min_is_floor", "min(n) == N // R", _min, label=CHOICE),
+    Property("non_decreasing", "non-decreasing (the extra tokens sit at the tail)", _sorted, label=CHOICE),
+    Property("every_request_has_a_token", "every n[i] >= 1", _positive, label=SAFETY),
+    Property("within_max_model_len", "for any max_model_len L with N <= R * L, max(n) <= L", _max_model_len, label=SAFETY),
     Property("dummy_attention_in_bounds", "attention on the dummy batch reads only each request's own block-table row "
-             "(consequence of max(n) <= max_model_len; the shipped crash)", _attention_in_bounds),
+             "(consequence of max(n) <= max_model_len; the shipped crash)", _attention_in_bounds, label=SAFETY),
 )
 
 

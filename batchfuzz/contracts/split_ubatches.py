@@ -14,7 +14,7 @@ from batchfuzz.contracts._inputs import inputs_unchanged
 from batchfuzz.contracts.split_ubatches_variants import VARIANTS
 from batchfuzz.impl import split_ubatches_numpy
 from batchfuzz.reference import split_ubatches as oracle
-from batchfuzz.registry import Contract, ErrorInput, Property, Target
+from batchfuzz.registry import CHOICE, SAFETY, Contract, ErrorInput, Property, Target
 from batchfuzz.strategies import split_ubatches as strategies
 from batchfuzz.strategies._steps import ENGINE_STEPS
 
@@ -167,15 +167,15 @@ def _straddlers(target: Target, case: Case) -> None:
 
 
 PROPERTIES = (
-    Property("matches_oracle", "the split equals the oracle's, refusal included", _matches_oracle),
-    Property("refusal_rule", "None iff (Np // n) * (n - 1) >= sum(nst)", _refusal),
-    Property("tokens_partition_padded", "token ranges partition [0, Np) in order", _partition),
-    Property("equal_sizes", "ubatches 0 .. n-2 cover [k*s, (k+1)*s) with s = Np // n", _equal_sizes),
-    Property("last_ubatch_has_real_token", "the last ubatch holds a real token", _last_has_real_token),
+    Property("matches_oracle", "the split equals the oracle's, refusal included", _matches_oracle, label=CHOICE),
+    Property("refusal_rule", "None iff (Np // n) * (n - 1) >= sum(nst)", _refusal, label=CHOICE),
+    Property("tokens_partition_padded", "token ranges partition [0, Np) in order", _partition, label=SAFETY),
+    Property("equal_sizes", "ubatches 0 .. n-2 cover [k*s, (k+1)*s) with s = Np // n", _equal_sizes, label=SAFETY),
+    Property("last_ubatch_has_real_token", "the last ubatch holds a real token", _last_has_real_token, label=SAFETY),
     Property("request_ranges_exact", "a ubatch's requests are exactly the owners of its real tokens (last: up to Rp)",
-             _request_ranges),
-    Property("per_request_token_counts", "per-request token counts summed over ubatches equal nst", _per_request_counts),
-    Property("straddlers_in_both", "a request crossing a split point belongs to both neighbouring ubatches", _straddlers),
+             _request_ranges, label=SAFETY),
+    Property("per_request_token_counts", "per-request token counts summed over ubatches equal nst", _per_request_counts, label=SAFETY),
+    Property("straddlers_in_both", "a request crossing a split point belongs to both neighbouring ubatches", _straddlers, label=SAFETY),
     inputs_unchanged(("num_scheduled_tokens", "num_tokens_padded", "num_reqs_padded", "num_ubatches")),
 )
 

@@ -11,7 +11,7 @@ from batchfuzz.contracts.split_ubatches import decode_slices
 from batchfuzz.contracts.split_uniform_ubatches_variants import VARIANTS
 from batchfuzz.impl import split_uniform_ubatches_numpy
 from batchfuzz.reference import split_uniform_ubatches as oracle
-from batchfuzz.registry import Contract, ErrorInput, Property, Target
+from batchfuzz.registry import CHOICE, SAFETY, Contract, ErrorInput, Property, Target
 from batchfuzz.strategies import split_uniform_ubatches as strategies
 
 ARGUMENTS = oracle.ARGUMENTS
@@ -72,13 +72,13 @@ def _matches_oracle(target: Target, case: Case) -> None:
 
 
 PROPERTIES = (
-    Property("tokens_partition_padded", "token ranges partition [0, Np) in order", _partition),
-    Property("cuts_on_request_boundaries", "every cut is a multiple of q", _boundaries),
-    Property("equal_whole_request_shares", "ubatches 0 .. n-2 hold q * (Np // (q n)) tokens", _shares),
-    Property("first_ubatch_has_real_token", "the first ubatch holds a real token", _first_real),
+    Property("tokens_partition_padded", "token ranges partition [0, Np) in order", _partition, label=SAFETY),
+    Property("cuts_on_request_boundaries", "every cut is a multiple of q", _boundaries, label=SAFETY),
+    Property("equal_whole_request_shares", "ubatches 0 .. n-2 hold q * (Np // (q n)) tokens", _shares, label=CHOICE),
+    Property("first_ubatch_has_real_token", "the first ubatch holds a real token", _first_real, label=SAFETY),
     Property("request_ranges_hold_owners", "each ubatch's requests, non-empty within [0, Rp], hold its tokens' owners",
-             _owners),
-    Property("matches_oracle", "the token ranges equal the oracle's", _matches_oracle),
+             _owners, label=SAFETY),
+    Property("matches_oracle", "the token ranges equal the oracle's", _matches_oracle, label=CHOICE),
 )
 
 IMPLEMENTATIONS = (

@@ -12,7 +12,7 @@ from batchfuzz.checks import ResultTypeError, require
 from batchfuzz.contracts.tbo_children_tokens_variants import VARIANTS
 from batchfuzz.impl import tbo_children_tokens_numpy
 from batchfuzz.reference import tbo_children_tokens as oracle
-from batchfuzz.registry import Contract, ErrorInput, Property, Target
+from batchfuzz.registry import SAFETY, Contract, ErrorInput, Property, Target
 from batchfuzz.strategies import tbo_children_tokens as strategies
 
 ARGUMENTS = oracle.ARGUMENTS
@@ -57,11 +57,11 @@ def _matches_oracle(target: Target, case: Case) -> None:
 
 
 PROPERTIES = (
-    Property("counts_fit_children", "0 <= a <= t and 0 <= b <= N - t", _fit),
-    Property("real_tokens_conserved", "a + b == M", _conserved),
+    Property("counts_fit_children", "0 <= a <= t and 0 <= b <= N - t", _fit, label=SAFETY),
+    Property("real_tokens_conserved", "a + b == M", _conserved, label=SAFETY),
     Property("padding_in_second_child", "a == min(t, M): the real tokens fill child A first, all padding is in child B",
-             _second),
-    Property("matches_oracle", "(a, b) of the rule, exactly", _matches_oracle),
+             _second, label=SAFETY),
+    Property("matches_oracle", "(a, b) of the rule, exactly", _matches_oracle, label=SAFETY),
 )
 
 IMPLEMENTATIONS = (

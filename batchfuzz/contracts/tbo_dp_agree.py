@@ -17,7 +17,7 @@ from batchfuzz.contracts.tbo_dp_agree_variants import VARIANTS
 from batchfuzz.impl import tbo_dp_agree_numpy
 from batchfuzz.reference import tbo_dp_agree as oracle
 from batchfuzz.reference.tbo_dp_agree import FORWARD_MODES, IDLE
-from batchfuzz.registry import Contract, ErrorInput, Property, Target
+from batchfuzz.registry import CHOICE, SAFETY, Contract, ErrorInput, Property, Target
 from batchfuzz.strategies import tbo_dp_agree as strategies
 
 ARGUMENTS = oracle.ARGUMENTS
@@ -88,13 +88,13 @@ def _matches_oracle(target: Target, case: Case) -> None:
 
 
 PROPERTIES = (
-    Property("ranks_agree", "every rank decides the same: overlap or not, and the same mode", _agree),
+    Property("ranks_agree", "every rank decides the same: overlap or not, and the same mode", _agree, label=SAFETY),
     Property("runs_only_if_every_rank_can", "a rank runs overlap only when it is enabled and every rank's flag is true",
-             _every_rank_can),
+             _every_rank_can, label=SAFETY),
     Property("mode_of_busy_ranks", "overlap runs in the one mode of every rank that is not idle (so not with every "
-             "rank idle); a rank without overlap has no mode", _mode),
-    Property("keeps_own_split", "a rank that runs overlap keeps its own split index", _own_split),
-    Property("matches_oracle", "every rank's (split_seq_index, forward_mode) of the rule, exactly", _matches_oracle),
+             "rank idle); a rank without overlap has no mode", _mode, label=SAFETY),
+    Property("keeps_own_split", "a rank that runs overlap keeps its own split index", _own_split, label=SAFETY),
+    Property("matches_oracle", "every rank's (split_seq_index, forward_mode) of the rule, exactly", _matches_oracle, label=CHOICE),
 )
 
 IMPLEMENTATIONS = (

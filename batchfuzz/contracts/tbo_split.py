@@ -11,7 +11,7 @@ from batchfuzz.contracts._inputs import inputs_unchanged
 from batchfuzz.contracts.tbo_split_variants import VARIANTS
 from batchfuzz.impl import tbo_split_numpy
 from batchfuzz.reference import tbo_split as oracle
-from batchfuzz.registry import Contract, ErrorInput, Property, Target
+from batchfuzz.registry import CHOICE, SAFETY, Contract, ErrorInput, Property, Target
 from batchfuzz.strategies import tbo_split as strategies
 
 ARGUMENTS = ("forward_mode", "seq_lens", "threshold")
@@ -114,18 +114,18 @@ def _matches_oracle(target: Target, case: Case) -> None:
 
 # The rule's structural properties first, the exact answer last: a release matrix reports the first that fails.
 PROPERTIES = (
-    Property("indices_in_range", "0 <= s <= R, 0 <= t <= N, and s < R in the two-chunk mode", _indices_in_range),
+    Property("indices_in_range", "0 <= s <= R, 0 <= t <= N, and s < R in the two-chunk mode", _indices_in_range, label=SAFETY),
     Property("tokens_follow_requests", "without the two-chunk mode t = P[s] (every token and request in exactly one "
-             "child); with it P[s] <= t <= P[s+1] (request s in both)", _tokens_follow_requests),
+             "child); with it P[s] <= t <= P[s+1] (request s in both)", _tokens_follow_requests, label=SAFETY),
     Property("two_chunk_only_in_extend", "the two-chunk mode only in extend steps, cutting at t = N // 2",
-             _two_chunk_only_in_extend),
+             _two_chunk_only_in_extend, label=CHOICE),
     Property("cut_request_in_both", "a two-chunk cut leaves the cut request at least one token in each child "
              "(P[s] < t < P[s+1]): child A's last extend length t - P[s] and child B's first P[s+1] - t are >= 1",
-             _cut_request_in_both),
+             _cut_request_in_both, label=CHOICE),
     Property("both_children_real", "both children hold a real token whenever the mode's splits allow it "
-             "(decode/verify: R >= 2; extend: N >= 2 with threshold > 0, or two requests with tokens)", _both_children_real),
+             "(decode/verify: R >= 2; extend: N >= 2 with threshold > 0, or two requests with tokens)", _both_children_real, label=SAFETY),
     inputs_unchanged(ARGUMENTS),
-    Property("matches_oracle", "(s, t, two_chunk) is the split of the rule, exactly", _matches_oracle),
+    Property("matches_oracle", "(s, t, two_chunk) is the split of the rule, exactly", _matches_oracle, label=CHOICE),
 )
 
 IMPLEMENTATIONS = (

@@ -115,9 +115,12 @@ def reproduction(f: Finding) -> str:
 
 def report(f: Finding, source: ReleaseSource) -> str:
     """The Markdown report of ``f`` on ``source`` (normally the finding's release)."""
-    label = {"safety": "a safety property", "choice": "a policy property: one of several answers the engine may choose, see below"}[f.label]
+    label = {"safety": "a safety property", "choice": "a documented choice: one of several safe answers, see below"}[f.label]
     rules = "\n".join(f"- {q.where} (`{q.path}`, `{q.qualname}`): \"{quote(source, q)}\"" for q in f.rule)
-    return _REPORT.format(f=f, version=source.version, label=label, rules=rules, script=reproduction(f).rstrip())
+    tracker = "" if f.tracker is None else _TRACKER.format(t=f.tracker)
+    kernel = f"\n**What the kernel does with it:** {f.kernel}\n" if f.kernel else ""
+    return _REPORT.format(f=f, version=source.version, label=label, rules=rules, script=reproduction(f).rstrip(),
+                          tracker=tracker, kernel=kernel)
 
 
 @dataclass(frozen=True)
@@ -222,6 +225,14 @@ def engine_function(relpath, qualname, namespace):
     return namespace[node.name]'''
 
 
+_TRACKER = """
+**The fix proposed upstream** ({t.url}), as a diff against the release: {t.note}
+
+```diff
+{t.diff}
+```
+"""
+
 _REPORT = """\
 # {f.engine} {version}: {f.title}
 
@@ -238,7 +249,7 @@ _REPORT = """\
 **Why it matters:** {f.matters}
 
 **Realizable:** {f.realizable}
-
+{kernel}
 **Reproduction.** Save as `reproduce.py` and run `python reproduce.py [SOURCE_ROOT]`
 (`SOURCE_ROOT`: a checkout or unpacked wheel holding `{f.package}/`; without it, the installed {f.package}).
 It fails with an `AssertionError` while the bug is there and passes once it is fixed:
@@ -252,7 +263,7 @@ It fails with an `AssertionError` while the bug is there and passes once it is f
 ```diff
 {f.fix}
 ```
-
+{tracker}
 *Found by batchfuzz (property-based checking of engines' batch metadata); the function runs from the release's
 own source, as the reproduction shows.*
 """

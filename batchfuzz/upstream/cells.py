@@ -15,6 +15,7 @@ from typing import Any
 
 from batchfuzz import matrix
 from batchfuzz.engines import ReleaseSource
+from batchfuzz.registry import CHOICE
 from batchfuzz.upstream import apply_patch
 
 
@@ -34,6 +35,12 @@ class CellChange:
         return not {self.before.split()[0], self.after.split()[0]} & {"incomplete", "error"}
 
     @property
+    def safe_after(self) -> bool:
+        """No safety property fails on the patched tree: the cell passes, or
+        fails a documented choice only (the matrix hunts safety first)."""
+        return self.after == "pass" or self.after.endswith(f"[{CHOICE}]")
+
+    @property
     def changed(self) -> bool:
         return self.conclusive and self.before != self.after
 
@@ -44,7 +51,10 @@ class CellChange:
 
 
 def _verdict(cell: matrix.Cell) -> str:
-    return f"{cell.verdict} {cell.property}" if cell.property else cell.verdict
+    """``pass``, or ``fail PROPERTY [LABEL]``, or the other verdicts as they are."""
+    if not cell.property:
+        return cell.verdict
+    return f"{cell.verdict} {cell.property} [{cell.label}]" if cell.label else f"{cell.verdict} {cell.property}"
 
 
 def _extract(source: ReleaseSource, root: Path) -> None:
