@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from batchfuzz import cli, output, registry
+from batchfuzz.commands import fuzz as fuzz_command
 from batchfuzz.fuzz import controller, corpus, report
 from batchfuzz.fuzz.job import Job, WorkItem, new_state
 from batchfuzz.fuzz.progress import Progress
@@ -166,7 +167,7 @@ def test_max_examples_runs_every_item_to_its_count(tmp_path: Path) -> None:
     """With --max-examples N every item runs exactly N examples (over as many
     slices as it takes) and the run ends when all have, passed, long before
     its ceiling of a budget."""
-    items = controller.plan(cli.build_parser().parse_args(["fuzz", "--contract", CONTRACT]))
+    items = controller.plan(fuzz_command.request(cli.build_parser().parse_args(["fuzz", "--contract", CONTRACT])))
     r = _fuzz(tmp_path, "--max-examples", str(EXAMPLES), "--budget", CEILING, "--no-database", "--contract", CONTRACT,
               timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -222,7 +223,7 @@ def test_cuda_without_a_gpu_is_a_usage_error(tmp_path: Path) -> None:
 
 
 def _plan(*argv: str) -> list[WorkItem]:
-    return controller.plan(cli.build_parser().parse_args(["fuzz", *argv]))
+    return controller.plan(fuzz_command.request(cli.build_parser().parse_args(["fuzz", *argv])))
 
 
 def test_plan_covers_every_contract_property_and_filters_by_glob(planted: Path) -> None:

@@ -52,7 +52,7 @@ NOT_RUN = ("pad_query_start_loc", "impl:torch.graph@cpu")  # its last property n
 def _plan(*extra: str, planted: bool = True) -> list[WorkItem]:
     """The work items ``batchfuzz fuzz [--target CONTRACT=PLANTED] EXTRA...`` plans (cpu)."""
     argv = ["fuzz", *(["--target", f"{CONTRACT}={PLANTED}"] if planted else []), *extra]
-    return controller.plan(cli.build_parser().parse_args(argv))
+    return controller.plan(fuzz_command.request(cli.build_parser().parse_args(argv)))
 
 
 def _failure(item: WorkItem) -> dict[str, Any]:
@@ -680,7 +680,7 @@ def test_the_nightly_workflow_shards_merges_and_keeps_the_database() -> None:
         args = parser.parse_args(argv[1:])  # the real parser: every flag exists and every value parses
         assert args.func is fuzz_command.run and args.shard == (k, n) and args.seed == 123 and args.profile == "nightly"
         assert args.database == default_url.group(1) and args.report == "reports/nightly" and args.workers == 2
-        planned.append({i.shard_key for i in controller.plan(args)})
+        planned.append({i.shard_key for i in controller.plan(fuzz_command.request(args))})
     everything = {i.shard_key for i in _plan("--profile", "nightly", planted=False)}  # the workflow's profile
     assert set().union(*planned) == everything and sum(map(len, planned)) == len(everything)  # the N shards partition the plan
 

@@ -31,6 +31,7 @@ from typing import Any
 
 from batchfuzz import profiles
 from batchfuzz.commands import _options
+from batchfuzz.fuzz.request import FuzzRequest
 from batchfuzz.fuzz.settings import CORPUS_ENV_VAR, DEFAULT_BUDGET_S, DEFAULT_CORPUS, DEFAULT_REPORT, GRACE_S, MIN_SLICE_S, STARTUP_S
 from batchfuzz.usage import positive_int
 
@@ -100,7 +101,18 @@ def register(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
+def request(args: argparse.Namespace) -> FuzzRequest:
+    """The parsed options as the job's :class:`~batchfuzz.fuzz.request.FuzzRequest` (built once, validated)."""
+    return FuzzRequest(
+        budget_s=args.budget, workers=args.workers, max_examples=args.max_examples, profile=args.profile,
+        contracts=tuple(args.contract or ()), impls=tuple(args.impl or ()), properties=tuple(args.property or ()),
+        targets=tuple(args.target), domain=args.domain, steps=args.steps, device=args.device, seed=args.seed,
+        database=args.database, no_database=args.no_database, shard=args.shard, report=args.report, corpus=args.corpus,
+        isolate=not args.no_isolation, timeout_s=args.timeout, history=tuple(args.history), progress=args.progress,
+        started=getattr(args, "started", None))
+
+
 def run(args: argparse.Namespace) -> int:
     from batchfuzz.fuzz import controller
 
-    return controller.exit_code(controller.run(args))
+    return controller.exit_code(controller.run(request(args)))
