@@ -34,6 +34,7 @@ from batchfuzz.fuzz.job import (
     READY,
     RUNNING,
     WAITING,
+    ItemState,
     Job,
     WorkItem,
     job_process_main,
@@ -453,9 +454,8 @@ class _Scheduler:
 
     def finish_slice(self, number: int, index: int, status: str, startup_s: float = 0.0) -> None:
         self.busy.pop(number, None)
-        s = read_item(self.job, self.job.items[index])
-        self.timeline.setdefault(index, []).append(
-            [round(time.time() - self.started, 2), int(s.get("examples", 0)), round(float(s.get("seconds", 0.0)), 3)])
+        s = read_state(self.job, self.job.items[index])
+        self.timeline.setdefault(index, []).append([round(time.time() - self.started, 2), s.examples, round(s.seconds, 3)])
         sent, length = self.sent.pop(number, (math.nan, math.inf))
         self.uncharge(startup_s)
         if status not in FINAL and math.isfinite(length):
@@ -472,10 +472,11 @@ class _Scheduler:
         conn.close()
         if index is not None:
             item = self.job.items[index]
-            state = read_item(self.job, item)
-            state.update(status="error", error={"type": "JobProcessDied", "traceback": "",
-                                                "message": f"the job process died (exit {proc.exitcode}) while fuzzing "
-                                                           f"this item; the target may have crashed it (--no-isolation?)"})
+            state = read_state(self.job, item)
+            state.status = "error"
+            state.error = {"type": "JobProcessDied", "traceback": "",
+                           "message": f"the job process died (exit {proc.exitcode}) while fuzzing this item; the target "
+                                      f"may have crashed it (--no-isolation?)"}
             write_state(self.job, item, state, final=True)
             if index in self.live:
                 self.live.remove(index)
@@ -534,8 +535,8 @@ class _Scheduler:
                 proc.join(5)
             if number in self.busy:
                 item = self.job.items[self.busy[number]]
-                state = read_item(self.job, item)
-                state.update(status="interrupted", reason="stopped after the deadline while still busy")
+                state = read_state(self.job, item)
+                state.status, state.reason = "interrupted", "stopped after the deadline while still busy"
                 write_state(self.job, item, state, final=True)
             conn.close()
 
@@ -545,10 +546,6 @@ def settings_derandomized(job: Job) -> bool:
 
     profiles.register_profiles()
     return bool(settings.get_profile(job.profile).derandomize)
-
-
-def read_item(job: Job, item: WorkItem) -> dict[str, Any]:
-    return read_state(job, item)
 
 
 @dataclass(frozen=True)
@@ -902,17 +899,16 @@ def _finish(job: Job, scheduler: Any, out: TextIO, started: float) -> End:
     partial = scheduler.stop_reason is not None
     signum = scheduler.signum if partial and scheduler.signum else None
     states, short = _final_states(job, partial)
-    finished = time.time()
     lost = database_losses(job)
     notes = list(job.extra.get("notes") or []) + [f"the shared example database was lost mid-run: {m}" for m in lost]
     if short:
         notes.append(f"incomplete: {len(short)} of {len(job.items)} items ran fewer than the {job.max_examples} examples of "
                      f"--max-examples before the budget ended: " + ", ".join(short[:20]) + (" ..." if len(short) > 20 else ""))
-    summary = report.build_summary(job, states, started=started, finished=finished, partial=partial,
-                                   interrupted_by=scheduler.stop_reason if partial else None, notes=notes,
-                                   # not charged to the budget: before the clock, and the targets' start-up in slices
-                                   startup_seconds=getattr(scheduler, "startup_s", 0.0) + getattr(scheduler, "uncharged_s", 0.0),
-                                   database_lost=lost, timeline=getattr(scheduler, "timeline", None))
+    summary = report.build_summary(job, states, report.RunEnd(
+        started=started, finished=time.time(), partial=partial, interrupted_by=scheduler.stop_reason if partial else None,
+        notes=tuple(notes), database_lost=tuple(lost), timeline=getattr(scheduler, "timeline", None) or {},
+        # not charged to the budget: before the clock, and the targets' start-up in slices
+        startup_seconds=getattr(scheduler, "startup_s", 0.0) + getattr(scheduler, "uncharged_s", 0.0)))
     if short and summary["status"] == "passed":  # --max-examples asked for examples, not seconds: short of them is incomplete
         summary["status"] = "incomplete"
     try:
@@ -929,7 +925,7 @@ def _finish(job: Job, scheduler: Any, out: TextIO, started: float) -> End:
     return End(status=summary["status"], failed=bool(summary["failures"] or summary["errors"]), signum=signum)
 
 
-def _final_states(job: Job, partial: bool) -> tuple[dict[int, dict[str, Any]], list[str]]:
+def _final_states(job: Job, partial: bool) -> tuple[dict[int, ItemState], list[str]]:
     """Every item's final word (what never ran, or was left between slices,
     gets one), written; and with ``max_examples`` the items the budget ended
     before they had their examples."""
@@ -937,19 +933,19 @@ def _final_states(job: Job, partial: bool) -> tuple[dict[int, dict[str, Any]], l
     short: list[str] = []
     for item in job.items:
         s = states.get(item.index) or new_state(item)
-        if s.get("status") == WAITING:
-            s.update(status="not run", reason="interrupted before it started" if partial else
-                     "the budget ended before it started")
-        elif s.get("status") in (IDLE, RUNNING):
+        if s.status == WAITING:
+            s.status = "not run"
+            s.reason = "interrupted before it started" if partial else "the budget ended before it started"
+        elif s.status in (IDLE, RUNNING):
             if partial:
-                s["status"] = "interrupted"
-            elif int(s.get("examples", 0)) == 0:  # its slices went to start-up: nothing was checked
-                s.update(status="not run", reason="its slices ended before its first example")
+                s.status = "interrupted"
+            elif s.examples == 0:  # its slices went to start-up: nothing was checked
+                s.status, s.reason = "not run", "its slices ended before its first example"
             else:
-                s["status"] = "passed"
-                if job.max_examples is not None and int(s["examples"]) < job.max_examples:
-                    s["reason"] = f"the budget ended after {s['examples']} of its {job.max_examples} examples (--max-examples)"
-                    short.append(f"{item.contract}/{item.name}/{item.property} ({s['examples']})")
+                s.status = "passed"
+                if job.max_examples is not None and s.examples < job.max_examples:
+                    s.reason = f"the budget ended after {s.examples} of its {job.max_examples} examples (--max-examples)"
+                    short.append(f"{item.contract}/{item.name}/{item.property} ({s.examples})")
         states[item.index] = s
         write_state(job, item, s, final=True)
     return states, short
