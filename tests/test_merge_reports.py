@@ -95,7 +95,7 @@ def _summary(items: list[WorkItem], *, seed: int = 5, clean: bool = False, parti
              shard: dict[str, Any] | None = None) -> dict[str, Any]:
     """``build_summary`` of a run of ``items`` (``partial``: stopped by SIGTERM, every item interrupted)."""
     job = Job(items=items, report_dir="unused", corpus_dir="corpus", database=None, profile="nightly", seed=seed, workers=1,
-              budget_s=60.0, deadline=STARTED + 60.0, extra={"shard": shard, "replay_command": "batchfuzz fuzz ..."})
+              budget_s=60.0, deadline=STARTED + 60.0, shard=shard, replay_command="batchfuzz fuzz ...")
     states = {it.index: _state(it, clean=clean, interrupted=partial) for it in items}
     return report.build_summary(job, states, report.RunEnd(started=STARTED, finished=STARTED + 60.0, partial=partial,
                                                            interrupted_by="SIGTERM received" if partial else None))

@@ -802,8 +802,8 @@ def _new_job(start: _Start, database: str | None) -> Job:
                database=database, profile=request.profile, seed=seed, workers=start.workers, budget_s=request.budget_s,
                deadline=request.started + request.budget_s, isolate=request.isolate, example_timeout_s=request.timeout_s,
                max_examples=request.max_examples,
-               extra={"replay_command": request.replay_command(seed), "shard": _shard_record(request),
-                      "notes": start.notes, "history": start.history})
+               replay_command=request.replay_command(seed), shard=_shard_record(request), notes=start.notes,
+               history=start.history)
 
 
 def _interrupted_at_start(request: FuzzRequest, signum: int, job: Job | None, out: TextIO) -> End:
@@ -820,8 +820,7 @@ def _interrupted_at_start(request: FuzzRequest, signum: int, job: Job | None, ou
             job = Job(items=items, report_dir=str(Path(request.report).absolute()), corpus_dir=_corpus_dir(request),
                       database=None, profile=request.profile, seed=request.seed if request.seed is not None else 0,
                       workers=request.workers or 1, budget_s=budget, deadline=request.started + budget,
-                      isolate=request.isolate, example_timeout_s=request.timeout_s,
-                      extra={"replay_command": "", "shard": None, "notes": []})
+                      isolate=request.isolate, example_timeout_s=request.timeout_s)
             for item in items:
                 write_state(job, item, new_state(item))
         return finish(job, _StartStop(signum), out, request.started)
@@ -900,7 +899,7 @@ def _finish(job: Job, scheduler: Any, out: TextIO, started: float) -> End:
     signum = scheduler.signum if partial and scheduler.signum else None
     states, short = _final_states(job, partial)
     lost = database_losses(job)
-    notes = list(job.extra.get("notes") or []) + [f"the shared example database was lost mid-run: {m}" for m in lost]
+    notes = list(job.notes) + [f"the shared example database was lost mid-run: {m}" for m in lost]
     if short:
         notes.append(f"incomplete: {len(short)} of {len(job.items)} items ran fewer than the {job.max_examples} examples of "
                      f"--max-examples before the budget ended: " + ", ".join(short[:20]) + (" ..." if len(short) > 20 else ""))
@@ -912,7 +911,7 @@ def _finish(job: Job, scheduler: Any, out: TextIO, started: float) -> End:
     if short and summary["status"] == "passed":  # --max-examples asked for examples, not seconds: short of them is incomplete
         summary["status"] = "incomplete"
     try:
-        paths = report.write_reports(job.report_dir, summary, history=job.extra.get("history") or ())
+        paths = report.write_reports(job.report_dir, summary, history=job.history)
     except OSError as exc:  # a full disk, a file-size limit: the corpus and the database are written apart, atomically
         out.write(f"batchfuzz: error: cannot write the reports to {job.report_dir}: {exc.strerror or exc} "
                   f"({type(exc).__name__}, errno {exc.errno}); the corpus ({job.corpus_dir}) and the example database "
@@ -975,5 +974,5 @@ def _summary_text(job: Job, summary: dict[str, Any], paths: list[Path], partial:
     lines += [f"\nERROR {e['contract']} {e['implementation']}: {e['type']}: {e['message']}\n" for e in summary["errors"]]
     lines += [f"note: {n}\n" for n in summary["notes"]]
     lines.append(f"reports: {', '.join(str(p) for p in paths)}" + (" (PARTIAL)" if partial else "") + "\n")
-    lines.append(f"rerun with the same seed: {job.extra.get('replay_command')}\n")
+    lines.append(f"rerun with the same seed: {job.replay_command}\n")
     return "".join(lines)

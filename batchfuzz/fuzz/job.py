@@ -97,7 +97,10 @@ class Job:
     labels: bool = True
     # --max-examples: the examples an item runs in all, over its slices (None: as many as its slices' time allows).
     max_examples: int | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    replay_command: str = ""  # the command line that reruns the job (printed, and in summary.json)
+    shard: dict[str, Any] | None = None  # summary.json's shard: {index, count, plan}
+    notes: list[str] = field(default_factory=list)  # said at start and in summary.json
+    history: list[Any] = field(default_factory=list)  # earlier nights' summaries, for index.html
 
     @property
     def run_dir(self) -> Path:

@@ -296,8 +296,8 @@ def _run_report(job: Job, tally: _Tally, end: RunEnd, notes: list[str], found: l
         finished=_iso(end.finished), wall_seconds=round(wall, 3), startup_seconds=round(end.startup_seconds, 3),
         budget_seconds=job.budget_s, database_lost=list(end.database_lost), profile=job.profile, seed=job.seed,
         workers=job.workers, isolated=job.isolate, device=job.items[0].device if job.items else None,
-        database=job.shown_database, corpus=job.corpus_dir, shard=job.extra.get("shard"),
-        replay_command=job.extra.get("replay_command"), versions=versions(),
+        database=job.shown_database, corpus=job.corpus_dir, shard=job.shard,
+        replay_command=job.replay_command, versions=versions(),
         host={"platform": machine["platform"], "cpus": machine["cpu_count"]},
         totals=Totals(
             examples=examples, failures=len(tally.failures), origins=len(found),
