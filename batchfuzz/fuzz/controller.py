@@ -100,9 +100,9 @@ def plan(request: FuzzRequest) -> list[WorkItem]:
     """The run's work items, numbered in plan order: the user's targets first,
     then every implementation in section order, then the items outside the
     contracts (:func:`_extra_items`); raises UsageError on a bad filter or target."""
-    extra = _extra_items(request)
-    contracts = _selected_contracts(request, extra)
-    pairs = _filter_impls(request, _user_pairs(request, contracts) + _impl_pairs(request, contracts), extra)
+    every, extra = registry.contracts(), _extra_items(request)  # the registry, looked up once
+    contracts = _selected_contracts(request, every, extra)
+    pairs = _filter_impls(request, _user_pairs(request, every, contracts) + _impl_pairs(request, contracts), extra)
     items = [WorkItem(0, p.contract.name, p.target, request.device, prop.name, p.domain)
              for p in pairs for prop in p.contract.properties] + extra
     items = _filter_properties(request, items)
@@ -122,13 +122,13 @@ def _extra_items(request: FuzzRequest) -> list[WorkItem]:
     return [WorkItem(0, engine_steps.CONFORMANCE_SUBJECT, engine_steps.CONFORMANCE_AGAINST, "cpu", engine_steps.CONFORMANCE)]
 
 
-def _selected_contracts(request: FuzzRequest, extra: list[WorkItem]) -> list[registry.Contract]:
-    """The registry's contracts ``--contract`` selects (every one without it); a
+def _selected_contracts(request: FuzzRequest, every: list[registry.Contract],
+                        extra: list[WorkItem]) -> list[registry.Contract]:
+    """The contracts ``--contract`` selects of ``every`` (all without it); a
     pattern matching nothing, not even an extra item, is a usage error."""
-    contracts = registry.contracts()
     if not request.contracts:
-        return contracts
-    names = [c.name for c in contracts]
+        return every
+    names = [c.name for c in every]
     for pat in request.contracts:
         if any(_match(n, [pat]) for n in names) or any(_match(i.contract, [pat]) for i in extra):
             continue
@@ -136,7 +136,7 @@ def _selected_contracts(request: FuzzRequest, extra: list[WorkItem]) -> list[reg
         if skipped and _match(engine_steps.CONFORMANCE_SUBJECT, [pat]):
             raise UsageError(f"--contract {pat!r} matches only the conformance item, and it is {skipped}")
         raise UsageError(f"--contract {pat!r} matches no contract; known: {', '.join(names)}")
-    return [c for c in contracts if _match(c.name, request.contracts)]
+    return [c for c in every if _match(c.name, request.contracts)]
 
 
 def _steps_domains(request: FuzzRequest, contracts: list[registry.Contract]) -> dict[str, str | None]:
@@ -149,11 +149,11 @@ def _steps_domains(request: FuzzRequest, contracts: list[registry.Contract]) -> 
         raise UsageError(str(exc)) from None
 
 
-def _user_pairs(request: FuzzRequest, contracts: list[registry.Contract]) -> list[_Pair]:
+def _user_pairs(request: FuzzRequest, every: list[registry.Contract], contracts: list[registry.Contract]) -> list[_Pair]:
     """The ``--target`` functions (what the user runs the job for), checked against the selected contracts."""
     by_name = {c.name: c for c in contracts}
     fed = _steps_domains(request, contracts)
-    names = [c.name for c in registry.contracts()]
+    names = [c.name for c in every]
     pairs = []
     for cname, spec in request.targets:
         if cname not in names:
