@@ -439,13 +439,14 @@ def test_a_redis_url_in_the_environment_is_the_fuzz_jobs_database_with_a_local_d
         tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """``BATCHFUZZ_DATABASE=redis://...`` is what ``fuzz`` opens; the local copy (and the
     profiles' directory database) stays a directory, not a folder named ``redis:``."""
-    from batchfuzz import cli, profiles
+    from batchfuzz import profiles
     from batchfuzz.fuzz import controller
+    from batchfuzz.fuzz.request import FuzzRequest
 
     monkeypatch.setenv(profiles.DATABASE_ENV_VAR, redis_url)
     monkeypatch.chdir(tmp_path)
     assert profiles.database_path() == profiles.DEFAULT_DATABASE
-    assert controller._database(cli.build_parser().parse_args(["fuzz", "--profile", "nightly"])) == redis_url
+    assert controller._database(FuzzRequest(profile="nightly")) == redis_url
     monkeypatch.setenv(profiles.DATABASE_ENV_VAR, str(tmp_path / "dir"))
     assert profiles.database_path() == str(tmp_path / "dir")
 

@@ -184,6 +184,7 @@ def test_steps_engine_is_a_usage_error_for_a_contract_without_scheduled_steps(ca
 
 def test_steps_name_each_contracts_own_domain_in_check_and_fuzz() -> None:
     from batchfuzz import cli
+    from batchfuzz.commands import fuzz as fuzz_command
     from batchfuzz.fuzz import controller
 
     for name, source, domain in (("find_conflicts", "model", "engine"), ("allow_microbatching", "model", "engine"),
@@ -193,7 +194,7 @@ def test_steps_name_each_contracts_own_domain_in_check_and_fuzz() -> None:
                 engine_steps.steps_domain(registry.get(name), source)
             continue
         assert engine_steps.steps_domain(registry.get(name), source) == domain
-        items = controller.plan(cli.build_parser().parse_args(["fuzz", "--contract", name, "--steps", source]))
+        items = controller.plan(fuzz_command.request(cli.build_parser().parse_args(["fuzz", "--contract", name, "--steps", source])))
         assert items and {i.domain for i in items} == {domain}
 
 
@@ -294,11 +295,12 @@ def test_the_conformance_search_finds_a_model_that_drifts(monkeypatch: pytest.Mo
 
 def test_the_nightly_profile_plans_the_conformance_item_or_says_why_not(monkeypatch: pytest.MonkeyPatch) -> None:
     from batchfuzz import cli
+    from batchfuzz.commands import fuzz as fuzz_command
     from batchfuzz.fuzz import controller
 
     def plan(*argv: str) -> tuple[list[Any], tuple[bool, str | None]]:
-        args = cli.build_parser().parse_args(["fuzz", *argv])
-        return controller.plan(args), controller.conformance_planned(args)
+        request = fuzz_command.request(cli.build_parser().parse_args(["fuzz", *argv]))
+        return controller.plan(request), controller.conformance_planned(request)
 
     conf = (engine_steps.CONFORMANCE_SUBJECT, engine_steps.CONFORMANCE_AGAINST, engine_steps.CONFORMANCE)
     dev, _ = plan("--contract", "split_ubatches")

@@ -372,7 +372,7 @@ def test_losing_the_shared_database_mid_run_is_said_in_summary_json(tmp_path: Pa
     item = WorkItem(0, CONTRACT, "impl:numpy@cpu", "cpu", "matches_oracle", None)
     job = Job(items=[item], report_dir=str(tmp_path / "report"), corpus_dir=str(tmp_path / "corpus"),
               database="redis://db.example:6379/0", profile="dev", seed=1, workers=1, budget_s=10.0,
-              deadline=time.time() + 10, isolate=True, example_timeout_s=1.0, extra={"replay_command": "", "notes": []})
+              deadline=time.time() + 10, isolate=True, example_timeout_s=1.0)
     job.run_dir.mkdir(parents=True)
     job.items_dir.mkdir(parents=True, exist_ok=True)
     write_state(job, item, new_state(item))

@@ -9,6 +9,7 @@ start-up) and fast in-process checks.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -23,8 +24,9 @@ from typing import Any
 import pytest
 
 from batchfuzz import cli, output, registry
+from batchfuzz.commands import fuzz as fuzz_command
 from batchfuzz.fuzz import controller, corpus, report
-from batchfuzz.fuzz.job import Job, WorkItem, new_state
+from batchfuzz.fuzz.job import ItemState, Job, WorkItem, new_state
 from batchfuzz.fuzz.progress import Progress
 from tests.test_corpus import BUGGY, CONTRACT, FIXED
 
@@ -166,7 +168,7 @@ def test_max_examples_runs_every_item_to_its_count(tmp_path: Path) -> None:
     """With --max-examples N every item runs exactly N examples (over as many
     slices as it takes) and the run ends when all have, passed, long before
     its ceiling of a budget."""
-    items = controller.plan(cli.build_parser().parse_args(["fuzz", "--contract", CONTRACT]))
+    items = controller.plan(fuzz_command.request(cli.build_parser().parse_args(["fuzz", "--contract", CONTRACT])))
     r = _fuzz(tmp_path, "--max-examples", str(EXAMPLES), "--budget", CEILING, "--no-database", "--contract", CONTRACT,
               timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -222,7 +224,7 @@ def test_cuda_without_a_gpu_is_a_usage_error(tmp_path: Path) -> None:
 
 
 def _plan(*argv: str) -> list[WorkItem]:
-    return controller.plan(cli.build_parser().parse_args(["fuzz", *argv]))
+    return controller.plan(fuzz_command.request(cli.build_parser().parse_args(["fuzz", *argv])))
 
 
 def test_plan_covers_every_contract_property_and_filters_by_glob(planted: Path) -> None:
@@ -257,10 +259,10 @@ def _fake_job(tmp_path: Path) -> Job:
 
 
 def _state(item: WorkItem, status: str, examples: int, failures: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    s = new_state(item)
-    s.update(status=status, started=time.time() - 2, seconds=2.0, slices=2, examples=examples, failures=failures or [],
-             events={"R == 1": examples // 2}, worker="job-0")
-    return s
+    """An item's state file as a job process writes it (JSON)."""
+    return dataclasses.replace(new_state(item), status=status, started=time.time() - 2, seconds=2.0, slices=2,
+                               examples=examples, failures=failures or [], events={"R == 1": examples // 2},
+                               worker="job-0").to_json()
 
 
 _FAILURE = {"property": "p1", "during": "", "spec": "spec", "kind": "violation", "error_type": "PropertyViolation",
@@ -291,9 +293,11 @@ def test_progress_table_on_a_terminal_and_lines_otherwise(tmp_path: Path) -> Non
 
 def test_reports_from_states(tmp_path: Path) -> None:
     job = _fake_job(tmp_path)
-    states = {0: _state(job.items[0], "passed", 100), 1: _state(job.items[1], "interrupted", 10, [_FAILURE]),
-              2: new_state(job.items[2]) | {"status": "not run", "reason": "interrupted before it started"}}
-    s = report.build_summary(job, states, started=time.time() - 5, finished=time.time(), partial=True, interrupted_by="SIGTERM received")
+    states = {0: ItemState.from_json(_state(job.items[0], "passed", 100), "0"),
+              1: ItemState.from_json(_state(job.items[1], "interrupted", 10, [_FAILURE]), "1"),
+              2: dataclasses.replace(new_state(job.items[2]), status="not run", reason="interrupted before it started")}
+    s = report.build_summary(job, states, report.RunEnd(started=time.time() - 5, finished=time.time(), partial=True,
+                                                        interrupted_by="SIGTERM received"))
     assert s["partial"] and s["status"] == "interrupted" and s["totals"]["examples"] == 110 and s["totals"]["failures"] == 1
     c = s["contracts"][CONTRACT]
     assert c["cases_per_second"] == 27.5 and c["coverage"]["R == 1"] == {"examples": 55, "fraction": 0.5}
@@ -508,18 +512,18 @@ def test_an_items_seconds_leave_out_its_targets_start_up(tmp_path: Path) -> None
             began = time.time()
             state = process.run_slice(item, number, 0.5, 0.5)
             walls.append(time.time() - began)
-            assert state["status"] in ("idle", "passed"), state
+            assert state.status in ("idle", "passed"), state
             if number == 0:
-                assert process.last_startup_s >= 1.5 and state["startup_seconds"] >= 1.5, state
-                first, (worker,) = state["startup_seconds"], process.executors.values()
+                assert process.last_startup_s >= 1.5 and state.startup_seconds >= 1.5, state
+                first, (worker,) = state.startup_seconds, process.executors.values()
             else:
                 assert list(process.executors.values()) == [worker]  # the worker was kept: no import again
-                assert state["startup_seconds"] == pytest.approx(first + process.last_startup_s, abs=0.002), state
-        assert state["seconds"] + state["startup_seconds"] <= sum(walls) + 0.01, (state, walls)
-        assert state["examples"] > 0 and state["slices"] == 2
+                assert state.startup_seconds == pytest.approx(first + process.last_startup_s, abs=0.002), state
+        assert state.seconds + state.startup_seconds <= sum(walls) + 0.01, (state, walls)
+        assert state.examples > 0 and state.slices == 2
     finally:
         process.close()
-    summary = report.build_summary(job, {0: read_state(job, item)}, started=time.time() - 10, finished=time.time(),
-                                   partial=False)
+    summary = report.build_summary(job, {0: read_state(job, item)}, report.RunEnd(started=time.time() - 10,
+                                                                                   finished=time.time()))
     prop = summary["contracts"][CONTRACT]["implementations"][item.name]["properties"]["matches_oracle"]
-    assert prop["startup_seconds"] == state["startup_seconds"] and prop["seconds"] == state["seconds"], prop
+    assert prop["startup_seconds"] == state.startup_seconds and prop["seconds"] == state.seconds, prop

@@ -15,6 +15,7 @@ real ``batchfuzz fuzz --shard`` processes are in ``tests/test_nightly_shards.py`
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -32,7 +33,7 @@ import pytest
 from batchfuzz import cli, output, registry
 from batchfuzz.commands import fuzz as fuzz_command
 from batchfuzz.fuzz import controller, corpus, merge, page, report
-from batchfuzz.fuzz.job import Job, WorkItem, new_state
+from batchfuzz.fuzz.job import ItemState, Job, WorkItem, new_state
 from batchfuzz.fuzz.shards import plan_digest, shard_of
 from batchfuzz.usage import ExitCode, UsageError
 from tests.redis_server import redis_server, redis_url
@@ -52,7 +53,7 @@ NOT_RUN = ("pad_query_start_loc", "impl:torch.graph@cpu")  # its last property n
 def _plan(*extra: str, planted: bool = True) -> list[WorkItem]:
     """The work items ``batchfuzz fuzz [--target CONTRACT=PLANTED] EXTRA...`` plans (cpu)."""
     argv = ["fuzz", *(["--target", f"{CONTRACT}={PLANTED}"] if planted else []), *extra]
-    return controller.plan(cli.build_parser().parse_args(argv))
+    return controller.plan(fuzz_command.request(cli.build_parser().parse_args(argv)))
 
 
 def _failure(item: WorkItem) -> dict[str, Any]:
@@ -65,26 +66,28 @@ def _failure(item: WorkItem) -> dict[str, Any]:
             "new": True, "id": f"{item.property[:16]:0<16}", "shrink_complete": True}
 
 
-def _state(item: WorkItem, *, clean: bool, interrupted: bool) -> dict[str, Any]:
+def _state(item: WorkItem, *, clean: bool, interrupted: bool) -> ItemState:
     """What a job process leaves in ``items/NNNN.json`` for this item at the end of a run."""
     props = [p.name for p in registry.get(item.contract).properties]
     rng = random.Random(item.shard_key)
-    s = new_state(item)
     examples = rng.randint(5, 400)
-    s.update(status="passed", worker="job-0", started=STARTED + 1, slices=rng.randint(1, 3), examples=examples,
-             seconds=round(rng.uniform(0.01, 3), 3),
-             events={label: rng.randint(0, examples) for label in ("R == 1", "N % R == 0", "R == N") if rng.random() < 0.8},
-             scores={"size": rng.randint(0, 50)} if rng.random() < 0.3 else {},
-             settings={"profile": "nightly", "derandomize": False, "isolated": True, "database": None, "domain": "spec"})
+    s = dataclasses.replace(
+        new_state(item), status="passed", worker="job-0", started=STARTED + 1, slices=rng.randint(1, 3), examples=examples,
+        seconds=round(rng.uniform(0.01, 3), 3),
+        events={label: rng.randint(0, examples) for label in ("R == 1", "N % R == 0", "R == N") if rng.random() < 0.8},
+        scores={"size": rng.randint(0, 50)} if rng.random() < 0.3 else {},
+        settings={"profile": "nightly", "derandomize": False, "isolated": True, "database": None, "domain": "spec"})
     if not clean and item.target == PLANTED and item.property in (VIOLATED, CRASHED):
-        s.update(status="failed", failures=[_failure(item)])
+        s = dataclasses.replace(s, status="failed", failures=[_failure(item)])
     elif not clean and (item.contract, item.target) == ERRORED and item.property == props[0]:
-        s.update(status="error", examples=0, events={}, error={"type": "RuntimeError", "message": "cannot start", "traceback": ""})
+        s = dataclasses.replace(s, status="error", examples=0, events={},
+                                error={"type": "RuntimeError", "message": "cannot start", "traceback": ""})
     elif interrupted or ((item.contract, item.target) == NOT_RUN and item.property == props[-1]):
-        s.update(status="interrupted" if interrupted else "not run", examples=0 if not interrupted else examples,
-                 slices=0 if not interrupted else 1, seconds=0.0 if not interrupted else s["seconds"],
-                 events={} if not interrupted else s["events"], scores={},
-                 reason="the run was stopped (signal)" if interrupted else "the budget ended before it started")
+        s = dataclasses.replace(s, status="interrupted" if interrupted else "not run",
+                                examples=0 if not interrupted else examples, slices=0 if not interrupted else 1,
+                                seconds=0.0 if not interrupted else s.seconds, events={} if not interrupted else s.events,
+                                scores={}, reason="the run was stopped (signal)" if interrupted else
+                                "the budget ended before it started")
     return s
 
 
@@ -92,10 +95,10 @@ def _summary(items: list[WorkItem], *, seed: int = 5, clean: bool = False, parti
              shard: dict[str, Any] | None = None) -> dict[str, Any]:
     """``build_summary`` of a run of ``items`` (``partial``: stopped by SIGTERM, every item interrupted)."""
     job = Job(items=items, report_dir="unused", corpus_dir="corpus", database=None, profile="nightly", seed=seed, workers=1,
-              budget_s=60.0, deadline=STARTED + 60.0, extra={"shard": shard, "replay_command": "batchfuzz fuzz ..."})
+              budget_s=60.0, deadline=STARTED + 60.0, shard=shard, replay_command="batchfuzz fuzz ...")
     states = {it.index: _state(it, clean=clean, interrupted=partial) for it in items}
-    return report.build_summary(job, states, started=STARTED, finished=STARTED + 60.0, partial=partial,
-                                interrupted_by="SIGTERM received" if partial else None)
+    return report.build_summary(job, states, report.RunEnd(started=STARTED, finished=STARTED + 60.0, partial=partial,
+                                                           interrupted_by="SIGTERM received" if partial else None))
 
 
 def _write_shard(root: Path, k: int, n: int, *, summary: dict[str, Any] | None = None, seed: int = 5,
@@ -681,7 +684,7 @@ def test_the_nightly_workflow_shards_merges_and_keeps_the_database() -> None:
         args = parser.parse_args(argv[1:])  # the real parser: every flag exists and every value parses
         assert args.func is fuzz_command.run and args.shard == (k, n) and args.seed == 123 and args.profile == "nightly"
         assert args.database == default_url.group(1) and args.report == "reports/nightly" and args.workers == 2
-        planned.append({i.shard_key for i in controller.plan(args)})
+        planned.append({i.shard_key for i in controller.plan(fuzz_command.request(args))})
     everything = {i.shard_key for i in _plan("--profile", "nightly", planted=False)}  # the workflow's profile
     assert set().union(*planned) == everything and sum(map(len, planned)) == len(everything)  # the N shards partition the plan
 

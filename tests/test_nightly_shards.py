@@ -33,6 +33,7 @@ import pytest
 from hypothesis.database import DirectoryBasedExampleDatabase
 
 from batchfuzz import cli, codec, profiles, registry, runner
+from batchfuzz.commands import fuzz as fuzz_command
 from batchfuzz.fuzz import controller, corpus, merge
 from batchfuzz.fuzz.shards import plan_digest
 from tests.redis_server import RedisServer
@@ -139,7 +140,7 @@ def _snapshot(server: RedisServer) -> dict[bytes, set[bytes]]:
 
 
 def _plan(*extra: str) -> list[Any]:
-    return controller.plan(cli.build_parser().parse_args(["fuzz", *PLAN_ARGS, *extra]))
+    return controller.plan(fuzz_command.request(cli.build_parser().parse_args(["fuzz", *PLAN_ARGS, *extra])))
 
 
 def _triples(items: list[Any]) -> set[tuple[str, str, str]]:

@@ -1,27 +1,10 @@
 """``batchfuzz fuzz``: the (nightly) fuzz job.
 
-Every contract's properties against every implementation on the chosen
-device (and any ``--target`` a user adds), within a wall-clock budget, over
-``--workers`` job processes; the job is :mod:`batchfuzz.fuzz` (its
-controller, :func:`batchfuzz.fuzz.controller.run`, says how slices are handed
-out). Progress on the terminal; reports (``summary.json``, ``summary.md``,
-``junit.xml``) in ``--report``; every failure shrunk and saved to the corpus
-as it is found. ``--shard K/N`` runs only the items of shard K of N.
-
-Exit codes: 0 every item ran and passed; 1 a counterexample (a wrong result,
-a crash or a timeout) or a harness error, listed; 2 a usage error, found
-before any example runs; 3 incomplete: the budget ended before every item
-ran (the reports name them); 128+N interrupted by signal N (130 SIGINT,
-143 SIGTERM), at any moment, start-up included, after writing a partial
-report (a signal that comes once the reports are being written is ignored:
-the exit code is the reports'). The reports cannot be written (a full disk,
-a file-size limit): exit 1 with the reason (the corpus and the example
-database are written apart, atomically, and stay intact). A ``--report`` directory in use by another run
-is a usage error (``.run/lock``). ``--workers`` is capped by the work items
-and the cores, saying so; a budget too short to give every item its first
-slice is said at start, with the budget it would need. ``--max-examples N``
-drives the run by example counts instead of seconds: every item runs N
-examples (or until its failure), the budget only bounding the run.
+Parses the options into a :class:`~batchfuzz.fuzz.request.FuzzRequest`
+(:func:`request`), runs it (:func:`batchfuzz.fuzz.controller.run`) and maps
+how it ended to the exit code: 0 passed, 1 failures or harness errors, 2 a
+usage error before any example runs, 3 incomplete, 128+N signal N. The
+options, the exit codes and how a run works: docs/nightly.md.
 """
 
 from __future__ import annotations
@@ -31,6 +14,7 @@ from typing import Any
 
 from batchfuzz import profiles
 from batchfuzz.commands import _options
+from batchfuzz.fuzz.request import FuzzRequest
 from batchfuzz.fuzz.settings import CORPUS_ENV_VAR, DEFAULT_BUDGET_S, DEFAULT_CORPUS, DEFAULT_REPORT, GRACE_S, MIN_SLICE_S, STARTUP_S
 from batchfuzz.usage import positive_int
 
@@ -102,7 +86,18 @@ def register(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
+def request(args: argparse.Namespace) -> FuzzRequest:
+    """The parsed options as the job's :class:`~batchfuzz.fuzz.request.FuzzRequest` (built once, validated)."""
+    return FuzzRequest(
+        budget_s=args.budget, workers=args.workers, max_examples=args.max_examples, profile=args.profile,
+        contracts=tuple(args.contract or ()), impls=tuple(args.impl or ()), properties=tuple(args.property or ()),
+        targets=tuple(args.target), domain=args.domain, steps=args.steps, device=args.device, seed=args.seed,
+        database=args.database, no_database=args.no_database, shard=args.shard, report=args.report, corpus=args.corpus,
+        isolate=not args.no_isolation, timeout_s=args.timeout, history=tuple(args.history), progress=args.progress,
+        started=getattr(args, "started", None))
+
+
 def run(args: argparse.Namespace) -> int:
     from batchfuzz.fuzz import controller
 
-    return controller.exit_code(controller.run(args))
+    return controller.exit_code(controller.run(request(args)))

@@ -1,56 +1,20 @@
-"""The fuzz job's controller (``batchfuzz fuzz`` parses its options and calls :func:`run`).
+"""The fuzz job's controller: plans the work items of a :class:`FuzzRequest`,
+starts the job processes (:mod:`batchfuzz.fuzz.job`), hands them time slices
+round robin until the budget ends, and writes the reports.
 
-Every contract's properties against every implementation on the chosen
-device (and any ``--target`` a user adds), one work item per contract x
-target x property, within a wall-clock budget, spread over ``--workers``
-job processes (:mod:`batchfuzz.fuzz.job`). The budget is the examples':
-it counts from when the job processes have started (batchfuzz's imports, the
-user's targets checked, the job processes' imports and fork servers are start-up,
-reported as ``startup_seconds`` in ``summary.json``, waited for at most one
-budget), and the seconds a slice spends getting its target ready (a worker
-started, the target imported) move the deadline on by their share per
-job process, up to one more budget in all. The controller hands out items
-in time slices, round robin over every live item: every item gets its first
-slice before any gets a second, so a budget of at least ``STARTUP_S`` plus
-``MIN_SLICE_S`` seconds per item per worker runs every item. Among the items
-it may hand a job process next, it prefers those of a target whose worker
-that process keeps (``EXECUTOR_CACHE``), then those of a target no process
-keeps: a worker (a CUDA one above all, whose first calls are slow) serves
-many slices instead of being replaced slice after slice. With
-``--max-examples N`` an item is done once it has N examples over its slices
-(or has found its failure), and the run ends when every item is done: the
-budget is then only the ceiling, and an item it leaves short of N makes the
-run incomplete; its verdict depends on counts, not on the machine's load.
-Progress on the terminal; reports (``summary.json``, ``summary.md``,
-``junit.xml``) in ``--report``; every failure shrunk and saved to the corpus
-as it is found. ``--shard K/N`` runs only the items of shard K of N.
-
-:func:`run` returns the job's :class:`End`; :func:`exit_code` maps it to the
-command's exit code: 0 every item ran and passed; 1 a counterexample (a wrong
-result, a crash or a timeout) or a harness error, listed; 2 a usage error
-(:class:`~batchfuzz.usage.UsageError`, raised before any example runs); 3
-incomplete: the budget ended before every item ran (the reports name them);
-128+N interrupted by signal N (130 SIGINT, 143 SIGTERM), at any moment,
-start-up included, after writing a partial report (during start-up a signal
-that comes inside an import waits for the import to end: :func:`_signal_at_start`;
-one that comes once the reports are being written is ignored, the exit code
-is the reports': :func:`finish`). The reports cannot be
-written (a full disk, a file-size limit): exit 1 with the reason (the corpus
-and the example database are written apart, atomically, and stay intact). A
-``--report`` directory in use by another run is a usage error
-(``.run/lock``). ``--workers`` is capped by the work items and the cores,
-saying so; a budget too short to give every item its first slice is said at
-start, with the budget it would need.
+``batchfuzz fuzz`` builds the request and calls :func:`run`; :func:`exit_code`
+maps the :class:`End` to the exit code. How slices are sized and handed out,
+what start-up is not charged to the budget, the exit codes and the reports:
+docs/nightly.md ("How a run works").
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
+import dataclasses
 import fnmatch
 import math
 import os
-import shlex
 import signal
 import statistics
 import sys
@@ -70,6 +34,7 @@ from batchfuzz.fuzz.job import (
     READY,
     RUNNING,
     WAITING,
+    ItemState,
     Job,
     WorkItem,
     job_process_main,
@@ -78,6 +43,7 @@ from batchfuzz.fuzz.job import (
     read_states,
     write_state,
 )
+from batchfuzz.fuzz.request import FuzzRequest
 from batchfuzz.fuzz.settings import (
     DEFAULT_BUDGET_S,
     GRACE_S,
@@ -88,7 +54,6 @@ from batchfuzz.fuzz.settings import (
     STARTUP_S,
     TARGET_ROUNDS,
 )
-from batchfuzz.redaction import printable
 from batchfuzz.targets import TargetError, parse
 from batchfuzz.usage import PENDING_SIGNALS, ExitCode, UsageError, refuse_system_dir, writable_dir
 
@@ -98,19 +63,20 @@ _RANDOM_PROFILES = ("dev", "nightly")
 # --------------------------------------------------------------------------- work items
 
 
-def _match(name: str, patterns: list[str]) -> bool:
+def _match(name: str, patterns: tuple[str, ...] | list[str]) -> bool:
     return any(name == p or fnmatch.fnmatchcase(name, p) for p in patterns)
 
 
-def conformance_planned(args: argparse.Namespace) -> tuple[bool, str | None]:
+def conformance_planned(request: FuzzRequest) -> tuple[bool, str | None]:
     """Whether the run has the conformance item (the scheduler model against
     vLLM's scheduler, ``engine_steps.conformance_search``): under the nightly
     profile, unless a filter leaves it out or vLLM's scheduler cannot be
     imported; and, in that last case, the note saying why it is skipped."""
-    if args.profile != "nightly":
+    if request.profile != "nightly":
         return False, None
-    for patterns, name in ((args.contract, engine_steps.CONFORMANCE_SUBJECT), (args.impl, engine_steps.CONFORMANCE_AGAINST),
-                           (getattr(args, "property", None), engine_steps.CONFORMANCE)):
+    for patterns, name in ((request.contracts, engine_steps.CONFORMANCE_SUBJECT),
+                           (request.impls, engine_steps.CONFORMANCE_AGAINST),
+                           (request.properties, engine_steps.CONFORMANCE)):
         if patterns and not _match(name, patterns):
             return False, None
     from batchfuzz import vllm_scheduler
@@ -121,79 +87,124 @@ def conformance_planned(args: argparse.Namespace) -> tuple[bool, str | None]:
     return True, None
 
 
-def plan(args: argparse.Namespace) -> list[WorkItem]:
-    """The run's work items, in section order (the nightly conformance item
-    last: :func:`conformance_planned`); raises UsageError on a bad filter or target."""
-    contracts = registry.contracts()
-    names = [c.name for c in contracts]
-    conformance, skipped = conformance_planned(args)
-    if args.contract:
-        for pat in args.contract:
-            subject = _match(engine_steps.CONFORMANCE_SUBJECT, [pat])
-            if any(_match(n, [pat]) for n in names) or (conformance and subject):
-                continue
-            if skipped and subject:
-                raise UsageError(f"--contract {pat!r} matches only the conformance item, and it is {skipped}")
-            raise UsageError(f"--contract {pat!r} matches no contract; known: {', '.join(names)}")
-        contracts = [c for c in contracts if _match(c.name, args.contract)]
+@dataclass(frozen=True)
+class _Pair:
+    """A contract and a target of the plan, with the domain its items draw from (None: the target's declared one)."""
+
+    contract: registry.Contract
+    target: str
+    domain: str | None
+
+
+def plan(request: FuzzRequest) -> list[WorkItem]:
+    """The run's work items, numbered in plan order: the user's targets first,
+    then every implementation in section order, then the items outside the
+    contracts (:func:`_extra_items`); raises UsageError on a bad filter or target."""
+    every, extra = registry.contracts(), _extra_items(request)  # the registry, looked up once
+    contracts = _selected_contracts(request, every, extra)
+    pairs = _filter_impls(request, _user_pairs(request, every, contracts) + _impl_pairs(request, contracts), extra)
+    items = [WorkItem(0, p.contract.name, p.target, request.device, prop.name, p.domain)
+             for p in pairs for prop in p.contract.properties] + extra
+    items = _filter_properties(request, items)
+    if request.shard is not None:
+        from batchfuzz.fuzz.shards import select
+
+        items = select(items, lambda i: i.shard_key, *request.shard)
+    if not items and request.shard is None:
+        raise UsageError(f"nothing to fuzz on device {request.device!r} with these filters")
+    return [dataclasses.replace(i, index=k) for k, i in enumerate(items)]
+
+
+def _extra_items(request: FuzzRequest) -> list[WorkItem]:
+    """The work items that are no contract's: today the nightly conformance item (:func:`conformance_planned`)."""
+    if not conformance_planned(request)[0]:
+        return []
+    return [WorkItem(0, engine_steps.CONFORMANCE_SUBJECT, engine_steps.CONFORMANCE_AGAINST, "cpu", engine_steps.CONFORMANCE)]
+
+
+def _selected_contracts(request: FuzzRequest, every: list[registry.Contract],
+                        extra: list[WorkItem]) -> list[registry.Contract]:
+    """The contracts ``--contract`` selects of ``every`` (all without it); a
+    pattern matching nothing, not even an extra item, is a usage error."""
+    if not request.contracts:
+        return every
+    names = [c.name for c in every]
+    for pat in request.contracts:
+        if any(_match(n, [pat]) for n in names) or any(_match(i.contract, [pat]) for i in extra):
+            continue
+        skipped = conformance_planned(request)[1]
+        if skipped and _match(engine_steps.CONFORMANCE_SUBJECT, [pat]):
+            raise UsageError(f"--contract {pat!r} matches only the conformance item, and it is {skipped}")
+        raise UsageError(f"--contract {pat!r} matches no contract; known: {', '.join(names)}")
+    return [c for c in every if _match(c.name, request.contracts)]
+
+
+def _steps_domains(request: FuzzRequest, contracts: list[registry.Contract]) -> dict[str, str | None]:
+    """``--steps SOURCE``: every item of a contract draws from the domain that source feeds (engine_steps.steps_domain)."""
+    if request.steps is None:
+        return {c.name: None for c in contracts}
+    try:
+        return {c.name: engine_steps.steps_domain(c, request.steps, request.domain) for c in contracts}
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _user_pairs(request: FuzzRequest, every: list[registry.Contract], contracts: list[registry.Contract]) -> list[_Pair]:
+    """The ``--target`` functions (what the user runs the job for), checked against the selected contracts."""
     by_name = {c.name: c for c in contracts}
-    # --steps SOURCE: every item of a contract draws from the domain that source feeds (engine_steps.steps_domain).
-    steps = getattr(args, "steps", None)
-    fed: dict[str, str | None] = {c.name: None for c in contracts}
-    if steps is not None:
-        try:
-            fed = {c.name: engine_steps.steps_domain(c, steps, args.domain) for c in contracts}
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
-    pairs: list[tuple[Any, str, str | None]] = []
-    # The user's own functions first (what they run the job for), then every
-    # implementation in section order.
-    for cname, spec in args.target:
+    fed = _steps_domains(request, contracts)
+    names = [c.name for c in every]
+    pairs = []
+    for cname, spec in request.targets:
         if cname not in names:
             raise UsageError(f"--target {cname}={spec}: unknown contract {cname!r}; known: {', '.join(names)}")
         if cname not in by_name:
             raise UsageError(f"--target {cname}={spec}: contract {cname!r} is not selected by --contract")
-        if args.domain is not None:
+        if request.domain is not None:
             try:
-                by_name[cname].domain(args.domain)
+                by_name[cname].domain(request.domain)
             except KeyError as exc:
                 raise UsageError(f"--domain: {exc}") from None
         try:
             ref = parse(spec)
         except TargetError as exc:
             raise UsageError(f"--target {cname}={spec}: {exc}") from None
-        pairs.append((by_name[cname], ref.spec, fed[cname] or args.domain))
-    for c in contracts:
-        for impl in c.implementations:
-            if args.device in impl.devices:
-                pairs.append((c, f"impl:{impl.name}@{args.device}", fed[c.name]))
-    if args.impl:
-        for pat in args.impl:
-            if not any(_match(t, [pat]) for _, t, _ in pairs) and not (conformance and _match(engine_steps.CONFORMANCE_AGAINST, [pat])):
-                known = sorted({t for _, t, _ in pairs})
-                raise UsageError(f"--impl {pat!r} matches no target on {args.device}; known: {', '.join(known)}")
-        dropped = [f"{c.name}={t}" for c, t, _ in pairs[:len(args.target)] if not _match(t, args.impl)]
-        if dropped:
-            raise UsageError(f"--target {', '.join(dropped)}: excluded by --impl {' '.join(args.impl)} (a target named with "
-                             f"--target must match an --impl pattern when --impl is given)")
-        pairs = [x for x in pairs if _match(x[1], args.impl)]
-    items = [WorkItem(0, c.name, target, args.device, p.name, domain) for c, target, domain in pairs for p in c.properties]
-    if conformance:
-        items.append(WorkItem(0, engine_steps.CONFORMANCE_SUBJECT, engine_steps.CONFORMANCE_AGAINST, "cpu", engine_steps.CONFORMANCE))
-    if getattr(args, "property", None):
-        for pat in args.property:
-            if not any(_match(i.property, [pat]) for i in items):
-                known = sorted({i.property for i in items})
-                raise UsageError(f"--property {pat!r} matches no property of the selected contracts; known: {', '.join(known)}")
-        items = [i for i in items if _match(i.property, args.property)]
-    if args.shard is not None:
-        from batchfuzz.fuzz.shards import select
+        pairs.append(_Pair(by_name[cname], ref.spec, fed[cname] or request.domain))
+    return pairs
 
-        k, n = args.shard
-        items = select(items, lambda i: i.shard_key, k, n)
-    if not items and args.shard is None:
-        raise UsageError(f"nothing to fuzz on device {args.device!r} with these filters")
-    return [WorkItem(k, i.contract, i.target, i.device, i.property, i.domain) for k, i in enumerate(items)]
+
+def _impl_pairs(request: FuzzRequest, contracts: list[registry.Contract]) -> list[_Pair]:
+    """Every registered implementation of the selected contracts on the request's device, in section order."""
+    fed = _steps_domains(request, contracts)
+    return [_Pair(c, f"impl:{impl.name}@{request.device}", fed[c.name])
+            for c in contracts for impl in c.implementations if request.device in impl.devices]
+
+
+def _filter_impls(request: FuzzRequest, pairs: list[_Pair], extra: list[WorkItem]) -> list[_Pair]:
+    """``--impl``: the pairs whose target matches; a pattern matching nothing, or a
+    ``--target`` it leaves out, is a usage error."""
+    if not request.impls:
+        return pairs
+    for pat in request.impls:
+        if not any(_match(p.target, [pat]) for p in pairs) and not any(_match(i.target, [pat]) for i in extra):
+            known = sorted({p.target for p in pairs})
+            raise UsageError(f"--impl {pat!r} matches no target on {request.device}; known: {', '.join(known)}")
+    dropped = [f"{p.contract.name}={p.target}" for p in pairs[:len(request.targets)] if not _match(p.target, request.impls)]
+    if dropped:
+        raise UsageError(f"--target {', '.join(dropped)}: excluded by --impl {' '.join(request.impls)} (a target named with "
+                         f"--target must match an --impl pattern when --impl is given)")
+    return [p for p in pairs if _match(p.target, request.impls)]
+
+
+def _filter_properties(request: FuzzRequest, items: list[WorkItem]) -> list[WorkItem]:
+    """``--property``: the items whose property matches; a pattern matching none is a usage error."""
+    if not request.properties:
+        return items
+    for pat in request.properties:
+        if not any(_match(i.property, [pat]) for i in items):
+            known = sorted({i.property for i in items})
+            raise UsageError(f"--property {pat!r} matches no property of the selected contracts; known: {', '.join(known)}")
+    return [i for i in items if _match(i.property, request.properties)]
 
 
 def _check_targets(items: list[WorkItem], isolate: bool, timeout_s: float, load_timeout_s: float | None = None) -> None:
@@ -206,7 +217,7 @@ def _check_targets(items: list[WorkItem], isolate: bool, timeout_s: float, load_
     seen: set[tuple[str, str]] = set()
     for item in items:
         key = (item.contract, item.target)
-        if key in seen or item.contract == engine_steps.CONFORMANCE_SUBJECT or parse(item.target).is_project_code:
+        if key in seen or item.executor_key is None or parse(item.target).is_project_code:
             continue
         seen.add(key)
         contract = registry.get(item.contract)
@@ -222,15 +233,14 @@ def _check_targets(items: list[WorkItem], isolate: bool, timeout_s: float, load_
             raise UsageError(f"--target {item.contract}={item.target}: {why}")
 
 
-def _database(args: argparse.Namespace) -> str | None:
+def _database(request: FuzzRequest) -> str | None:
     """What the job processes open (checked here first: a usage error before any example)."""
-    if args.no_database:
-        if args.database:
-            raise UsageError("--database and --no-database contradict each other")
+    if request.no_database:
         return None
-    spec = args.database or (os.environ.get(profiles.DATABASE_ENV_VAR) if args.profile in _RANDOM_PROFILES else None)
+    random = request.profile in _RANDOM_PROFILES
+    spec = request.database or (os.environ.get(profiles.DATABASE_ENV_VAR) if random else None)
     if spec is None:
-        return "profile" if args.profile in _RANDOM_PROFILES else None
+        return "profile" if random else None
     from batchfuzz.fuzz.database import DatabaseError, open_database
 
     if "://" not in spec:
@@ -249,35 +259,6 @@ def _database_words(database: str | None) -> str:
     if database == "profile":  # the job processes open the profile's local directory
         return f"{profiles.database_path()} (local)"
     return database or "off"
-
-
-def _replay_command(args: argparse.Namespace, seed: int) -> str:
-    q = shlex.quote
-    parts = ["batchfuzz fuzz", f"--profile {args.profile}", f"--seed {seed}", f"--budget {args.budget:g}s",
-             f"--workers {args.workers}", f"--device {args.device}"]
-    parts += [f"--contract {q(c)}" for c in args.contract or []]
-    parts += [f"--impl {q(i)}" for i in args.impl or []]
-    parts += [f"--property {q(p)}" for p in getattr(args, "property", None) or []]
-    parts += [f"--target {q(f'{c}={s}')}" for c, s in args.target]
-    if getattr(args, "domain", None):
-        parts.append(f"--domain {q(args.domain)}")
-    if getattr(args, "steps", None):
-        parts.append(f"--steps {args.steps}")
-    if args.shard:
-        parts.append(f"--shard {args.shard[0]}/{args.shard[1]}")
-    if args.no_isolation:
-        parts.append("--no-isolation")
-    if args.no_database:  # the examples a database replays change the run: the same one, or none
-        parts.append("--no-database")
-    elif args.database and printable(args.database) != args.database:
-        parts.append('--database "$BATCHFUZZ_DATABASE"')  # its password is never printed: the URL from the environment
-    elif args.database:
-        parts.append(f"--database {q(args.database)}")
-    if args.timeout != 30.0:
-        parts.append(f"--timeout {args.timeout:g}")
-    if getattr(args, "max_examples", None) is not None:
-        parts.append(f"--max-examples {args.max_examples}")
-    return " ".join(parts)
 
 
 # --------------------------------------------------------------------------- the run
@@ -473,9 +454,8 @@ class _Scheduler:
 
     def finish_slice(self, number: int, index: int, status: str, startup_s: float = 0.0) -> None:
         self.busy.pop(number, None)
-        s = read_item(self.job, self.job.items[index])
-        self.timeline.setdefault(index, []).append(
-            [round(time.time() - self.started, 2), int(s.get("examples", 0)), round(float(s.get("seconds", 0.0)), 3)])
+        s = read_state(self.job, self.job.items[index])
+        self.timeline.setdefault(index, []).append([round(time.time() - self.started, 2), s.examples, round(s.seconds, 3)])
         sent, length = self.sent.pop(number, (math.nan, math.inf))
         self.uncharge(startup_s)
         if status not in FINAL and math.isfinite(length):
@@ -492,10 +472,11 @@ class _Scheduler:
         conn.close()
         if index is not None:
             item = self.job.items[index]
-            state = read_item(self.job, item)
-            state.update(status="error", error={"type": "JobProcessDied", "traceback": "",
-                                                "message": f"the job process died (exit {proc.exitcode}) while fuzzing "
-                                                           f"this item; the target may have crashed it (--no-isolation?)"})
+            state = read_state(self.job, item)
+            state.status = "error"
+            state.error = {"type": "JobProcessDied", "traceback": "",
+                           "message": f"the job process died (exit {proc.exitcode}) while fuzzing this item; the target "
+                                      f"may have crashed it (--no-isolation?)"}
             write_state(self.job, item, state, final=True)
             if index in self.live:
                 self.live.remove(index)
@@ -554,8 +535,8 @@ class _Scheduler:
                 proc.join(5)
             if number in self.busy:
                 item = self.job.items[self.busy[number]]
-                state = read_item(self.job, item)
-                state.update(status="interrupted", reason="stopped after the deadline while still busy")
+                state = read_state(self.job, item)
+                state.status, state.reason = "interrupted", "stopped after the deadline while still busy"
                 write_state(self.job, item, state, final=True)
             conn.close()
 
@@ -565,10 +546,6 @@ def settings_derandomized(job: Job) -> bool:
 
     profiles.register_profiles()
     return bool(settings.get_profile(job.profile).derandomize)
-
-
-def read_item(job: Job, item: WorkItem) -> dict[str, Any]:
-    return read_state(job, item)
 
 
 @dataclass(frozen=True)
@@ -699,13 +676,13 @@ def default_budget(items: int, workers: int) -> float:
     return float(math.ceil(max(DEFAULT_BUDGET_S, minimum_budget(items, workers))))
 
 
-def run(args: argparse.Namespace, stream: TextIO | None = None) -> End:
-    """Run the job the parsed options of ``batchfuzz fuzz`` describe: plan it,
-    check the user's targets, start the job processes, hand out slices until the
-    budget ends, write the reports. Raises UsageError before any example runs.
-    A SIGINT or SIGTERM at any moment, start-up included, ends it with a
-    partial report (its End carries the signal); one that comes once the
-    reports are being written changes neither them nor the End (:func:`finish`)."""
+def run(request: FuzzRequest, stream: TextIO | None = None) -> End:
+    """Run the job ``request`` describes: plan it, check the user's targets,
+    start the job processes, hand out slices until the budget ends, write the
+    reports. Raises UsageError before any example runs. A SIGINT or SIGTERM at
+    any moment, start-up included, ends it with a partial report (its End
+    carries the signal); one that comes once the reports are being written
+    changes neither them nor the End (:func:`finish`)."""
     import threading
 
     handlers: dict[signal.Signals, Any] = {}
@@ -713,17 +690,14 @@ def run(args: argparse.Namespace, stream: TextIO | None = None) -> End:
         for sig in (signal.SIGINT, signal.SIGTERM):
             handlers[sig] = signal.signal(sig, _signal_at_start)
     held: list[Any] = []
-    if PENDING_SIGNALS:  # it came while the commands were imported
-        signum = PENDING_SIGNALS.pop()
-        PENDING_SIGNALS.clear()
-        try:
-            return _interrupted_at_start(args, signum, None, Path(args.report).absolute(), stream or _progress_stream(),
-                                         getattr(args, "started", None) or time.time())
-        finally:
-            for sig, h in handlers.items():
-                signal.signal(sig, h)
+    request = dataclasses.replace(request, started=request.started or time.time())
+    out = stream or _progress_stream()
     try:
-        return _run(args, stream, held)
+        if PENDING_SIGNALS:  # it came while the commands were imported
+            signum = PENDING_SIGNALS.pop()
+            PENDING_SIGNALS.clear()
+            return _interrupted_at_start(request, signum, None, out)
+        return _run(request, out, held)
     finally:
         for sig, h in handlers.items():
             signal.signal(sig, h)
@@ -731,64 +705,35 @@ def run(args: argparse.Namespace, stream: TextIO | None = None) -> End:
             fh.close()
 
 
-def _run(args: argparse.Namespace, stream: TextIO | None, held: list[Any]) -> End:
-    started = getattr(args, "started", None) or time.time()
-    out = stream or _progress_stream()
-    report_dir = Path(args.report).absolute()
+@dataclass(frozen=True)
+class _Start:
+    """What start-up settled before the job processes start: the request with
+    its defaults resolved, the plan, and what the job is given besides."""
+
+    request: FuzzRequest  # budget_s and workers resolved (workers as asked: capped in `workers`)
+    items: list[WorkItem]
+    workers: int
+    notes: list[str]
+    history: list[Any]
+
+
+def _run(request: FuzzRequest, out: TextIO, held: list[Any]) -> End:
     job: Job | None = None
     try:
-        refuse_system_dir(args.report, "--report")  # before its lock file is written there
-        if args.corpus:
-            refuse_system_dir(args.corpus, "--corpus")
-        if args.device == "cuda":
-            import torch
-
-            if not torch.cuda.is_available():
-                raise UsageError("--device cuda: no CUDA device is available (torch.cuda.is_available() is False)")
-        items = plan(args)
-        if args.workers is None:
-            args.workers = default_workers(len(items), os.cpu_count())
+        start = _start(request)
+        request = start.request
         _safe_point()
-        from batchfuzz.fuzz.page import read_history
-
-        history = read_history(getattr(args, "history", None) or [])  # untrusted files: refused before any target starts
-        if args.budget is None:
-            args.budget = default_budget(len(items), cap_workers(args.workers, len(items), os.cpu_count())[0])
-        _check_targets(items, isolate=not args.no_isolation, timeout_s=float(args.timeout),
-                       load_timeout_s=max(float(args.budget), float(args.timeout)))
-        _safe_point()
-        database = _database(args)
+        database = _database(start.request)
+        report_dir = Path(request.report).absolute()
         held.append(_lock_report_dir(report_dir))
-        seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
-        corpus_dir = Path(args.corpus).absolute() if args.corpus else corpus.default_dir()
+        job = _new_job(start, database)
         _prepare_report_dir(report_dir)
-        writable_dir(str(corpus_dir), "--corpus")
-        workers, capped = cap_workers(args.workers, len(items), os.cpu_count())
-        notes = [capped] if capped else []
-        notes += [n for n in conformance_planned(args)[1:] if n]
-        need = minimum_budget(len(items), workers)
-        if args.budget < need:
-            notes.append(f"the budget of {args.budget:g}s cannot give each of the {len(items)} items its first slice with "
-                         f"{workers} worker(s): that needs at least {need:g}s ({STARTUP_S:g}s for the slices' "
-                         f"own overheads plus {MIN_SLICE_S:g}s per item per worker; start-up is not charged); "
-                         "items past the first few may be reported not run")
-        shard = None
-        if args.shard is not None:
-            from batchfuzz.fuzz.shards import plan_digest
-
-            everything = plan(argparse.Namespace(**{**vars(args), "shard": None}))
-            shard = {"index": args.shard[0], "count": args.shard[1], "plan": plan_digest([i.shard_key for i in everything])}
-        job = Job(items=items, report_dir=str(report_dir), corpus_dir=str(corpus_dir), database=database,
-                  profile=args.profile, seed=seed, workers=workers, budget_s=float(args.budget),
-                  deadline=started + float(args.budget), isolate=not args.no_isolation, example_timeout_s=float(args.timeout),
-                  max_examples=getattr(args, "max_examples", None),
-                  extra={"replay_command": _replay_command(args, seed), "shard": shard, "notes": notes,
-                         "history": history})
-        for item in items:
+        writable_dir(job.corpus_dir, "--corpus")
+        for item in job.items:
             write_state(job, item, new_state(item))
         job_path = job.run_dir / "job.json"
         job.save(job_path)
-        for n in notes:
+        for n in start.notes:
             out.write(f"warning: {n}\n")
         scheduler = _Scheduler(job, job_path, out, None)
         for sig in (signal.SIGINT, signal.SIGTERM):  # from here on, a signal stops the job processes and the run
@@ -796,55 +741,108 @@ def _run(args: argparse.Namespace, stream: TextIO | None, held: list[Any]) -> En
                 signal.signal(sig, scheduler.on_signal)
         _safe_point()  # one that came during the last import
     except _StartInterrupted as exc:
-        return _interrupted_at_start(args, exc.signum, job, report_dir, out, started)
-    return _fuzz(args, job, scheduler, out, started)
+        return _interrupted_at_start(request, exc.signum, job, out)
+    return _fuzz(start.request, job, scheduler, out)
 
 
-def _interrupted_at_start(args: argparse.Namespace, signum: int, job: Job | None, report_dir: Path, out: TextIO,
-                          started: float) -> End:
+def _start(request: FuzzRequest) -> _Start:
+    """Check the request's folders and device, plan it, resolve its defaults,
+    read the history and check the user's targets: every usage error before
+    any example runs."""
+    refuse_system_dir(request.report, "--report")  # before its lock file is written there
+    if request.corpus:
+        refuse_system_dir(request.corpus, "--corpus")
+    if request.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UsageError("--device cuda: no CUDA device is available (torch.cuda.is_available() is False)")
+    items = plan(request)
+    cores = os.cpu_count()
+    asked = request.workers if request.workers is not None else default_workers(len(items), cores)
+    _safe_point()
+    from batchfuzz.fuzz.page import read_history
+
+    history = read_history(list(request.history))  # untrusted files: refused before any target starts
+    budget = request.budget_s if request.budget_s is not None else default_budget(len(items), cap_workers(asked, len(items), cores)[0])
+    request = dataclasses.replace(request, workers=asked, budget_s=budget)
+    _check_targets(items, isolate=request.isolate, timeout_s=request.timeout_s, load_timeout_s=max(budget, request.timeout_s))
+    workers, capped = cap_workers(asked, len(items), cores)
+    notes = [capped] if capped else []
+    notes += [n for n in conformance_planned(request)[1:] if n]
+    need = minimum_budget(len(items), workers)
+    if budget < need:
+        notes.append(f"the budget of {budget:g}s cannot give each of the {len(items)} items its first slice with "
+                     f"{workers} worker(s): that needs at least {need:g}s ({STARTUP_S:g}s for the slices' "
+                     f"own overheads plus {MIN_SLICE_S:g}s per item per worker; start-up is not charged); "
+                     "items past the first few may be reported not run")
+    return _Start(request=request, items=items, workers=workers, notes=notes, history=history)
+
+
+def _corpus_dir(request: FuzzRequest) -> str:
+    return str(Path(request.corpus).absolute() if request.corpus else corpus.default_dir())
+
+
+def _shard_record(request: FuzzRequest) -> dict[str, Any] | None:
+    """``summary.json``'s ``shard``: K, N and the digest of the whole plan (every shard's, to merge only one run's)."""
+    if request.shard is None:
+        return None
+    from batchfuzz.fuzz.shards import plan_digest
+
+    everything = plan(dataclasses.replace(request, shard=None))
+    return {"index": request.shard[0], "count": request.shard[1], "plan": plan_digest([i.shard_key for i in everything])}
+
+
+def _new_job(start: _Start, database: str | None) -> Job:
+    """The job the job processes run (``.run/job.json``), its seed drawn here when the request has none."""
+    request = start.request
+    assert request.budget_s is not None and request.started is not None
+    seed = request.seed if request.seed is not None else int.from_bytes(os.urandom(4), "little")
+    return Job(items=start.items, report_dir=str(Path(request.report).absolute()), corpus_dir=_corpus_dir(request),
+               database=database, profile=request.profile, seed=seed, workers=start.workers, budget_s=request.budget_s,
+               deadline=request.started + request.budget_s, isolate=request.isolate, example_timeout_s=request.timeout_s,
+               max_examples=request.max_examples,
+               replay_command=request.replay_command(seed), shard=_shard_record(request), notes=start.notes,
+               history=start.history)
+
+
+def _interrupted_at_start(request: FuzzRequest, signum: int, job: Job | None, out: TextIO) -> End:
     """A partial report for a run stopped before its job processes started: every item not run."""
     for sig in (signal.SIGINT, signal.SIGTERM):  # the report is being written: further signals wait for it
         with contextlib.suppress(ValueError):
             signal.signal(sig, signal.SIG_IGN)
+    assert request.started is not None
     try:
         if job is None:
-            items = plan(args)
-            _prepare_report_dir(report_dir)
-            corpus_dir = Path(args.corpus).absolute() if args.corpus else corpus.default_dir()
-            job = Job(items=items, report_dir=str(report_dir), corpus_dir=str(corpus_dir), database=None,
-                      profile=args.profile, seed=args.seed if args.seed is not None else 0, workers=args.workers or 1,
-                      budget_s=float(args.budget or DEFAULT_BUDGET_S),
-                      deadline=started + float(args.budget or DEFAULT_BUDGET_S), isolate=not args.no_isolation,
-                      example_timeout_s=float(args.timeout), extra={"replay_command": "", "shard": None, "notes": []})
+            items = plan(request)
+            _prepare_report_dir(Path(request.report).absolute())
+            budget = request.budget_s or DEFAULT_BUDGET_S
+            job = Job(items=items, report_dir=str(Path(request.report).absolute()), corpus_dir=_corpus_dir(request),
+                      database=None, profile=request.profile, seed=request.seed if request.seed is not None else 0,
+                      workers=request.workers or 1, budget_s=budget, deadline=request.started + budget,
+                      isolate=request.isolate, example_timeout_s=request.timeout_s)
             for item in items:
                 write_state(job, item, new_state(item))
-        return finish(job, _StartStop(signum), out, started)
+        return finish(job, _StartStop(signum), out, request.started)
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(ValueError):
                 signal.signal(sig, signal.SIG_DFL)
 
 
-def _fuzz(args: argparse.Namespace, job: Job, scheduler: Any, out: TextIO, started: float) -> End:
-    items = job.items
-    mode = args.progress
+def _fuzz(request: FuzzRequest, job: Job, scheduler: Any, out: TextIO) -> End:
+    assert request.started is not None
+    mode = request.progress
     if mode == "auto":
         from batchfuzz.progress import interactive
 
         mode = "table" if interactive(out) else "lines"
     from batchfuzz.fuzz.progress import Progress
 
-    progress = Progress(out, job, started, tty=(mode == "table")) if mode != "none" else None
+    progress = Progress(out, job, request.started, tty=(mode == "table")) if mode != "none" else None
     scheduler.progress = progress
-    scheduler.started = started
-    targets = sorted({(i.contract, i.target) for i in items})
-    out.write(f"batchfuzz fuzz: {len(items)} work items ({len({i.contract for i in items})} contracts, {len(targets)} targets) "
-              f"on {args.device}, budget {args.budget:g}s"
-              + (f", {job.max_examples} examples per item" if job.max_examples is not None else "")
-              + f", {job.workers} worker(s), profile {args.profile}, seed {job.seed}"
-              + (f", shard {args.shard[0]}/{args.shard[1]}" if args.shard else "") + "\n"
-              f"  example database {_database_words(job.shown_database)}; corpus {job.corpus_dir}; report {job.report_dir}; "
-              f"{'targets isolated in worker processes' if job.isolate else 'targets in the job processes'}\n")
+    scheduler.started = request.started
+    out.write(_banner(request, job))
     out.flush()
     if progress is not None:
         progress.start()
@@ -853,7 +851,20 @@ def _fuzz(args: argparse.Namespace, job: Job, scheduler: Any, out: TextIO, start
     finally:
         if progress is not None:
             progress.stop()
-    return finish(job, scheduler, out, started)
+    return finish(job, scheduler, out, request.started)
+
+
+def _banner(request: FuzzRequest, job: Job) -> str:
+    """The two lines that say what the run does, before it starts."""
+    items = job.items
+    targets = sorted({(i.contract, i.target) for i in items})
+    return (f"batchfuzz fuzz: {len(items)} work items ({len({i.contract for i in items})} contracts, {len(targets)} targets) "
+            f"on {request.device}, budget {job.budget_s:g}s"
+            + (f", {job.max_examples} examples per item" if job.max_examples is not None else "")
+            + f", {job.workers} worker(s), profile {request.profile}, seed {job.seed}"
+            + (f", shard {request.shard[0]}/{request.shard[1]}" if request.shard else "") + "\n"
+            f"  example database {_database_words(job.shown_database)}; corpus {job.corpus_dir}; report {job.report_dir}; "
+            f"{'targets isolated in worker processes' if job.isolate else 'targets in the job processes'}\n")
 
 
 def finish(job: Job, scheduler: Any, out: TextIO, started: float) -> End:
@@ -882,75 +893,86 @@ def _signals_ignored() -> Iterator[None]:
 
 def _finish(job: Job, scheduler: Any, out: TextIO, started: float) -> End:
     from batchfuzz.fuzz import report
-
-    partial = scheduler.stop_reason is not None
-    states = read_states(job.items_dir)
-    short: list[str] = []  # with --max-examples: items the budget ended before they had their examples
-    for item in job.items:  # what never ran, or was left between slices, gets its final word
-        s = states.get(item.index) or new_state(item)
-        if s.get("status") == WAITING:
-            s.update(status="not run", reason="interrupted before it started" if partial else
-                     "the budget ended before it started")
-        elif s.get("status") in (IDLE, RUNNING):
-            if partial:
-                s["status"] = "interrupted"
-            elif int(s.get("examples", 0)) == 0:  # its slices went to start-up: nothing was checked
-                s.update(status="not run", reason="its slices ended before its first example")
-            else:
-                s["status"] = "passed"
-                if job.max_examples is not None and int(s["examples"]) < job.max_examples:
-                    s["reason"] = f"the budget ended after {s['examples']} of its {job.max_examples} examples (--max-examples)"
-                    short.append(f"{item.contract}/{item.name}/{item.property} ({s['examples']})")
-        states[item.index] = s
-        write_state(job, item, s, final=True)
-    finished = time.time()
     from batchfuzz.fuzz.job import database_losses
 
+    partial = scheduler.stop_reason is not None
+    signum = scheduler.signum if partial and scheduler.signum else None
+    states, short = _final_states(job, partial)
     lost = database_losses(job)
-    notes = list(job.extra.get("notes") or []) + [f"the shared example database was lost mid-run: {m}" for m in lost]
+    notes = list(job.notes) + [f"the shared example database was lost mid-run: {m}" for m in lost]
     if short:
         notes.append(f"incomplete: {len(short)} of {len(job.items)} items ran fewer than the {job.max_examples} examples of "
                      f"--max-examples before the budget ended: " + ", ".join(short[:20]) + (" ..." if len(short) > 20 else ""))
-    summary = report.build_summary(job, states, started=started, finished=finished, partial=partial,
-                                   interrupted_by=scheduler.stop_reason if partial else None, notes=notes,
-                                   # not charged to the budget: before the clock, and the targets' start-up in slices
-                                   startup_seconds=getattr(scheduler, "startup_s", 0.0) + getattr(scheduler, "uncharged_s", 0.0),
-                                   database_lost=lost, timeline=getattr(scheduler, "timeline", None))
+    summary = report.build_summary(job, states, report.RunEnd(
+        started=started, finished=time.time(), partial=partial, interrupted_by=scheduler.stop_reason if partial else None,
+        notes=tuple(notes), database_lost=tuple(lost), timeline=getattr(scheduler, "timeline", None) or {},
+        # not charged to the budget: before the clock, and the targets' start-up in slices
+        startup_seconds=getattr(scheduler, "startup_s", 0.0) + getattr(scheduler, "uncharged_s", 0.0)))
     if short and summary["status"] == "passed":  # --max-examples asked for examples, not seconds: short of them is incomplete
         summary["status"] = "incomplete"
     try:
-        paths = report.write_reports(job.report_dir, summary, history=job.extra.get("history") or ())
+        paths = report.write_reports(job.report_dir, summary, history=job.history)
     except OSError as exc:  # a full disk, a file-size limit: the corpus and the database are written apart, atomically
         out.write(f"batchfuzz: error: cannot write the reports to {job.report_dir}: {exc.strerror or exc} "
                   f"({type(exc).__name__}, errno {exc.errno}); the corpus ({job.corpus_dir}) and the example database "
                   f"are intact\n")
         out.flush()
         sys.stderr.write(f"batchfuzz: error: cannot write the reports to {job.report_dir}: {exc.strerror or exc}\n")
-        return End(status="error", failed=True, signum=scheduler.signum if partial and scheduler.signum else None)
+        return End(status="error", failed=True, signum=signum)
+    out.write(_summary_text(job, summary, paths, partial))
+    out.flush()
+    return End(status=summary["status"], failed=bool(summary["failures"] or summary["errors"]), signum=signum)
+
+
+def _final_states(job: Job, partial: bool) -> tuple[dict[int, ItemState], list[str]]:
+    """Every item's final word (what never ran, or was left between slices,
+    gets one), written; and with ``max_examples`` the items the budget ended
+    before they had their examples."""
+    states = read_states(job.items_dir)
+    short: list[str] = []
+    for item in job.items:
+        s = states.get(item.index) or new_state(item)
+        if s.status == WAITING:
+            s.status = "not run"
+            s.reason = "interrupted before it started" if partial else "the budget ended before it started"
+        elif s.status in (IDLE, RUNNING):
+            if partial:
+                s.status = "interrupted"
+            elif s.examples == 0:  # its slices went to start-up: nothing was checked
+                s.status, s.reason = "not run", "its slices ended before its first example"
+            else:
+                s.status = "passed"
+                if job.max_examples is not None and s.examples < job.max_examples:
+                    s.reason = f"the budget ended after {s.examples} of its {job.max_examples} examples (--max-examples)"
+                    short.append(f"{item.contract}/{item.name}/{item.property} ({s.examples})")
+        states[item.index] = s
+        write_state(job, item, s, final=True)
+    return states, short
+
+
+def _summary_text(job: Job, summary: dict[str, Any], paths: list[Path], partial: bool) -> str:
+    """What the terminal shows at the end: a row per contract, one block per failure origin, the errors and notes."""
+    from batchfuzz.fuzz.report import unshrunk_note
+
     t = summary["totals"]
-    out.write(f"\n{'contract':26} {'items':>9} {'examples':>9} {'failures':>8} {'cases/s':>8}\n")
+    lines = [f"\n{'contract':26} {'items':>9} {'examples':>9} {'failures':>8} {'cases/s':>8}\n"]
     for name, c in summary["contracts"].items():
-        out.write(f"{name:26} {str(c['items_run']) + '/' + str(c['items']):>9} {c['examples']:9d} {c['failures']:8d} "
-                  f"{c['cases_per_second']:8.0f}\n")
-    out.write(f"{'total':26} {'':9} {t['examples']:9d} {t['failures']:8d} {t['throughput']:8.0f} per wall second "
-              f"({summary['wall_seconds']:.1f}s, {job.workers} worker(s))\n")
+        lines.append(f"{name:26} {str(c['items_run']) + '/' + str(c['items']):>9} {c['examples']:9d} {c['failures']:8d} "
+                     f"{c['cases_per_second']:8.0f}\n")
+    lines.append(f"{'total':26} {'':9} {t['examples']:9d} {t['failures']:8d} {t['throughput']:8.0f} per wall second "
+                 f"({summary['wall_seconds']:.1f}s, {job.workers} worker(s))\n")
     for f in summary["origins"]:  # one per origin, listing every property it breaks
         first = f["message"].splitlines()[0] if f.get("message") else ""
-        note = report.unshrunk_note(f)
-        out.write(f"\nFAILED {f['contract']} {f['implementation']} {', '.join(f['properties'])}: {f['description']}: {first}\n"
-                  + (f"  {note}\n" if note else "")
-                  + f"  corpus: {f.get('corpus_file')} ({'new' if f.get('new') else 'already known'})\n")
+        note = unshrunk_note(f)
+        lines.append(f"\nFAILED {f['contract']} {f['implementation']} {', '.join(f['properties'])}: {f['description']}: {first}\n"
+                     + (f"  {note}\n" if note else "")
+                     + f"  corpus: {f.get('corpus_file')} ({'new' if f.get('new') else 'already known'})\n")
         if f.get("reproduction"):  # not indented: pasted as printed, it runs
-            out.write(f"{reproduce.HEADER}\n{f['reproduction']}\n")
+            lines.append(f"{reproduce.HEADER}\n{f['reproduction']}\n")
         if f.get("corpus_file"):
-            out.write(f"--- replay: {corpus.replay_command(f['contract'], f['implementation'], f['corpus_file'])}\n")
-    for e in summary["errors"]:
-        out.write(f"\nERROR {e['contract']} {e['implementation']}: {e['type']}: {e['message']}\n")
-    for n in summary["notes"]:
-        out.write(f"note: {n}\n")
-    out.write(f"reports: {', '.join(str(p) for p in paths)}" + (" (PARTIAL)" if partial else "") + "\n")
-    out.write(f"rerun with the same seed: {job.extra.get('replay_command')}\n")
-    out.flush()
-    return End(status=summary["status"], failed=bool(summary["failures"] or summary["errors"]),
-               signum=scheduler.signum if partial and scheduler.signum else None)
-
+            lines.append(f"--- replay: {corpus.replay_command(f['contract'], f['implementation'], f['corpus_file'])}\n")
+    lines += [f"\nERROR {e['contract']} {e['implementation']}: {e['type']}: {e['message']}\n" for e in summary["errors"]]
+    lines += [f"note: {n}\n" for n in summary["notes"]]
+    lines.append(f"reports: {', '.join(str(p) for p in paths)}" + (" (PARTIAL)" if partial else "") + "\n")
+    lines.append(f"rerun with the same seed: {job.replay_command}\n")
+    return "".join(lines)

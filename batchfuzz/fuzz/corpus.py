@@ -1,43 +1,15 @@
-"""The failure corpus: every failure a fuzz run finds, shrunk, as a small JSON file.
+"""The failure corpus: every failure a fuzz run finds, shrunk, as a small
+JSON file ``<corpus>/<contract>/<id>.json``, its name the hash of its content
+(so the same failure found again is the same file), written atomically the
+moment it is found, one entry per failure origin (the smallest case that
+still fails).
 
-Layout: ``<corpus>/<contract>/<id>.json``, where ``id`` is a short hash of
-(contract, target, device, domain, property, encoded case): the file's name
-is its content address, so the same failure found again (the next night, by
-another shard) maps to the same file, and merging corpora is a plain copy.
-Files are written atomically (:func:`batchfuzz.output.write_json_atomic`) the
-moment a failure is found, so a killed run loses nothing.
-
-A corpus file is untrusted data:
-
-- it is read as JSON only (never executed), at most ``MAX_FILE_BYTES`` bytes,
-  nested at most ``MAX_DEPTH`` deep, UTF-8, integers within Python's
-  int-string limit, and only as a regular file (a symbolic link, a FIFO or a
-  device named ``x.json`` is not opened for reading: the reader every
-  untrusted file gets, :func:`batchfuzz.fuzz.untrusted.load_json`); anything else is
-  rejected, naming the file, and the other files are still replayed;
-- its ``device`` is ``cpu`` or ``cuda``, and its ``id`` is the address of
-  its content (an entry edited after it was written is malformed);
-- its case must fit the contract (the contract's argument names, a case of
-  the entry's domain) and be small: at most ``MAX_NUMBERS`` numbers, no
-  integer argument above ``MAX_SIZE_ARGUMENT`` (an entry cannot make replay
-  allocate gigabytes); a case that does not fit is a malformed entry;
-- its target is loaded only when it is the project's own code (a registered
-  implementation, variant or oracle). An entry naming a user's function
-  (``MODULE:FUNCTION`` or ``FILE.py:FUNCTION``) never makes batchfuzz import
-  that module or load that file by itself: ``batchfuzz replay --target
-  CONTRACT=MODULE:FUNCTION`` names the function to replay its entries
-  against. An entry naming an engine binding (``engine:vllm::dir:PATH::...``)
-  is the project's binding of code read from a release the file names, which
-  may be anywhere: it is replayed only when the user names that release
-  (``batchfuzz replay --engine dir:PATH``). Without them, entries are
-  skipped, saying so.
-
-The ``inputs`` and ``reproduction`` fields are Python source *for people to
-read*; nothing here executes them. Replaying an entry re-checks its property
-against its target on the stored case, in a worker process by default
-(``batchfuzz.execution``): it passes once the bug is fixed and fails while
-it is there. ``tests/test_corpus.py`` replays every file of the project's
-corpus in the ordinary test run; ``batchfuzz replay`` does the same.
+A corpus file is untrusted data: read as bounded JSON only
+(:func:`batchfuzz.fuzz.untrusted.load_json`), its case checked to fit the
+contract and be small, its target loaded only when it is the project's own
+code (a user's function or an engine release is replayed only when the user
+names it). Replaying an entry re-checks its property on the stored case: it
+passes once the bug is fixed. docs/nightly.md ("The failure corpus").
 """
 
 from __future__ import annotations

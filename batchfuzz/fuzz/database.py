@@ -1,41 +1,15 @@
-"""The Hypothesis example database of a run: off, a local directory, or a shared Redis server.
+"""The Hypothesis example database of a run: off, a local directory, or a
+shared Redis server (:func:`open_database`).
 
-``open_database(spec, local_dir=...)`` turns what a user writes after
-``--database`` (or in ``$BATCHFUZZ_DATABASE``) into an ``ExampleDatabase``:
-
-- ``None`` or ``"off"``: no database (``None``, what ``settings(database=None)`` takes);
-- a directory path: Hypothesis's ``DirectoryBasedExampleDatabase`` on it (created
-  on first write); ``local_dir`` is not used, the directory *is* the local database;
-- ``redis://[[USER]:PASSWORD@]HOST[:PORT][/DB][?namespace=NAME&expire_days=D]``
-  (``rediss://`` for TLS): the shared database of a sharded nightly job. It is
-  Hypothesis's own ``hypothesis.extra.redis.RedisExampleDatabase``, guarded by
-  :class:`SharedRedisDatabase`, and multiplexed with a directory database on
-  ``local_dir`` (:class:`LocalAndSharedDatabase`), so every run keeps a local
-  copy of everything it saves. Shard 1 saves a shrunk failure; shard 2, another
-  machine, replays it among its first examples.
-
-Why the guard: a nightly run must not die, nor lose a failure, because the
-shared server went away. The server is checked once at start (a database
-that cannot be reached then is a usage error, :class:`DatabaseError`); a
-connection lost later is reported once (through ``warn``) and the run goes on
-with the local copy, which receives every save first. The lost server is not
-asked again on every example: calls are skipped for a back-off delay
-(1 s, doubling to 60 s), then one call tries it again; once it answers, the
-saves made meanwhile are sent to it (up to :data:`PENDING_LIMIT` of them).
-
-Keys: every key is prefixed with ``<namespace>:example:`` (default namespace
-``batchfuzz``; change notifications go to ``<namespace>:changes``), so
-unrelated projects sharing one Redis do not read each other's examples. Keys
-expire after ``expire_days`` (default 30) without being fetched; every fetch
-renews them, so a nightly job keeps its failures alive.
-
-``read_only=True`` (for ``batchfuzz check`` reading a shared database): the
-shared database is wrapped in Hypothesis's ``ReadOnlyDatabase``, nothing is
-written to it, and the local copy stays writable. For a directory spec, the
-directory itself is wrapped.
-
-The ``redis`` client is an optional dependency (``pip install batchfuzz[redis]``),
-imported only for a Redis spec.
+A shared server is Hypothesis's own ``RedisExampleDatabase``, guarded
+(:class:`SharedRedisDatabase`) and behind a local copy that receives every
+save first (:class:`LocalAndSharedDatabase`): a nightly run must neither die
+nor lose a failure because the server went away. Unreachable at start is a
+usage error (:class:`DatabaseError`); lost later, it is said once and retried
+after a back-off. ``read_only=True`` (``check`` reading the nightly's
+database) writes nothing there. The ``redis`` client is imported only for a
+Redis spec. Specs, keys, expiry and secrets: docs/nightly.md ("The example
+database").
 """
 
 from __future__ import annotations

@@ -1,33 +1,14 @@
-"""The fuzz job's model and its job processes.
+"""The fuzz job's model (:class:`WorkItem`, :class:`Job`, :class:`ItemState`)
+and its job processes (:func:`job_process_main`).
 
-``batchfuzz fuzz`` (the controller, :mod:`batchfuzz.fuzz.controller`) plans
-work items, one per contract x target x property x device (and, nightly,
-the scheduler model's conformance to vLLM's scheduler), and hands them
-out in *slices* of time to ``--workers`` job processes. A job process
-(:func:`job_process_main`) runs each slice as one Hypothesis hunt of the item's
-property, generating until the slice ends (a failure found by then is shrunk
-until the job's deadline) or, with the job's ``max_examples`` (``fuzz
---max-examples N``), until the item has N examples over all its slices,
-which ends it as passed; the target itself runs in an executor
-(``batchfuzz.execution``): an isolated worker process the job process starts
-(which runs one example while the job process draws the next: ``runner.hunt``'s
-``overlap``), or the job process itself with ``--no-isolation``. Job processes are made by the same process
-mechanism as those workers (``execution.process_context``), so the whole job
-has one.
-
-Everything a job process learns is written to disk as it happens, so that neither
-the controller's display nor an interrupted run depends on a process staying
-alive:
-
-- ``<report>/items/NNNN.json``: the item's accumulated state (examples,
-  seconds, slices, event labels, scores, its failure), rewritten atomically
-  after every slice;
-- ``<corpus>/<contract>/<id>.json``: a failure, the moment it is found;
-- the Hypothesis example database (a directory, or a shared Redis server
-  with a local copy: ``batchfuzz.fuzz.database``).
-
-Stopping: the controller creates ``<report>/.run/STOP`` on SIGINT/SIGTERM;
-every job process polls it between examples and stops, recording what it has.
+A job process takes slices of work items from the controller
+(:mod:`batchfuzz.fuzz.controller`) and runs each as one Hypothesis hunt of
+the item's property on the item's target, in an executor it keeps
+(``batchfuzz.execution``). Everything it learns goes to disk as it happens
+(the item's state file, the corpus, the example database), so neither the
+display nor an interrupted run depends on a process staying alive; it stops
+between examples once ``<report>/.run/STOP`` exists. docs/nightly.md ("How a
+run works", "A work item's walk") says more.
 """
 
 from __future__ import annotations
@@ -44,6 +25,8 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from batchfuzz.fuzz.records import Record
 
 # Item states: "waiting" (never ran), "idle" (between slices), "running"; at
 # the end "passed", "failed", "error", "interrupted" or "not run".
@@ -114,7 +97,10 @@ class Job:
     labels: bool = True
     # --max-examples: the examples an item runs in all, over its slices (None: as many as its slices' time allows).
     max_examples: int | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    replay_command: str = ""  # the command line that reruns the job (printed, and in summary.json)
+    shard: dict[str, Any] | None = None  # summary.json's shard: {index, count, plan}
+    notes: list[str] = field(default_factory=list)  # said at start and in summary.json
+    history: list[Any] = field(default_factory=list)  # earlier nights' summaries, for index.html
 
     @property
     def run_dir(self) -> Path:
@@ -153,41 +139,69 @@ def state_path(job: Job, item: WorkItem) -> Path:
     return job.items_dir / f"{item.index:04d}.json"
 
 
-def read_states(items_dir: Path | str) -> dict[int, dict[str, Any]]:
+@dataclass
+class ItemState(Record):
+    """One work item's accumulated state, ``<report>/items/NNNN.json``: what
+    the job processes write after every slice and the progress display and
+    the reports read (``to_json``/``from_json`` at the file)."""
+
+    index: int
+    contract: str
+    target: str
+    name: str
+    device: str
+    property: str
+    domain: str | None = None
+    status: str = WAITING
+    reason: str = ""
+    worker: str | None = None
+    pid: int | None = None
+    started: float | None = None
+    finished: float | None = None
+    seconds: float = 0.0  # fuzzing time, over its slices
+    startup_seconds: float = 0.0  # its target's start-up within slices (not charged to the budget)
+    slices: int = 0
+    examples: int = 0
+    events: dict[str, int] = field(default_factory=dict)  # the contract's input-class labels: examples each
+    scores: dict[str, int] = field(default_factory=dict)
+    # Failure records as the reports keep them (records.FailureRecord's keys, less contract and implementation).
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    error: dict[str, str] | None = None  # type, message, traceback: the harness could not run the item
+    settings: dict[str, Any] = field(default_factory=dict)  # what its hunts ran with (summary.json's settings)
+
+
+def read_states(items_dir: Path | str) -> dict[int, ItemState]:
     """Every item state written so far, by item index (unreadable files skipped)."""
-    out: dict[int, dict[str, Any]] = {}
+    out: dict[int, ItemState] = {}
     d = Path(items_dir)
     if not d.is_dir():
         return out
     for p in d.glob("*.json"):
         try:
-            s = json.loads(p.read_text())
-            out[int(s["index"])] = s
-        except (OSError, ValueError, KeyError, TypeError):
+            s = ItemState.from_json(json.loads(p.read_text()), str(p))
+        except (OSError, ValueError):
             continue
+        out[s.index] = s
     return out
 
 
-def new_state(item: WorkItem) -> dict[str, Any]:
-    return {
-        "index": item.index, "contract": item.contract, "target": item.target, "name": item.name, "device": item.device,
-        "property": item.property, "domain": item.domain, "status": WAITING, "reason": "", "worker": None, "pid": None,
-        "started": None, "finished": None, "seconds": 0.0, "startup_seconds": 0.0, "slices": 0, "examples": 0,
-        "events": {}, "scores": {}, "failures": [], "error": None, "settings": {},
-    }
+def new_state(item: WorkItem) -> ItemState:
+    return ItemState(index=item.index, contract=item.contract, target=item.target, name=item.name, device=item.device,
+                     property=item.property, domain=item.domain)
 
 
-def read_state(job: Job, item: WorkItem) -> dict[str, Any]:
+def read_state(job: Job, item: WorkItem) -> ItemState:
+    path = state_path(job, item)
     try:
-        return dict(json.loads(state_path(job, item).read_text()))
+        return ItemState.from_json(json.loads(path.read_text()), str(path))
     except (OSError, ValueError):
         return new_state(item)
 
 
-def write_state(job: Job, item: WorkItem, state: dict[str, Any], *, final: bool = False) -> None:
+def write_state(job: Job, item: WorkItem, state: ItemState, *, final: bool = False) -> None:
     from batchfuzz.output import write_json_atomic
 
-    write_json_atomic(state_path(job, item), state, fsync=final)
+    write_json_atomic(state_path(job, item), state.to_json(), fsync=final)
 
 
 def stop_requested(job: Job) -> bool:
@@ -195,6 +209,22 @@ def stop_requested(job: Job) -> bool:
 
 
 # --------------------------------------------------------------------------- a job process
+
+
+@dataclass(frozen=True)
+class _Slice:
+    """One slice of one item as :meth:`_JobProcess.run_slice` resolves it, once,
+    before anything runs: the contract, the target's executor, the domain, the
+    settings and the clock, handed down to the hunt and the failure's record."""
+
+    item: WorkItem
+    number: int
+    contract: Any  # registry.Contract
+    executor: Any  # execution.Executor
+    domain: str
+    settings: Any  # hypothesis.settings
+    slice_end: float  # generating stops here (wall clock)
+    shrink_until: float  # a failure is shrunk until here
 
 
 class _JobProcess:
@@ -239,86 +269,105 @@ class _JobProcess:
             return base
         return settings(base, max_examples=max(1, self.job.max_examples - examples_so_far))
 
-    def _begin(self, item: WorkItem) -> dict[str, Any]:
+    def _begin(self, item: WorkItem) -> ItemState:
         """``item``'s state, marked running in this job process (and written)."""
         state = read_state(self.job, item)
-        state.update(status=RUNNING, worker=self.worker, pid=os.getpid())
-        state["started"] = state["started"] or time.time()
+        state.status, state.worker, state.pid = RUNNING, self.worker, os.getpid()
+        state.started = state.started or time.time()
         write_state(self.job, item, state)
         return state
 
-    def _errored(self, item: WorkItem, state: dict[str, Any], exc: Exception, began: float) -> dict[str, Any]:
+    def _errored(self, item: WorkItem, state: ItemState, exc: Exception, began: float) -> ItemState:
         """A slice that raised: ``item`` ends as an ``error`` with the exception (its final state, written)."""
-        state.update(status="error", error={"type": type(exc).__name__, "message": str(exc),
-                                            "traceback": traceback.format_exc()})
-        state["seconds"] = round(float(state["seconds"]) + time.time() - began, 3)
+        state.status = "error"
+        state.error = {"type": type(exc).__name__, "message": str(exc), "traceback": traceback.format_exc()}
+        state.seconds = round(state.seconds + time.time() - began, 3)
         write_state(self.job, item, state, final=True)
         return state
 
-    def run_slice(self, item: WorkItem, slice_no: int, slice_s: float, shrink_s: float) -> dict[str, Any]:
+    def run_slice(self, item: WorkItem, slice_no: int, slice_s: float, shrink_s: float) -> ItemState:
         """Fuzz ``item`` for ``slice_s`` seconds from when its target is ready
         (a failure found by then is shrunk for ``shrink_s`` more), within the
-        job's deadline, and for no more examples than the job's
-        ``max_examples`` leaves it (:meth:`settings`); return (and write) its state. The seconds its target
-        took to get ready (a worker started, the target imported) are
-        ``self.last_startup_s``: the controller does not charge them to the budget."""
-        from batchfuzz import engine_steps, registry, runner
-
-        if item.contract == engine_steps.CONFORMANCE_SUBJECT:
+        job's deadline and the job's ``max_examples``; return (and write) its
+        state. A straight walk down (docs/nightly.md, "A work item's walk"):
+        :meth:`_resolve`, :meth:`_hunt`, :meth:`_record`. The seconds its
+        target took to get ready are ``self.last_startup_s``: the controller
+        does not charge them to the budget."""
+        if item.executor_key is None:
             return self.run_conformance_slice(item, slice_no, slice_s, shrink_s)
-        job = self.job
         state = self._begin(item)
         began = time.time()
         self.last_startup_s = 0.0
         try:
-            contract = registry.get(item.contract)
-            executor = self.executor(contract, item)
-            info = executor.describe()
-            self.last_startup_s = time.time() - began
-            if info.get("error"):
-                raise RuntimeError(info["error"])
-            # Starting the target's worker (and importing it) is not the item's fuzzing time: the slice starts now.
-            slice_end = min(job.deadline, time.time() + slice_s)
-            shrink_until = min(job.deadline, slice_end + shrink_s)
-            domain = registry.choose_domain(item.domain, info.get("domain"))
-            rs = self.settings(int(state["examples"]))
-            state["settings"] = {"profile": job.profile, "derandomize": bool(rs.derandomize), "isolated": job.isolate,
-                                 "database": repr(rs.database) if rs.database is not None else None, "domain": domain,
-                                 "seed": job.seed, "timeout": job.example_timeout_s, "max_examples": job.max_examples}
-            r = runner.hunt(contract, executor, contract.property(item.property), runner.HuntOptions(
-                rs, seed=runner._round_seed(job.seed, item.contract, item.target, item.property, slice_no),
-                domain=domain, deadline=shrink_until, generate_until=slice_end,
-                example_timeout_s=job.example_timeout_s, labels=job.labels),
-                target_name=item.target, should_stop=lambda: stop_requested(job))
+            work = self._resolve(item, state, slice_no, slice_s, shrink_s)
+            r = self._hunt(work)
         except Exception as exc:
             return self._errored(item, state, exc, began)
+        self._record(work, state, r, began)
+        write_state(self.job, item, state, final=state.status in FINAL)
+        return state
+
+    def _resolve(self, item: WorkItem, state: ItemState, slice_no: int, slice_s: float, shrink_s: float) -> _Slice:
+        """Everything the slice needs, looked up once: the contract (the
+        registry's only lookup), the target's executor (started and imported:
+        start-up, ``last_startup_s``), the domain, the settings, the clock."""
+        from batchfuzz import registry
+
+        job, began = self.job, time.time()
+        contract = registry.get(item.contract)
+        executor = self.executor(contract, item)
+        info = executor.describe()
+        self.last_startup_s = time.time() - began
+        if info.get("error"):
+            raise RuntimeError(info["error"])
+        # Starting the target's worker (and importing it) is not the item's fuzzing time: the slice starts now.
+        slice_end = min(job.deadline, time.time() + slice_s)
+        domain = registry.choose_domain(item.domain, info.get("domain"))
+        rs = self.settings(state.examples)
+        state.settings = {"profile": job.profile, "derandomize": bool(rs.derandomize), "isolated": job.isolate,
+                          "database": repr(rs.database) if rs.database is not None else None, "domain": domain,
+                          "seed": job.seed, "timeout": job.example_timeout_s, "max_examples": job.max_examples}
+        return _Slice(item=item, number=slice_no, contract=contract, executor=executor, domain=domain, settings=rs,
+                      slice_end=slice_end, shrink_until=min(job.deadline, slice_end + shrink_s))
+
+    def _hunt(self, work: _Slice) -> Any:
+        """The slice's one Hypothesis hunt of the item's property (``runner.hunt``)."""
+        from batchfuzz import runner
+
+        job, item, contract, executor, domain, rs = self.job, work.item, work.contract, work.executor, work.domain, work.settings
+        slice_no, slice_end, shrink_until = work.number, work.slice_end, work.shrink_until
+        return runner.hunt(contract, executor, contract.property(item.property), runner.HuntOptions(
+            rs, seed=runner._round_seed(job.seed, item.contract, item.target, item.property, slice_no),
+            domain=domain, deadline=shrink_until, generate_until=slice_end,
+            example_timeout_s=job.example_timeout_s, labels=job.labels),
+            target_name=item.target, should_stop=lambda: stop_requested(job))
+
+    def _record(self, work: _Slice, state: ItemState, r: Any, began: float) -> None:
+        """The hunt's result added to ``state``: its examples, labels and
+        scores, its failure (saved to the corpus), and the item's new status."""
+        job = self.job
         examples_before = _count_slice(state, r.examples, began, self.last_startup_s)
-        for key, counter in (("events", r.events), ("scores", r.scores)):
-            merged = dict(state[key])
-            for k, v in counter.items():
-                merged[k] = int(merged.get(k, 0)) + int(v)
-            state[key] = merged
+        state.events = _added(state.events, r.events)
+        state.scores = _added(state.scores, r.scores)
         if r.failure is not None:
-            record = _save_failure(job, item, contract, executor, r.failure, domain)
+            record = _save_failure(job, work, r.failure)
             # Which of the item's examples failed first, and when: 1 for a failure the
             # example database replayed at the start of the item's first slice.
             if r.first_failure_example is not None:
                 record["found_at_example"] = examples_before + r.first_failure_example
                 record["found_at_time"] = r.first_failure_time
-            state["failures"].append(record)
-            state["status"] = "failed"
+            state.failures.append(record)
+            state.status = "failed"
         elif stop_requested(job):
-            state.update(status="interrupted", reason="the run was stopped (signal)")
-        elif (rs.derandomize or job.max_examples is not None) and not r.out_of_time:
+            state.status, state.reason = "interrupted", "the run was stopped (signal)"
+        elif (work.settings.derandomize or job.max_examples is not None) and not r.out_of_time:
             # Done: a derandomized stream once it has run (another slice would replay it); with --max-examples, once
             # the item has its examples (or Hypothesis has exhausted the domain before).
-            state["status"] = "passed"
+            state.status = "passed"
         else:
-            state["status"] = IDLE
-        write_state(job, item, state, final=state["status"] in FINAL)
-        return state
+            state.status = IDLE
 
-    def run_conformance_slice(self, item: WorkItem, slice_no: int, slice_s: float, shrink_s: float) -> dict[str, Any]:
+    def run_conformance_slice(self, item: WorkItem, slice_no: int, slice_s: float, shrink_s: float) -> ItemState:
         """The conformance item (``engine_steps.conformance_search``): as a
         property's slice, its failure the smallest workload on which the
         scheduler model and vLLM's scheduler differ, with its reproduction (no
@@ -330,8 +379,8 @@ class _JobProcess:
         began = time.time()
         self.last_startup_s = 0.0
         rs = self.settings()
-        state["settings"] = {"profile": job.profile, "derandomize": bool(rs.derandomize), "isolated": False,
-                             "database": repr(rs.database) if rs.database is not None else None, "seed": job.seed}
+        state.settings = {"profile": job.profile, "derandomize": bool(rs.derandomize), "isolated": False,
+                          "database": repr(rs.database) if rs.database is not None else None, "seed": job.seed}
         try:
             # vLLM's import and its first configuration are start-up, as a target's import is: the slice starts after.
             engine_steps.conformance(engine_steps.sample_workload(0))
@@ -345,21 +394,29 @@ class _JobProcess:
             return self._errored(item, state, exc, began)
         examples_before = _count_slice(state, r.examples, began, self.last_startup_s)
         if r.workload is not None:
-            state["failures"].append({
+            state.failures.append({
                 "property": engine_steps.CONFORMANCE, "during": "", "spec": engine_steps.CONFORMANCE_SPEC, "kind": "violation",
                 "error_type": "ConformanceDifference", "message": "; ".join(r.differences), "exit": None,
                 "inputs": {"workload": r.workload}, "reproduction": r.reproduction(), "corpus_file": None, "new": False,
                 "id": None, "shrink_complete": not r.out_of_time,
                 "found_at_example": examples_before + (r.first_failure_example or 0)})
-            state["status"] = "failed"
+            state.status = "failed"
         elif stop_requested(job):
-            state.update(status="interrupted", reason="the run was stopped (signal)")
+            state.status, state.reason = "interrupted", "the run was stopped (signal)"
         elif rs.derandomize and not r.out_of_time:
-            state["status"] = "passed"
+            state.status = "passed"
         else:
-            state["status"] = IDLE
-        write_state(job, item, state, final=state["status"] in FINAL)
+            state.status = IDLE
+        write_state(job, item, state, final=state.status in FINAL)
         return state
+
+
+def _added(counts: dict[str, int], more: Any) -> dict[str, int]:
+    """``counts`` with the counter ``more`` added (labels, scores)."""
+    merged = dict(counts)
+    for k, v in more.items():
+        merged[k] = int(merged.get(k, 0)) + int(v)
+    return merged
 
 
 def _open_database(job: Job) -> Any:
@@ -394,15 +451,17 @@ def database_losses(job: Job) -> list[str]:
     return seen
 
 
-def _save_failure(job: Job, item: WorkItem, contract: Any, executor: Any, failure: Any, domain: str) -> dict[str, Any]:
+def _save_failure(job: Job, work: _Slice, failure: Any) -> dict[str, Any]:
+    """The failure record of a slice's failure, its case saved to the corpus (an origin's smallest case kept)."""
     from batchfuzz.codec import literal
     from batchfuzz.fuzz import corpus
     from batchfuzz.reproduce import reproduction
 
+    item, contract, executor = work.item, work.contract, work.executor
     found = {"seed": job.seed, "profile": job.profile, "worker": os.getpid()}
     repro = reproduction(failure, item.target)
-    violates = _violates(job, contract, executor, failure)
-    data = corpus.make_entry_data(failure, target=item.target, device=item.device, domain=domain, found=found,
+    violates = _violates(job, work, failure)
+    data = corpus.make_entry_data(failure, target=item.target, device=item.device, domain=work.domain, found=found,
                                   reproduction=repro, violates=violates)
     record: dict[str, Any] = {
         "property": failure.property, "during": failure.during, "spec": failure.spec, "kind": failure.kind(),
@@ -426,14 +485,14 @@ def _save_failure(job: Job, item: WorkItem, contract: Any, executor: Any, failur
     return record
 
 
-def _violates(job: Job, contract: Any, executor: Any, failure: Any) -> list[str]:
+def _violates(job: Job, work: _Slice, failure: Any) -> list[str]:
     """Every property a wrong answer's shrunk case breaks (re-checked on the
     target, while the job's deadline allows), else its own property only."""
     from batchfuzz import runner
 
     if failure.kind() != "violation" or time.time() >= job.deadline:
         return [failure.property]
-    found = runner.violated_properties(contract, executor, failure.case, timeout_s=job.example_timeout_s)
+    found = runner.violated_properties(work.contract, work.executor, failure.case, timeout_s=job.example_timeout_s)
     return found if failure.property in found else [failure.property, *found]
 
 
@@ -479,21 +538,21 @@ def job_process_main(conn: Any, job_path: str, worker: str, owner: int, database
                 return
             index, slice_no, slice_s, shrink_s, job.deadline = task
             state = r.run_slice(job.items[index], slice_no, slice_s, shrink_s)
-            conn.send((index, state["status"], r.last_startup_s))
+            conn.send((index, state.status, r.last_startup_s))
     finally:
         r.close()
 
 
-def _count_slice(state: dict[str, Any], examples: int, began: float, startup_s: float) -> int:
+def _count_slice(state: ItemState, examples: int, began: float, startup_s: float) -> int:
     """Add one slice of ``examples`` examples, begun at ``began``, to an item's
     ``state``; return the item's examples before it. Of the slice's seconds,
     the ``startup_s`` its target took to get ready go to the item's
     ``startup_seconds``, the rest to its ``seconds`` (its fuzzing time, which its
     examples per second divide by): the same start-up the controller does not
     charge to the budget."""
-    before = int(state["examples"])
-    state["slices"] = int(state["slices"]) + 1
-    state["examples"] = before + examples
-    state["startup_seconds"] = round(float(state.get("startup_seconds", 0.0)) + startup_s, 3)
-    state["seconds"] = round(float(state["seconds"]) + max(0.0, time.time() - began - startup_s), 3)
+    before = state.examples
+    state.slices += 1
+    state.examples = before + examples
+    state.startup_seconds = round(state.startup_seconds + startup_s, 3)
+    state.seconds = round(state.seconds + max(0.0, time.time() - began - startup_s), 3)
     return before

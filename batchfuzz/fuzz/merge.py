@@ -1,61 +1,14 @@
-"""Merging the reports of a sharded fuzz run, and the shards' failure corpora.
+"""Merging the reports of a sharded fuzz run (:func:`merge`) and the shards'
+failure corpora (:func:`merge_corpora`): ``batchfuzz merge-reports``.
 
-Each shard of ``batchfuzz fuzz --shard K/N`` writes ``summary.json``,
-``summary.md`` and ``junit.xml`` in its report directory; its summary says
-which shard it is (``"shard": {"index": K, "count": N, "plan": DIGEST}``,
-``plan`` being :func:`batchfuzz.fuzz.shards.plan_digest` of the whole item list).
-A summary whose ``"shard"`` is absent or null is a single unsharded run
-(shard 1 of 1).
-
-Work items are per property (contract x target x device x property), so one
-implementation (target) is usually spread over several shards. :func:`merge`
-puts each implementation back together from its shards' entries: the union
-of their ``properties`` (a property in two shards is the same work item in
-two shards: refused), examples, seconds, scores and failures summed or
-concatenated, ``coverage`` recomputed from the raw per-label example counts
-the shards carry, and the status recomputed by the rule of a single run
-(:func:`batchfuzz.fuzz.report.implementation_status`). Contracts and totals are
-recomputed the same way and the run's status by
-:func:`batchfuzz.fuzz.report.run_status`, a missing shard counting as work not
-run. The result has the format of a single run's ``summary.json``, so the
-single-run renderers write ``summary.md`` and ``junit.xml``
-(:func:`batchfuzz.fuzz.report.render_markdown`, :func:`~batchfuzz.fuzz.report.render_junit`),
-plus: ``"merged": true``, a ``"shards"`` section (given, missing), each
-property tagged with its ``"shard"``, each implementation with its
-``"shards"``, each failure and error with its ``"shard"``. JUnit gets one
-more suite, ``batchfuzz.shards``, with an error per missing shard.
-
-Checked, with every problem named at once (:class:`MergeError`): a
-directory without a readable report, garbage or truncated files (named, with
-line and column), files past the limits of every untrusted file
-(:mod:`batchfuzz.fuzz.untrusted`: regular files, size, depth, integers,
-finite numbers), a bad ``timeline``, a shard count past ``shards.MAX_SHARDS``, a ``junit.xml`` whose test cases are not those of its
-``summary.json`` (the two files of different runs), a shard given twice,
-shards of different runs (different N, seed or item list), the same work item
-in two shards. A missing shard is not an error: the merge goes on and says
-so (exit code 3, "incomplete").
-
-Exit codes (:attr:`Merged.exit_code`), those of ``batchfuzz fuzz``: 0
-complete, no failure; 1 a failure or a harness error in any shard (even when
-incomplete: the failure is the news); 3 incomplete (a shard missing or
-interrupted, or work items that did not run) without failures. The command
-adds 2 for bad input.
-
-Failures are listed once per origin (``batchfuzz.fuzz.origin``;
-:func:`batchfuzz.fuzz.report.origins`): a crash that several properties
-found, in several shards, is one ``"origins"`` entry naming every property
-and shard.
-
-Corpora: a corpus file's name is the hash of its identity (contract, target,
-device, property, shrunk case: :func:`batchfuzz.fuzz.corpus.entry_id`), and it
-records its origin. :func:`merge_corpora` copies the shards' files (or a
-night's into the standing corpus) keeping one entry per origin, the smallest
-case that still fails (the cases of one bug's wrong answers are one origin:
-``corpus.one_wrong_answer``): a file is untrusted, so the origin it records is
-checked by replaying its case, and a case that passes never replaces one.
-Two files of the same name are the same failure; they may differ only in
-:data:`VOLATILE_FIELDS` (when, where and under which seed it was found, and
-the origin the merge recomputed), and the first one is kept.
+The shards' reports are untrusted files, checked with every problem named at
+once (:class:`MergeError`); the merged report has the format of a single
+run's, its statuses by the single run's rules
+(:func:`batchfuzz.fuzz.report.implementation_status`, ``run_status``), so
+the same renderers write it. The corpora merge keeps one entry per failure
+origin, its smallest case that still fails (checked by replaying it).
+What is checked, what is recomputed and the exit codes: docs/nightly.md
+("batchfuzz merge-reports").
 """
 
 from __future__ import annotations
@@ -345,30 +298,15 @@ def merge(reports: Sequence[ShardReport]) -> Merged:
     missing = check_same_run(reports)
     shards = sorted(reports, key=lambda r: r.index)
     first = shards[0].record
-    count = shards[0].count
     contracts = _merge_contracts(shards)
     failures = [_tagged(f, r.index) for r in shards for f in r.record.failures]
     errors = [_tagged(e, r.index) for r in shards for e in r.record.errors]
     not_run = [name for r in shards for name in r.record.not_run]
-    starts = [_parse_time(r.record.started) for r in shards]
-    ends = [_parse_time(r.record.finished) for r in shards]
-    if None in starts or None in ends:
-        started = finished = None
-        wall = max(float(r.record.wall_seconds) for r in shards)
-    else:
-        started, finished = min(s for s in starts if s is not None), max(e for e in ends if e is not None)
-        wall = max(0.0, finished - started)
+    started, finished, wall = _span(shards)
     examples = sum(c.examples for c in contracts.values())
     partial = [r for r in shards if r.record.partial]
     status = report.run_status(partial=bool(partial), failed=bool(failures or errors), incomplete=bool(missing or not_run),
                                examples=examples)
-    notes = []
-    if count > 1 or len(shards) > 1:
-        notes.append(f"merged from shard(s) {', '.join(r.name for r in shards)}"
-                     + (f"; MISSING: {', '.join(f'{k}/{count}' for k in missing)} (incomplete)" if missing else ""))
-    notes += [f"shard {r.name} was interrupted: {r.record.interrupted_by}" for r in partial]
-    notes += [f"shard {r.name} ran other versions: {r.record.versions}" for r in shards[1:] if r.record.versions != first.versions]
-    notes += [f"shard {r.name}: {n}" for r in shards for n in r.record.notes]
     # One entry per origin across the shards; every failure points at its origin's corpus entry.
     failure_dicts = [f.to_json() for f in failures]
     impl_failures = [f for c in contracts.values() for i in c.implementations.values() for f in i.failures]
@@ -384,7 +322,7 @@ def merge(reports: Sequence[ShardReport]) -> Merged:
         partial=bool(partial), status=status, wall_seconds=round(wall, 3), budget_seconds=first.budget_seconds,
         profile=first.profile, workers=sum(r.record.workers for r in shards), versions=first.versions, totals=totals,
         contracts=contracts, failures=[FailureRecord.from_json(f, "merged failures") for f in failure_dicts],
-        errors=errors, notes=notes, not_run=not_run, tool=first.tool,
+        errors=errors, notes=_notes(shards, missing), not_run=not_run, tool=first.tool,
         interrupted_by="; ".join(f"shard {r.name}: {r.record.interrupted_by}" for r in partial) or None,
         started=_iso(started) if started is not None else None, finished=_iso(finished) if finished is not None else None,
         startup_seconds=max(float(r.record.startup_seconds or 0.0) for r in shards),
@@ -393,29 +331,63 @@ def merge(reports: Sequence[ShardReport]) -> Merged:
         database=None if first.database is None else printable(first.database), corpus=first.corpus,
         shard=None, replay_command=None, host=None,  # the merged run is the whole run
         origins=[OriginRecord.from_json(o, "merged origins") for o in found],
-        extra={**first.extra, "merged": True, "shards": {
-            "count": count,
-            "complete": not missing,
-            "missing": missing,
-            "given": [{
-                "index": r.index, "dir": str(r.path), "sharded": r.sharded, "status": r.record.status,
-                "partial": r.record.partial, "wall_seconds": r.record.wall_seconds,
-                "examples": r.record.totals.examples, "failures": len(r.record.failures),
-                "errors": len(r.record.errors), "items": r.record.totals.items,
-                "workers": r.record.workers, "host": r.record.host,
-                "replay_command": r.record.replay_command,
-            } for r in shards],
-        }},
+        extra={**first.extra, "merged": True, "shards": _shards_record(shards, missing)},
     )
     summary = merged.to_json()
-    if failures or errors:
-        code = ExitCode.COUNTEREXAMPLE
-    elif status in ("incomplete", "interrupted"):
-        code = ExitCode.INCOMPLETE
-    else:
-        code = ExitCode.OK
     return Merged(summary=summary, markdown=render_markdown(summary), junit=render_junit(summary),
-                  missing=missing, exit_code=code)
+                  missing=missing, exit_code=_exit_code(bool(failures or errors), status))
+
+
+def _span(shards: Sequence[ShardReport]) -> tuple[float | None, float | None, float]:
+    """The merged run's first start, last finish and wall seconds between them
+    (the longest shard's wall time where a shard's times cannot be read)."""
+    starts = [_parse_time(r.record.started) for r in shards]
+    ends = [_parse_time(r.record.finished) for r in shards]
+    if None in starts or None in ends:
+        return None, None, max(float(r.record.wall_seconds) for r in shards)
+    started, finished = min(s for s in starts if s is not None), max(e for e in ends if e is not None)
+    return started, finished, max(0.0, finished - started)
+
+
+def _notes(shards: Sequence[ShardReport], missing: list[int]) -> list[str]:
+    """The merged run's notes: which shards it holds (and lacks), the interrupted
+    ones, other versions, and every shard's own notes, prefixed with its name."""
+    count = shards[0].count
+    notes = []
+    if count > 1 or len(shards) > 1:
+        notes.append(f"merged from shard(s) {', '.join(r.name for r in shards)}"
+                     + (f"; MISSING: {', '.join(f'{k}/{count}' for k in missing)} (incomplete)" if missing else ""))
+    notes += [f"shard {r.name} was interrupted: {r.record.interrupted_by}" for r in shards if r.record.partial]
+    notes += [f"shard {r.name} ran other versions: {r.record.versions}" for r in shards[1:]
+              if r.record.versions != shards[0].record.versions]
+    notes += [f"shard {r.name}: {n}" for r in shards for n in r.record.notes]
+    return notes
+
+
+def _shards_record(shards: Sequence[ShardReport], missing: list[int]) -> dict[str, Any]:
+    """The merged summary's ``shards``: the count, whether complete, the missing and each given shard's facts."""
+    return {
+        "count": shards[0].count,
+        "complete": not missing,
+        "missing": missing,
+        "given": [{
+            "index": r.index, "dir": str(r.path), "sharded": r.sharded, "status": r.record.status,
+            "partial": r.record.partial, "wall_seconds": r.record.wall_seconds,
+            "examples": r.record.totals.examples, "failures": len(r.record.failures),
+            "errors": len(r.record.errors), "items": r.record.totals.items,
+            "workers": r.record.workers, "host": r.record.host,
+            "replay_command": r.record.replay_command,
+        } for r in shards],
+    }
+
+
+def _exit_code(failed: bool, status: str) -> ExitCode:
+    """The merged run's exit code: 1 a failure or harness error, 3 incomplete or interrupted, else 0."""
+    if failed:
+        return ExitCode.COUNTEREXAMPLE
+    if status in ("incomplete", "interrupted"):
+        return ExitCode.INCOMPLETE
+    return ExitCode.OK
 
 
 def render_junit(summary: dict[str, Any]) -> str:

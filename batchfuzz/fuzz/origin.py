@@ -1,30 +1,9 @@
 """A failure's origin: what one bug is, whichever property, worker, shard or
-night found it.
-
-- an exception (``raises``: the target raised; ``exception``: a property
-  raised on the target's result; ``crash`` by an uncaught ``BaseException``):
-  the exception's type and its location, ``file:line`` of the innermost frame
-  of its traceback outside the standard library and installed packages (the
-  target's own line that called into numpy, not numpy's); a file under the
-  working directory is named relative to it (else to the ``sys.path`` entry
-  that holds it), so two machines with the same layout agree;
-- a ``crash`` without a traceback (a signal, ``os._exit``): how the process
-  ended (``exit``: ``killed by signal 11 (SIGSEGV)``);
-- a ``timeout``: the kind alone;
-- a wrong answer (``violation``): the shrunk case, whichever property found
-  it; and two wrong answers of one target are one origin when the smaller
-  case breaks the property that found the larger one, or the larger case
-  breaks every property the smaller one breaks (:func:`one_bug`, from the
-  properties each case breaks: its ``violates``, re-checked when it was
-  found). One bug found by several properties, each shrinking to its own
-  case, is so one origin, its smallest case; two bugs whose cases break
-  different properties stay two.
-
-An origin is always of one contract, target and device. Its :attr:`Origin.id`
-names one corpus entry (``batchfuzz.fuzz.corpus.save_failure`` keeps the
-smallest case per origin, as ``Contract.size`` orders cases) and one report
-line listing every property it breaks (``batchfuzz.fuzz.report``; merged
-shards: ``batchfuzz.fuzz.merge``). tests/test_origin.py checks each rule.
+night found it (an exception's type and location, how a crash ended, a
+timeout's kind, or a wrong answer's shrunk case, two wrong answers being one
+bug by :func:`one_bug`). An origin is of one contract, target and device and
+names one corpus entry and one report line. The rules: docs/nightly.md ("One
+failure, one report line"); tests/test_origin.py checks each.
 """
 
 from __future__ import annotations

@@ -1,37 +1,12 @@
 """The fuzz reports' page: ``index.html``, one self-contained file beside
 ``summary.json`` (styles and plots inline, nothing fetched when it is viewed).
 
-It is built from a summary dict alone, as read back from ``summary.json``
-(:func:`build_page`), so a single run (:func:`batchfuzz.fuzz.report.write_reports`),
-merged shards (:func:`batchfuzz.fuzz.merge.write`) and anyone holding the JSON
-get the same page. What it shows, top to bottom (what failed first, before
-any chart):
-
-- the run: status, examples, rates, profile, seed, versions, notes, the
-  command that reruns it;
-- failures, one per origin (every property it breaks), with their
-  reproduction, a word where its shrink did not complete, and what the
-  engine's kernel did with the case where the failure carries a ``confirm``
-  record (``kernel``, ``verdict``, ``consequence``, as ``batchfuzz confirm
-  --json`` writes them); without one, nothing is said about the kernel;
-- errors (items the harness could not run);
-- a row per implementation (status, examples, examples per second, failures);
-- examples per second per work item over the run, a plot per contract, from
-  each property's ``timeline`` (a sample after each slice: seconds since the
-  run started, examples so far, seconds so far): a slice is drawn as a
-  segment from its start to its end at its own rate (in merged shards each
-  item's times are its own shard's);
-- input classes covered per contract: the share of its examples in each
-  class its labels name (``coverage``), a bar each;
-- with earlier nights' reports (:func:`read_history`), the history: each
-  contract's examples per second and each night's failures, then a table.
-
-Plots are matplotlib figures (``matplotlib.figure.Figure``: no pyplot, no GUI
-backend, nothing global changed) saved as SVG with text kept as text, so the
-page's words are searchable and the browser test reads them from the DOM;
-matplotlib is imported only when a page is built. Every text taken from a
-summary (target names are the user's) is escaped with :func:`html.escape`;
-in plots, ``$`` in a name is not read as mathematics.
+Built from a summary dict alone (:func:`build_page`), so a single run, merged
+shards and anyone holding the JSON get the same page; it opens on what
+failed, before any chart. Plots are matplotlib figures saved as SVG with
+text kept as text (no pyplot, imported only when a page is built); every
+text from a summary is escaped. What it shows: docs/nightly.md
+(``index.html``).
 """
 
 from __future__ import annotations

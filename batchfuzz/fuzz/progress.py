@@ -15,11 +15,25 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, TextIO
+from dataclasses import dataclass, field
+from typing import TextIO
 
-from batchfuzz.fuzz.job import Job, read_states
+from batchfuzz.fuzz.job import ItemState, Job, read_states
 
 _RAN = ("passed", "failed", "error", "interrupted", "idle", "running")
+
+
+@dataclass
+class _Row:
+    """A contract's line of the live table: its items (run of all), examples, failures, seconds, what runs now."""
+
+    contract: str
+    items: int = 0
+    done: int = 0
+    examples: int = 0
+    failures: int = 0
+    seconds: float = 0.0
+    running: list[str] = field(default_factory=list)
 
 
 class Progress:
@@ -94,36 +108,35 @@ class Progress:
         return (f"{elapsed:.0f}s elapsed ({uncharged:.0f}s start-up, not charged), "
                 f"{left:.0f}s of the {self.job.budget_s:g}s budget left")
 
-    def rows(self, states: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
-        rows: dict[str, dict[str, Any]] = {}
+    def rows(self, states: dict[int, ItemState]) -> list[_Row]:
+        """One row per contract, in plan order."""
+        rows: dict[str, _Row] = {}
         for item in self.job.items:
-            r = rows.setdefault(item.contract, {"contract": item.contract, "items": 0, "done": 0, "examples": 0,
-                                                "failures": 0, "seconds": 0.0, "running": []})
-            r["items"] += 1
+            r = rows.setdefault(item.contract, _Row(item.contract))
+            r.items += 1
             s = states.get(item.index)
             if s is None:
                 continue
-            r["examples"] += int(s.get("examples", 0))
-            r["failures"] += len(s.get("failures", []))
-            r["seconds"] += float(s.get("seconds", 0.0))
-            if s.get("status") in _RAN and (int(s.get("slices", 0)) or s.get("status") != "running"):
-                r["done"] += 1
-            if s.get("status") == "running":
-                r["running"].append(f"{item.name} {item.property}")
+            r.examples += s.examples
+            r.failures += len(s.failures)
+            r.seconds += s.seconds
+            if s.status in _RAN and (s.slices or s.status != "running"):
+                r.done += 1
+            if s.status == "running":
+                r.running.append(f"{item.name} {item.property}")
         return list(rows.values())
 
-    def _draw_table(self, states: dict[int, dict[str, Any]]) -> None:
+    def _draw_table(self, states: dict[int, ItemState]) -> None:
         lines = [
             f"batchfuzz fuzz  {self.clock_words()}  ({self.job.workers} worker(s), profile {self.job.profile}, "
             f"seed {self.job.seed})",
             f"  {'contract':26} {'items':>7} {'examples':>9} {'failures':>8} {'cases/s':>8}  now",
         ]
         for r in self.rows(states):
-            rate = f"{r['examples'] / r['seconds']:.0f}" if r["seconds"] > 0 else "-"
-            now = ", ".join(r["running"]) if r["running"] else ""
-            fail = f"{r['failures']}" + (" !" if r["failures"] else "")
-            run = f"{r['done']}/{r['items']}"
-            lines.append(f"  {r['contract'][:26]:26} {run:>7} {r['examples']:9d} {fail:>8} {rate:>8}  {now[:40]}")
+            rate = f"{r.examples / r.seconds:.0f}" if r.seconds > 0 else "-"
+            fail = f"{r.failures}" + (" !" if r.failures else "")
+            lines.append(f"  {r.contract[:26]:26} {f'{r.done}/{r.items}':>7} {r.examples:9d} {fail:>8} {rate:>8}  "
+                         f"{', '.join(r.running)[:40]}")
         out = []
         if self._lines_drawn:
             out.append(f"\x1b[{self._lines_drawn}F")
@@ -132,24 +145,24 @@ class Progress:
         self.stream.write("".join(out))
         self._lines_drawn = len(lines)
 
-    def _print_lines(self, states: dict[int, dict[str, Any]]) -> None:
+    def _print_lines(self, states: dict[int, ItemState]) -> None:
         for idx in sorted(states):
             s = states[idx]
-            for f in s.get("failures", []):
+            for f in s.failures:
                 key = (idx, str(f.get("id")))
                 if key in self._seen_failures:
                     continue
                 self._seen_failures.add(key)
                 where = f.get("corpus_file") or f.get("corpus_error")
-                self.stream.write(f"FAILURE {s['contract']} {s['name']} {f['property']}: {f['error_type']}: "
+                self.stream.write(f"FAILURE {s.contract} {s.name} {f['property']}: {f['error_type']}: "
                                   f"{(f['message'] or '').splitlines()[0] if f.get('message') else ''} "
                                   f"-> {where} ({'new' if f.get('new') else 'known'})\n")
         now = time.time()
         if now - self._last_heartbeat >= self.heartbeat_s:
             self._last_heartbeat = now
-            examples = sum(int(s.get("examples", 0)) for s in states.values())
-            failures = sum(len(s.get("failures", [])) for s in states.values())
-            ran = sum(1 for s in states.values() if int(s.get("slices", 0)) or s.get("status") in ("failed", "error"))
-            running = sum(1 for s in states.values() if s.get("status") == "running")
+            examples = sum(s.examples for s in states.values())
+            failures = sum(len(s.failures) for s in states.values())
+            ran = sum(1 for s in states.values() if s.slices or s.status in ("failed", "error"))
+            running = sum(1 for s in states.values() if s.status == "running")
             self.stream.write(f"... {self.clock_words()}: {examples} examples, {failures} failures, "
                               f"{ran}/{len(self.job.items)} items run, {running} running\n")

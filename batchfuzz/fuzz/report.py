@@ -12,15 +12,17 @@ the figure that scales with ``--workers``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from batchfuzz.fuzz import page
 from batchfuzz.fuzz.corpus import versions
-from batchfuzz.fuzz.job import Job
+from batchfuzz.fuzz.job import ItemState, Job, WorkItem, new_state
 from batchfuzz.fuzz.origin import one_bug
 from batchfuzz.fuzz.records import (
     ContractRecord,
@@ -176,35 +178,37 @@ def run_status(*, partial: bool, failed: bool, incomplete: bool, examples: int) 
     return "passed" if examples else "no examples"
 
 
-def build_summary(
-    job: Job,
-    states: dict[int, dict[str, Any]],
-    *,
-    started: float,
-    finished: float,
-    partial: bool,
-    interrupted_by: str | None = None,
-    notes: list[str] | None = None,
-    startup_seconds: float = 0.0,
-    database_lost: list[str] | None = None,
-    timeline: dict[int, list[list[float]]] | None = None,
-) -> dict[str, Any]:
-    """The whole run as one JSON-able dict (the content of ``summary.json``),
-    written through the typed records (:class:`batchfuzz.fuzz.records.RunReport`):
-    per contract, per implementation (target), per property (a work item).
-    ``startup_seconds``: the start-up not charged to the budget;
-    ``database_lost``: what was said when the shared example database was lost;
-    ``timeline``: per item index, the controller's samples after each slice
-    (each property's ``timeline``: [seconds since the run started, examples so
-    far, seconds so far])."""
-    machine = machine_info()
-    contracts: dict[str, dict[str, Any]] = {}
-    failures: list[dict[str, Any]] = []
-    errors: list[dict[str, Any]] = []
-    not_run: list[str] = []
-    for item in job.items:
-        s = states.get(item.index) or {"status": NOT_RUN, "reason": "never started"}
-        c = contracts.setdefault(item.contract, {
+@dataclass(frozen=True)
+class RunEnd:
+    """What the controller knows of a run beside its item states: when it
+    started and finished, whether a signal stopped it (``partial``, and by
+    what), its notes, the start-up not charged to the budget, what was said
+    when the shared example database was lost, and per item index the
+    samples taken after each slice (each property's ``timeline``)."""
+
+    started: float
+    finished: float
+    partial: bool = False
+    interrupted_by: str | None = None
+    notes: tuple[str, ...] = ()
+    startup_seconds: float = 0.0
+    database_lost: tuple[str, ...] = ()
+    timeline: dict[int, list[list[float]]] = field(default_factory=dict)
+
+
+@dataclass
+class _Tally:
+    """A run's items gathered by contract and implementation, in the shape of
+    ``summary.json``'s records (built into them by :func:`build_summary`)."""
+
+    contracts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    not_run: list[str] = field(default_factory=list)
+
+    def add(self, item: WorkItem, s: ItemState, timeline: list[list[float]]) -> None:
+        """One work item (a property of an implementation) and its state."""
+        c = self.contracts.setdefault(item.contract, {
             "examples": 0, "seconds": 0.0, "cases_per_second": 0.0, "failures": 0, "errors": 0,
             "items": 0, "items_run": 0, "coverage": {}, "implementations": {}, "_events": {},
         })
@@ -213,75 +217,100 @@ def build_summary(
             "properties": {}, "coverage": {}, "scores": {}, "settings": {}, "_events": {},
         })
         c["items"] += 1
-        status = str(s.get("status", NOT_RUN))
-        examples, seconds = int(s.get("examples", 0)), float(s.get("seconds", 0.0))
-        impl["properties"][item.property] = {"examples": examples, "seconds": round(seconds, 3), "status": status,
-                                             "startup_seconds": round(float(s.get("startup_seconds", 0.0)), 3),
-                                             "slices": s.get("slices", 0), "reason": s.get("reason", ""),
-                                             "timeline": (timeline or {}).get(item.index, [])}
-        if status == NOT_RUN:
-            not_run.append(f"{item.contract}/{item.name}/{item.property}")
+        impl["properties"][item.property] = {"examples": s.examples, "seconds": round(s.seconds, 3), "status": s.status,
+                                             "startup_seconds": round(s.startup_seconds, 3), "slices": s.slices,
+                                             "reason": s.reason, "timeline": timeline}
+        if s.status == NOT_RUN:
+            self.not_run.append(f"{item.contract}/{item.name}/{item.property}")
         else:
             c["items_run"] += 1
-        for f in s.get("failures", []):
-            failures.append({"contract": item.contract, "implementation": item.name, **f})
+        for f in s.failures:
+            self.failures.append({"contract": item.contract, "implementation": item.name, **f})
             impl["failures"].append({**{k: f.get(k) for k in ("property", "during", "error_type", "message", "exit",
                                                               "corpus_file", "new", "id")}, "origin": _origin_id(f)})
-        if s.get("error"):
-            errors.append({"contract": item.contract, "implementation": item.name, "property": item.property, **s["error"]})
+        if s.error:
+            self.errors.append({"contract": item.contract, "implementation": item.name, "property": item.property, **s.error})
             c["errors"] += 1
-        impl["examples"] += examples
-        impl["seconds"] += seconds
-        impl["settings"] = s.get("settings") or impl["settings"]
-        for key in ("scores", "_events"):
-            src = s.get("events" if key == "_events" else key, {})
-            for k, v in src.items():
-                impl[key][k] = impl[key].get(k, 0) + int(v)
-                if key == "_events":
-                    c["_events"][k] = c["_events"].get(k, 0) + int(v)
-        c["examples"] += examples
-        c["seconds"] += seconds
-        c["failures"] += len(s.get("failures", []))
-    for c in contracts.values():
-        for impl in c["implementations"].values():
-            impl["status"] = implementation_status((p["status"] for p in impl["properties"].values()),
-                                                   failed=bool(impl["failures"]))
-            impl["seconds"] = round(impl["seconds"], 3)
-            impl["cases_per_second"] = _rate(impl["examples"], impl["seconds"])
-            impl["coverage"] = _coverage(impl.pop("_events"), impl["examples"])
-        c["seconds"] = round(c["seconds"], 3)
-        c["cases_per_second"] = _rate(c["examples"], c["seconds"])
-        c["coverage"] = _coverage(c.pop("_events"), c["examples"])
-    examples = sum(c["examples"] for c in contracts.values())
-    wall = max(0.0, finished - started)
-    notes = list(notes or [])
-    if not_run and not partial:
-        notes.append(f"incomplete: {len(not_run)} of {len(job.items)} items did not run (the budget ended before they "
-                     f"started): " + ", ".join(not_run[:20]) + (" ..." if len(not_run) > 20 else ""))
-    status = run_status(partial=partial, failed=bool(failures or errors), incomplete=bool(not_run), examples=examples)
-    found = origins(failures)
-    point_at_origins([*failures, *(f for c in contracts.values() for i in c["implementations"].values()
-                                   for f in i["failures"])], found)
-    where = "<the run's summary>"
-    record = RunReport(
-        partial=partial, interrupted_by=interrupted_by, status=status, started=_iso(started), finished=_iso(finished),
-        wall_seconds=round(wall, 3), startup_seconds=round(startup_seconds, 3), budget_seconds=job.budget_s,
-        database_lost=list(database_lost or []), profile=job.profile, seed=job.seed, workers=job.workers,
-        isolated=job.isolate, device=job.items[0].device if job.items else None, database=job.shown_database,
-        corpus=job.corpus_dir, shard=job.extra.get("shard"), replay_command=job.extra.get("replay_command"),
-        versions=versions(), host={"platform": machine["platform"], "cpus": machine["cpu_count"]},
+        impl["settings"] = s.settings or impl["settings"]
+        _add_counts(impl["scores"], s.scores)
+        _add_counts(impl["_events"], s.events)
+        _add_counts(c["_events"], s.events)
+        for record in (impl, c):
+            record["examples"] += s.examples
+            record["seconds"] += s.seconds
+        c["failures"] += len(s.failures)
+
+    def close(self) -> None:
+        """Each implementation's status, and every rate and coverage from the sums."""
+        for c in self.contracts.values():
+            for impl in c["implementations"].values():
+                impl["status"] = implementation_status((p["status"] for p in impl["properties"].values()),
+                                                       failed=bool(impl["failures"]))
+                _close_rates(impl)
+            _close_rates(c)
+
+    @property
+    def examples(self) -> int:
+        return sum(c["examples"] for c in self.contracts.values())
+
+
+def _add_counts(into: dict[str, int], counts: dict[str, int]) -> None:
+    for k, v in counts.items():
+        into[k] = into.get(k, 0) + int(v)
+
+
+def _close_rates(record: dict[str, Any]) -> None:
+    """A contract's or implementation's seconds rounded, its rate, and its coverage from its raw label counts."""
+    record["seconds"] = round(record["seconds"], 3)
+    record["cases_per_second"] = _rate(record["examples"], record["seconds"])
+    record["coverage"] = _coverage(record.pop("_events"), record["examples"])
+
+
+def build_summary(job: Job, states: dict[int, ItemState], end: RunEnd) -> dict[str, Any]:
+    """The whole run as one JSON-able dict (the content of ``summary.json``),
+    written through the typed records (:class:`batchfuzz.fuzz.records.RunReport`):
+    per contract, per implementation (target), per property (a work item)."""
+    tally = _Tally()
+    for item in job.items:
+        s = states.get(item.index) or dataclasses.replace(new_state(item), status=NOT_RUN, reason="never started")
+        tally.add(item, s, end.timeline.get(item.index, []))
+    tally.close()
+    notes = list(end.notes)
+    if tally.not_run and not end.partial:
+        notes.append(f"incomplete: {len(tally.not_run)} of {len(job.items)} items did not run (the budget ended before "
+                     f"they started): " + ", ".join(tally.not_run[:20]) + (" ..." if len(tally.not_run) > 20 else ""))
+    found = origins(tally.failures)
+    point_at_origins([*tally.failures, *(f for c in tally.contracts.values() for i in c["implementations"].values()
+                                         for f in i["failures"])], found)
+    return _run_report(job, tally, end, notes, found).to_json()
+
+
+def _run_report(job: Job, tally: _Tally, end: RunEnd, notes: list[str], found: list[dict[str, Any]]) -> RunReport:
+    """The run's record from its tally (``found``: its origins)."""
+    machine = machine_info()
+    examples, wall, where = tally.examples, max(0.0, end.finished - end.started), "<the run's summary>"
+    status = run_status(partial=end.partial, failed=bool(tally.failures or tally.errors), incomplete=bool(tally.not_run),
+                        examples=examples)
+    return RunReport(
+        partial=end.partial, interrupted_by=end.interrupted_by, status=status, started=_iso(end.started),
+        finished=_iso(end.finished), wall_seconds=round(wall, 3), startup_seconds=round(end.startup_seconds, 3),
+        budget_seconds=job.budget_s, database_lost=list(end.database_lost), profile=job.profile, seed=job.seed,
+        workers=job.workers, isolated=job.isolate, device=job.items[0].device if job.items else None,
+        database=job.shown_database, corpus=job.corpus_dir, shard=job.shard,
+        replay_command=job.replay_command, versions=versions(),
+        host={"platform": machine["platform"], "cpus": machine["cpu_count"]},
         totals=Totals(
-            examples=examples, failures=len(failures), origins=len(found),
-            new_corpus_entries=sum(1 for f in failures if f.get("new")), errors=len(errors), items=len(job.items),
-            items_run=len(job.items) - len(not_run), items_not_run=len(not_run), throughput=_rate(examples, wall),
+            examples=examples, failures=len(tally.failures), origins=len(found),
+            new_corpus_entries=sum(1 for f in tally.failures if f.get("new")), errors=len(tally.errors),
+            items=len(job.items), items_run=len(job.items) - len(tally.not_run), items_not_run=len(tally.not_run),
+            throughput=_rate(examples, wall),
         ),
-        not_run=not_run, notes=notes,
-        contracts={name: ContractRecord.from_json(c, where, (name,)) for name, c in contracts.items()},
-        failures=[FailureRecord.from_json(f, where, ("failures",)) for f in failures],
+        not_run=tally.not_run, notes=notes,
+        contracts={name: ContractRecord.from_json(c, where, (name,)) for name, c in tally.contracts.items()},
+        failures=[FailureRecord.from_json(f, where, ("failures",)) for f in tally.failures],
         origins=[OriginRecord.from_json(o, where, ("origins",)) for o in found],
-        errors=[ErrorRecord.from_json(e, where, ("errors",)) for e in errors],
+        errors=[ErrorRecord.from_json(e, where, ("errors",)) for e in tally.errors],
     )
-    return record.to_json()
 
 
 def _iso(t: float) -> str:

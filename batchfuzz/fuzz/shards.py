@@ -1,33 +1,10 @@
 """Shards of a fuzz run: ``--shard K/N`` runs the K-th of N disjoint parts of the work items.
 
-A nightly job spread over N machines runs ``batchfuzz fuzz --shard K/N`` on
-machine K; ``batchfuzz merge-reports`` puts the N reports back together.
-
-The partition is a function of each item's key alone (contract, target
-reference, device, property: :func:`item_key`, what
-``batchfuzz.fuzz.job.WorkItem.shard_key`` gives), never of its position in
-the list, so:
-
-- every item is in exactly one shard;
-- adding or removing other items (a new contract, a user's ``--target``, a
-  filter) never moves an item to another shard;
-- it is the same in every process and on every machine (SHA-256, not
-  Python's ``hash``, which ``PYTHONHASHSEED`` salts).
-
-The scheme is rendezvous (highest-random-weight) hashing: an item goes to
-the shard whose SHA-256 of ``"<shard>\\0<key>"`` is largest. Going from N to
-N+1 shards moves only the items the new shard takes (about 1/(N+1) of them),
-where hash-mod-N would move about N/(N+1).
-
-Balance: any scheme that places each item by its own key alone gives a
-multinomial spread of item counts: the same for rendezvous and hash-mod-N.
-For small lists it is uneven (16 items over 4 shards: typically 2 to 6 per
-shard; an empty shard happens). docs/nightly.md has the measured
-table (``tests/measure_shards.py``). A perfectly even split would have to
-depend on the other items, which is exactly what moves items between shards
-when the list changes. Since every shard fuzzes for the same budget, an
-uneven split gives the items of a crowded shard shorter time slices, not a
-longer night.
+An item's shard is a function of its own key alone (:func:`item_key`), by
+rendezvous hashing over SHA-256 (:func:`shard_of`): every item is in exactly
+one shard, other items never move it, it is the same in every process, and
+going from N to N+1 shards moves only what the new shard takes. Balance and
+the measured split: docs/nightly.md ("Shards").
 """
 
 from __future__ import annotations
