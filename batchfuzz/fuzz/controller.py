@@ -61,7 +61,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from batchfuzz import engine_steps, profiles, registry, reproduce, runner
+from batchfuzz import engine_steps, live_engine, profiles, registry, reproduce, runner
 from batchfuzz.fuzz import corpus
 from batchfuzz.fuzz.job import (
     EXECUTOR_CACHE,
@@ -121,19 +121,27 @@ def conformance_planned(args: argparse.Namespace) -> tuple[bool, str | None]:
     return True, None
 
 
+def _live_planned(args: argparse.Namespace) -> tuple[list[str], str | None]:
+    """The live engine's properties this run fuzzes, or the note saying why none (``live_engine.planned``)."""
+    return live_engine.planned(args.profile, args.contract, args.impl, getattr(args, "property", None), args.device)
+
+
 def plan(args: argparse.Namespace) -> list[WorkItem]:
     """The run's work items, in section order (the nightly conformance item
     last: :func:`conformance_planned`); raises UsageError on a bad filter or target."""
     contracts = registry.contracts()
     names = [c.name for c in contracts]
     conformance, skipped = conformance_planned(args)
+    live, live_skipped = _live_planned(args)  # the live engine's items (batchfuzz.live_engine)
     if args.contract:
         for pat in args.contract:
             subject = _match(engine_steps.CONFORMANCE_SUBJECT, [pat])
-            if any(_match(n, [pat]) for n in names) or (conformance and subject):
+            if any(_match(n, [pat]) for n in names) or (conformance and subject) or (live and _match(live_engine.SUBJECT, [pat])):
                 continue
             if skipped and subject:
                 raise UsageError(f"--contract {pat!r} matches only the conformance item, and it is {skipped}")
+            if live_skipped and pat == live_engine.SUBJECT:
+                raise UsageError(f"--contract {pat!r} names the live engine, and it is {live_skipped}")
             raise UsageError(f"--contract {pat!r} matches no contract; known: {', '.join(names)}")
         contracts = [c for c in contracts if _match(c.name, args.contract)]
     by_name = {c.name: c for c in contracts}
@@ -169,7 +177,8 @@ def plan(args: argparse.Namespace) -> list[WorkItem]:
                 pairs.append((c, f"impl:{impl.name}@{args.device}", fed[c.name]))
     if args.impl:
         for pat in args.impl:
-            if not any(_match(t, [pat]) for _, t, _ in pairs) and not (conformance and _match(engine_steps.CONFORMANCE_AGAINST, [pat])):
+            if not any(_match(t, [pat]) for _, t, _ in pairs) and not (conformance and _match(engine_steps.CONFORMANCE_AGAINST, [pat])) \
+                    and not (live and _match(live_engine.AGAINST, [pat])):
                 known = sorted({t for _, t, _ in pairs})
                 raise UsageError(f"--impl {pat!r} matches no target on {args.device}; known: {', '.join(known)}")
         dropped = [f"{c.name}={t}" for c, t, _ in pairs[:len(args.target)] if not _match(t, args.impl)]
@@ -180,6 +189,7 @@ def plan(args: argparse.Namespace) -> list[WorkItem]:
     items = [WorkItem(0, c.name, target, args.device, p.name, domain) for c, target, domain in pairs for p in c.properties]
     if conformance:
         items.append(WorkItem(0, engine_steps.CONFORMANCE_SUBJECT, engine_steps.CONFORMANCE_AGAINST, "cpu", engine_steps.CONFORMANCE))
+    items += [WorkItem(0, live_engine.SUBJECT, live_engine.AGAINST, "cpu", p) for p in live]
     if getattr(args, "property", None):
         for pat in args.property:
             if not any(_match(i.property, [pat]) for i in items):
@@ -206,7 +216,7 @@ def _check_targets(items: list[WorkItem], isolate: bool, timeout_s: float, load_
     seen: set[tuple[str, str]] = set()
     for item in items:
         key = (item.contract, item.target)
-        if key in seen or item.contract == engine_steps.CONFORMANCE_SUBJECT or parse(item.target).is_project_code:
+        if key in seen or item.contract in (engine_steps.CONFORMANCE_SUBJECT, live_engine.SUBJECT) or parse(item.target).is_project_code:
             continue
         seen.add(key)
         contract = registry.get(item.contract)
@@ -765,7 +775,7 @@ def _run(args: argparse.Namespace, stream: TextIO | None, held: list[Any]) -> En
         writable_dir(str(corpus_dir), "--corpus")
         workers, capped = cap_workers(args.workers, len(items), os.cpu_count())
         notes = [capped] if capped else []
-        notes += [n for n in conformance_planned(args)[1:] if n]
+        notes += [n for n in (conformance_planned(args)[1], _live_planned(args)[1]) if n]
         need = minimum_budget(len(items), workers)
         if args.budget < need:
             notes.append(f"the budget of {args.budget:g}s cannot give each of the {len(items)} items its first slice with "
