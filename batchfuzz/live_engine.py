@@ -208,6 +208,7 @@ class CapturedStep:
     scheduler_computed: list[int]  # Request.num_computed_tokens (already advanced by the step)
     block_size: int
     max_model_len: int
+    preemptions: list[int] = field(default_factory=list)  # Request.num_preemptions so far (not a rule's input)
 
 
 def check_step(s: CapturedStep) -> list[str]:
@@ -292,7 +293,7 @@ class StepRecorder:
                             rn.positions[:total].cpu().numpy().copy(), table.slot_mapping.gpu[:total].cpu().numpy().copy(),
                             rn.seq_lens.cpu().numpy().copy(), rows, blocks,
                             [int(self.scheduler.requests[x].num_computed_tokens) for x in ids], table.block_size,
-                            self.max_model_len)
+                            self.max_model_len, [int(self.scheduler.requests[x].num_preemptions) for x in ids])
 
 
 # ---------------------------------------------------------------- the engine
@@ -336,6 +337,7 @@ class LiveEngine:
         self.recorder = StepRecorder(self.runner, self.scheduler, s.max_model_len)
         self.startup_seconds = time.perf_counter() - started
         self.served = 0
+        self.held: list[Any] = []  # KV blocks held out of the pool until the next reset (``changed``)
 
     def serve(self, w: LiveWorkload, *, check: bool = True, capture: bool = True, logprobs: bool = False,
               max_steps: int = 2000) -> Served:
@@ -374,6 +376,8 @@ class LiveEngine:
 
     def reset(self) -> None:
         """Nothing of one workload leaks into the next: unfinished requests aborted, the prefix cache emptied."""
+        self.scheduler.kv_cache_manager.block_pool.free_blocks(self.held)  # blocks a settings change held out
+        self.held = []
         ids = list(self.scheduler.requests)
         if ids:
             self.engine.abort_request(ids, internal=True)
@@ -464,6 +468,63 @@ def _compare(result: AnswerCheck, name: str, a: tuple[list[int], list[tuple[floa
         result.near_ties += 1
 
 
+# The engine's settings a greedy answer must not depend on, changed on the running engine's scheduler for
+# one serving (a second engine in the process is not an option: one engine's shutdown tears down the
+# process-wide parallel groups the other still uses; docs/live-engine.md, "Found on the way").
+SETTINGS_CHANGES = ("one_seq", "small_budget", "tight_pool")
+
+
+@contextmanager
+def changed(eng: LiveEngine, name: str) -> Iterator[None]:
+    """``one_seq``: ``max_num_seqs`` 1 (one request runs at a time); ``small_budget``: a quarter of the
+    token budget (more, smaller prefill chunks); ``tight_pool``: all but the blocks one request of
+    ``max_model_len`` needs held out of the KV pool (requests preempt each other) until the next
+    ``LiveEngine.reset`` (the end of one serving). Undone on exit."""
+    s = eng.scheduler
+    saved = (s.max_num_running_reqs, s.max_num_active_reqs, s.max_num_scheduled_tokens)
+    pool = s.kv_cache_manager.block_pool
+    if name == "one_seq":
+        s.max_num_running_reqs = s.max_num_active_reqs = 1
+    elif name == "small_budget":
+        s.max_num_scheduled_tokens = max(1, eng.settings.token_budget // 4)
+    elif name == "tight_pool":
+        need = -(-eng.settings.max_model_len // eng.settings.block_size)
+        eng.held = pool.get_new_blocks(max(0, pool.get_num_free_blocks() - need))  # given back by eng.reset()
+    else:
+        raise ValueError(f"settings change must be one of {SETTINGS_CHANGES}, got {name!r}")
+    try:
+        yield
+    finally:
+        s.max_num_running_reqs, s.max_num_active_reqs, s.max_num_scheduled_tokens = saved
+        pool.free_blocks(eng.held)
+        eng.held = []
+
+
+def preempted(steps: Sequence[CapturedStep]) -> int:
+    """How many requests the scheduler preempted while serving (``Request.num_preemptions``, as the steps saw it)."""
+    most: dict[str, int] = {}
+    for s in steps:
+        for rid, n in zip(s.req_ids, s.preemptions, strict=True):
+            most[rid] = max(most.get(rid, 0), n)
+    return sum(n > 0 for n in most.values())
+
+
+def compare_settings(eng: LiveEngine, w: LiveWorkload, tolerance: float = TOLERANCE) -> AnswerCheck:
+    """Metamorphic: every greedy request of ``w`` (``n = 1``, not aborted) answers alike served at the
+    engine's settings and under each of :data:`SETTINGS_CHANGES`."""
+    base = eng.serve(w, logprobs=True)
+    result = AnswerCheck()
+    for name in SETTINGS_CHANGES:
+        with changed(eng, name):
+            other = eng.serve(w, logprobs=True)
+        for i, r in enumerate(w.requests):
+            rid = str(i)
+            if r.n == 1 and r.abort_after is None and rid in base.top2 and rid in other.top2:
+                _compare(result, f"request {i} under {name}", (base.outputs[rid][0], base.top2[rid]),
+                         (other.outputs[rid][0], other.top2[rid]), tolerance)
+    return result
+
+
 # ---------------------------------------------------------------- planted bugs (patched into a running engine, never installed)
 
 
@@ -535,7 +596,8 @@ class SearchResult:
         return line + (f" --plant {plant}" if plant else "") + (f" --property {prop}" if prop != "steps" else "")
 
 
-PROPERTIES = ("steps", "answers")  # every step's metadata; answers together and alone
+# Every step's metadata; answers together and alone; answers under settings that must not change them.
+PROPERTIES = ("steps", "answers", "settings")
 
 
 class _OutOfTime(Exception):
@@ -569,8 +631,8 @@ class _Counter:
     def violation(self, w: LiveWorkload) -> str:
         """The first broken rule or counted difference of ``w``, or ''."""
         self.examples += 1
-        if self.prop == "answers":
-            diffs = compare_answers(self.eng, w).differences
+        if self.prop != "steps":
+            diffs = (compare_answers if self.prop == "answers" else compare_settings)(self.eng, w).differences
             return diffs[0] if diffs else ""
         served = self.eng.serve(w)
         self.steps += len(served.steps)
@@ -627,13 +689,15 @@ import functools
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 CACHE_ROOT = {cache_root!r}
+SETTINGS_CHANGES = {changes!r}
 VOCAB_SIZE = {vocab}
 MODEL_CONFIG = {config!r}
 TOLERANCE = {tolerance!r}
@@ -656,7 +720,7 @@ def main() -> None:
         served = engine.serve(workload)
         assert not served.violations, "\\n".join(f"step {{i}}: {{v}}" for i, v in served.violations)
     else:
-        differences = compare_answers(engine, workload).differences
+        differences = (compare_answers if PROPERTY == "answers" else compare_settings)(engine, workload).differences
         assert not differences, "\\n".join(differences)
     print("no violation")
 
@@ -672,7 +736,7 @@ def _script_parts() -> list[Any]:
 
     return [LiveUnavailable, import_error, _environment, write_model_config, _model_dir, LiveSettings, LiveRequest,
             LiveWorkload, CapturedStep, check_step, _check_request_slots, StepRecorder, Served, LiveEngine, _params,
-            _record, AnswerCheck, compare_answers, _compare]
+            _record, AnswerCheck, compare_answers, _compare, changed, compare_settings]
 
 
 def reproduction_script(w: LiveWorkload, prop: str = "steps", settings: LiveSettings = LiveSettings(),
@@ -686,7 +750,7 @@ def reproduction_script(w: LiveWorkload, prop: str = "steps", settings: LiveSett
     from batchfuzz.text import printable
 
     head = _SCRIPT_HEAD.format(subject=SUBJECT, against=AGAINST, prop=prop, cache_root=CACHE_ROOT, vocab=VOCAB_SIZE,
-                               config=MODEL_CONFIG, tolerance=TOLERANCE,
+                               config=MODEL_CONFIG, tolerance=TOLERANCE, changes=SETTINGS_CHANGES,
                                violation=printable(violation)[:300].replace("\n", " "))
     body = "\n\n".join(textwrap.dedent(inspect.getsource(obj)) for obj in _script_parts())
     tail = _SCRIPT_TAIL.format(settings=dataclasses.asdict(settings), workload=json.dumps(w.to_dict()))
@@ -698,12 +762,14 @@ def reproduction_script(w: LiveWorkload, prop: str = "steps", settings: LiveSett
 # What check, fuzz and list call the live engine: a contract name, a target and its properties.
 SUBJECT = "live_engine"
 AGAINST = "vllm-live"
-CHECK_COMMAND = f"batchfuzz check {SUBJECT} {AGAINST} --min-examples 5"  # `batchfuzz list` prints it
+CHECK_COMMAND = f"batchfuzz check {SUBJECT} {AGAINST} --min-examples 5 --budget 10m"  # `batchfuzz list` prints it
 SPECS = {
     "steps": "every step the installed vLLM's model runner builds while it serves the workload keeps the step rules of "
              "docs/live-engine.md (contract C's query_start_loc, positions, seq_lens, block tables, slots)",
     "answers": "a greedy request's answer served with the workload is its answer served alone, wherever the top "
                f"token leads the runner-up by more than {TOLERANCE:g} (docs/live-engine.md)",
+    "settings": "a greedy request's answer does not change with max_num_seqs 1, a quarter of the token budget or a "
+                f"KV pool held down to one request's blocks, wherever the top token leads by more than {TOLERANCE:g}",
 }
 
 
@@ -745,8 +811,8 @@ def failure_record(result: SearchResult, prop: str, examples_before: int) -> dic
 
 def check(properties: Sequence[str], *, examples: int, seed: int | None, budget_s: float) -> int:
     """``batchfuzz check live_engine vllm-live``: each property (all when ``properties`` is empty) searched
-    for ``examples`` workloads within ``budget_s`` seconds (plus one more to reach them), counted from when
-    the engine has started. Exit 0 held, 1 a violation (the shrunk workload and the command that serves it
+    for ``examples`` workloads within ``budget_s`` seconds of its own (plus one more to reach them), counted
+    from when the engine has started. Exit 0 held, 1 a violation (the shrunk workload and the command that serves it
     again), 2 vLLM missing or an unknown property, 3 short of ``examples`` when the time ended."""
     unknown = [p for p in properties if p not in PROPERTIES]
     if unknown:
@@ -759,10 +825,9 @@ def check(properties: Sequence[str], *, examples: int, seed: int | None, budget_
         return 2
     eng = engine()
     print(f"{SUBJECT} {AGAINST}: vLLM's engine started in {eng.startup_seconds:.1f}s")
-    deadline = time.time() + 2 * budget_s
     status = 0
     for prop in properties or PROPERTIES:
-        r = search(eng, examples=examples, seed=seed or 0, prop=prop, limits=Limits(deadline=deadline))
+        r = search(eng, examples=examples, seed=seed or 0, prop=prop, limits=Limits(deadline=time.time() + 2 * budget_s))
         if r.workload is not None:
             print(f"{prop}: VIOLATION after {r.examples} workloads: {r.violation}\n    workload = {r.workload.to_dict()}\n"
                   f"    --- serve it again: {r.reproduction(prop=prop)}")
@@ -784,7 +849,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--plant", choices=sorted(PLANTS), help="a planted step-metadata bug, patched in for this run")
     p.add_argument("--workload", help="serve this workload (LiveWorkload.to_dict() as JSON) instead of searching")
     p.add_argument("--property", choices=PROPERTIES, default="steps",
-                   help="steps: every step's metadata (default); answers: greedy answers together and alone")
+                   help="steps: every step's metadata (default); answers: greedy answers together and alone; settings: "
+                        "greedy answers under settings that must not change them")
     a = p.parse_args(argv)
     if a.examples < 1:
         p.error(f"--examples must be >= 1, got {a.examples}")

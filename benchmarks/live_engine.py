@@ -49,7 +49,7 @@ def main() -> None:
             seconds[mode] += time.perf_counter() - t
             steps[mode] += len(served.steps)
             violations += len(served.violations)
-        preempting += resumed(served.steps) > 0
+        preempting += le.preempted(served.steps) > 0
     engine_steps = steps["captured"]  # the idle mode captures none; every mode runs the same steps
     for mode in MODES:
         print(f"{mode:9s} {a.workloads / seconds[mode]:6.2f} workloads/s  {engine_steps / seconds[mode]:7.1f} steps/s  "
@@ -58,17 +58,6 @@ def main() -> None:
           f"{engine_steps} steps per mode, {violations} violations; {preempting} workloads preempted a request")
     if a.answers:
         answers(eng, a.answers, a.seed + a.workloads)
-
-
-def resumed(steps: list) -> int:
-    """Requests seen again with fewer computed tokens than before: preempted and recomputed."""
-    last: dict[str, int] = {}
-    count = 0
-    for s in steps:
-        for rid, c in zip(s.req_ids, s.num_computed.tolist(), strict=True):
-            count += c < last.get(rid, 0)
-            last[rid] = c
-    return count
 
 
 def answers(eng: object, count: int, first_seed: int) -> None:

@@ -164,7 +164,8 @@ def test_without_vllm_fuzz_says_why_and_check_exits_2(monkeypatch: pytest.Monkey
     from batchfuzz.usage import UsageError
 
     monkeypatch.setattr(le, "import_error", lambda: "vLLM's engine cannot be imported here (planted)")
-    assert le.planned("nightly", None, None, None) == ([], "skipped: live_engine/vllm-live (vLLM's engine cannot be imported here (planted))")
+    said = "skipped: live_engine/vllm-live (vLLM's engine cannot be imported here (planted))"
+    assert le.planned("nightly", None, None, None) == ([], said)
     assert le.planned("dev", None, None, None) == ([], None)  # not asked for: not even looked for
     assert le.SUBJECT not in {c for c, _, _ in _plan("--profile", "nightly", "--contract", "split_ubatches")}
     with pytest.raises(UsageError, match=r"--contract 'live_engine' names the live engine, and it is skipped: .*\(planted\)"):
@@ -189,8 +190,8 @@ def test_check_and_list_name_it_and_bad_options_exit_2(capsys: Any) -> None:
 def test_fuzz_plans_one_item_per_property_when_named_or_nightly() -> None:
     live = [(le.SUBJECT, le.AGAINST, p) for p in le.PROPERTIES]
     assert _plan("--contract", "live_engine") == live
-    assert _plan("--contract", "live_engine", "--property", "answers") == live[1:]
-    assert _plan("--profile", "nightly")[-2:] == live  # after every contract's items (and the conformance item)
+    assert _plan("--contract", "live_engine", "--property", "answers") == live[1:2]
+    assert _plan("--profile", "nightly")[-len(live):] == live  # after every contract's items (and the conformance item)
     assert not set(live) & set(_plan("--contract", "split_ubatches"))
 
 
@@ -200,7 +201,7 @@ def test_check_runs_as_list_prints_it(engine: le.LiveEngine, capsys: Any) -> Non
 
     assert cli.main(shlex.split(le.CHECK_COMMAND)[1:]) == 0  # in-process: the module's engine serves it
     out = capsys.readouterr().out
-    assert "steps: 5 workloads, no violation" in out and "answers: 5 workloads, no violation" in out
+    assert all(f"{p}: 5 workloads, no violation" in out for p in le.PROPERTIES), out
 
 
 @needs_vllm
@@ -251,3 +252,30 @@ def test_the_reproduction_script_fails_on_the_planted_bug_and_passes_without(eng
                        timeout=600, cwd=tmp_path)
     assert r.returncode != 0 and "AssertionError: step 1: positions [33, 34] are not num_computed + arange" in r.stderr, r.stderr[-2000:]
     assert engine.serve(w).violations == []  # without the plant, the same workload is clean
+
+
+@needs_vllm
+def test_each_settings_change_does_what_it_says_and_is_undone(engine: le.LiveEngine) -> None:
+    # Two one-block prompts whose decodes cross into a second block: 4 blocks wanted, 3 left under tight_pool.
+    w = le.LiveWorkload((le.LiveRequest(0, tuple(range(1, 31)), 6), le.LiveRequest(0, tuple(range(40, 70)), 6)))
+    with le.changed(engine, "one_seq"):
+        assert max(len(s.req_ids) for s in engine.serve(w).steps) == 1
+    with le.changed(engine, "small_budget"):
+        assert max(int(s.num_scheduled.sum()) for s in engine.serve(w).steps) == engine.settings.token_budget // 4
+    with le.changed(engine, "tight_pool"):
+        assert le.preempted(engine.serve(w).steps) > 0
+    plain = engine.serve(w).steps
+    assert le.preempted(plain) == 0 and max(len(s.req_ids) for s in plain) == 2  # all undone
+    assert le.compare_settings(engine, w).compared == 2 * len(le.SETTINGS_CHANGES)
+    with pytest.raises(ValueError, match="settings change must be one of"), le.changed(engine, "nope"):
+        pass
+
+
+@needs_vllm
+def test_planted_shifted_positions_changes_answers_under_a_smaller_budget(engine: le.LiveEngine) -> None:
+    # The plant shifts every resuming chunk: chunks of 32 and of 8 leave different slots unwritten.
+    w = le.LiveWorkload((le.LiveRequest(0, tuple(range(1, 41)), 3),))
+    assert le.compare_settings(engine, w).differences == []
+    with le.planted(engine, "shifted_positions"):
+        found = le.compare_settings(engine, w).differences
+    assert any("under small_budget" in d for d in found), found
