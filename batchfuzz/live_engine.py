@@ -452,7 +452,8 @@ def compare_answers(eng: LiveEngine, w: LiveWorkload, tolerance: float = TOLERAN
 
 
 def _compare(result: AnswerCheck, name: str, a: tuple[list[int], list[tuple[float, float]]],
-             b: tuple[list[int], list[tuple[float, float]]], tolerance: float) -> None:
+             b: tuple[list[int], list[tuple[float, float]]], tolerance: float,
+             runs: tuple[str, str] = ("served together", "alone")) -> None:
     (ta, la), (tb, lb) = a, b
     k = next((j for j, (x, y) in enumerate(zip(ta, tb, strict=True)) if x != y), len(ta))
     if k:
@@ -462,7 +463,7 @@ def _compare(result: AnswerCheck, name: str, a: tuple[list[int], list[tuple[floa
         return
     margin = min(la[k][0] - la[k][1], lb[k][0] - lb[k][1])
     if margin > tolerance:
-        result.differences.append(f"{name}: token {k} is {ta[k]} served together, {tb[k]} alone, "
+        result.differences.append(f"{name}: token {k} is {ta[k]} {runs[0]}, {tb[k]} {runs[1]}, "
                                   f"margin {margin:.4g} > {tolerance:g} ({ta} against {tb})")
     else:
         result.near_ties += 1
@@ -520,8 +521,8 @@ def compare_settings(eng: LiveEngine, w: LiveWorkload, tolerance: float = TOLERA
         for i, r in enumerate(w.requests):
             rid = str(i)
             if r.n == 1 and r.abort_after is None and rid in base.top2 and rid in other.top2:
-                _compare(result, f"request {i} under {name}", (base.outputs[rid][0], base.top2[rid]),
-                         (other.outputs[rid][0], other.top2[rid]), tolerance)
+                _compare(result, f"request {i}", (base.outputs[rid][0], base.top2[rid]),
+                         (other.outputs[rid][0], other.top2[rid]), tolerance, ("at the engine's settings", f"under {name}"))
     return result
 
 
