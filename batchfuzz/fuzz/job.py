@@ -81,8 +81,8 @@ class WorkItem:
     @builtins.property
     def executor_key(self) -> tuple[str, str, str] | None:
         """What a job process keeps one executor per (:data:`EXECUTOR_CACHE`):
-        the item's contract, target and device; None for the conformance item,
-        which runs vLLM's scheduler in the job process and has no executor."""
+        the item's contract, target and device; None for the conformance and
+        live-engine items, which run vLLM in the job process and have no executor."""
         from batchfuzz import engine_steps, live_engine
 
         if self.contract in (engine_steps.CONFORMANCE_SUBJECT, live_engine.SUBJECT):
