@@ -78,7 +78,7 @@ def answers(eng: object, count: int, first_seed: int, prop: str = "answers") -> 
         compared, noise = compared + result.compared, max(noise, result.noise)
         diverged += result.differences
     print(f"{prop}: {count} workloads, {compared} greedy requests compared in {time.perf_counter() - t:.0f}s; "
-          f"largest |log-prob together - alone| while agreeing: {noise:.3g}; {len(diverged)} divergences")
+          f"largest |top log-prob difference| while agreeing: {noise:.3g}; {len(diverged)} divergences")
     for line in diverged[:10]:
         print("   ", line[:300])
 
