@@ -763,7 +763,7 @@ def reproduction_script(w: LiveWorkload, prop: str = "steps", settings: LiveSett
 # What check, fuzz and list call the live engine: a contract name, a target and its properties.
 SUBJECT = "live_engine"
 AGAINST = "vllm-live"
-CHECK_COMMAND = f"batchfuzz check {SUBJECT} {AGAINST} --min-examples 5 --budget 10m"  # `batchfuzz list` prints it
+CHECK_COMMAND = f"batchfuzz check {SUBJECT} {AGAINST} --min-examples 3 --budget 10m"  # `batchfuzz list` prints it
 SPECS = {
     "steps": "every step the installed vLLM's model runner builds while it serves the workload keeps the step rules of "
              "docs/live-engine.md (contract C's query_start_loc, positions, seq_lens, block tables, slots)",

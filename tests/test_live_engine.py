@@ -201,7 +201,7 @@ def test_check_runs_as_list_prints_it(engine: le.LiveEngine, capsys: Any) -> Non
 
     assert cli.main(shlex.split(le.CHECK_COMMAND)[1:]) == 0  # in-process: the module's engine serves it
     out = capsys.readouterr().out
-    assert all(f"{p}: 5 workloads, no violation" in out for p in le.PROPERTIES), out
+    assert all(f"{p}: 3 workloads, no violation" in out for p in le.PROPERTIES), out
 
 
 @needs_vllm
