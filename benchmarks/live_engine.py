@@ -8,9 +8,10 @@ Prints the start-up, workloads/s and steps/s per mode, and the checked
 mode's time per step over the idle one's. With ``--answers N`` it then
 compares greedy answers together and alone on N more seeded workloads with
 no tolerance at all (every divergence counted), and prints the largest
-log-probability noise seen while answers agreed: how ``TOLERANCE`` was chosen.
+log-probability noise seen while answers agreed: how ``TOLERANCE`` was chosen;
+``--settings N`` does the same for the settings changes (``compare_settings``).
 
-    python3 benchmarks/live_engine.py --workloads 40 --answers 200
+    python3 benchmarks/live_engine.py --workloads 40 --answers 200 --settings 100
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ def main() -> None:
     p.add_argument("--workloads", type=int, default=40)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--answers", type=int, default=0, help="workloads for the answers' noise (default 0: none)")
+    p.add_argument("--settings", type=int, default=0, help="workloads for the settings' noise (default 0: none)")
     a = p.parse_args()
     started = time.perf_counter()
     from batchfuzz import live_engine as le
@@ -49,7 +51,7 @@ def main() -> None:
             seconds[mode] += time.perf_counter() - t
             steps[mode] += len(served.steps)
             violations += len(served.violations)
-        preempting += resumed(served.steps) > 0
+        preempting += le.preempted(served.steps) > 0
     engine_steps = steps["captured"]  # the idle mode captures none; every mode runs the same steps
     for mode in MODES:
         print(f"{mode:9s} {a.workloads / seconds[mode]:6.2f} workloads/s  {engine_steps / seconds[mode]:7.1f} steps/s  "
@@ -58,32 +60,25 @@ def main() -> None:
           f"{engine_steps} steps per mode, {violations} violations; {preempting} workloads preempted a request")
     if a.answers:
         answers(eng, a.answers, a.seed + a.workloads)
+    if a.settings:
+        answers(eng, a.settings, a.seed + a.workloads + a.answers, "settings")
 
 
-def resumed(steps: list) -> int:
-    """Requests seen again with fewer computed tokens than before: preempted and recomputed."""
-    last: dict[str, int] = {}
-    count = 0
-    for s in steps:
-        for rid, c in zip(s.req_ids, s.num_computed.tolist(), strict=True):
-            count += c < last.get(rid, 0)
-            last[rid] = c
-    return count
-
-
-def answers(eng: object, count: int, first_seed: int) -> None:
-    """Every divergence of together and alone, at tolerance 0, and the noise while answers agree."""
+def answers(eng: object, count: int, first_seed: int, prop: str = "answers") -> None:
+    """Every divergence of together and alone (``prop`` answers) or across the settings changes
+    (settings), at tolerance 0, and the noise while answers agree."""
     from batchfuzz import live_engine as le
 
     assert isinstance(eng, le.LiveEngine)
+    compare = le.compare_answers if prop == "answers" else le.compare_settings
     t = time.perf_counter()
     compared, noise, diverged = 0, 0.0, []
     for i in range(count):
-        result = le.compare_answers(eng, le.sample_workload(first_seed + i, eng.settings), tolerance=0.0)
+        result = compare(eng, le.sample_workload(first_seed + i, eng.settings), tolerance=0.0)
         compared, noise = compared + result.compared, max(noise, result.noise)
         diverged += result.differences
-    print(f"answers: {count} workloads, {compared} greedy requests compared in {time.perf_counter() - t:.0f}s; "
-          f"largest |log-prob together - alone| while agreeing: {noise:.3g}; {len(diverged)} divergences")
+    print(f"{prop}: {count} workloads, {compared} greedy requests compared in {time.perf_counter() - t:.0f}s; "
+          f"largest |top log-prob difference| while agreeing: {noise:.3g}; {len(diverged)} divergences")
     for line in diverged[:10]:
         print("   ", line[:300])
 

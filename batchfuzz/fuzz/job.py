@@ -64,11 +64,11 @@ class WorkItem:
     @builtins.property
     def executor_key(self) -> tuple[str, str, str] | None:
         """What a job process keeps one executor per (:data:`EXECUTOR_CACHE`):
-        the item's contract, target and device; None for the conformance item,
-        which runs vLLM's scheduler in the job process and has no executor."""
-        from batchfuzz import engine_steps
+        the item's contract, target and device; None for the conformance and
+        live-engine items, which run vLLM in the job process and have no executor."""
+        from batchfuzz import engine_steps, live_engine
 
-        if self.contract == engine_steps.CONFORMANCE_SUBJECT:
+        if self.contract in (engine_steps.CONFORMANCE_SUBJECT, live_engine.SUBJECT):
             return None
         return (self.contract, self.target, self.device)
 
@@ -293,6 +293,10 @@ class _JobProcess:
         :meth:`_resolve`, :meth:`_hunt`, :meth:`_record`. The seconds its
         target took to get ready are ``self.last_startup_s``: the controller
         does not charge them to the budget."""
+        from batchfuzz import live_engine
+
+        if item.contract == live_engine.SUBJECT:
+            return self.run_live_slice(item, slice_no, slice_s, shrink_s)
         if item.executor_key is None:
             return self.run_conformance_slice(item, slice_no, slice_s, shrink_s)
         state = self._begin(item)
@@ -407,6 +411,39 @@ class _JobProcess:
             state.status = "passed"
         else:
             state.status = IDLE
+        write_state(job, item, state, final=state.status in FINAL)
+        return state
+
+    def run_live_slice(self, item: WorkItem, slice_no: int, slice_s: float, shrink_s: float) -> ItemState:
+        """A live-engine item (``batchfuzz.live_engine``, docs/live-engine.md): vLLM's whole engine, started once
+        in this process (its import and start are the item's start-up), searched for a workload that breaks the
+        item's property; a failure is the shrunk workload with a reproduction script (no corpus entry)."""
+        from batchfuzz import live_engine, runner
+
+        job, began = self.job, time.time()
+        state = self._begin(item)
+        self.last_startup_s = 0.0
+        rs = self.settings(state.examples)
+        state.settings = {"profile": job.profile, "isolated": False, "database": None, "seed": job.seed,
+                          "max_examples": job.max_examples}
+        try:
+            engine = live_engine.engine()
+            self.last_startup_s = time.time() - began
+            now = time.time()
+            limits = live_engine.Limits(min(job.deadline, now + slice_s + shrink_s), min(job.deadline, now + slice_s),
+                                        lambda: stop_requested(job))
+            r = live_engine.search(engine, examples=rs.max_examples, prop=item.property, limits=limits,
+                                   seed=runner._round_seed(job.seed, item.contract, item.target, item.property, slice_no))
+        except Exception as exc:
+            return self._errored(item, state, exc, began)
+        before = _count_slice(state, r.examples, began, self.last_startup_s)
+        if r.workload is not None:
+            state.failures.append(live_engine.failure_record(r, item.property, before))
+            state.status = "failed"
+        elif stop_requested(job):
+            state.status, state.reason = "interrupted", "the run was stopped (signal)"
+        else:  # with --max-examples, done once the item has them
+            state.status = "passed" if job.max_examples is not None and not r.out_of_time else IDLE
         write_state(job, item, state, final=state.status in FINAL)
         return state
 
