@@ -47,12 +47,19 @@ NUM_UBATCHES = (2, 2, 3, 4)
 CAPTURE_SIZES = ([2, 4, 8], [4, 8], [1, 2, 4, 8, 16, 32, 64], [1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64])
 
 
-def _args(tokens: list[int], padded: list[int], allow: list[int], modes: list[int], uniform: list[int], reqs: list[int],
-          n: int, thresholds: tuple[int, int], sizes: list[int], ubatch_sizes: list[int] | None,
-          dtype: Any = np.int32) -> dict[str, Any]:
-    return {"num_tokens": np.array(tokens, dtype=dtype), "num_tokens_padded": np.array(padded, dtype=dtype),
-            "allow_microbatching": np.array(allow, dtype=dtype), "cudagraph_mode": np.array(modes, dtype=dtype),
-            "uniform_decode_len": np.array(uniform, dtype=dtype), "num_reqs": np.array(reqs, dtype=dtype),
+# The per-rank arguments, in the contract's order: one list each, a value per rank.
+RANK_ARGS = ("num_tokens", "num_tokens_padded", "allow_microbatching", "cudagraph_mode", "uniform_decode_len", "num_reqs")
+
+
+def _ranks(*lists: list[int]) -> dict[str, list[int]]:
+    """The per-rank lists given in :data:`RANK_ARGS` order, by argument name."""
+    return dict(zip(RANK_ARGS, lists, strict=True))
+
+
+def _args(ranks: dict[str, list[int]], n: int, thresholds: tuple[int, int], sizes: list[int],
+          ubatch_sizes: list[int] | None, dtype: Any = np.int32) -> dict[str, Any]:
+    """A case's arguments: the per-rank lists as arrays of ``dtype``, then the configuration."""
+    return {**{name: np.array(ranks[name], dtype=dtype) for name in RANK_ARGS},
             "num_ubatches": n, "ubatch_thresholds": thresholds, "capture_sizes": list(sizes),
             "ubatch_capture_sizes": None if ubatch_sizes is None else list(ubatch_sizes)}
 
@@ -114,7 +121,7 @@ def _spec_case(draw: st.DrawFn, max_ranks: int, max_tokens: int) -> Case:
         ubatch_sizes = sorted(draw(st.sets(st.one_of(st.sampled_from(edges), st.integers(1, 2 * max_tokens)),
                                            min_size=int(microbatch), max_size=4)))
     dtype = draw(st.sampled_from(INT_DTYPES))
-    return Case(_args(tokens, padded, allow, modes, uniform, reqs, n, thresholds, sizes, ubatch_sizes, dtype), {"kind": "spec"})
+    return Case(_args(_ranks(tokens, padded, allow, modes, uniform, reqs), n, thresholds, sizes, ubatch_sizes, dtype), {"kind": "spec"})
 
 
 @st.composite
@@ -144,7 +151,7 @@ def _engine_case(draw: st.DrawFn, max_ranks: int, max_tokens: int) -> Case:
         allow.append(draw(st.sampled_from([1, 0])) if allows == "each" else int(allows == "all"))
     ubatch_sizes = _ubatch_sizes(draw, sizes)
     dtype = draw(st.sampled_from(INT_DTYPES))
-    return Case(_args(tokens, padded, allow, modes, uniform, reqs, n, thresholds, sizes, ubatch_sizes, dtype), {"kind": "engine"})
+    return Case(_args(_ranks(tokens, padded, allow, modes, uniform, reqs), n, thresholds, sizes, ubatch_sizes, dtype), {"kind": "engine"})
 
 
 def cases(domain: str = "spec", *, max_ranks: int = MAX_RANKS, max_tokens: int = 40) -> st.SearchStrategy[Case]:
@@ -158,7 +165,7 @@ def cases(domain: str = "spec", *, max_ranks: int = MAX_RANKS, max_tokens: int =
 def _lists(case: Case) -> dict[str, list[int]]:
     a = case.args
     return {k: [int(v) for v in np.asarray(a[k]).tolist()]
-            for k in ("num_tokens", "num_tokens_padded", "allow_microbatching", "cudagraph_mode", "uniform_decode_len", "num_reqs")}
+            for k in RANK_ARGS}
 
 
 def in_domain(case: Case, domain: str) -> bool:
@@ -219,8 +226,7 @@ def reductions(case: Case) -> Iterator[Case]:
     n, (decode, prefill), sizes, ub = a["num_ubatches"], a["ubatch_thresholds"], list(a["capture_sizes"]), a["ubatch_capture_sizes"]
 
     def make(w: dict[str, list[int]], n2: int = n, thr: tuple[int, int] = (decode, prefill), ub2: list[int] | None = ub) -> Case:
-        return Case(_args(w["num_tokens"], w["num_tokens_padded"], w["allow_microbatching"], w["cudagraph_mode"],
-                          w["uniform_decode_len"], w["num_reqs"], n2, thr, sizes, ub2), dict(case.context))
+        return Case(_args(w, n2, thr, sizes, ub2), dict(case.context))
 
     yield from sorted(_restated(v, n, (decode, prefill), sizes, ub, make), key=size)
     if r > 2:
@@ -355,8 +361,9 @@ def _scope(max_tokens: int, ns: tuple[int, ...], ubatch_options: tuple[list[int]
                 for allow in ((1, 1), (1, 0)):
                     for ub in ubatch_options:
                         pair = (a0, a1)
-                        out.append(Case(_args([x[0] for x in pair], [x[1] for x in pair], list(allow), [x[2] for x in pair],
-                                              [0, 0], [1, 1], n, (n, n), _SCOPE_SIZES, ub), {"kind": "exhaustive"}))
+                        per_rank = _ranks([x[0] for x in pair], [x[1] for x in pair], list(allow),
+                                          [x[2] for x in pair], [0, 0], [1, 1])
+                        out.append(Case(_args(per_rank, n, (n, n), _SCOPE_SIZES, ub), {"kind": "exhaustive"}))
     out.sort(key=size)
     return out
 
