@@ -337,7 +337,7 @@ def test_a_job_process_runs_the_conformance_item_as_a_slice_and_records_a_differ
         return _JobProcess(job, "w0").run_slice(item, 0, 300.0, 60.0)
 
     passed = slice_of("ci")  # derandomized, 25 examples: the slice ends when they have run
-    assert passed["status"] == "passed" and passed["examples"] == 25 and not passed["failures"]
+    assert passed.status == "passed" and passed.examples == 25 and not passed.failures
     model = engine_steps.run_model
 
     def late(w: engine_steps.EngineWorkload) -> engine_steps.LaidOutStep:
@@ -347,7 +347,7 @@ def test_a_job_process_runs_the_conformance_item_as_a_slice_and_records_a_differ
 
     monkeypatch.setattr(engine_steps, "run_model", late)
     failed = slice_of("mutation")  # no shrinking: the first workload is the failure
-    record = failed["failures"][0]
-    assert failed["status"] == "failed" and record["found_at_example"] == 1  # Hypothesis replays it once more at the end
+    record = failed.failures[0]
+    assert failed.status == "failed" and record["found_at_example"] == 1  # Hypothesis replays it once more at the end
     assert record["property"] == "conformance" and record["message"].startswith("step: engine emits step ")
     assert "found = conformance(workload)" in record["reproduction"] and record["inputs"]["workload"]["requests"]
