@@ -215,7 +215,8 @@ INPUTS = registry.input_space(strategies, {
 def _args(tokens: list[int], padded: list[int], allow: list[int], modes: list[int], uniform: list[int], reqs: list[int],
           n: int = 2, thresholds: tuple[int, int] = (2, 2), sizes: list[int] | None = None,
           ubatch_sizes: list[int] | None = None) -> dict[str, Any]:
-    return strategies._args(tokens, padded, allow, modes, uniform, reqs, n, thresholds, sizes or [2, 4, 8], ubatch_sizes)
+    return strategies._args(strategies._ranks(tokens, padded, allow, modes, uniform, reqs), n, thresholds, sizes or [2, 4, 8],
+                            ubatch_sizes)
 
 
 ERROR_INPUTS = (
