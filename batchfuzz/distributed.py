@@ -213,6 +213,31 @@ def _loopback_interface() -> str:
     return next((n for n in ("lo", "lo0") if n in names), "lo")
 
 
+# Process groups a rank process inherited by fork, kept referenced: destroying one would shut down or join the
+# parent's threads, which a forked child does not have.
+_INHERITED: list[Any] = []
+
+
+def _forget_inherited_groups() -> None:
+    """Make a forked rank process's torch.distributed uninitialized again. The
+    pool forks from whatever process runs it; one that had joined a process
+    group (a job process that ran vLLM's engine, world size 1) would otherwise
+    make every rank's ``init_process_group`` refuse a second default group."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    if not dist.is_initialized():
+        return
+    world = c10d._world
+    _INHERITED.extend(world.pg_map)
+    c10d._update_default_pg(None)
+    for table in (world.pg_map, world.pg_names, world.pg_group_ranks, world.pg_backend_config, world.pg_to_tag,
+                  world.tags_to_pg, world.pg_coalesce_state):
+        table.clear()
+    c10d._unregister_all_process_groups()
+    world.group_count = 0
+
+
 def _rank_main(rank: int, max_ranks: int, store_path: str, backend: str, timeout_s: float,
                conn: mpc.Connection, phases: Any, parent: int) -> None:
     _die_with_parent()
@@ -225,6 +250,7 @@ def _rank_main(rank: int, max_ranks: int, store_path: str, backend: str, timeout
     # gloo (and NCCL's bootstrap) listen on the interface these name, else wherever the host name resolves:
     # loopback, whatever the caller's environment says (a cluster's GLOO_SOCKET_IFNAME=eth0).
     os.environ["GLOO_SOCKET_IFNAME"] = os.environ["NCCL_SOCKET_IFNAME"] = _loopback_interface()
+    _forget_inherited_groups()
     store = dist.FileStore(store_path, max_ranks)
     # The collective's own timeout is past the pool's deadline (the pool judges first and then stops every rank);
     # it only ends ranks whose pool is gone.

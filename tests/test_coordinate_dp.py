@@ -296,3 +296,32 @@ def test_the_rank_processes_listen_on_loopback_only_whatever_the_environment_say
         assert pool.run("batchfuzz.impl.coordinate_dp_torch:coordinate_rank", ranks)
         listening = _listening(pool.pids())
     assert listening and all(a.startswith("0100007F:") for a in listening), listening  # 127.0.0.1, little-endian hex
+
+
+# A process that joined a process group of its own (vLLM's engine does, world size 1) starts a pool: its rank
+# processes, forked from it, inherit that group and must still join the pool's.
+_IN_A_GROUP = """
+import sys, tempfile
+import torch.distributed as dist
+from batchfuzz import distributed, registry
+from batchfuzz.impl._dp import ARGUMENTS, per_rank_args
+
+dist.init_process_group("gloo", store=dist.FileStore(tempfile.mktemp(), 1), rank=0, world_size=1)
+case = registry.get("coordinate_dp").examples[2]
+ranks = per_rank_args(*(case.args[k] for k in ARGUMENTS))
+ref = "batchfuzz.impl.coordinate_dp_torch:coordinate_rank"
+with distributed.RankPool(len(ranks), timeout_s=120) as pool:
+    same = pool.run(ref, ranks) == distributed.run_in_process(distributed.rank_function(ref), ranks)
+dist.destroy_process_group()
+sys.exit(0 if same else 3)
+"""
+
+
+def test_a_pool_started_by_a_process_already_in_a_process_group_still_joins_its_ranks() -> None:
+    """Before, every rank's init_process_group refused a second default group and the pool's start read EOF
+    (seen when a job process had run the live engine first)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _IN_A_GROUP], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
