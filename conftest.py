@@ -57,7 +57,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 # The inner loop, `pytest -m inner` (README, "Development"): each core
-# layer's own tests and the contracts' error inputs, about two minutes on 2
+# layer's own tests and the contracts' error inputs, under two minutes on 2
 # cores; the end-to-end runs (fuzz, pytest and reproductions in subprocesses)
 # stay in the whole suite. A file, or a file's test function.
 INNER = (
