@@ -25,6 +25,22 @@ from batchfuzz.strategies.slice_ubatch_metadata import every_microbatch_has_a_re
 # ---------------------------------------------------------------- ubatch split with the DP refusal (D)
 
 
+def _split_args(num_scheduled_tokens: Any, num_tokens_padded: Any, num_reqs_padded: Any, num_ubatches: Any, *,
+                padded_holds_ubatches: bool) -> tuple[np.ndarray, int, int, int]:
+    """Contract D's arguments checked as both split bindings take them; the v1 split also needs at least one
+    padded token per microbatch (``padded_holds_ubatches``)."""
+    nst = bind.int_array("num_scheduled_tokens", num_scheduled_tokens, minimum=1)
+    n_padded = bind.count("num_tokens_padded", num_tokens_padded, 1)
+    r_padded = bind.count("num_reqs_padded", num_reqs_padded, 1)
+    n = bind.count("num_ubatches", num_ubatches, 2)
+    total = int(nst.sum())
+    if nst.size == 0 or n_padded < total or (padded_holds_ubatches and n_padded < n) or r_padded < nst.size:
+        also = f" and >= num_ubatches = {n}" if padded_holds_ubatches else ""
+        raise ValueError(f"need len(num_scheduled_tokens) >= 1, num_tokens_padded >= sum = {total}{also}, "
+                         f"num_reqs_padded >= {nst.size}; got num_tokens_padded={n_padded}, num_reqs_padded={r_padded}")
+    return nst, n_padded, r_padded, n
+
+
 def _bind_ubatch_slices(rel: _Release) -> tuple[Callable[..., Any], str]:
     loader = rel.loader()
     piece = loader.file(UBATCH_UTILS).piece("maybe_create_ubatch_slices")
@@ -33,14 +49,9 @@ def _bind_ubatch_slices(rel: _Release) -> tuple[Callable[..., Any], str]:
 
     def split_ubatches(num_scheduled_tokens: Any, num_tokens_padded: Any, num_reqs_padded: Any, num_ubatches: Any
                        ) -> list[tuple[tuple[int, int], tuple[int, int]]] | None:
-        nst = bind.int_array("num_scheduled_tokens", num_scheduled_tokens, minimum=1)
-        n_padded = bind.count("num_tokens_padded", num_tokens_padded, 1)
-        r_padded = bind.count("num_reqs_padded", num_reqs_padded, 1)
-        n = bind.count("num_ubatches", num_ubatches, 2)
+        nst, n_padded, r_padded, n = _split_args(num_scheduled_tokens, num_tokens_padded, num_reqs_padded, num_ubatches,
+                                                 padded_holds_ubatches=True)
         total = int(nst.sum())
-        if nst.size == 0 or n_padded < total or n_padded < n or r_padded < nst.size:
-            raise ValueError(f"need len(num_scheduled_tokens) >= 1, num_tokens_padded >= sum = {total} and >= num_ubatches = {n}, "
-                             f"num_reqs_padded >= {nst.size}; got num_tokens_padded={n_padded}, num_reqs_padded={r_padded}")
         # One data-parallel rank's all-reduced votes: tokens, padded tokens, wants to split, graph mode.
         votes = torch.tensor([[total], [n_padded], [1], [0]], dtype=torch.int32)
         should_ubatch = vote(votes, n)
@@ -66,13 +77,8 @@ def _bind_mrv2_ubatch_slices(rel: _Release) -> _Built:
 
     def split_ubatches(num_scheduled_tokens: Any, num_tokens_padded: Any, num_reqs_padded: Any, num_ubatches: Any
                        ) -> list[tuple[tuple[int, int], tuple[int, int]]] | None:
-        nst = bind.int_array("num_scheduled_tokens", num_scheduled_tokens, minimum=1)
-        n_padded = bind.count("num_tokens_padded", num_tokens_padded, 1)
-        r_padded = bind.count("num_reqs_padded", num_reqs_padded, 1)
-        n = bind.count("num_ubatches", num_ubatches, 2)
-        if nst.size == 0 or n_padded < int(nst.sum()) or r_padded < nst.size:
-            raise ValueError(f"need len(num_scheduled_tokens) >= 1, num_tokens_padded >= sum = {int(nst.sum())}, "
-                             f"num_reqs_padded >= {nst.size}; got num_tokens_padded={n_padded}, num_reqs_padded={r_padded}")
+        nst, n_padded, r_padded, n = _split_args(num_scheduled_tokens, num_tokens_padded, num_reqs_padded, num_ubatches,
+                                                 padded_holds_ubatches=False)
         batch = Stub("InputBatch", num_scheduled_tokens=bind.cast_exact("num_scheduled_tokens", nst, np.int32),
                      num_tokens_after_padding=n_padded, num_reqs_after_padding=r_padded, num_reqs=int(nst.size))
         return bind.slice_pairs(create(batch, n, None) if uniform else create(batch, n))
