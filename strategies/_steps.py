@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
@@ -413,19 +414,129 @@ def _engine_rule(q: np.ndarray) -> list[list[Range]]:
     return [] if split is None else [[rng for _, rng in split]]
 
 
+@dataclass(frozen=True)
+class _Parts:
+    """The four arguments of a step (a reduction's input and each of its outputs)."""
+
+    c: np.ndarray
+    q: np.ndarray
+    tables: list[np.ndarray]
+    sizes: list[int]
+
+
+def _step_case(case: Case, parts: _Parts) -> Case:
+    """``parts`` as a case with ``case``'s context. The splits are kept where
+    they still cut inside the step; where no engine split is left, the
+    engine's rule on the smaller step (n = 2, no padding), as the scopes do."""
+    total = int(np.asarray(parts.q, dtype=np.int64).sum())
+    ctx = dict(case.context)
+    for key in ("engine_splits", "adversarial_splits"):
+        ctx[key] = [s for s in ctx.get(key, []) if all(ts < total for ts, _ in s[1:])]
+    if case.context.get("engine_splits") and not ctx["engine_splits"]:
+        ctx["engine_splits"] = _engine_rule(parts.q)
+    return Case({"num_computed_tokens": parts.c, "num_scheduled_tokens": parts.q, "block_tables": parts.tables,
+                 "block_sizes": parts.sizes}, ctx)
+
+
+def _deleted_requests(s: _Parts) -> Iterator[_Parts]:
+    for r in range(s.c.size):
+        yield _Parts(np.delete(s.c, r), np.delete(s.q, r), [np.delete(t, r, axis=0) for t in s.tables], s.sizes)
+
+
+def _dropped_groups(s: _Parts) -> Iterator[_Parts]:
+    if len(s.sizes) > 1:
+        for g in range(len(s.sizes)):
+            yield _Parts(s.c.copy(), s.q.copy(), [t for k, t in enumerate(s.tables) if k != g],
+                         [b for k, b in enumerate(s.sizes) if k != g])
+
+
+def _shifted_prefixes(s: _Parts) -> Iterator[_Parts]:
+    """A request's first whole block of tokens (in every group) dropped:
+    computed ones, or (with nothing computed) scheduled ones, keeping at
+    least one; its leading table columns shift out, so every other slot
+    keeps its block and offset."""
+    shift = _lcm(s.sizes)
+    for r in range(s.c.size):
+        if s.c[r] >= shift or (s.c[r] == 0 and s.q[r] > shift):
+            shifted = []
+            for t, b in zip(s.tables, s.sizes, strict=True):
+                t2 = t.copy()
+                cols = shift // b
+                t2[r, : t.shape[1] - cols] = t[r, cols:]
+                t2[r, t.shape[1] - cols:] = 0
+                shifted.append(t2)
+            c2, q2 = s.c.copy(), s.q.copy()
+            if s.c[r] >= shift:
+                c2[r] -= shift
+            else:
+                q2[r] -= shift
+            yield _Parts(c2, q2, shifted, s.sizes)
+
+
+def _fewer_tokens(s: _Parts) -> Iterator[_Parts]:
+    """A computed or a scheduled token fewer."""
+    for r in range(s.c.size):
+        for counts in (s.c, s.q):
+            if counts[r] > 0:
+                smaller = counts.copy()
+                smaller[r] -= 1
+                yield _Parts(smaller, s.q.copy(), [t.copy() for t in s.tables], s.sizes) if counts is s.c else \
+                    _Parts(s.c.copy(), smaller, [t.copy() for t in s.tables], s.sizes)
+
+
+def _smaller_blocks(s: _Parts) -> Iterator[_Parts]:
+    """A group's block size refined to a divisor (:func:`_refined`: the same
+    slots, smaller blocks), then lowered to a non-divisor
+    (:func:`_coarse_relaid`: a candidate the property run judges)."""
+    for g, b in enumerate(s.sizes):
+        for d in (d for d in range(1, b) if b % d == 0):
+            yield _Parts(s.c.copy(), s.q.copy(), [_refined(t2, b, d) if k == g else t2.copy() for k, t2 in enumerate(s.tables)],
+                         [d if k == g else b2 for k, b2 in enumerate(s.sizes)])
+    for g, b in enumerate(s.sizes):
+        for b2 in (d for d in range(2, b) if b % d):
+            yield _Parts(s.c.copy(), s.q.copy(), [_coarse_relaid(t2, b, b2, s.c, s.q) if k == g else t2.copy()
+                                                  for k, t2 in enumerate(s.tables)],
+                         [b2 if k == g else b3 for k, b3 in enumerate(s.sizes)])
+
+
+def _renumbered(s: _Parts) -> Iterator[_Parts]:
+    """Block ids renumbered ``1, 2, ...`` in order of first appearance."""
+    renumber: dict[int, int] = {}
+    for t in s.tables:
+        for block in t.reshape(-1).tolist():
+            if block != 0 and block not in renumber:
+                renumber[block] = len(renumber) + 1
+    if any(k != v for k, v in renumber.items()):
+        yield _Parts(s.c.copy(), s.q.copy(), [np.vectorize(lambda x: renumber.get(int(x), 0), otypes=[t.dtype])(t)
+                                              if t.size else t.copy() for t in s.tables], s.sizes)
+
+
+def _fewer_cells(s: _Parts) -> Iterator[_Parts]:
+    """Unused table columns removed, then one table cell cleared."""
+    need = s.c.astype(np.int64) + s.q.astype(np.int64)
+    for g, (t, b) in enumerate(zip(s.tables, s.sizes, strict=True)):
+        width = int(max((ceil_div(int(x), b) for x in need), default=0))
+        if t.shape[1] > width:
+            yield _Parts(s.c.copy(), s.q.copy(), [t2[:, :width].copy() if k == g else t2.copy()
+                                                  for k, t2 in enumerate(s.tables)], s.sizes)
+    for g, t in enumerate(s.tables):
+        for r, col in zip(*np.nonzero(t), strict=True):
+            cleared = [t2.copy() for t2 in s.tables]
+            cleared[g][r, col] = 0
+            yield _Parts(s.c.copy(), s.q.copy(), cleared, s.sizes)
+
+
+# In the order step_reductions tries them: whole requests and groups first, single cells last.
+_STEP_REDUCTIONS = (_deleted_requests, _dropped_groups, _shifted_prefixes, _fewer_tokens, _smaller_blocks, _renumbered,
+                    _fewer_cells)
+
+
 def step_reductions(case: Case) -> Iterator[Case]:
-    """Smaller cases built from ``case`` (``batchfuzz.reduce``): a request
-    deleted; a KV group dropped; a request's computed prefix (or, with
-    nothing computed, its scheduled tokens) shortened by a whole number of
-    blocks in every group (its leading columns shifted out, so every other
-    slot keeps its block and offset); a computed or scheduled
-    token fewer; a group's block size refined to a divisor (``_refined``:
-    the same slots, smaller blocks) or lowered to a non-divisor
-    (``_coarse_relaid``: a candidate the property run judges); a table cell cleared; block ids
-    renumbered ``1, 2, ...`` in order of first appearance; unused table
-    columns removed. The case's splits are kept where they still cut inside
-    the step; where no engine split is left, the engine's rule on the smaller
-    step takes their place."""
+    """Smaller cases built from ``case`` (``batchfuzz.reduce``), each kind in
+    :data:`_STEP_REDUCTIONS`: a request deleted; a KV group dropped; a
+    request's first whole block shifted out; a token fewer; smaller blocks;
+    block ids renumbered; table columns and cells cleared. The case's splits
+    are kept where they still cut inside the step (:func:`_step_case`)."""
     a = case.args
     c = np.asarray(a["num_computed_tokens"]).copy()
     q = np.asarray(a["num_scheduled_tokens"]).copy()
@@ -433,74 +544,10 @@ def step_reductions(case: Case) -> Iterator[Case]:
     tables = [np.asarray(t).copy() for t in a["block_tables"]]
     if any(t.ndim != 2 for t in tables):
         return
-
-    def make(c2: np.ndarray, q2: np.ndarray, tables2: list[np.ndarray], sizes2: list[int]) -> Case:
-        total = int(np.asarray(q2, dtype=np.int64).sum())
-        ctx = dict(case.context)
-        for key in ("engine_splits", "adversarial_splits"):
-            ctx[key] = [s for s in ctx.get(key, []) if all(ts < total for ts, _ in s[1:])]
-        if case.context.get("engine_splits") and not ctx["engine_splits"]:
-            # Every engine split cut past the fewer tokens: the engine's rule
-            # on the smaller step instead (n = 2, no padding), as the scopes do.
-            ctx["engine_splits"] = _engine_rule(q2)
-        return Case({"num_computed_tokens": c2, "num_scheduled_tokens": q2, "block_tables": tables2, "block_sizes": sizes2}, ctx)
-
-    for r in range(c.size):
-        yield make(np.delete(c, r), np.delete(q, r), [np.delete(t, r, axis=0) for t in tables], sizes)
-    if len(sizes) > 1:
-        for g in range(len(sizes)):
-            yield make(c.copy(), q.copy(), [t for k, t in enumerate(tables) if k != g], [b for k, b in enumerate(sizes) if k != g])
-    shift = _lcm(sizes)
-    for r in range(c.size):
-        # The request's first whole block of tokens dropped: computed ones, or
-        # (with nothing computed) scheduled ones, keeping at least one.
-        if c[r] >= shift or (c[r] == 0 and q[r] > shift):
-            shifted = []
-            for t, b in zip(tables, sizes, strict=True):
-                t2 = t.copy()
-                cols = shift // b
-                t2[r, : t.shape[1] - cols] = t[r, cols:]
-                t2[r, t.shape[1] - cols:] = 0
-                shifted.append(t2)
-            c2, q2 = c.copy(), q.copy()
-            if c[r] >= shift:
-                c2[r] -= shift
-            else:
-                q2[r] -= shift
-            yield make(c2, q2, shifted, sizes)
-    for r in range(c.size):
-        for counts in (c, q):
-            if counts[r] > 0:
-                smaller = counts.copy()
-                smaller[r] -= 1
-                yield make(smaller, q.copy(), [t.copy() for t in tables], sizes) if counts is c else \
-                    make(c.copy(), smaller, [t.copy() for t in tables], sizes)
-    for g, b in enumerate(sizes):
-        for d in (d for d in range(1, b) if b % d == 0):
-            yield make(c.copy(), q.copy(), [_refined(t2, b, d) if k == g else t2.copy() for k, t2 in enumerate(tables)],
-                       [d if k == g else b2 for k, b2 in enumerate(sizes)])
-    for g, b in enumerate(sizes):
-        for b2 in (d for d in range(2, b) if b % d):
-            yield make(c.copy(), q.copy(), [_coarse_relaid(t2, b, b2, c, q) if k == g else t2.copy()
-                                            for k, t2 in enumerate(tables)], [b2 if k == g else b3 for k, b3 in enumerate(sizes)])
-    renumber: dict[int, int] = {}
-    for t in tables:
-        for block in t.reshape(-1).tolist():
-            if block != 0 and block not in renumber:
-                renumber[block] = len(renumber) + 1
-    if any(k != v for k, v in renumber.items()):
-        yield make(c.copy(), q.copy(), [np.vectorize(lambda x: renumber.get(int(x), 0), otypes=[t.dtype])(t) if t.size else t.copy()
-                                        for t in tables], sizes)
-    need = c.astype(np.int64) + q.astype(np.int64)
-    for g, (t, b) in enumerate(zip(tables, sizes, strict=True)):
-        width = int(max((ceil_div(int(x), b) for x in need), default=0))
-        if t.shape[1] > width:
-            yield make(c.copy(), q.copy(), [t2[:, :width].copy() if k == g else t2.copy() for k, t2 in enumerate(tables)], sizes)
-    for g, t in enumerate(tables):
-        for r, col in zip(*np.nonzero(t), strict=True):
-            cleared = [t2.copy() for t2 in tables]
-            cleared[g][r, col] = 0
-            yield make(c.copy(), q.copy(), cleared, sizes)
+    step = _Parts(c, q, tables, sizes)
+    for kind in _STEP_REDUCTIONS:
+        for parts in kind(step):
+            yield _step_case(case, parts)
 
 
 # ---------------------------------------------------------------- the two contracts' cases and domains
