@@ -28,6 +28,7 @@ graphs.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -215,84 +216,127 @@ def size(case: Case) -> tuple[int, ...]:
             sum(v["num_reqs"]))
 
 
+_Ranks = dict[str, list[int]]
+
+
+@dataclass(frozen=True)
+class _Config:
+    """The case being reduced and its configuration: what a reduction keeps
+    unless it says otherwise (``dataclasses.replace`` for a lower one)."""
+
+    case: Case
+    n: int
+    thresholds: tuple[int, int]
+    sizes: list[int]
+    ub: list[int] | None
+
+    def make(self, w: _Ranks) -> Case:
+        """The ranks ``w`` under this configuration, with the case's context."""
+        return Case(_args(w, self.n, self.thresholds, self.sizes, self.ub), dict(self.case.context))
+
+
 def reductions(case: Case) -> Iterator[Case]:
     """Smaller cases built from ``case`` (``batchfuzz.reduce`` keeps those in
-    the domain): a rank dropped, a rank's counts lowered (its padding
-    recomputed as the engine pads, or dropped), fewer ubatches, lower
-    thresholds, fewer microbatched graph sizes."""
+    the domain): the first two ranks restated small, a rank dropped, a rank's
+    counts lowered (its padding recomputed as the engine pads, or dropped),
+    fewer ubatches, lower thresholds, fewer microbatched graph sizes."""
     a = case.args
     v = _lists(case)
-    r = len(v["num_tokens"])
-    n, (decode, prefill), sizes, ub = a["num_ubatches"], a["ubatch_thresholds"], list(a["capture_sizes"]), a["ubatch_capture_sizes"]
+    decode, prefill = a["ubatch_thresholds"]
+    cfg = _Config(case, a["num_ubatches"], (decode, prefill), list(a["capture_sizes"]), a["ubatch_capture_sizes"])
+    yield from sorted(_restated(v, cfg), key=size)
+    if len(v["num_tokens"]) > 2:
+        for k in range(len(v["num_tokens"])):
+            yield cfg.make({key: x[:k] + x[k + 1:] for key, x in v.items()})
+    for k in range(len(v["num_tokens"])):
+        yield from _smaller_rank(v, k, cfg)
+    yield from _uniform_ranks(v, cfg)
+    yield from _lower_config(v, cfg)
+    yield from _every_rank_fewer(v, cfg)
+    yield from _fewer_graphs(v, cfg)
 
-    def make(w: dict[str, list[int]], n2: int = n, thr: tuple[int, int] = (decode, prefill), ub2: list[int] | None = ub) -> Case:
-        return Case(_args(w, n2, thr, sizes, ub2), dict(case.context))
 
-    yield from sorted(_restated(v, n, (decode, prefill), sizes, ub, make), key=size)
-    if r > 2:
-        for k in range(r):
-            yield make({key: x[:k] + x[k + 1:] for key, x in v.items()})
-    for k in range(r):
-        t, u = v["num_tokens"][k], v["uniform_decode_len"][k]
-        for q in sorted({1, v["num_reqs"][k] // 2, v["num_reqs"][k] - 1}):
-            if 1 <= q < v["num_reqs"][k]:
-                w = {key: list(x) for key, x in v.items()}
-                w["num_reqs"][k] = q
-                if u > 0:
-                    w["num_tokens"][k] = q * u
-                yield _repadded(w, k, sizes, make)
-        for t2 in sorted({max(1, v["num_reqs"][k]), t // 2, t - 1}):
-            if 1 <= t2 < t and u == 0:
-                w = {key: list(x) for key, x in v.items()}
-                w["num_tokens"][k] = t2
-                w["num_reqs"][k] = min(w["num_reqs"][k], t2)
-                yield _repadded(w, k, sizes, make)
-        if v["cudagraph_mode"][k] != NONE:
+def _smaller_rank(v: _Ranks, k: int, cfg: _Config) -> Iterator[Case]:
+    """Rank ``k`` with fewer requests or tokens (padded again), a lower mode
+    (the padding kept), or no padding (eager)."""
+    t, u = v["num_tokens"][k], v["uniform_decode_len"][k]
+    for q in sorted({1, v["num_reqs"][k] // 2, v["num_reqs"][k] - 1}):
+        if 1 <= q < v["num_reqs"][k]:
             w = {key: list(x) for key, x in v.items()}
-            w["cudagraph_mode"][k] -= 1  # a lower mode, the padding kept
-            yield make(w)
-        if v["num_tokens_padded"][k] > t:
+            w["num_reqs"][k] = q
+            if u > 0:
+                w["num_tokens"][k] = q * u
+            _repadded(w, k, cfg.sizes)
+            yield cfg.make(w)
+    for t2 in sorted({max(1, v["num_reqs"][k]), t // 2, t - 1}):
+        if 1 <= t2 < t and u == 0:
             w = {key: list(x) for key, x in v.items()}
-            w["num_tokens_padded"][k] = t
-            w["cudagraph_mode"][k] = NONE
-            yield make(w)
+            w["num_tokens"][k] = t2
+            w["num_reqs"][k] = min(w["num_reqs"][k], t2)
+            _repadded(w, k, cfg.sizes)
+            yield cfg.make(w)
+    if v["cudagraph_mode"][k] != NONE:
+        w = {key: list(x) for key, x in v.items()}
+        w["cudagraph_mode"][k] -= 1  # a lower mode, the padding kept
+        yield cfg.make(w)
+    if v["num_tokens_padded"][k] > t:
+        w = {key: list(x) for key, x in v.items()}
+        w["num_tokens_padded"][k] = t
+        w["cudagraph_mode"][k] = NONE
+        yield cfg.make(w)
+
+
+def _uniform_ranks(v: _Ranks, cfg: _Config) -> Iterator[Case]:
+    """Every rank eager (unpadded), every rank allowing microbatching, every rank a mixed step."""
     for key, value in (("cudagraph_mode", NONE), ("allow_microbatching", 1), ("uniform_decode_len", 0)):
         if any(x != value for x in v[key]):
             w = {k: list(x) for k, x in v.items()}
-            w[key] = [value] * r
+            w[key] = [value] * len(v[key])
             if key == "cudagraph_mode":
                 w["num_tokens_padded"] = list(w["num_tokens"])
-            yield make(w)
+            yield cfg.make(w)
+
+
+def _lower_config(v: _Ranks, cfg: _Config) -> Iterator[Case]:
+    """One ubatch fewer (thresholds lowered with it), then each threshold lowered."""
+    n, (decode, prefill) = cfg.n, cfg.thresholds
     if n > 2:
-        yield make(v, n - 1, (max(n - 1, decode - 1), max(n - 1, prefill - 1)))
+        yield replace(cfg, n=n - 1, thresholds=(max(n - 1, decode - 1), max(n - 1, prefill - 1))).make(v)
     for thr in ((n, prefill), (decode, n), (max(n, decode - 1), prefill), (decode, max(n, prefill - 1))):
         if thr != (decode, prefill):
-            yield make(v, thr=thr)
-    # Every rank one token (or half its tokens) fewer, padded again: keeps the ranks' balance, which a split needs.
+            yield replace(cfg, thresholds=thr).make(v)
+
+
+def _every_rank_fewer(v: _Ranks, cfg: _Config) -> Iterator[Case]:
+    """Every rank one token (or half its tokens) fewer, its padding kept,
+    then padded again: keeps the ranks' balance, which a split needs."""
     for lower in (lambda t: t - 1, lambda t: t // 2):
         w = {key: list(x) for key, x in v.items()}
         if all(u == 0 for u in w["uniform_decode_len"]) and all(lower(t) >= 1 for t in w["num_tokens"]):
-            for k in range(r):
+            for k in range(len(v["num_tokens"])):
                 w["num_tokens"][k] = lower(w["num_tokens"][k])
                 w["num_reqs"][k] = min(w["num_reqs"][k], w["num_tokens"][k])
                 w["num_tokens_padded"][k] = w["num_tokens"][k] + v["num_tokens_padded"][k] - v["num_tokens"][k]
-            yield make(w)
-            for k in range(r):
-                _repadded(w, k, sizes, make)
-            yield make(w)
+            yield cfg.make(w)
+            for k in range(len(v["num_tokens"])):
+                _repadded(w, k, cfg.sizes)
+            yield cfg.make(w)
+
+
+def _fewer_graphs(v: _Ranks, cfg: _Config) -> Iterator[Case]:
+    """No microbatched graphs, one fewer, or one at a boundary of this step (as the strategy draws them)."""
+    ub = cfg.ub
     if ub is not None:
-        yield make(v, ub2=None)
+        yield replace(cfg, ub=None).make(v)
         for k in range(len(ub)):
-            yield make(v, ub2=ub[:k] + ub[k + 1:])
-        # One microbatched graph at a boundary of this step (as the strategy draws them).
+            yield replace(cfg, ub=ub[:k] + ub[k + 1:]).make(v)
         fewest, most = min(v["num_tokens"]), max(v["num_tokens_padded"])
-        for edge in sorted({most, most + 1, 2 * fewest, -(-fewest // (n - 1)) * n}):
+        for edge in sorted({most, most + 1, 2 * fewest, -(-fewest // (cfg.n - 1)) * cfg.n}):
             if [edge] != ub:
-                yield make(v, ub2=[edge])
+                yield replace(cfg, ub=[edge]).make(v)
 
 
-def _restated(v: dict[str, list[int]], n: int, thresholds: tuple[int, int], sizes: list[int], ub: list[int] | None,
-              make: Any) -> Iterator[Case]:
+def _restated(v: _Ranks, cfg: _Config) -> Iterator[Case]:
     """The step's first two ranks (their votes, kinds and eagerness kept) restated with at most 6 real tokens each,
     padded again as the engine pads, at ``n`` or 2 microbatches (thresholds kept or lowered to ``n``), with the
     microbatched graphs kept or one at a boundary of the restated step: the small steps that keep a bug's shape
@@ -312,31 +356,30 @@ def _restated(v: dict[str, list[int]], n: int, thresholds: tuple[int, int], size
             # Padded as the engine pads, with the padding it had, or with none (modes kept).
             repadded = {key: list(x) for key, x in base.items()}
             for k in range(2):
-                _repadded(repadded, k, sizes, lambda x: None)
+                _repadded(repadded, k, cfg.sizes)
             offset = {key: list(x) for key, x in base.items()}
             offset["num_tokens_padded"] = [t + max(0, p - q) for t, p, q in
                                            zip(base["num_tokens"], v["num_tokens_padded"], v["num_tokens"], strict=False)]
             exact = {key: list(x) for key, x in base.items()}
             exact["num_tokens_padded"] = list(base["num_tokens"])
             for w in (repadded, offset, exact):
-                yield from _restated_configs(w, n, thresholds, ub, make)
+                yield from _restated_configs(w, cfg)
 
 
-def _restated_configs(w: dict[str, list[int]], n: int, thresholds: tuple[int, int], ub: list[int] | None,
-                      make: Any) -> Iterator[Case]:
+def _restated_configs(w: _Ranks, cfg: _Config) -> Iterator[Case]:
     """``w`` at ``n`` or 2 microbatches, thresholds kept or lowered, its graphs kept or one at a boundary."""
-    for n2 in sorted({2, n}):
-        for thr in sorted({(n2, n2), thresholds} if n2 == n else {(n2, n2)}):
-            graphs: list[list[int] | None] = [ub]
-            if ub is not None:
+    for n2 in sorted({2, cfg.n}):
+        for thr in sorted({(n2, n2), cfg.thresholds} if n2 == cfg.n else {(n2, n2)}):
+            graphs: list[list[int] | None] = [cfg.ub]
+            if cfg.ub is not None:
                 fewest, most = min(w["num_tokens"]), max(w["num_tokens_padded"])
                 graphs += [[e] for e in sorted({most, most + 1, 2 * fewest, -(-fewest // (n2 - 1)) * n2})]
             for g in graphs:
-                yield make(w, n2, thr, g)
+                yield replace(cfg, n=n2, thresholds=thr, ub=g).make(w)
 
 
-def _repadded(w: dict[str, list[int]], k: int, sizes: list[int], make: Any) -> Case:
-    """Rank ``k`` padded again as the engine pads it, keeping it eager if it was."""
+def _repadded(w: _Ranks, k: int, sizes: list[int]) -> None:
+    """Rank ``k`` of ``w`` padded again as the engine pads it, keeping it eager if it was."""
     t, u, m = w["num_tokens"][k], w["uniform_decode_len"][k], w["cudagraph_mode"][k]
     if m == NONE:
         w["num_tokens_padded"][k] = t
@@ -344,7 +387,6 @@ def _repadded(w: dict[str, list[int]], k: int, sizes: list[int], make: Any) -> C
         fit = smallest_fitting(sizes, t)
         w["num_tokens_padded"][k] = fit if fit is not None else t
         w["cudagraph_mode"][k] = (FULL if u > 0 else PIECEWISE) if fit is not None else NONE
-    return make(w)
 
 
 # ---------------------------------------------------------------- bounded-exhaustive scopes
