@@ -330,22 +330,39 @@ class Contract:
     inputs: InputSpace | None = field(default=None, kw_only=True, compare=False)
 
     def __post_init__(self) -> None:
-        def bad(what: str) -> RecordError:
-            return RecordError(f"contract {self.name!r}: {what}")
-
-        if self.inputs is not None:
-            # A field equal to the input space's own is the record rebuilt by
-            # dataclasses.replace (tests do), not a second source.
-            given = [f for f, unset in (("domains", ()), ("size", _no_size), ("reductions", None), ("scopes", ()))
-                     if getattr(self, f) != unset and getattr(self, f) != getattr(self.inputs, f)]
-            if given:
-                raise bad(f"gives inputs= and {', '.join(given)}: give them through inputs= (registry.input_space) only")
-            for f in ("domains", "size", "reductions", "scopes"):
-                object.__setattr__(self, f, getattr(self.inputs, f))
-
+        self._take_inputs()
         if not self.name.isidentifier():
-            raise bad("name must be an identifier")
-        self._check_arguments(bad)
+            raise self._bad("name must be an identifier")
+        self._check_arguments()
+        self._check_names()
+        self._check_required()
+        self._check_domains()
+        self._check_variants()
+        for k, ex in enumerate(self.examples):
+            if tuple(ex.args) != self.arguments:
+                raise self._bad(f"examples[{k}] has arguments {list(ex.args)}, expected {list(self.arguments)}")
+        for k, e in enumerate(self.error_inputs):
+            extra = [a for a in e.args if a not in self._oracle_parameters()]
+            if extra:
+                raise self._bad(f"error_inputs[{k}] names {extra}, which the oracle does not take")
+
+    def _bad(self, what: str) -> RecordError:
+        return RecordError(f"contract {self.name!r}: {what}")
+
+    def _take_inputs(self) -> None:
+        """The input space's fields, given through ``inputs=`` only."""
+        if self.inputs is None:
+            return
+        # A field equal to the input space's own is the record rebuilt by
+        # dataclasses.replace (tests do), not a second source.
+        given = [f for f, unset in (("domains", ()), ("size", _no_size), ("reductions", None), ("scopes", ()))
+                 if getattr(self, f) != unset and getattr(self, f) != getattr(self.inputs, f)]
+        if given:
+            raise self._bad(f"gives inputs= and {', '.join(given)}: give them through inputs= (registry.input_space) only")
+        for f in ("domains", "size", "reductions", "scopes"):
+            object.__setattr__(self, f, getattr(self.inputs, f))
+
+    def _check_names(self) -> None:
         for kind, names in (("implementation", [i.name for i in self.implementations]),
                             ("property", [p.name for p in self.properties]),
                             ("variant", [v.name for v in self.variants]),
@@ -353,60 +370,62 @@ class Contract:
                             ("scope", [s.name for s in self.scopes])):
             dupes = sorted({n for n in names if names.count(n) > 1})
             if dupes:
-                raise bad(f"{kind} names must be unique, repeated: {dupes}")
+                raise self._bad(f"{kind} names must be unique, repeated: {dupes}")
+
+    def _check_required(self) -> None:
         if not self.implementations:
-            raise bad("needs at least one implementation")
+            raise self._bad("needs at least one implementation")
         if not self.properties:
-            raise bad("needs at least one property")
+            raise self._bad("needs at least one property")
         unlabelled = [p.name for p in self.properties if p.label not in LABELS]
         if unlabelled:
-            raise bad(f"properties without a label ({' or '.join(LABELS)}): {unlabelled}")
+            raise self._bad(f"properties without a label ({' or '.join(LABELS)}): {unlabelled}")
         if not self.error_inputs:
-            raise bad("needs at least one error input")
+            raise self._bad("needs at least one error input")
+
+    def _check_domains(self) -> None:
         if not self.domains or self.domains[0].name != "spec":
-            raise bad(f"domains must start with 'spec', got {[d.name for d in self.domains]}")
+            raise self._bad(f"domains must start with 'spec', got {[d.name for d in self.domains]}")
         domains = [d.name for d in self.domains]
         for s in self.scopes:
             if s.domain not in domains:
-                raise bad(f"scope {s.name!r}: domain {s.domain!r} is not a domain of the contract {domains}")
+                raise self._bad(f"scope {s.name!r}: domain {s.domain!r} is not a domain of the contract {domains}")
         if self.scopes and DEFAULT_SCOPE not in [s.name for s in self.scopes]:
-            raise bad(f"scopes must include the default scope {DEFAULT_SCOPE!r}, got {[s.name for s in self.scopes]}")
+            raise self._bad(f"scopes must include the default scope {DEFAULT_SCOPE!r}, got {[s.name for s in self.scopes]}")
+
+    def _check_variants(self) -> None:
+        """Each variant names properties and arguments of the contract; enough
+        mutants; every property claimed by a variant (one that cannot fail is
+        a defect)."""
         props = {p.name for p in self.properties}
         for v in self.variants:
             unknown = [p for p in v.caught_by if p not in props]
             if unknown:
-                raise bad(f"variant {v.name!r}: caught_by names no property {unknown} (properties: {sorted(props)})")
+                raise self._bad(f"variant {v.name!r}: caught_by names no property {unknown} (properties: {sorted(props)})")
             if v.canonical is not None and not set(v.canonical) <= set(self.arguments):
-                raise bad(f"variant {v.name!r}: canonical names {sorted(set(v.canonical) - set(self.arguments))}, "
-                          f"which are not arguments {list(self.arguments)}")
+                raise self._bad(f"variant {v.name!r}: canonical names {sorted(set(v.canonical) - set(self.arguments))}, "
+                                f"which are not arguments {list(self.arguments)}")
         mutants = sum(v.origin == "mutant" for v in self.variants)
         if mutants < MIN_MUTANTS:
-            raise bad(f"needs at least {MIN_MUTANTS} mutant variants, has {mutants}")
+            raise self._bad(f"needs at least {MIN_MUTANTS} mutant variants, has {mutants}")
         claimed = {p for v in self.variants for p in v.caught_by}
         unclaimed = sorted(props - claimed)
         if unclaimed:
-            raise bad(f"properties no variant claims to break (a property that cannot fail is a defect): {unclaimed}")
-        for k, ex in enumerate(self.examples):
-            if tuple(ex.args) != self.arguments:
-                raise bad(f"examples[{k}] has arguments {list(ex.args)}, expected {list(self.arguments)}")
-        for k, e in enumerate(self.error_inputs):
-            extra = [a for a in e.args if a not in self._oracle_parameters()]
-            if extra:
-                raise bad(f"error_inputs[{k}] names {extra}, which the oracle does not take")
+            raise self._bad(f"properties no variant claims to break (a property that cannot fail is a defect): {unclaimed}")
 
     def _oracle_parameters(self) -> list[str]:
         return list(inspect.signature(self.oracle).parameters)
 
-    def _check_arguments(self, bad: Callable[[str], RecordError]) -> None:
+    def _check_arguments(self) -> None:
         if not self.arguments:
-            raise bad("arguments must name the canonical arguments")
+            raise self._bad("arguments must name the canonical arguments")
         params = list(inspect.signature(self.oracle).parameters.values())
         names = [p.name for p in params[: len(self.arguments)]]
         if names != list(self.arguments):
-            raise bad(f"arguments {list(self.arguments)} do not match the oracle's parameters {[p.name for p in params]}")
+            raise self._bad(f"arguments {list(self.arguments)} do not match the oracle's parameters {[p.name for p in params]}")
         rest = [p.name for p in params[len(self.arguments):] if p.default is inspect.Parameter.empty]
         if rest:
-            raise bad(f"the oracle's parameters {rest} after the canonical arguments need defaults")
+            raise self._bad(f"the oracle's parameters {rest} after the canonical arguments need defaults")
 
     # ------------------------------------------------------------ lookups
 
