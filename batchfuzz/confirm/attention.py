@@ -26,6 +26,7 @@ GUARD_ROWS = 64
 NUM_QUERY_HEADS = 4
 NUM_KV_HEADS = 2
 HEAD_SIZE = 64
+SCALE = HEAD_SIZE ** -0.5  # the softmax scale every replay passes
 
 
 @dataclass
@@ -163,7 +164,6 @@ def replay(layout: Layout, kernel: Callable[..., Any], device: str = "cpu", dtyp
 
     dtype = getattr(torch, dtype_name)
     k_cache, v_cache, true_k, true_v = _cache(layout, device, dtype)
-    scale = HEAD_SIZE ** -0.5
     result = Replay(layout.what)
     worst = 0.0
     gen = torch.Generator(device="cpu").manual_seed(99)
@@ -171,68 +171,98 @@ def replay(layout: Layout, kernel: Callable[..., Any], device: str = "cpu", dtyp
         for block, offset in launch.writes:  # the launch's own tokens write their KV first
             k_cache[block, offset] = true_k[block, offset]
             v_cache[block, offset] = true_v[block, offset]
-        rows = launch.rows
-        q_full = (torch.rand((rows + GUARD_ROWS, NUM_QUERY_HEADS, HEAD_SIZE), generator=gen) * 2 - 1).to(dtype).to(device)
-        out_full = torch.full((rows + GUARD_ROWS, NUM_QUERY_HEADS, HEAD_SIZE), GUARD_VALUE, dtype=dtype, device=device)
-        table_np = layout.block_table[launch.table_rows].astype(np.int64)
-        table = torch.as_tensor(table_np.astype(np.int32) if table_np.max(initial=0) < 2**31 else table_np, device=device)
-        qsl = torch.as_tensor(launch.cu_seqlens_q.astype(np.int32), device=device)
-        seq_lens = torch.as_tensor(launch.seq_lens.astype(np.int32), device=device)
-        diffs = np.diff(launch.cu_seqlens_q)
+        shape = (launch.rows + GUARD_ROWS, NUM_QUERY_HEADS, HEAD_SIZE)
+        q_full = (torch.rand(shape, generator=gen) * 2 - 1).to(dtype).to(device)
+        out_full = torch.full(shape, GUARD_VALUE, dtype=dtype, device=device)
         if len(launch.seq_lens) == 0:
             continue  # no sequence: nothing reaches the kernel
-        try:
-            kernel(q_full[:rows], k_cache, v_cache, out_full[:rows], qsl, max(int(diffs.max(initial=0)), 1), seq_lens,
-                   max(int(launch.seq_lens.max(initial=0)), 1), scale, True, (-1, -1), table, 0.0, None, None, None)
-            if device.startswith("cuda"):
-                torch.cuda.synchronize()
-        except DeviceFault:
-            raise
-        except RuntimeError as exc:
-            text = str(exc)
-            if "illegal memory access" in text or "CUDA error" in text or "device-side assert" in text:
-                raise DeviceFault(text.strip().splitlines()[0]) from None
-            raise
-        out = out_full[:rows].float().cpu()
-        for s, (lo, hi) in enumerate(_seq_ranges(launch)):
-            request = launch.requests[s]
-            a, b = max(lo, 0), min(hi, rows)
-            if a >= b:
-                continue
-            part = out[a:b]
-            nan_rows = torch.isnan(part).any(dim=2).any(dim=1)
-            marked = (~nan_rows) & (part.abs() > MARKER_THRESHOLD).any(dim=2).any(dim=1)
-            if bool(nan_rows.any()):
-                result.consequences.append(Consequence(
-                    "read unwritten KV (NaN)", request,
-                    f"{launch.label}: NaN in {int(nan_rows.sum())} of its rows {a}..{b - 1} (seq_len {int(launch.seq_lens[s])})"))
-            if bool(marked.any()):
-                cap = int(layout.capacity[launch.table_rows[s]])
-                need = -(-int(launch.seq_lens[s]) // layout.block_size)
-                result.consequences.append(Consequence(
-                    "read outside its row", request,
-                    f"{launch.label}: canary in its output; seq_len {int(launch.seq_lens[s])} needs {need} blocks, "
-                    f"its row holds {cap} of {layout.block_size} slots"))
-        untouched = torch.nonzero((out == GUARD_VALUE).all(dim=2).all(dim=1)).flatten().tolist()
-        if untouched:
-            result.consequences.append(Consequence(
-                "left output rows unwritten", None,
-                f"{launch.label}: {len(untouched)} of its {rows} output rows (first {untouched[0]}) still hold the sentinel"))
-        guard = out_full[rows:].float().cpu()
-        changed = torch.nonzero((guard != GUARD_VALUE).any(dim=2).any(dim=1)).flatten().tolist()
-        if changed:
-            result.consequences.append(Consequence("wrote past its output", None,
-                                                   f"{launch.label}: {len(changed)} guard rows after its {rows} output rows"))
+        _launch(kernel, layout.block_table, launch, (q_full, k_cache, v_cache, out_full), device)
+        out = out_full[:launch.rows].float().cpu()
+        result.consequences += _row_consequences(layout, launch, out)
+        result.consequences += _guard_consequences(launch, out, out_full[launch.rows:].float().cpu())
         if compare and not result.consequences:
-            expected = reference_attention(q_full[:rows], k_cache, v_cache, launch, layout.block_table, layout.block_size,
-                                           scale).float().cpu()
-            diff = float((expected - out).abs().max()) if rows else 0.0
+            expected = reference_attention(q_full[:launch.rows], k_cache, v_cache, launch, layout.block_table,
+                                           layout.block_size, SCALE).float().cpu()
+            diff = float((expected - out).abs().max()) if launch.rows else 0.0
             worst = max(worst, diff)
             if diff > 0.05:
                 result.consequences.append(Consequence("wrong output", None,
                                                        f"{launch.label}: differs from plain attention by {diff:.3g}"))
     result.max_abs_diff = worst if compare else None
     return result
+
+
+def _launch(kernel: Callable[..., Any], block_table: np.ndarray, launch: Launch, buffers: tuple[Any, Any, Any, Any],
+            device: str) -> None:
+    """Call ``kernel`` on one launch's ``(q, k_cache, v_cache, out)`` (q and
+    out with their guard rows), as vLLM's ``unified_attention`` is called; a
+    device error becomes a :class:`DeviceFault`."""
+    import torch
+
+    q_full, k_cache, v_cache, out_full = buffers
+    rows = launch.rows
+    table_np = block_table[launch.table_rows].astype(np.int64)
+    table = torch.as_tensor(table_np.astype(np.int32) if table_np.max(initial=0) < 2**31 else table_np, device=device)
+    qsl = torch.as_tensor(launch.cu_seqlens_q.astype(np.int32), device=device)
+    seq_lens = torch.as_tensor(launch.seq_lens.astype(np.int32), device=device)
+    max_query = max(int(np.diff(launch.cu_seqlens_q).max(initial=0)), 1)
+    try:
+        kernel(q_full[:rows], k_cache, v_cache, out_full[:rows], qsl, max_query, seq_lens,
+               max(int(launch.seq_lens.max(initial=0)), 1), SCALE, True, (-1, -1), table, 0.0, None, None, None)
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+    except DeviceFault:
+        raise
+    except RuntimeError as exc:
+        text = str(exc)
+        if "illegal memory access" in text or "CUDA error" in text or "device-side assert" in text:
+            raise DeviceFault(text.strip().splitlines()[0]) from None
+        raise
+
+
+def _row_consequences(layout: Layout, launch: Launch, out: Any) -> list[Consequence]:
+    """What each sequence's own output rows show: NaN (it read unwritten KV)
+    or the canary's mark (it read outside its block-table row)."""
+    import torch
+
+    found = []
+    for s, (lo, hi) in enumerate(_seq_ranges(launch)):
+        request = launch.requests[s]
+        a, b = max(lo, 0), min(hi, launch.rows)
+        if a >= b:
+            continue
+        part = out[a:b]
+        nan_rows = torch.isnan(part).any(dim=2).any(dim=1)
+        marked = (~nan_rows) & (part.abs() > MARKER_THRESHOLD).any(dim=2).any(dim=1)
+        seq_len = int(launch.seq_lens[s])
+        if bool(nan_rows.any()):
+            found.append(Consequence("read unwritten KV (NaN)", request,
+                                     f"{launch.label}: NaN in {int(nan_rows.sum())} of its rows {a}..{b - 1} (seq_len {seq_len})"))
+        if bool(marked.any()):
+            cap = int(layout.capacity[launch.table_rows[s]])
+            need = -(-seq_len // layout.block_size)
+            found.append(Consequence("read outside its row", request,
+                                     f"{launch.label}: canary in its output; seq_len {seq_len} needs {need} blocks, "
+                                     f"its row holds {cap} of {layout.block_size} slots"))
+    return found
+
+
+def _guard_consequences(launch: Launch, out: Any, guard: Any) -> list[Consequence]:
+    """Output rows the kernel left holding the sentinel, and guard rows past
+    the output it wrote."""
+    import torch
+
+    found = []
+    untouched = torch.nonzero((out == GUARD_VALUE).all(dim=2).all(dim=1)).flatten().tolist()
+    if untouched:
+        found.append(Consequence(
+            "left output rows unwritten", None,
+            f"{launch.label}: {len(untouched)} of its {launch.rows} output rows (first {untouched[0]}) still hold the sentinel"))
+    changed = torch.nonzero((guard != GUARD_VALUE).any(dim=2).any(dim=1)).flatten().tolist()
+    if changed:
+        found.append(Consequence("wrote past its output", None,
+                                 f"{launch.label}: {len(changed)} guard rows after its {launch.rows} output rows"))
+    return found
 
 
 class NotApplicable(ValueError):
