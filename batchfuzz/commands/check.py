@@ -3,26 +3,10 @@
 The run is :func:`batchfuzz.checking.run` (its module says what runs where,
 and how the budget and the minimum of examples decide the verdict); this
 command parses the options into a :class:`batchfuzz.checking.CheckRequest`
-and maps the result to an exit code. ``--no-isolation`` runs the target in
-this process; ``--exhaustive [--scope NAME]`` checks every input of one of the
-contract's bounded scopes (docs/exhaustive.md) instead of random ones.
-
-Exit codes: 0 every property ran and passed; 1 a counterexample (a wrong
-result, a crash or a timeout), printed as a reproduction; 2 a usage error,
-found before any example runs (unknown contract or domain, a target that
-cannot be imported, whose signature cannot take the contract's arguments or
-whose result on a regression example is of a type the contract cannot read,
-an unwritable --json path, a --database path that is a regular file, an
-unknown scope, --scope without --exhaustive, a target whose module does not
-finish importing within the budget); 3 incomplete: even the minimum of
-examples per property (``--min-examples``) could not be reached (with
---exhaustive: the budget ended before every input of the scope was checked),
-the report saying why.
-
-The budget counts from the moment the target has loaded in its worker
-(reported as ``startup_seconds``); a property short of ``--min-examples``
-when it ends runs on for at most one more budget. 130 (128+SIGINT):
-interrupted.
+and maps the result to an exit code: 0 passed, 1 a counterexample, 2 a usage
+error, 3 incomplete, 130 interrupted (README, "Exit codes").
+``--exhaustive [--scope NAME]`` checks every input of a bounded scope
+instead of random ones (docs/exhaustive.md).
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """``batchfuzz confirm``: what the engine's own attention kernel does with a counterexample.
 
-Two steps, usually on two machines:
-
-    batchfuzz confirm --extract --release 0.33.0           # a networked machine: kernel files into the cache
-    batchfuzz confirm --kernels DIR --device cuda           # the GPU machine: every shipped catalogue variant
-    batchfuzz confirm --kernels DIR --device cuda --corpus corpus/   # the failures of a check or fuzz run
-
-Each case is replayed through the kernel (``--kernel``, default ``unified``)
-beside its control (the oracle's result on the same case), in a worker
-process that a device fault costs (``batchfuzz.confirm``). ``--kernel model``
-runs a plain torch model of the kernel instead (any device; for trying the
-replay on a CPU, never reported as the engine's kernel).
-
-Exit codes: 0 every case ran and every control was clean; 1 a control was not
-clean (the oracle's layout showed a consequence: a defect of the kernel or of
-the replay, worth a look); 2 a usage error (a missing or incomplete kernel
-folder, a kernel the release lacks, no CUDA device).
+Each case is replayed through the kernel (``--kernel``, default ``unified``;
+its files extracted from a release by ``--extract``) beside its control, the
+oracle's result on the same case, in a worker process that a device fault
+costs (``batchfuzz.confirm``). ``--kernel model`` runs a torch model of the
+kernel on any device. The two steps, the exit codes and the detectors are in
+docs/confirm.md.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """``batchfuzz demo``: what a counterexample looks like, in seconds.
 
-Runs ``batchfuzz check split_dummy_tokens batchfuzz.examples:split_tokens``
-(a bundled function with the remainder bug that shipped in vLLM,
-:mod:`batchfuzz.examples`) with a fixed seed, printing what ``check`` prints:
-the properties, the shrunk counterexample, its copy-paste reproduction and
-the line that finds it again. The README's quick start runs it before the
-fuzz job, so that a newcomer sees a failure found within the first minute.
-
-Exit codes: 0 the demo showed its counterexample (the bug was found, as it
-should be); 1 it was not found (batchfuzz itself is broken: please report
-it); 2 a usage error.
+Runs ``check`` on a bundled function with the remainder bug that shipped in
+vLLM (:mod:`batchfuzz.examples`), with a fixed seed, so that a newcomer sees
+a failure found and shrunk within the first minute (the README's quick
+start). Exit codes: 0 the bug was found, as it should be; 1 it was not
+(batchfuzz itself is broken: please report it); 2 a usage error.
 """
 
 from __future__ import annotations

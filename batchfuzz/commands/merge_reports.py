@@ -1,16 +1,11 @@
 """``batchfuzz merge-reports DIR ... --report OUT``: one report from the shards of a fuzz run.
 
-Each DIR is the report directory of one ``batchfuzz fuzz --shard K/N`` run
-(``summary.json`` and ``junit.xml``; see :mod:`batchfuzz.fuzz.merge`). OUT gets
-``summary.json``, ``summary.md`` and ``junit.xml`` of the whole run, totals
-recomputed. ``--corpus DEST --corpus-from SRC ...`` also copies the shards'
-corpus files into DEST (a plain copy: the file name is the content address).
-
-Exit codes, those of ``batchfuzz fuzz`` for the whole run: 0 complete, no
-failure; 1 a failure (or a harness error) in any shard; 2 bad input (a
-missing or garbage file, named; a shard given twice; shards of different runs;
-the same work item in two shards); 3 incomplete: a shard missing or
-interrupted, or work items that did not run.
+Each DIR is the report directory of one ``batchfuzz fuzz --shard K/N`` run;
+OUT gets the whole run's ``summary.json``, ``summary.md`` and ``junit.xml``,
+totals recomputed (:mod:`batchfuzz.fuzz.merge`), and ``--corpus DEST
+--corpus-from SRC ...`` copies the shards' corpus files into DEST. The exit
+codes are ``fuzz``'s for the whole run (docs/nightly.md, "batchfuzz
+merge-reports").
 """
 
 from __future__ import annotations

@@ -1,28 +1,12 @@
 """``batchfuzz replay [PATH ...]``: re-check every failure in the corpus.
 
-Each corpus file's property is re-checked against its target on the stored,
-shrunk case, exactly as ``tests/test_corpus.py`` does in the ordinary test
-run, in a worker process unless ``--no-isolation``. PATH may be corpus files
-or directories (default: the project's corpus, see
-``batchfuzz.fuzz.corpus.default_dir``). A corpus file is data: it never makes
-batchfuzz import a user's module or load a file; entries recorded against a
-user's function are replayed against the one ``--target CONTRACT=MODULE:FUNCTION``
-names, and skipped without it; entries recorded against an engine release
-(``engine:vllm::dir:PATH::...``: code read from a place the file names) are
-replayed only when ``--engine dir:PATH`` (or ``wheel:PATH``, ``installed:``)
-names that release, and skipped without it.
-
-``--write-tests DIR`` writes every entry as a pytest file in DIR instead
-(``batchfuzz.fuzz.regressions``): the tests fail exactly where replay does.
-
-Exit codes: 0 every entry replayed passes (its bug is fixed; skipped
-entries aside); 1 at least one entry still fails (listed, with its
-reproduction); 2 a malformed corpus file (named; the other files are still
-replayed), or a PATH that does not exist; 4 nothing was replayed: no entry
-was found, or every one was skipped (a user's function or an engine release
-not named), so a CI job running replay is not green for having checked
-nothing. With ``--write-tests``: 0 written, 2 a malformed file or an
-unwritable DIR.
+Each corpus entry's property is re-checked on its stored, shrunk case, as
+``tests/test_corpus.py`` does, in a worker process unless ``--no-isolation``;
+``--write-tests DIR`` writes every entry as a pytest file instead
+(``batchfuzz.fuzz.regressions``). A corpus file is data: the user's function
+or engine release an entry names runs only when ``--target`` or ``--engine``
+names it too. Exit codes: 0 all pass, 1 some still fail, 2 a malformed file,
+4 nothing replayed (docs/nightly.md, "The failure corpus").
 """
 
 from __future__ import annotations
