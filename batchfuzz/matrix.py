@@ -30,7 +30,8 @@ Every call of the engine's code runs in a worker process: binding a
 release (``_binder``: loading the cut-outs and their bind-time probe, with
 the per-call timeout) and each cell's examples (``batchfuzz.execution``,
 through its ``engine:`` target reference), so a release whose code crashes
-or hangs costs only its cell.
+or hangs costs only its cell. :func:`run_matrix` runs ``jobs`` cells at a
+time and reports them in order (docs/bindings.md, "Cells side by side").
 
 A cell's domain is the binding's, ``engine``, unless the matrix is given a
 step source (``--steps engine|model``, :data:`engine_steps.STEP_SOURCES`):
