@@ -143,3 +143,22 @@ def test_ctrl_c_ends_the_command_and_every_worker(tmp_path: Path) -> None:
             break
         time.sleep(0.1)
     assert not left, {pid: Path(f"/proc/{pid}/cmdline").read_bytes() for pid in left}
+
+
+def test_a_cell_the_harness_cannot_run_is_an_error_row_and_a_binding_error_is_raised() -> None:
+    """Side by side as with one job: a cell whose run raises is an ``error``
+    row saying so (never a pass), and a release that cannot be bound raises."""
+    from batchfuzz.engines import SourceError
+
+    run = matrix.CellRun(budget_s=5, timeout_s=1, seed=0)
+    bad = Bound("eng 1.0", "pkg/mod.py:f", "no_such_contract", "bound", ref="eng::dir:/x::pkg/mod.py:f::no_such_contract")
+    fine = Bound("eng 1.0", "pkg/mod.py:g", "split_dummy_tokens", "absent", reason="not in this release")
+    [error, absent] = matrix.run_matrix([("1.0", lambda: [bad, fine])], run, jobs=2)
+    assert (error.verdict, absent.verdict) == ("error", "absent")
+    assert error.reason.startswith("running the cell: UnknownName: unknown contract 'no_such_contract'"), error.reason
+
+    def unbound() -> list[Bound]:
+        raise SourceError("cannot bind eng 2.0: no package")
+
+    with pytest.raises(SourceError, match=r"cannot bind eng 2\.0"):
+        matrix.run_matrix([("1.0", lambda: [fine]), ("2.0", unbound)], run, jobs=2)
