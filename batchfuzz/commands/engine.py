@@ -53,7 +53,8 @@ def add_matrix_options(p: argparse.ArgumentParser, whose: str) -> None:
     p.add_argument("--function", action="append", default=None, metavar="GLOB",
                    help="only functions matching GLOB, e.g. '*_allow_microbatching' (repeatable)")
     _options.contracts(p, help="only these contracts (repeatable)")
-    _options.budget(p, default=20.0, help="seconds per cell (all of a contract's properties, shrinking included; default 20)")
+    _options.budget(p, default=20.0, help="seconds per cell, wall time (all of a contract's properties, shrinking included; "
+                                          "default 20)")
     _options.max_examples(p, default=None,
                           help="one round of N examples per property instead of rounds until the budget ends (the budget stays "
                                "a ceiling): verdicts that depend on counts, not on the machine's speed")
@@ -63,7 +64,7 @@ def add_matrix_options(p: argparse.ArgumentParser, whose: str) -> None:
                            "docs/engine-steps.md); the other cells stay on their engine domain and say so")
     _options.seed(p, help="seed for a repeatable run (default: random, printed)")
     _options.no_isolation(p, help="run the release's code in this process (one cell at a time)")
-    _options.jobs(p, help="run N cells at a time, each in its own processes, and bind the next release while they run "
+    _options.jobs(p, help="run N cells at a time, each with its own worker process, and bind the next release while they run "
                           f"(default: the usable CPUs, here {_options.usable_cpus()}); a cell's budget is wall time, so cells "
                           "side by side get less CPU each: --max-examples makes verdicts independent of that")
     _options.json_output(p, help="write the matrix here as JSON ({'rows': [...]})")
