@@ -50,8 +50,10 @@ import fnmatch
 import functools
 import inspect
 import os
+import queue
 import re
 import shlex
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -290,8 +292,7 @@ def _check_probe(cell: Cell, bound: Bound, *, timeout_s: float, isolate: bool, d
 
 @dataclass(frozen=True)
 class CellRun:
-    """How every cell of a matrix runs (:func:`run_cell`'s options; sent to a
-    cell's own process when cells run side by side)."""
+    """How every cell of a matrix runs: :func:`run_cell`'s options, the same for each cell."""
 
     budget_s: float
     timeout_s: float
@@ -426,8 +427,6 @@ class _Binding:
     a wheel)."""
 
     def __init__(self, name: str, bindings: Callable[[], list[Bound]]) -> None:
-        import threading
-
         self.name, self.bindings = name, bindings
         self.rows: list[Bound] = []
         self.error: BaseException | None = None
@@ -461,8 +460,6 @@ class _CellThreads:
     WAIT_S = 0.2  # how often the matrix looks at the cells and the next release's binding
 
     def __init__(self, run: CellRun, jobs: int) -> None:
-        import queue
-
         self.run, self.jobs = run, jobs
         self.running = 0
         self.done: queue.SimpleQueue[tuple[int, Cell]] = queue.SimpleQueue()
@@ -471,8 +468,6 @@ class _CellThreads:
         return self.running < self.jobs
 
     def start(self, slot: int, bound: Bound) -> None:
-        import threading
-
         threading.Thread(target=self._cell, args=(slot, bound), name=f"batchfuzz-cell-{slot}", daemon=True).start()
         self.running += 1
 
@@ -480,15 +475,13 @@ class _CellThreads:
         try:
             cell = self.run.cell(bound)
         except Exception as exc:  # the harness could not run the cell: said, never a pass
-            cell = self.run.cell(replace(bound, status="error", target=None, reason=f"running the cell: {type(exc).__name__}: "
-                                                                                       f"{exc}"))
+            why = f"running the cell: {type(exc).__name__}: {exc}"
+            cell = self.run.cell(replace(bound, status="error", target=None, reason=why))
             cell.check_command = check_command(cell, self.run.seed, self.run.steps)
         self.done.put((slot, cell))
 
     def finished(self) -> list[tuple[int, Cell]]:
         """The cells that ended within ``WAIT_S``, with their slots."""
-        import queue
-
         out = []
         try:
             out.append(self.done.get(timeout=self.WAIT_S))
