@@ -30,7 +30,8 @@ Every call of the engine's code runs in a worker process: binding a
 release (``_binder``: loading the cut-outs and their bind-time probe, with
 the per-call timeout) and each cell's examples (``batchfuzz.execution``,
 through its ``engine:`` target reference), so a release whose code crashes
-or hangs costs only its cell.
+or hangs costs only its cell. :func:`run_matrix` runs ``jobs`` cells at a
+time and reports them in order (docs/bindings.md, "Cells side by side").
 
 A cell's domain is the binding's, ``engine``, unless the matrix is given a
 step source (``--steps engine|model``, :data:`engine_steps.STEP_SOURCES`):
@@ -49,12 +50,15 @@ import fnmatch
 import functools
 import inspect
 import os
+import queue
 import re
 import shlex
+import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Protocol
 
 from hypothesis import settings
 
@@ -286,35 +290,243 @@ def _check_probe(cell: Cell, bound: Bound, *, timeout_s: float, isolate: bool, d
     return cell
 
 
-def run_matrix(releases: Iterable[tuple[str, Callable[[], list[Bound]]]], *, budget_s: float, timeout_s: float,
-               seed: int, isolate: bool = True, keep: Callable[[Bound], bool] = lambda b: True,
-               on_cell: Callable[[Cell], None] | None = None, max_examples: int | None = None,
-               on_start: Callable[[Bound], None] | None = None, steps: str | None = None) -> list[Cell]:
+@dataclass(frozen=True)
+class CellRun:
+    """How every cell of a matrix runs: :func:`run_cell`'s options, the same for each cell."""
+
+    budget_s: float
+    timeout_s: float
+    seed: int
+    isolate: bool = True
+    max_examples: int | None = None
+    steps: str | None = None
+
+    def cell(self, bound: Bound) -> Cell:
+        return run_cell(bound, budget_s=self.budget_s, timeout_s=self.timeout_s, seed=self.seed, isolate=self.isolate,
+                        max_examples=self.max_examples, steps=self.steps)
+
+
+class MatrixEvents(Protocol):
+    """What a matrix reports as it goes (a command's progress): ``binding``
+    and ``bound`` bracket a release's bindings, ``start`` is a cell's start,
+    ``cell`` its verdict. ``bound`` and ``cell`` come in the matrix's order
+    whatever order the cells finish in."""
+
+    def binding(self, release: str) -> None: ...
+
+    def bound(self, release: str, rows: list[Bound], seconds: float) -> None: ...
+
+    def start(self, bound: Bound) -> None: ...
+
+    def cell(self, cell: Cell) -> None: ...
+
+
+class _Unheard:
+    """A matrix nobody follows as it goes."""
+
+    def binding(self, release: str) -> None:
+        pass
+
+    def bound(self, release: str, rows: list[Bound], seconds: float) -> None:
+        pass
+
+    def start(self, bound: Bound) -> None:
+        pass
+
+    def cell(self, cell: Cell) -> None:
+        pass
+
+
+def cells_at_once(jobs: int, run: CellRun) -> tuple[int, str]:
+    """How many cells run side by side for ``--jobs jobs``, and why fewer:
+    only isolated cells do (an in-process target's timeout is a signal, which
+    only the main thread gets), and not on vLLM's scheduler (``--steps
+    engine``: one per process, not made to be shared by threads)."""
+    if jobs > 1 and not run.isolate:
+        return 1, "--no-isolation runs each cell's examples in this process"
+    if jobs > 1 and run.steps == "engine":
+        return 1, "--steps engine draws every cell's steps from the one vLLM scheduler here"
+    return jobs, ""
+
+
+def run_matrix(releases: Iterable[tuple[str, Callable[[], list[Bound]]]], run: CellRun, *,
+               keep: Callable[[Bound], bool] = lambda b: True, events: MatrixEvents | None = None, jobs: int = 1
+               ) -> list[Cell]:
     """Every cell of every release: ``releases`` is ``(name, bindings)`` pairs,
     ``bindings()`` giving the release's :class:`Bound` list (:func:`engine_releases`).
-    ``on_start`` is called as a cell starts, ``on_cell`` as it ends (a command's progress).
-    ``steps``: the step source of the cells whose contracts have it (:func:`cell_domain`);
-    ValueError as :func:`check_steps` says. vLLM's scheduler starts before the
-    first cell on its steps, outside that cell's budget."""
-    check_steps(steps)
+    ``jobs`` cells at a time (:func:`cells_at_once`; each on a thread, its
+    examples in its own worker as ever), the next release bound while the
+    cells before it run; the cells come back, and ``events`` hears of them,
+    in the same order as with one.
+    ValueError as :func:`check_steps` says about ``run.steps``. vLLM's scheduler
+    starts before the first cell on its steps, outside that cell's budget."""
+    check_steps(run.steps)
     profiles.register_profiles()
+    events = events or _Unheard()
+    if cells_at_once(jobs, run)[0] > 1:
+        return _SideBySide(run, keep, events, jobs).cells(list(releases))
     cells: list[Cell] = []
-    warm = steps != "engine"
-    for _name, bindings in releases:
-        for b in bindings():
-            if not keep(b):
-                continue
-            if on_start is not None:
-                on_start(b)
-            if not warm and b.status == "bound" and cell_domain(b.contract, steps)[1] == "engine":
+    warm = run.steps != "engine"
+    for name, bindings in releases:
+        events.binding(name)
+        started = time.time()
+        rows = bindings()
+        events.bound(name, rows, time.time() - started)
+        for b in filter(keep, rows):
+            events.start(b)
+            if not warm and b.status == "bound" and cell_domain(b.contract, run.steps)[1] == "engine":
                 _warm_engine_steps()
                 warm = True
-            cell = run_cell(b, budget_s=budget_s, timeout_s=timeout_s, seed=seed, isolate=isolate, max_examples=max_examples,
-                            steps=steps)
-            cells.append(cell)
-            if on_cell is not None:
-                on_cell(cell)
+            cells.append(run.cell(b))
+            events.cell(cells[-1])
     return cells
+
+
+# ---------------------------------------------------------------- cells side by side
+
+
+@dataclass
+class _Released:
+    """A release's bindings, made (an entry of the matrix's report)."""
+
+    name: str
+    rows: list[Bound]
+    seconds: float
+
+
+class _InOrder:
+    """The matrix's report in its fixed order: entries (a release bound, a
+    cell's verdict) are reserved in that order, filled as they finish, and
+    reported once every entry before them has been."""
+
+    def __init__(self, events: MatrixEvents) -> None:
+        self.events = events
+        self.entries: list[Cell | _Released | None] = []
+        self.reported = 0
+        self.cells: list[Cell] = []
+
+    def reserve(self) -> int:
+        self.entries.append(None)
+        return len(self.entries) - 1
+
+    def fill(self, slot: int, entry: Cell | _Released) -> None:
+        self.entries[slot] = entry
+        while self.reported < len(self.entries) and (ready := self.entries[self.reported]) is not None:
+            self.reported += 1
+            if isinstance(ready, Cell):
+                self.cells.append(ready)
+                self.events.cell(ready)
+            else:
+                self.events.binding(ready.name)
+                self.events.bound(ready.name, ready.rows, ready.seconds)
+
+
+class _Binding:
+    """A release's bindings made in a thread, while the cells before it run
+    (the thread mostly waits: the binding runs in a worker process, or reads
+    a wheel)."""
+
+    def __init__(self, name: str, bindings: Callable[[], list[Bound]]) -> None:
+        self.name, self.bindings = name, bindings
+        self.rows: list[Bound] = []
+        self.error: BaseException | None = None
+        self.seconds = 0.0
+        self.done = threading.Event()
+        threading.Thread(target=self._bind, name="batchfuzz-binding", daemon=True).start()
+
+    def _bind(self) -> None:
+        started = time.time()
+        try:
+            self.rows = self.bindings()
+        except BaseException as exc:  # raised where the rows are taken, as without the thread
+            self.error = exc
+        self.seconds = time.time() - started
+        self.done.set()
+
+    def released(self) -> _Released:
+        if self.error is not None:
+            raise self.error
+        return _Released(self.name, self.rows, self.seconds)
+
+
+class _CellThreads:
+    """At most ``jobs`` cells at a time, each on a thread of this process:
+    its examples run in its own isolated worker process as ever, so the
+    thread mostly waits on that worker while this process draws the next
+    examples (Hypothesis runs one test per thread). A thread is a daemon: on
+    Ctrl-C the command ends at once, and its workers with it (a daemonic
+    child ended as the interpreter exits, and ``watch_owner``)."""
+
+    WAIT_S = 0.2  # how often the matrix looks at the cells and the next release's binding
+
+    def __init__(self, run: CellRun, jobs: int) -> None:
+        self.run, self.jobs = run, jobs
+        self.running = 0
+        self.done: queue.SimpleQueue[tuple[int, Cell]] = queue.SimpleQueue()
+
+    def free(self) -> bool:
+        return self.running < self.jobs
+
+    def start(self, slot: int, bound: Bound) -> None:
+        threading.Thread(target=self._cell, args=(slot, bound), name=f"batchfuzz-cell-{slot}", daemon=True).start()
+        self.running += 1
+
+    def _cell(self, slot: int, bound: Bound) -> None:
+        try:
+            cell = self.run.cell(bound)
+        except Exception as exc:  # the harness could not run the cell: said, never a pass
+            why = f"running the cell: {type(exc).__name__}: {exc}"
+            cell = self.run.cell(replace(bound, status="error", target=None, reason=why))
+            cell.check_command = check_command(cell, self.run.seed, self.run.steps)
+        self.done.put((slot, cell))
+
+    def finished(self) -> list[tuple[int, Cell]]:
+        """The cells that ended within ``WAIT_S``, with their slots."""
+        out = []
+        try:
+            out.append(self.done.get(timeout=self.WAIT_S))
+            while True:
+                out.append(self.done.get_nowait())
+        except queue.Empty:
+            pass
+        self.running -= len(out)
+        return out
+
+
+class _SideBySide:
+    """:func:`run_matrix` with cells run ``jobs`` at a time and the next
+    release bound while the cells before it run, reported in order."""
+
+    def __init__(self, run: CellRun, keep: Callable[[Bound], bool], events: MatrixEvents, jobs: int) -> None:
+        self.run, self.keep, self.events = run, keep, events
+        self.report = _InOrder(events)
+        self.threads = _CellThreads(run, jobs)
+        self.queue: deque[tuple[int, Bound]] = deque()
+
+    def cells(self, releases: list[tuple[str, Callable[[], list[Bound]]]]) -> list[Cell]:
+        pending = deque(releases)
+        binding = _Binding(*pending.popleft()) if pending else None
+        while binding is not None or self.queue or self.threads.running:
+            if binding is not None and binding.done.is_set():
+                self._enqueue(binding.released())
+                binding = _Binding(*pending.popleft()) if pending else None
+            while self.queue and self.threads.free():
+                slot, bound = self.queue.popleft()
+                self.events.start(bound)
+                self.threads.start(slot, bound)
+            for slot, cell in self.threads.finished():
+                self.report.fill(slot, cell)
+        return self.report.cells
+
+    def _enqueue(self, release: _Released) -> None:
+        """A release's entry and its cells' slots; a cell with nothing to run has its verdict at once."""
+        self.report.fill(self.report.reserve(), release)
+        for b in filter(self.keep, release.rows):
+            slot = self.report.reserve()
+            if b.status == "bound":
+                self.queue.append((slot, b))
+            else:
+                self.report.fill(slot, self.run.cell(b))
 
 
 # ---------------------------------------------------------------- an engine's releases and selection

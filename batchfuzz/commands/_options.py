@@ -9,6 +9,7 @@ Not a command (the underscore keeps ``cli.build_parser`` from loading it as one)
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -63,6 +64,16 @@ def markdown_output(p: argparse.ArgumentParser, help: str) -> None:
 def max_examples(p: argparse.ArgumentParser, help: str, default: int | None) -> None:
     """``--max-examples N``, a positive integer (argparse's usage error names the value)."""
     p.add_argument("--max-examples", type=positive_int, default=default, metavar="N", help=help)
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask where the system has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def jobs(p: argparse.ArgumentParser, help: str) -> None:
+    """``--jobs N``, a positive integer: how many units of work run side by side (default: :func:`usable_cpus`)."""
+    p.add_argument("--jobs", type=positive_int, default=usable_cpus(), metavar="N", help=help)
 
 
 def release(p: argparse.ArgumentParser, help: str, repeatable: bool = False) -> None:

@@ -9,19 +9,17 @@ the contract's ``engine`` domain, cut out of the release's source text
 ``--follow`` are ``batchfuzz.commands._follow`` (docs/where-it-lives.md);
 adding an engine: docs/bindings.md, "Adding an engine".
 
-Exit codes: 0 every bound cell passed; 1 a cell failed, or a function is
-unbindable or could not be run; 2 a usage error; 3 a cell incomplete.
+Exit codes: ``EXIT_CODES``. ``--jobs`` runs cells side by side
+(``batchfuzz.matrix.run_matrix``; docs/bindings.md, "Cells side by side").
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import signal
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 from batchfuzz.commands import _follow, _options
@@ -55,7 +53,8 @@ def add_matrix_options(p: argparse.ArgumentParser, whose: str) -> None:
     p.add_argument("--function", action="append", default=None, metavar="GLOB",
                    help="only functions matching GLOB, e.g. '*_allow_microbatching' (repeatable)")
     _options.contracts(p, help="only these contracts (repeatable)")
-    _options.budget(p, default=20.0, help="seconds per cell (all of a contract's properties, shrinking included; default 20)")
+    _options.budget(p, default=20.0, help="seconds per cell, wall time (all of a contract's properties, shrinking included; "
+                                          "default 20)")
     _options.max_examples(p, default=None,
                           help="one round of N examples per property instead of rounds until the budget ends (the budget stays "
                                "a ceiling): verdicts that depend on counts, not on the machine's speed")
@@ -64,24 +63,41 @@ def add_matrix_options(p: argparse.ArgumentParser, whose: str) -> None:
                            "contract E's engine domain) or engine (the installed vLLM's own scheduler: their engine-steps domain, "
                            "docs/engine-steps.md); the other cells stay on their engine domain and say so")
     _options.seed(p, help="seed for a repeatable run (default: random, printed)")
-    _options.no_isolation(p, help="run the release's code in this process")
+    _options.no_isolation(p, help="run the release's code in this process (one cell at a time)")
+    _options.jobs(p, help="run N cells at a time, each with its own worker process, and bind the next release while they run "
+                          f"(default: the usable CPUs, here {_options.usable_cpus()}); a cell's budget is wall time, so cells "
+                          "side by side get less CPU each: --max-examples makes verdicts independent of that")
     _options.json_output(p, help="write the matrix here as JSON ({'rows': [...]})")
     _options.markdown_output(p, help="write the matrix here as a Markdown table")
     _follow.add_options(p)
 
 
-def _bind_release(bar: Progress, engine: str, name: str, bindings: Callable[[], list[Any]]) -> list[Any]:
-    """A release's bindings (``bindings()``: its source read, its functions cut
-    out and probed, the split searched for: seconds to minutes for a wheel),
-    saying so before and after, so that a long wait is not a silent one."""
-    bar.update(now=f"binding {engine} {name}")
-    bar.say(f"binding {engine} {name}: reading its source, binding its functions")
-    started = time.time()
-    bound = bindings()
-    statuses = Counter(b.status for b in bound)
-    bar.say(f"bound {engine} {name} in {time.time() - started:.0f}s: "
-            + ", ".join(f"{n} {status}" for status, n in sorted(statuses.items())) + "; running its cells")
-    return bound
+class _Shown:
+    """The matrix's progress on the command's bar (``matrix.MatrixEvents``):
+    a release's binding before and after (seconds to minutes for a wheel: not
+    a silent wait), each cell's row and, under a failing one, its next step."""
+
+    def __init__(self, bar: Progress, engine: Any) -> None:
+        self.bar, self.engine = bar, engine
+
+    def binding(self, release: str) -> None:
+        self.bar.update(now=f"binding {self.engine.ENGINE} {release}")
+        self.bar.say(f"binding {self.engine.ENGINE} {release}: reading its source, binding its functions")
+
+    def bound(self, release: str, rows: list[Any], seconds: float) -> None:
+        statuses = Counter(b.status for b in rows)
+        self.bar.say(f"bound {self.engine.ENGINE} {release} in {seconds:.0f}s: "
+                     + ", ".join(f"{n} {status}" for status, n in sorted(statuses.items())) + "; running its cells")
+
+    def start(self, bound: Any) -> None:
+        self.bar.update(now=f"{bound.release} {bound.function} ({bound.contract})")
+
+    def cell(self, cell: Any) -> None:
+        from batchfuzz import matrix
+
+        self.bar.advance(matrix.to_text([cell], among=(spec.function for spec in self.engine.SPECS)).splitlines()[1])
+        for line in matrix.next_step(cell):  # a failing cell's reproduction and check line, not indented: pasted, they run
+            self.bar.say(line)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -112,29 +128,21 @@ def run_matrix(engine: Any, args: argparse.Namespace) -> int:
         return _follow.report(engine, args, sources, keep)
     _follow.before(engine, args, sources, keep)
     seed = args.seed if args.seed is not None else matrix.new_seed()
+    run = matrix.CellRun(budget_s=args.budget, timeout_s=args.timeout, seed=seed, isolate=not args.no_isolation,
+                         max_examples=args.max_examples, steps=args.steps)
+    jobs, why = matrix.cells_at_once(args.jobs, run)
+    at_once = f"{jobs} cells at a time" if jobs > 1 else f"one cell at a time ({why})" if why else ""
     print(f"batchfuzz {engine.ENGINE}: {len(sources)} release(s) ({', '.join(s.version for s in sources)}), budget "
-          f"{args.budget:g}s per cell, {matrix.steps_phrase(args.steps)}, seed {seed}", flush=True)
-
-    bar = Progress(f"{engine.ENGINE} cells")
-
-    def show(cell: Any) -> None:
-        bar.advance(matrix.to_text([cell], among=(spec.function for spec in engine.SPECS)).splitlines()[1])
-        for line in matrix.next_step(cell):  # a failing cell's reproduction and check line, not indented: pasted, they run
-            bar.say(line)
-
-    def starting(bound: Any) -> None:
-        bar.update(now=f"{bound.release} {bound.function} ({bound.contract})")
-
+          f"{args.budget:g}s per cell, {matrix.steps_phrase(args.steps)}, seed {seed}" + (f", {at_once}" if at_once else ""),
+          flush=True)
     started = time.time()
     print(matrix.to_text([]), flush=True)
+    bar = Progress(f"{engine.ENGINE} cells")
     try:
         found = matrix.engine_releases(engine, sources, search=matrix.searched(args.function, args.contract),
                                        isolate=not args.no_isolation, timeout_s=args.timeout)
-        releases = [(name, functools.partial(_bind_release, bar, engine.ENGINE, name, bindings)) for name, bindings in found]
         with bar:
-            cells = matrix.run_matrix(releases, budget_s=args.budget, timeout_s=args.timeout,
-                                      seed=seed, isolate=not args.no_isolation, keep=keep, on_cell=show,
-                                      max_examples=args.max_examples, on_start=starting, steps=args.steps)
+            cells = matrix.run_matrix(found, run, keep=keep, events=_Shown(bar, engine), jobs=jobs)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 128 + signal.SIGINT

@@ -8,6 +8,7 @@ import contextlib
 import multiprocessing
 import os
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -47,15 +48,19 @@ def without_main_module() -> Iterator[None]:
     and the main module may be a user's script, ``<stdin>`` or a notebook: so
     while a process starts, ``__main__`` shows neither a file nor a spec.
     """
-    main = sys.modules.get("__main__")
-    saved = {k: getattr(main, k) for k in ("__file__", "__spec__") if main is not None and hasattr(main, k)}
-    try:
-        for k in saved:
-            delattr(main, k) if k == "__file__" else setattr(main, k, None)
-        yield
-    finally:
-        for k, v in saved.items():
-            setattr(main, k, v)
+    with _MAIN_MODULE_LOCK:  # threads starting processes at once (the matrix's cells) see it hidden throughout
+        main = sys.modules.get("__main__")
+        saved = {k: getattr(main, k) for k in ("__file__", "__spec__") if main is not None and hasattr(main, k)}
+        try:
+            for k in saved:
+                delattr(main, k) if k == "__file__" else setattr(main, k, None)
+            yield
+        finally:
+            for k, v in saved.items():
+                setattr(main, k, v)
+
+
+_MAIN_MODULE_LOCK = threading.RLock()
 
 
 def watch_owner(owner: int) -> None:
@@ -66,7 +71,6 @@ def watch_owner(owner: int) -> None:
     say) while it is busy: a thread checks twice a second that the owner is
     still there, and exits at once when it is not, hang or no hang.
     """
-    import threading
 
     def watch() -> None:
         while True:

@@ -69,8 +69,8 @@ def _extract(source: ReleaseSource, root: Path) -> None:
 def _cells(engine: Any, tree: Path, touched: set[str], *, budget_s: float, max_examples: int, seed: int
            ) -> dict[tuple[str, str], matrix.Cell]:
     src = engine.ReleaseSource.from_dir(tree)
-    cells = matrix.run_matrix(matrix.engine_releases(engine, [src], isolate=True), budget_s=budget_s, timeout_s=10.0,
-                              seed=seed, keep=lambda b: b.function.split(":")[0] in touched, max_examples=max_examples)
+    cells = matrix.run_matrix(matrix.engine_releases(engine, [src], isolate=True), matrix.CellRun(
+        budget_s=budget_s, timeout_s=10.0, seed=seed, max_examples=max_examples), keep=lambda b: b.function.split(":")[0] in touched)
     return {(c.function, c.contract): c for c in cells}
 
 
