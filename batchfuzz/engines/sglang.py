@@ -377,6 +377,135 @@ def _bind_decode_runner(rel: Release) -> Built:
     return pad_graph_replay, detail, assumed
 
 
+EAGLE_DRAFT_EXTEND_RUNNER = "sglang/srt/speculative/eagle_draft_extend_cuda_graph_runner.py"
+
+
+class _AttentionSeen:
+    """The draft attention backend's replay-metadata call, as the EAGLE runners make it: keyword ``bs`` and
+    ``seq_lens`` up to 0.5.8, one batch (or view of it) from 0.5.14. Keeps the batch size and a copy of the
+    ``seq_lens`` rows it was given: the runners restore the batch's own rows after the replay."""
+
+    def __init__(self) -> None:
+        self.seen: tuple[int, np.ndarray] | None = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        if "bs" in kwargs:
+            bs, lens = kwargs["bs"], kwargs["seq_lens"]
+        else:
+            bs, lens = args[0].batch_size, args[0].seq_lens
+        self.seen = (int(bs), bind.to_numpy(lens[:bs]).copy())
+
+    def rows(self) -> tuple[int, np.ndarray]:
+        if self.seen is None:
+            raise AssertionError("the runner replayed without building the draft attention metadata")
+        return self.seen
+
+
+def _spec_buffers(rp: _Replay) -> dict[str, Any]:
+    """The persistent buffers of the EAGLE draft and draft-extend runners: the case's stale ``seq_lens``,
+    ``positions`` and ``out_cache_loc``; the rest (draft tokens, hidden states, accept lengths) zeros of one
+    column, and the optional ones (request ids, DSA seeds, Mamba tracks, draft probabilities) off."""
+    import torch
+
+    max_bs, tokens = rp.sizes[-1], rp.sizes[-1] * rp.t
+    fields = {k: v for k, v in rp.common().items() if isinstance(v, torch.Tensor)}
+    rows = {name: torch.zeros(max_bs, dtype=torch.int32) for name in (
+        "extend_seq_lens", "accept_length", "num_correct_drafts", "num_accept_tokens")}
+    return dict(fields, **rows, topk_p=torch.zeros((max_bs, 1)), topk_index=torch.zeros((max_bs, 1), dtype=torch.int64),
+                hidden_states=torch.zeros((tokens, 1)), mrope_positions=torch.zeros((3, tokens), dtype=torch.int64),
+                select_index=torch.zeros(max_bs, dtype=torch.int64), rids_int=None, bootstrap_room_ids_int=None,
+                draft_probs=None, dsa_seed_topk=None, mamba_track_indices=None)
+
+
+def _spec_runner(rp: _Replay, attn: _AttentionSeen, methods: dict[str, Callable[..., Any]], mode: Any) -> bind.Stub:
+    """A stand-in EAGLE runner with the attributes its replay reads in any release: the buffers on ``self`` (up to
+    0.5.8) and in ``self.buffers`` (from 0.5.14), one speculative step, no DP/TP gather, no rejection sampling."""
+    import torch
+
+    buffers = _spec_buffers(rp)
+    backend = bind.Stub("DraftAttnBackend", init_forward_metadata_replay_cuda_graph=attn,
+                        init_forward_metadata_out_graph=attn, methods={"shared_read_ends": lambda self, mode: None})
+    output = bind.Stub("LogitsProcessorOutput", None, **{k: torch.zeros((rp.sizes[-1] * rp.t, 1)) for k in (
+        "next_token_logits", "hidden_states", "topk_p", "topk_index")})
+    outputs = {b: output for b in rp.sizes}
+    return bind.Stub(
+        "EAGLERunner", methods={"_replay": lambda self, fb: None, "_replay_graph": lambda self, key, fb: output,
+                                "_make_graph_key": lambda self, *a, **kw: None, "_sampling_variant": lambda self, fb: None,
+                                "_postprocess_output_to_raw_bs": lambda self, out, raw_bs: out,
+                                "_publish_read_done": lambda self, **kw: None, **methods},
+        **buffers, buffers=bind.Stub("EagleInputBuffers", **buffers), capture_bs=list(rp.sizes), num_tokens_per_bs=rp.t,
+        captured_req_width=rp.t, seq_len_fill_value=rp.fill, require_mlp_tp_gather=False, require_gathered_buffer=False,
+        speculative_num_steps=1, forward_mode=mode, extend_seq_lens_cpu=[0] * rp.sizes[-1],
+        output_buffers=outputs, graphs={b: bind.Stub("CUDAGraph", methods={"replay": lambda self: None}) for b in rp.sizes},
+        deepep_adapter=bind.Stub("DeepEPAdapter", methods={"replay": lambda self: None}),
+        device_module=bind.Stub("DeviceModule", Event=lambda: bind.Stub("Event", methods={"record": lambda self: None})),
+        draft_attn_backend=backend, draft_extend_attn_backend=backend,
+        eagle_worker=bind.Stub("EagleWorker", draft_extend_attn_backend=backend),
+        model_runner=bind.Stub("ModelRunner", device_timer=None, model_config=bind.Stub(
+            "ModelConfig", vocab_size=1 << 20, model_is_mrope=False), server_args=bind.Stub(
+            "ServerArgs", speculative_use_rejection_sampling=False)))
+
+
+def _spec_batch(rp: _Replay, hidden_rows: int) -> Any:
+    """The step's ``ForwardBatch`` with its EAGLE ``spec_info``: no accept lengths given (every request extends
+    ``T`` tokens), hidden states of ``hidden_rows`` rows."""
+    import torch
+
+    rp.batch.spec_info = bind.Stub(
+        "EagleDraftInput", topk_p=torch.zeros((rp.r, 1)), topk_index=torch.zeros((rp.r, 1), dtype=torch.int64),
+        hidden_states=torch.zeros((hidden_rows, 1)), accept_length=None, num_correct_drafts=None,
+        num_accept_tokens=None, draft_probs=None, dsa_topk_indices=None)
+    vars(rp.batch).update(extend_seq_lens=None, extend_seq_lens_cpu=None, rids_int=None, bootstrap_room_ids_int=None,
+                          sampling_info=None, out_cache_loc_virtual=None, kv_loc_plan=None, kv_loc_cols=None)
+    return rp.batch
+
+
+# What the EAGLE runners' replay reads of the process and the model, given here.
+_SPEC_ASSUMED = ("one speculative step (out_cache_loc of R * T rows)", "no DP/TP gather, no rejection sampling, "
+                 "no M-RoPE, no request ids, no DSA seeds, no Mamba tracks", "the NaN/out-of-range probes off")
+
+
+def _bind_spec_runner(rel: Release, path: str, method: str, *, extend: bool) -> Built:
+    """``method`` of an EAGLE draft (``extend`` False) or draft-extend runner, whole, over ``_spec_runner``: the
+    replay preparation that pads the batch up the captured sizes. From 0.5.14 the runners subclass the decode
+    runner and pad with ``BaseCudaGraphRunner._pad_to_bucket``, the release's own."""
+    import inspect
+
+    probes = {"maybe_detect_nan": lambda *a, **kw: None, "maybe_detect_oob": lambda *a, **kw: None}
+    loader = rel.loader(LogitsProcessorOutput=bind.Record, _has_foreach_copy=False,
+                        get_spec=lambda: bind.Stub("SpecArgs", speculative_use_rejection_sampling=False),
+                        device_timer_ctx=lambda timer, name: contextlib.nullcontext(), **probes)
+    replay = loader.load(loader.file(path).piece(method))
+    own: dict[str, Callable[..., Any]] = {}
+    with contextlib.suppress(bind.Absent):  # from 0.5.14: the decode runner's bucket padding (a static method)
+        pad = loader.load(loader.file(BASE_GRAPH_RUNNER).piece("BaseCudaGraphRunner._pad_to_bucket"))
+        own["_pad_to_bucket"] = lambda self, size, buckets: pad(size, buckets)
+    forward_mode: Any = loader.load(loader.file(FORWARD_BATCH_INFO).piece("ForwardMode"))
+    # the v1 worker's mode where the release has it, else the v2 worker's (the only one from 0.5.14)
+    mode_name = "DECODE" if not extend else "DRAFT_EXTEND" if hasattr(forward_mode, "DRAFT_EXTEND") else "DRAFT_EXTEND_V2"
+    mode = getattr(forward_mode, mode_name)
+    takes_select = "select_index" in inspect.signature(replay).parameters
+
+    def pad_graph_replay(*args: Any) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+        import torch
+
+        rp = _Replay(args)
+        attn = _AttentionSeen()
+        batch = _spec_batch(rp, rp.r * rp.t if extend else rp.r)
+        runner = _spec_runner(rp, attn, own, mode)
+        replay(runner, batch, *((torch.arange(rp.r),) if takes_select else ()))
+        bs, lens = attn.rows()
+        return bs, lens, bind.to_numpy(rp.positions[: bs * rp.t]), bind.to_numpy(rp.out_cache_loc[: bs * rp.t])
+
+    pads = " with BaseCudaGraphRunner._pad_to_bucket" if own else ""
+    detail = (f"{path}:{method}{pads}, whole, on a stand-in runner in {mode_name} mode: "
+              "every request " + ("extends T tokens (no accept lengths given)" if extend else "drafts T tokens")
+              + "; the graph replay and output post-processing stood in; bs and seq_lens as the draft attention "
+              "backend's replay metadata call receives them, positions/out_cache_loc the buffers' first bs * T rows; "
+              "the persistent buffers hold the case's stale values")
+    return pad_graph_replay, detail, _SPEC_ASSUMED
+
+
 def _bind_children_tokens(rel: Release, path: str) -> tuple[Callable[..., Any], str]:
     device = bind.Stub("ServerArgs", device="cpu")
     loader = rel.loader(global_server_args_dict={"device": "cpu"}, get_global_server_args=lambda: device,
@@ -461,6 +590,15 @@ SPECS = (
     Spec(f"{CUDA_GRAPH_RUNNER}:CudaGraphRunner.replay_prepare", "pad_graph_replay", _bind_model_runner, _REPLAY_PROBE),
     Spec(f"{EAGLE_DRAFT_RUNNER}:EAGLEDraftCudaGraphRunner.replay", "pad_graph_replay", _bind_eagle_draft, _REPLAY_PROBE),
     Spec(f"{DECODE_RUNNER}:DecodeCudaGraphRunner.load_batch", "pad_graph_replay", _bind_decode_runner, _REPLAY_PROBE),
+    Spec(f"{EAGLE_DRAFT_RUNNER}:EAGLEDraftCudaGraphRunner.execute", "pad_graph_replay",
+         functools.partial(_bind_spec_runner, path=EAGLE_DRAFT_RUNNER, method="EAGLEDraftCudaGraphRunner.execute",
+                           extend=False), _REPLAY_PROBE),
+    Spec(f"{EAGLE_DRAFT_EXTEND_RUNNER}:EAGLEDraftExtendCudaGraphRunner.replay", "pad_graph_replay",
+         functools.partial(_bind_spec_runner, path=EAGLE_DRAFT_EXTEND_RUNNER,
+                           method="EAGLEDraftExtendCudaGraphRunner.replay", extend=True), _REPLAY_PROBE),
+    Spec(f"{EAGLE_DRAFT_EXTEND_RUNNER}:EAGLEDraftExtendCudaGraphRunner.execute", "pad_graph_replay",
+         functools.partial(_bind_spec_runner, path=EAGLE_DRAFT_EXTEND_RUNNER,
+                           method="EAGLEDraftExtendCudaGraphRunner.execute", extend=True), _REPLAY_PROBE),
 )
 
 
