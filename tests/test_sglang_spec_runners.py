@@ -16,6 +16,8 @@ from batchfuzz.strategies.pad_graph_replay import case_of
 DRAFT = f"{sglang.EAGLE_DRAFT_RUNNER}:EAGLEDraftCudaGraphRunner.execute"
 EXTEND_OLD = f"{sglang.EAGLE_DRAFT_EXTEND_RUNNER}:EAGLEDraftExtendCudaGraphRunner.replay"
 EXTEND = f"{sglang.EAGLE_DRAFT_EXTEND_RUNNER}:EAGLEDraftExtendCudaGraphRunner.execute"
+PREFILL = f"{sglang.PREFILL_RUNNER}:PrefillCudaGraphRunner.load_batch"
+MULTI_STEP = f"{sglang.MULTI_LAYER_RUNNER}:MultiLayerEagleMultiStepDraftExtendCudaGraphRunner.prepare"
 # R = 1 replayed on the graph of 2 (captured 2 and 4), every stale buffer entry 100
 STALE = tuple(case_of([2, 4], [5], stale=100).args.values())
 
@@ -76,10 +78,12 @@ def _planted(wheel: Path, root: Path) -> sglang.ReleaseSource:
 
 def test_sglang_0_5_23_eagle_runners_bind_pass_and_a_planted_stale_position_fails(tmp_path: Path) -> None:
     """0.5.23's draft and draft-extend ``execute`` bind with their assumed values stated and pad as the
-    contract asks; the draft-extend runner with its positions reset removed fails padded_positions_zeroed."""
+    contract asks; the draft-extend runner with its positions reset removed fails padded_positions_zeroed. The
+    prefill runner is found and unbindable, naming what does not fit (it pads tokens, never request rows)."""
     wheel = _wheel("0.5.23")
     rows = _rows(sglang.ReleaseSource.from_wheel(wheel))
     assert rows[EXTEND_OLD].status == "absent"
+    assert rows[PREFILL].status == "unbindable" and "seq_lens[R:bs] rows have no counterpart" in rows[PREFILL].reason
     for name in (DRAFT, EXTEND):
         assert rows[name].status == "bound", rows[name].reason
         assert "_pad_to_bucket" in rows[name].detail, rows[name].detail
@@ -93,3 +97,17 @@ def test_sglang_0_5_23_eagle_runners_bind_pass_and_a_planted_stale_position_fail
     assert planted.target(*STALE)[2].tolist() == [0, 100]
     cell = _cell(planted, 60)
     assert (cell.verdict, cell.property) == ("fail", "padded_positions_zeroed"), (cell.message, cell.reason)
+
+
+def test_sglang_0_5_23_multi_step_prepare_on_the_npu_fill_keeps_stale_token_rows() -> None:
+    """0.5.23's multi-layer draft-extend pads once in ``prepare``; with the release's torch fill (the NPU path;
+    the CUDA path is a Triton kernel) the padded positions and out_cache_loc keep an earlier replay's values,
+    and the cell says which fill ran."""
+    row = _rows(sglang.ReleaseSource.from_wheel(_wheel("0.5.23")))[MULTI_STEP]
+    assert row.status == "bound", row.reason
+    assert row.assumed[0].startswith("fill_draft_extend_prepare_buffers = the release's "
+                                     "fill_draft_extend_prepare_buffers_native"), row.assumed
+    bs, lens, pos, loc = row.target(*STALE)
+    assert (bs, lens.tolist(), pos.tolist(), loc.tolist()) == (2, [5, 1], [0, 100], [100, 100])
+    cell = _cell(row, 40)
+    assert (cell.verdict, cell.property) == ("fail", "padded_out_cache_loc_zeroed"), (cell.message, cell.reason)
