@@ -86,7 +86,7 @@ def test_sglang_0_5_8_runners() -> None:
     except SourceError as exc:
         pytest.skip(f"the package registry cannot be reached or has no sglang 0.5.8: {exc}")
     rows = _replay_rows(sglang.ReleaseSource.from_wheel(wheel))
-    assert {f: b.status for f, b in rows.items()} == {MODEL_RUNNER: "bound", EAGLE: "bound", DECODE: "absent"}, rows
+    assert {f: rows[f].status for f in (MODEL_RUNNER, EAGLE, DECODE)} == {MODEL_RUNNER: "bound", EAGLE: "bound", DECODE: "absent"}, rows
     # the model runner (through GraphInputBuffers) leaves the padded position stale; the EAGLE draft runner zeroes it
     assert rows[MODEL_RUNNER].target(*STALE)[2].tolist() == [0, 7]
     assert rows[EAGLE].target(*STALE)[2].tolist() == [0, 0]
@@ -102,7 +102,7 @@ def test_sglang_0_5_14_rebuilt_decode_runner() -> None:
     except SourceError as exc:
         pytest.skip(f"the package registry cannot be reached or has no sglang 0.5.14: {exc}")
     rows = _replay_rows(sglang.ReleaseSource.from_wheel(wheel))
-    assert {f: b.status for f, b in rows.items()} == {MODEL_RUNNER: "absent", EAGLE: "absent", DECODE: "bound"}, rows
+    assert {f: rows[f].status for f in (MODEL_RUNNER, EAGLE, DECODE)} == {MODEL_RUNNER: "absent", EAGLE: "absent", DECODE: "bound"}, rows
     bs, lens, pos, loc = rows[DECODE].target(*STALE)
     assert (bs, lens.tolist(), pos.tolist(), loc.tolist()) == (2, [5, 1], [0, 0], [100, 0])
     cell = matrix.run_cell(rows[DECODE], budget_s=120, timeout_s=120, seed=1, isolate=False, max_examples=40)

@@ -23,7 +23,14 @@ distribution) without importing SGLang or its dependencies:
   EAGLE draft runner's ``EAGLEDraftCudaGraphRunner.replay``, whole, over a
   stand-in runner whose persistent buffers hold the case's stale values
   (``_Replay``; each binding's detail states its assumptions). Both runners
-  moved in 0.5.14 (``model_executor/runner/``): absent there;
+  moved in 0.5.14 (``model_executor/runner/``): absent there. The rebuilt
+  decode runner's ``DecodeCudaGraphRunner.load_batch`` from 0.5.14; the EAGLE
+  draft-extend runner's ``replay`` (up to 0.5.8) and the draft and
+  draft-extend runners' ``execute`` (from 0.5.14), the multi-layer
+  draft-extend runner's per-step ``replay``/``execute`` (0.5.8, 0.5.14,
+  after the worker's ``reset_buffers``) and 0.5.23's multi-step ``prepare``
+  (over the release's torch fill, the NPU path); the prefill (piecewise)
+  runners are found and ``unbindable``: they pad tokens, not requests;
 - the children's real tokens (contract L, ``tbo_children_tokens``):
   ``TboForwardBatchPreparer.compute_tbo_children_num_token_non_padded_raw``
   (with ``_split_num_token_non_padded`` in 0.5.23), one spec per module path.
@@ -377,6 +384,227 @@ def _bind_decode_runner(rel: Release) -> Built:
     return pad_graph_replay, detail, assumed
 
 
+EAGLE_DRAFT_EXTEND_RUNNER = "sglang/srt/speculative/eagle_draft_extend_cuda_graph_runner.py"
+MULTI_LAYER_RUNNER = "sglang/srt/speculative/multi_layer_eagle_draft_extend_cuda_graph_runner.py"
+# What the multi-layer worker (multi_layer_eagle_worker_v2.py, reset_cuda_graph_buffers) calls before the step runners.
+_MULTI_STEP_RESET = "MultiLayerEagleMultiStepDraftExtendCudaGraphRunner.reset_buffers"
+
+
+class _AttentionSeen:
+    """The draft attention backend's replay-metadata call, as the EAGLE runners make it: keyword ``bs`` and
+    ``seq_lens`` up to 0.5.8, one batch (or view of it) from 0.5.14. Keeps the batch size and a copy of the
+    ``seq_lens`` rows it was given: the runners restore the batch's own rows after the replay."""
+
+    def __init__(self) -> None:
+        self.seen: tuple[int, np.ndarray] | None = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        if "bs" in kwargs:
+            bs, lens = kwargs["bs"], kwargs["seq_lens"]
+        else:
+            bs, lens = args[0].batch_size, args[0].seq_lens
+        self.seen = (int(bs), bind.to_numpy(lens[:bs]).copy())
+
+    def rows(self) -> tuple[int, np.ndarray]:
+        if self.seen is None:
+            raise AssertionError("the runner replayed without building the draft attention metadata")
+        return self.seen
+
+
+def _spec_buffers(rp: _Replay) -> dict[str, Any]:
+    """The persistent buffers of the EAGLE draft and draft-extend runners: the case's stale ``seq_lens``,
+    ``positions`` and ``out_cache_loc``; the rest (draft tokens, hidden states, accept lengths) zeros of one
+    column, and the optional ones (request ids, DSA seeds, Mamba tracks, draft probabilities) off."""
+    import torch
+
+    max_bs, tokens = rp.sizes[-1], rp.sizes[-1] * rp.t
+    fields = {k: v for k, v in rp.common().items() if isinstance(v, torch.Tensor)}
+    rows = {name: torch.zeros(max_bs, dtype=torch.int32) for name in (
+        "extend_seq_lens", "extend_start_loc", "accept_length", "num_correct_drafts", "num_accept_tokens")}
+    return dict(fields, **rows, topk_p=torch.zeros((max_bs, 1)), topk_index=torch.zeros((max_bs, 1), dtype=torch.int64),
+                hidden_states=torch.zeros((tokens, 1)), mrope_positions=torch.zeros((3, tokens), dtype=torch.int64),
+                select_index=torch.zeros(max_bs, dtype=torch.int64), swa_out_cache_loc=torch.zeros(tokens, dtype=torch.int64),
+                rids_int=None, bootstrap_room_ids_int=None,
+                draft_probs=None, dsa_seed_topk=None, mamba_track_indices=None)
+
+
+def _spec_runner(rp: _Replay, attn: _AttentionSeen, methods: dict[str, Callable[..., Any]], mode: Any) -> bind.Stub:
+    """A stand-in EAGLE runner with the attributes its replay reads in any release: the buffers on ``self`` (up to
+    0.5.8) and in ``self.buffers`` (from 0.5.14), one speculative step, no DP/TP gather, no rejection sampling."""
+    import torch
+
+    buffers = _spec_buffers(rp)
+    backend = bind.Stub("DraftAttnBackend", init_forward_metadata_replay_cuda_graph=attn,
+                        init_forward_metadata_out_graph=attn, methods={"shared_read_ends": lambda self, mode: None})
+    output = bind.Stub("LogitsProcessorOutput", None, **{k: torch.zeros((rp.sizes[-1] * rp.t, 1)) for k in (
+        "next_token_logits", "hidden_states", "topk_p", "topk_index")})
+    outputs = {b: output for b in rp.sizes}
+    return bind.Stub(
+        "EAGLERunner", methods={"_replay": lambda self, fb: None, "_replay_graph": lambda self, key, fb: output,
+                                "_make_graph_key": lambda self, *a, **kw: None, "_sampling_variant": lambda self, fb: None,
+                                "_postprocess_output_to_raw_bs": lambda self, out, raw_bs: out,
+                                "_publish_read_done": lambda self, **kw: None, **methods},
+        **buffers, buffers=bind.Stub("EagleInputBuffers", **buffers), capture_bs=list(rp.sizes), num_tokens_per_bs=rp.t,
+        captured_req_width=rp.t, seq_len_fill_value=rp.fill, require_mlp_tp_gather=False, require_gathered_buffer=False,
+        speculative_num_steps=1, forward_mode=mode, extend_seq_lens_cpu=[0] * rp.sizes[-1],
+        output_buffers=outputs, graphs={b: bind.Stub("CUDAGraph", methods={"replay": lambda self: None}) for b in rp.sizes},
+        deepep_adapter=bind.Stub("DeepEPAdapter", methods={"replay": lambda self: None}),
+        device_module=bind.Stub("DeviceModule", Event=lambda: bind.Stub("Event", methods={"record": lambda self: None})),
+        draft_attn_backend=backend, draft_extend_attn_backend=backend,
+        eagle_worker=bind.Stub("EagleWorker", draft_extend_attn_backend=backend, draft_extend_attn_backend_list=[backend]),
+        step=0,
+        model_runner=bind.Stub("ModelRunner", device_timer=None, model_config=bind.Stub(
+            "ModelConfig", vocab_size=1 << 20, model_is_mrope=False), server_args=bind.Stub(
+            "ServerArgs", speculative_use_rejection_sampling=False)))
+
+
+def _spec_batch(rp: _Replay, hidden_rows: int) -> Any:
+    """The step's ``ForwardBatch`` with its EAGLE ``spec_info``: no accept lengths given (every request extends
+    ``T`` tokens), hidden states of ``hidden_rows`` rows."""
+    import torch
+
+    rp.batch.spec_info = bind.Stub(
+        "EagleDraftInput", topk_p=torch.zeros((rp.r, 1)), topk_index=torch.zeros((rp.r, 1), dtype=torch.int64),
+        hidden_states=torch.zeros((hidden_rows, 1)), accept_length=None, num_correct_drafts=None,
+        num_accept_tokens=None, draft_probs=None, dsa_topk_indices=None)
+    vars(rp.batch).update(extend_seq_lens=None, extend_seq_lens_cpu=None, rids_int=None, bootstrap_room_ids_int=None,
+                          sampling_info=None, out_cache_loc_virtual=None, kv_loc_plan=None, kv_loc_cols=None)
+    return rp.batch
+
+
+# What the EAGLE runners' replay reads of the process and the model, given here.
+_SPEC_ASSUMED = ("one speculative step (out_cache_loc of R * T rows)", "no DP/TP gather, no rejection sampling, "
+                 "no M-RoPE, no request ids, no DSA seeds, no Mamba tracks", "the NaN/out-of-range probes off")
+
+
+def _bind_spec_runner(rel: Release, path: str, method: str, *, extend: bool, helpers: tuple[str, ...] = (),
+                      reset: str | None = None) -> Built:
+    """``method`` of an EAGLE draft (``extend`` False) or draft-extend runner, whole, over ``_spec_runner``: the
+    replay preparation that pads the batch up the captured sizes. From 0.5.14 the runners subclass the decode
+    runner and pad with ``BaseCudaGraphRunner._pad_to_bucket``, the release's own. ``helpers``: the methods of
+    the same class it calls, cut out of the release too; ``reset``: the function of the same file the worker
+    calls on the runners' shared buffers before the replay (the multi-layer runners'), run first."""
+    import inspect
+
+    probes = {"maybe_detect_nan": lambda *a, **kw: None, "maybe_detect_oob": lambda *a, **kw: None}
+    loader = rel.loader(LogitsProcessorOutput=bind.Record, _has_foreach_copy=False,
+                        get_spec=lambda: bind.Stub("SpecArgs", speculative_use_rejection_sampling=False),
+                        device_timer_ctx=lambda timer, name: contextlib.nullcontext(), **probes)
+    replay = loader.load(loader.file(path).piece(method))
+    own: dict[str, Callable[..., Any]] = {}
+    with contextlib.suppress(bind.Absent):  # from 0.5.14: the decode runner's bucket padding (a static method)
+        pad = loader.load(loader.file(BASE_GRAPH_RUNNER).piece("BaseCudaGraphRunner._pad_to_bucket"))
+        own["_pad_to_bucket"] = lambda self, size, buckets: pad(size, buckets)
+    for name in helpers:
+        try:
+            own[name] = loader.load(loader.file(path).piece(f"{method.split('.')[0]}.{name}"))
+        except bind.Absent as exc:
+            raise bind.Absent(f"{path}:{method} no longer fills the buffers itself: {exc}") from exc
+    reset_buffers = None if reset is None else loader.load(loader.file(path).piece(reset))
+    forward_mode: Any = loader.load(loader.file(FORWARD_BATCH_INFO).piece("ForwardMode"))
+    # the v1 worker's mode where the release has it, else the v2 worker's (the only one from 0.5.14)
+    mode_name = "DECODE" if not extend else "DRAFT_EXTEND" if hasattr(forward_mode, "DRAFT_EXTEND") else "DRAFT_EXTEND_V2"
+    mode = getattr(forward_mode, mode_name)
+    takes_select = "select_index" in inspect.signature(replay).parameters
+
+    def pad_graph_replay(*args: Any) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+        import torch
+
+        rp = _Replay(args)
+        attn = _AttentionSeen()
+        batch = _spec_batch(rp, rp.r * rp.t if extend else rp.r)
+        runner = _spec_runner(rp, attn, own, mode)
+        if reset_buffers is not None:  # the step's accept lengths: every request extends T tokens
+            reset_buffers(bind.Stub("MultiStepRunner", cuda_graph_buffers=vars(runner.buffers),
+                                    seq_len_fill_value=rp.fill), batch,
+                          bind.Stub("GenerationBatchResult", accept_lens=torch.full((rp.r,), rp.t, dtype=torch.int32)))
+        replay(runner, batch, *((torch.arange(rp.r),) if takes_select else ()))
+        bs, lens = attn.rows()
+        return bs, lens, bind.to_numpy(rp.positions[: bs * rp.t]), bind.to_numpy(rp.out_cache_loc[: bs * rp.t])
+
+    pads = (f" after {reset} (the worker resets the shared buffers first)" if reset else "") + "".join(
+        f" with {name}" for name in helpers) + (
+        " with BaseCudaGraphRunner._pad_to_bucket" if "_pad_to_bucket" in own else "")
+    detail = (f"{path}:{method}{pads}, whole, on a stand-in runner in {mode_name} mode: "
+              "every request " + ("extends T tokens (no accept lengths given)" if extend else "drafts T tokens")
+              + "; the graph replay and output post-processing stood in; bs and seq_lens as the draft attention "
+              "backend's replay metadata call receives them, positions/out_cache_loc the buffers' first bs * T rows; "
+              "the persistent buffers hold the case's stale values")
+    return pad_graph_replay, detail, _SPEC_ASSUMED
+
+
+NATIVE_FILL = "sglang/kernels/ops/speculative/multi_layer_eagle.py"
+# What 0.5.23's multi-step draft-extend preparation reads, given here.
+_MULTI_STEP_ASSUMED = ("fill_draft_extend_prepare_buffers = the release's fill_draft_extend_prepare_buffers_native "
+                       "(the NPU path; the CUDA path's Triton kernel does not run here)",
+                       "not staged (prepare(forward_batch), as the worker calls it when metadata staging does not apply)",
+                       "every request accepts all T tokens (num_correct_drafts = T - 1)", *_SPEC_ASSUMED[1:])
+
+
+def _bind_multi_step_prepare(rel: Release) -> Built:
+    """0.5.23's ``MultiLayerEagleMultiStepDraftExtendCudaGraphRunner.prepare``: one shared buffer set padded once
+    for every step's graph (the per-step runners' ``execute`` of 0.5.14 is gone). On CUDA its fill is a Triton
+    kernel, which cannot run here: the release's torch twin (the NPU path) runs, and the cell says so."""
+    import torch
+
+    owner = "MultiLayerEagleMultiStepDraftExtendCudaGraphRunner"
+    rel.loader().file(MULTI_LAYER_RUNNER).piece(f"{owner}.prepare")  # absent before 0.5.23
+    native = rel.loader().load(rel.loader().file(NATIVE_FILL).piece("fill_draft_extend_prepare_buffers_native"))
+    loader = rel.loader(fill_draft_extend_prepare_buffers=native, EagleDraftExtendInput=bind.Record)
+    prepare = loader.load(loader.file(MULTI_LAYER_RUNNER).piece(f"{owner}.prepare"))
+    own = {name: loader.load(loader.file(MULTI_LAYER_RUNNER).piece(f"{owner}.{name}"))
+           for name in ("_stage_metadata", "_prepare_extra", "get_runner")}
+    pad = loader.load(loader.file(BASE_GRAPH_RUNNER).piece("BaseCudaGraphRunner._pad_to_bucket"))
+
+    def pad_graph_replay(*args: Any) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+        rp = _Replay(args)
+        attn = _AttentionSeen()
+        batch = _spec_batch(rp, rp.r * rp.t)
+        vars(batch.spec_info).update(num_correct_drafts=torch.full((rp.r,), rp.t - 1, dtype=torch.int32),
+                                     num_accept_tokens=torch.full((rp.r,), rp.t, dtype=torch.int32))
+        vars(batch).update(mamba_track_indices=None, input_ids=torch.zeros(rp.r * rp.t, dtype=torch.int64))
+        backend = bind.Stub("DraftExtendAttnBackend", supports_draft_extend_metadata_staging=True,
+                            init_forward_metadata_out_graph=attn,
+                            methods={"draft_extend_metadata_captured_in_graph": lambda self: False})
+        step = bind.Stub("MultiLayerEagleDraftExtendCudaGraphRunner",
+                         methods={"_pad_to_bucket": lambda self, size, buckets: pad(size, buckets)})
+        runner = bind.Stub(
+            owner, methods=own, buffers=bind.Stub("MultiLayerEagleDraftExtendInputBuffers", **_spec_buffers(rp),
+                                                  temperatures=None, sampling_seed=None),
+            runners=[step], capture_bs=list(rp.sizes), captured_req_width=rp.t, num_front_tokens=0,
+            seq_len_fill_value=rp.fill, require_mlp_tp_gather=False, require_gathered_buffer=False,
+            draft_extend_attn_backend_list=[backend])
+        prepare(runner, batch)
+        bs, lens = attn.rows()
+        if bs != runner.bs:
+            raise AssertionError(f"prepare stored bs = {runner.bs} but staged the attention metadata for {bs} rows")
+        return bs, lens, bind.to_numpy(rp.positions[: bs * rp.t]), bind.to_numpy(rp.out_cache_loc[: bs * rp.t])
+
+    detail = (f"{MULTI_LAYER_RUNNER}:{owner}.prepare with its _stage_metadata and {BASE_GRAPH_RUNNER}:"
+              f"BaseCudaGraphRunner._pad_to_bucket, the fill {NATIVE_FILL}:fill_draft_extend_prepare_buffers_native, on a "
+              "stand-in runner in DRAFT_EXTEND_V2 mode: every request extends T tokens; bs and seq_lens as the staged "
+              "draft-extend attention metadata receives them, positions/out_cache_loc the shared buffers' first bs * T "
+              "rows; the persistent buffers hold the case's stale values")
+    return pad_graph_replay, detail, _MULTI_STEP_ASSUMED
+
+
+PIECEWISE_RUNNER = "sglang/srt/model_executor/piecewise_cuda_graph_runner.py"
+PREFILL_RUNNER = "sglang/srt/model_executor/runner/prefill_cuda_graph_runner.py"
+
+
+def _bind_token_keyed(rel: Release, path: str, method: str) -> Built:
+    """The prefill (piecewise) CUDA-graph runner's replay preparation: found, and reported ``unbindable`` with
+    what does not fit contract K, while it still pads by captured token counts (absent where it is not)."""
+    piece = rel.loader().file(path).piece(method)
+    if "capture_num_tokens" not in ast.unparse(piece.nodes[0]):
+        raise bind.Unbindable(f"{path}:{method} no longer reads capture_num_tokens: how it pads is not known here")
+    raise bind.Unbindable(
+        f"{path}:{method} pads the step's token count up the captured token counts (capture_num_tokens) and keeps "
+        "the step's R request rows unpadded (seq_lens and req_pool_indices are the step's own; attention runs "
+        "outside the piecewise graph): contract K's padded batch size bs and its seq_lens[R:bs] rows have no "
+        "counterpart here; its token padding (positions and out_cache_loc past the step's tokens) fits no contract yet")
+
+
 def _bind_children_tokens(rel: Release, path: str) -> tuple[Callable[..., Any], str]:
     device = bind.Stub("ServerArgs", device="cpu")
     loader = rel.loader(global_server_args_dict={"device": "cpu"}, get_global_server_args=lambda: device,
@@ -461,6 +689,29 @@ SPECS = (
     Spec(f"{CUDA_GRAPH_RUNNER}:CudaGraphRunner.replay_prepare", "pad_graph_replay", _bind_model_runner, _REPLAY_PROBE),
     Spec(f"{EAGLE_DRAFT_RUNNER}:EAGLEDraftCudaGraphRunner.replay", "pad_graph_replay", _bind_eagle_draft, _REPLAY_PROBE),
     Spec(f"{DECODE_RUNNER}:DecodeCudaGraphRunner.load_batch", "pad_graph_replay", _bind_decode_runner, _REPLAY_PROBE),
+    Spec(f"{EAGLE_DRAFT_RUNNER}:EAGLEDraftCudaGraphRunner.execute", "pad_graph_replay",
+         functools.partial(_bind_spec_runner, path=EAGLE_DRAFT_RUNNER, method="EAGLEDraftCudaGraphRunner.execute",
+                           extend=False), _REPLAY_PROBE),
+    Spec(f"{EAGLE_DRAFT_EXTEND_RUNNER}:EAGLEDraftExtendCudaGraphRunner.replay", "pad_graph_replay",
+         functools.partial(_bind_spec_runner, path=EAGLE_DRAFT_EXTEND_RUNNER,
+                           method="EAGLEDraftExtendCudaGraphRunner.replay", extend=True), _REPLAY_PROBE),
+    Spec(f"{EAGLE_DRAFT_EXTEND_RUNNER}:EAGLEDraftExtendCudaGraphRunner.execute", "pad_graph_replay",
+         functools.partial(_bind_spec_runner, path=EAGLE_DRAFT_EXTEND_RUNNER,
+                           method="EAGLEDraftExtendCudaGraphRunner.execute", extend=True), _REPLAY_PROBE),
+    Spec(f"{MULTI_LAYER_RUNNER}:MultiLayerEagleDraftExtendCudaGraphRunner.replay", "pad_graph_replay",
+         functools.partial(_bind_spec_runner, path=MULTI_LAYER_RUNNER, method="MultiLayerEagleDraftExtendCudaGraphRunner.replay",
+                           extend=True, helpers=("init_replay_state",), reset=_MULTI_STEP_RESET), _REPLAY_PROBE),
+    Spec(f"{MULTI_LAYER_RUNNER}:MultiLayerEagleDraftExtendCudaGraphRunner.execute", "pad_graph_replay",
+         functools.partial(_bind_spec_runner, path=MULTI_LAYER_RUNNER, method="MultiLayerEagleDraftExtendCudaGraphRunner.execute",
+                           extend=True, helpers=("init_replay_state",), reset=_MULTI_STEP_RESET), _REPLAY_PROBE),
+    Spec(f"{MULTI_LAYER_RUNNER}:MultiLayerEagleMultiStepDraftExtendCudaGraphRunner.prepare", "pad_graph_replay",
+         _bind_multi_step_prepare, _REPLAY_PROBE),
+    Spec(f"{PIECEWISE_RUNNER}:PiecewiseCudaGraphRunner.replay_prepare", "pad_graph_replay",
+         functools.partial(_bind_token_keyed, path=PIECEWISE_RUNNER, method="PiecewiseCudaGraphRunner.replay_prepare"),
+         _REPLAY_PROBE),
+    Spec(f"{PREFILL_RUNNER}:PrefillCudaGraphRunner.load_batch", "pad_graph_replay",
+         functools.partial(_bind_token_keyed, path=PREFILL_RUNNER, method="PrefillCudaGraphRunner.load_batch"),
+         _REPLAY_PROBE),
 )
 
 
