@@ -599,6 +599,7 @@ class SearchResult:
     first_failure_example: int | None = None  # which example failed first
     out_of_time: bool = False  # the time ended first (with a workload: while shrinking it)
     preempted: int = 0  # requests preempted while served (property "steps"; ``preempted``)
+    compared: int = 0  # greedy answers compared (properties "answers" and "settings")
 
     def reproduction(self, plant: str | None = None, prop: str = "steps") -> str:
         """The command that serves the failing workload again and exits 1 on its violation."""
@@ -636,7 +637,7 @@ class _Counter:
 
     def __init__(self, eng: LiveEngine, prop: str, limits: Limits | None = None) -> None:
         self.eng, self.prop, self.limits = eng, prop, limits or Limits()
-        self.examples, self.steps, self.preempted = 0, 0, 0
+        self.examples, self.steps, self.preempted, self.compared = 0, 0, 0, 0
         self.failing: tuple[LiveWorkload, str] | None = None
         self.first_failure: int | None = None
 
@@ -644,8 +645,9 @@ class _Counter:
         """The first broken rule or counted difference of ``w``, or ''."""
         self.examples += 1
         if self.prop != "steps":
-            diffs = (compare_answers if self.prop == "answers" else compare_settings)(self.eng, w).differences
-            return diffs[0] if diffs else ""
+            check = (compare_answers if self.prop == "answers" else compare_settings)(self.eng, w)
+            self.compared += check.compared
+            return check.differences[0] if check.differences else ""
         served = self.eng.serve(w)
         self.steps += len(served.steps)
         self.preempted += preempted(served.steps)
@@ -682,11 +684,13 @@ def search(eng: LiveEngine, *, examples: int, seed: int = 0, prop: str = "steps"
     except (NoSuchExample, _OutOfTime) as exc:
         out_of_time = isinstance(exc, _OutOfTime)
     if counter.failing is None:
-        return SearchResult(counter.examples, counter.steps, None, out_of_time=out_of_time, preempted=counter.preempted)
+        return SearchResult(counter.examples, counter.steps, None, out_of_time=out_of_time, preempted=counter.preempted,
+                            compared=counter.compared)
     found, violation = counter.failing
     # Served once more on its own: a violation that depends on what earlier workloads left behind says so.
     again = _Counter(eng, prop).violation(found) or f"no violation on a second run (not reproducible; first: {violation})"
-    return SearchResult(counter.examples, counter.steps, found, again, counter.first_failure, out_of_time, counter.preempted)
+    return SearchResult(counter.examples, counter.steps, found, again, counter.first_failure, out_of_time, counter.preempted,
+                        counter.compared)
 
 
 # ---------------------------------------------------------------- a reproduction that stands alone
@@ -883,7 +887,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(found or f"no violation ({a.property})")
             return 1 if found else 0
         result = search(eng, examples=a.examples, seed=a.seed, prop=a.property)
-    tried = f"{result.examples} workloads" + (f" ({result.steps} steps)" if a.property == "steps" else "")
+    tried = f"{result.examples} workloads" + (f" ({result.steps} steps, {result.preempted} requests preempted)"
+                                               if a.property == "steps" else f" ({result.compared} answers compared)")
     if result.workload is None:
         print(f"no violation in {tried}")
         return 0

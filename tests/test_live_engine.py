@@ -94,7 +94,11 @@ def test_an_answer_difference_counts_only_above_the_tolerance() -> None:
 
 @pytest.fixture(scope="session")
 def engine() -> le.LiveEngine:
-    """The process's engine (``live_engine.engine()``), started once per test session and worker."""
+    """The process's engine (``live_engine.engine()``), started once per test session and worker; skips, saying
+    why, without vLLM (a session fixture is set up before the module's ``vllm_importable``)."""
+    why = le.import_error()
+    if why is not None:
+        pytest.skip(f"needs vLLM's engine: {why}")
     return le.engine()
 
 
@@ -138,7 +142,7 @@ def test_planted_shifted_positions_changes_answers_and_is_shrunk(engine: le.Live
     # The shifted second chunk leaves a slot unwritten that attention then reads: the answer depends on history.
     # One request per workload keeps the search cheap (each example is served twice).
     with le.planted(engine, "shifted_positions"):
-        result = le.search(engine, examples=40, seed=0, prop="answers", max_events=1)
+        result = le.search(engine, examples=40, seed=3, prop="answers", max_events=1)
     assert result.workload is not None and "served together" in result.violation
     (req,) = result.workload.requests
     assert len(req.prompt) == engine.settings.token_budget + 2 and req.max_tokens == 1
