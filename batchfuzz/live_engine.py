@@ -115,10 +115,12 @@ class LiveRequest:
 @dataclass(frozen=True)
 class LiveWorkload:
     requests: tuple[LiveRequest, ...] = field(default_factory=tuple)
+    kv_blocks: int | None = None  # free KV blocks it is served with (the rest held out), None: the whole pool
 
     def to_dict(self) -> dict[str, Any]:
         """Plain lists and ints (a reproduction prints it)."""
-        return {"requests": [[r.arrival, list(r.prompt), r.max_tokens, r.n, r.abort_after] for r in self.requests]}
+        reqs = {"requests": [[r.arrival, list(r.prompt), r.max_tokens, r.n, r.abort_after] for r in self.requests]}
+        return reqs if self.kv_blocks is None else {**reqs, "kv_blocks": self.kv_blocks}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> LiveWorkload:
@@ -127,7 +129,8 @@ class LiveWorkload:
         reqs = []
         for a, p, m, n, abort in d["requests"]:
             reqs.append(LiveRequest(int(a), tuple(int(t) for t in p), int(m), int(n), None if abort is None else int(abort)))
-        return cls(tuple(reqs))
+        kv = d.get("kv_blocks")
+        return cls(tuple(reqs), None if kv is None else int(kv))
 
 
 DEFAULT_BOUNDS: dict[str, int] = {"max_events": 4, "max_prompt_len": 72, "max_output_len": 6, "max_arrival": 3}
@@ -138,8 +141,10 @@ PROMPT_KINDS = ("fresh", "prefix", "copy", "prefix", "fresh")
 def draw_workload(src: Source, settings: LiveSettings = LiveSettings(), bounds: dict[str, int] | None = None) -> LiveWorkload:
     """Requests whose prompts form a tree of shared prefixes (a child keeps a
     block-aligned or any prefix of an earlier prompt, or copies it whole),
-    with arrival steps, output lengths, ``n`` and aborts. Shrinks towards one
-    fresh one-token prompt arriving first, one output token, ``n = 1``, no abort."""
+    with arrival steps, output lengths, ``n`` and aborts, and a KV pool that is
+    whole or held down until requests preempt. Shrinks towards one fresh
+    one-token prompt arriving first, one output token, ``n = 1``, no abort,
+    the whole pool."""
     b = {**DEFAULT_BOUNDS, **(bounds or {})}
     longest = min(b["max_prompt_len"], settings.max_model_len - b["max_output_len"] - 1)
     next_token = [0]
@@ -167,7 +172,9 @@ def draw_workload(src: Source, settings: LiveSettings = LiveSettings(), bounds: 
         abort = None if src.integers(0, 3) < 3 else src.integers(0, 4)
         requests.append(LiveRequest(src.integers(0, b["max_arrival"]), tuple(prompt), src.integers(1, b["max_output_len"]),
                                     src.sampled((1, 1, 2, 3)), abort))
-    return LiveWorkload(tuple(sorted(requests, key=lambda r: r.arrival)))
+    # Whole, or just large enough for its largest request alone (the others then wait or are preempted).
+    least = max(-(-(len(r.prompt) + r.max_tokens) // settings.block_size) for r in requests)
+    return LiveWorkload(tuple(sorted(requests, key=lambda r: r.arrival)), src.sampled((None, least)))
 
 
 def sample_workload(seed: int, settings: LiveSettings = LiveSettings(), **bounds: int) -> LiveWorkload:
@@ -337,7 +344,7 @@ class LiveEngine:
         self.recorder = StepRecorder(self.runner, self.scheduler, s.max_model_len)
         self.startup_seconds = time.perf_counter() - started
         self.served = 0
-        self.held: list[Any] = []  # KV blocks held out of the pool until the next reset (``changed``)
+        self.held: list[Any] = []  # KV blocks held out of the pool until the next reset (``changed``, ``kv_blocks``)
 
     def serve(self, w: LiveWorkload, *, check: bool = True, capture: bool = True, logprobs: bool = False,
               max_steps: int = 2000) -> Served:
@@ -345,6 +352,9 @@ class LiveEngine:
         ``capture=False`` leaves the hook idle (the benchmark's baseline); ``logprobs`` records ``Served.top2``."""
         rec = self.recorder
         rec.steps, rec.violations, rec.check, rec.armed = [], [], check, capture
+        if w.kv_blocks is not None:  # held out until the reset at the end of this serving
+            pool = self.scheduler.kv_cache_manager.block_pool
+            self.held += pool.get_new_blocks(max(0, pool.get_num_free_blocks() - w.kv_blocks))
         prefix = f"w{self.served}-"
         self.served += 1
         served = Served([], {}, [])
@@ -376,7 +386,7 @@ class LiveEngine:
 
     def reset(self) -> None:
         """Nothing of one workload leaks into the next: unfinished requests aborted, the prefix cache emptied."""
-        self.scheduler.kv_cache_manager.block_pool.free_blocks(self.held)  # blocks a settings change held out
+        self.scheduler.kv_cache_manager.block_pool.free_blocks(self.held)  # blocks a settings change or the workload held out
         self.held = []
         ids = list(self.scheduler.requests)
         if ids:
@@ -588,6 +598,8 @@ class SearchResult:
     violation: str = ""
     first_failure_example: int | None = None  # which example failed first
     out_of_time: bool = False  # the time ended first (with a workload: while shrinking it)
+    preempted: int = 0  # requests preempted while served (property "steps"; ``preempted``)
+    compared: int = 0  # greedy answers compared (properties "answers" and "settings")
 
     def reproduction(self, plant: str | None = None, prop: str = "steps") -> str:
         """The command that serves the failing workload again and exits 1 on its violation."""
@@ -625,7 +637,7 @@ class _Counter:
 
     def __init__(self, eng: LiveEngine, prop: str, limits: Limits | None = None) -> None:
         self.eng, self.prop, self.limits = eng, prop, limits or Limits()
-        self.examples, self.steps = 0, 0
+        self.examples, self.steps, self.preempted, self.compared = 0, 0, 0, 0
         self.failing: tuple[LiveWorkload, str] | None = None
         self.first_failure: int | None = None
 
@@ -633,10 +645,12 @@ class _Counter:
         """The first broken rule or counted difference of ``w``, or ''."""
         self.examples += 1
         if self.prop != "steps":
-            diffs = (compare_answers if self.prop == "answers" else compare_settings)(self.eng, w).differences
-            return diffs[0] if diffs else ""
+            check = (compare_answers if self.prop == "answers" else compare_settings)(self.eng, w)
+            self.compared += check.compared
+            return check.differences[0] if check.differences else ""
         served = self.eng.serve(w)
         self.steps += len(served.steps)
+        self.preempted += preempted(served.steps)
         return f"step {served.violations[0][0]}: {served.violations[0][1]}" if served.violations else ""
 
     def violates(self, w: LiveWorkload) -> bool:
@@ -670,11 +684,13 @@ def search(eng: LiveEngine, *, examples: int, seed: int = 0, prop: str = "steps"
     except (NoSuchExample, _OutOfTime) as exc:
         out_of_time = isinstance(exc, _OutOfTime)
     if counter.failing is None:
-        return SearchResult(counter.examples, counter.steps, None, out_of_time=out_of_time)
+        return SearchResult(counter.examples, counter.steps, None, out_of_time=out_of_time, preempted=counter.preempted,
+                            compared=counter.compared)
     found, violation = counter.failing
     # Served once more on its own: a violation that depends on what earlier workloads left behind says so.
     again = _Counter(eng, prop).violation(found) or f"no violation on a second run (not reproducible; first: {violation})"
-    return SearchResult(counter.examples, counter.steps, found, again, counter.first_failure, out_of_time)
+    return SearchResult(counter.examples, counter.steps, found, again, counter.first_failure, out_of_time, counter.preempted,
+                        counter.compared)
 
 
 # ---------------------------------------------------------------- a reproduction that stands alone
@@ -871,7 +887,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(found or f"no violation ({a.property})")
             return 1 if found else 0
         result = search(eng, examples=a.examples, seed=a.seed, prop=a.property)
-    tried = f"{result.examples} workloads" + (f" ({result.steps} steps)" if a.property == "steps" else "")
+    tried = f"{result.examples} workloads" + (f" ({result.steps} steps, {result.preempted} requests preempted)"
+                                               if a.property == "steps" else f" ({result.compared} answers compared)")
     if result.workload is None:
         print(f"no violation in {tried}")
         return 0

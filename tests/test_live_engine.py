@@ -63,8 +63,8 @@ def test_each_rule_fails_on_a_step_that_breaks_it(changes: dict[str, Any], rule:
 
 
 def test_workloads_round_trip_and_bad_ones_are_named() -> None:
-    w = le.sample_workload(3)
-    assert le.LiveWorkload.from_dict(json.loads(json.dumps(w.to_dict()))) == w
+    for w in (le.sample_workload(3), le.LiveWorkload((le.LiveRequest(0, (1, 2), 1),), kv_blocks=2)):
+        assert le.LiveWorkload.from_dict(json.loads(json.dumps(w.to_dict()))) == w
     with pytest.raises(ValueError, match="requests"):
         le.LiveWorkload.from_dict({"reqs": []})
 
@@ -92,8 +92,13 @@ def test_an_answer_difference_counts_only_above_the_tolerance() -> None:
     assert len(result.differences) == 1 and "token 1 is 6 served together, 7 alone" in result.differences[0]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def engine() -> le.LiveEngine:
+    """The process's engine (``live_engine.engine()``), started once per test session and worker; skips, saying
+    why, without vLLM (a session fixture is set up before the module's ``vllm_importable``)."""
+    why = le.import_error()
+    if why is not None:
+        pytest.skip(f"needs vLLM's engine: {why}")
     return le.engine()
 
 
@@ -123,21 +128,6 @@ def test_planted_stale_padding_is_caught_and_shrunk(engine: le.LiveEngine) -> No
 
 
 @needs_vllm
-def test_planted_shifted_positions_is_caught_and_shrunk(engine: le.LiveEngine) -> None:
-    with le.planted(engine, "shifted_positions"):
-        result = le.search(engine, examples=40, seed=0)
-    assert result.workload is not None and "positions" in result.violation
-    (req,) = result.workload.requests
-    # The smallest resuming request of more than one token: a prompt two tokens past one chunk of the budget.
-    assert len(req.prompt) == engine.settings.token_budget + 2 and req.max_tokens == 1
-    # The reproduction it prints serves that workload again and fails (run in-process: vLLM is imported already).
-    argv = shlex.split(result.reproduction("shifted_positions"))
-    assert argv[:3] == ["python", "-m", "batchfuzz.live_engine"]
-    assert le.main(argv[3:]) == 1
-    assert le.main(argv[3:5]) == 0  # without the plant, the same workload is clean
-
-
-@needs_vllm
 def test_the_shipped_engine_answers_alike_together_and_alone(engine: le.LiveEngine) -> None:
     # A shared two-block prefix, a copy arriving with it and a chunked prompt: every request compared.
     shared = tuple(range(1, 65))
@@ -152,7 +142,7 @@ def test_planted_shifted_positions_changes_answers_and_is_shrunk(engine: le.Live
     # The shifted second chunk leaves a slot unwritten that attention then reads: the answer depends on history.
     # One request per workload keeps the search cheap (each example is served twice).
     with le.planted(engine, "shifted_positions"):
-        result = le.search(engine, examples=40, seed=0, prop="answers", max_events=1)
+        result = le.search(engine, examples=40, seed=3, prop="answers", max_events=1)
     assert result.workload is not None and "served together" in result.violation
     (req,) = result.workload.requests
     assert len(req.prompt) == engine.settings.token_budget + 2 and req.max_tokens == 1
@@ -216,7 +206,7 @@ def test_check_runs_as_list_prints_it(engine: le.LiveEngine, capsys: Any) -> Non
 
 
 @needs_vllm
-def test_a_nightly_items_slice_catches_and_shrinks_the_planted_bug(engine: le.LiveEngine, tmp_path: Any) -> None:
+def test_a_nightly_slice_catches_and_shrinks_the_plant_and_its_command_fails(engine: le.LiveEngine, tmp_path: Any) -> None:
     import time
 
     from batchfuzz.fuzz.job import Job, WorkItem, _JobProcess
@@ -230,10 +220,16 @@ def test_a_nightly_items_slice_catches_and_shrinks_the_planted_bug(engine: le.Li
         state = _JobProcess(job, "w0").run_slice(item, 0, 3600.0, 3600.0)  # bounded by the 60 examples, not the time
     assert state.status == "failed", state.error
     (record,) = state.failures
-    (req,) = le.LiveWorkload.from_dict(record["inputs"]["workload"]).requests
+    shrunk = le.LiveWorkload.from_dict(record["inputs"]["workload"])
+    (req,) = shrunk.requests
     assert len(req.prompt) == engine.settings.token_budget + 2 and req.max_tokens == 1  # shrunk as the search is
     assert "positions" in record["message"] and record["shrink_complete"] and state.examples <= 60
     assert "import batchfuzz" not in record["reproduction"] and "from batchfuzz" not in record["reproduction"]
+    # The command a search prints for that workload serves it again and fails (in-process: vLLM is imported already).
+    argv = shlex.split(le.SearchResult(1, 1, shrunk).reproduction("shifted_positions"))
+    assert argv[:3] == ["python", "-m", "batchfuzz.live_engine"]
+    assert le.main(argv[3:]) == 1
+    assert le.main(argv[3:5]) == 0  # without the plant, the same workload is clean
 
 
 # The plant installed on every CPU model runner of the subprocess, then the script run as a program.
@@ -275,6 +271,8 @@ def test_each_settings_change_does_what_it_says_and_is_undone(engine: le.LiveEng
         assert max(int(s.num_scheduled.sum()) for s in engine.serve(w).steps) == engine.settings.token_budget // 4
     with le.changed(engine, "tight_pool"):
         assert le.preempted(engine.serve(w).steps) > 0
+    # A workload's own pool, held down to the blocks its larger request needs (2), preempts as well.
+    assert le.preempted(engine.serve(replace(w, kv_blocks=2)).steps) > 0
     plain = engine.serve(w).steps
     assert le.preempted(plain) == 0 and max(len(s.req_ids) for s in plain) == 2  # all undone
     assert le.compare_settings(engine, w).compared == 2 * len(le.SETTINGS_CHANGES)
@@ -291,3 +289,29 @@ def test_planted_shifted_positions_changes_answers_across_settings(engine: le.Li
     with le.planted(engine, "shifted_positions"):
         found = le.compare_settings(engine, w).differences
     assert found and all(d.startswith("request 0: token ") and " at the engine's settings, " in d for d in found), found
+
+
+@needs_vllm
+def test_drawn_workloads_preempt(engine: le.LiveEngine) -> None:
+    # Seeded draws (docs/live-engine.md, "Workloads": 3 of the first 40 preempt); the third preempts two requests.
+    drawn = [le.sample_workload(seed, engine.settings) for seed in range(3)]
+    assert sum(le.preempted(engine.serve(w).steps) for w in drawn) >= 2
+
+
+@needs_vllm
+def test_dummy_runs_are_checked_under_contracts_a_and_b(engine: le.LiveEngine) -> None:
+    from batchfuzz.contracts.split_dummy_tokens_variants import remainder_to_last_dummy_run
+    from batchfuzz.engines import live_dummy
+
+    verdicts = live_dummy.check_dummy_runs(engine)  # the warm-up's size: max_num_tokens, 32 tokens over 8 requests
+    assert len(verdicts) == 2 * 8 + len(live_dummy.LAYOUT_PROPERTIES)  # A on both runs, B on the one with a layout
+    # Only the v1 dummy run's seq_lens (docs/upstream-reports.md): every request's seq_len is N, not its own count.
+    failed = [(v.run, v.prop) for v in verdicts if v.failure]
+    assert failed == [("attention", "seq_lens_layout")], failed
+    # Off the warm-up's size, the split is contract A's shipped variant remainder_to_last (v1 runner).
+    assert live_dummy.dummy_run(engine, "profile", 10).split.tolist() == remainder_to_last_dummy_run(8, 10)
+    with live_dummy.planted_uneven_split(engine):
+        planted = {(v.run, v.prop) for v in live_dummy.check_dummy_runs(engine) if v.failure}
+    assert {("profile", "max_is_ceil"), ("attention", "max_is_ceil")} <= planted
+    w = le.LiveWorkload((le.LiveRequest(0, tuple(range(1, 40)), 2),))
+    assert engine.serve(w).violations == [] and not live_dummy.check_dummy_runs(engine)[0].failure  # all undone
