@@ -50,7 +50,9 @@ The bindings (paths inside the release, under ``vllm/v1/worker/``):
   ``coordinate_dp``: rank functions (``rank_function(ref)``) run as one process
   per rank by ``batchfuzz.distributed``, their all-reduce on the real process
   group, the new model runner's CUDA-graph manager stood in by one built from the
-  case's capture sizes (docs/dp-coordination.md).
+  case's capture sizes (docs/dp-coordination.md);
+- ``vllm/config/vllm.py:VllmConfig._set_cudagraph_sizes`` as ``capture_grid``:
+  the capture sizes it resolves on a stand-in config (``graphs.py``).
 
 Then every copy of the split that ``split_search`` finds in the release, as
 ``split_dummy_tokens`` (docs/split-copies.md).
@@ -210,6 +212,8 @@ SPECS: tuple[_Spec, ...] = (
           functools.partial(_graphs._bind_graph_dispatch, tokens=True),
           tuple(np.asarray(v) if isinstance(v, list) else v for v in ([2, 4], [5], [3], [7], 1, 1, [9] * 4, [9] * 4, [9] * 4)),
           _graphs.TOKEN_ASSUMED),
+    _Spec(f"{_graphs.CONFIG}:VllmConfig._set_cudagraph_sizes", "capture_grid", _graphs._bind_capture_grid,
+          (4, 8192, 1, 1, False), _graphs.GRID_ASSUMED),
     _Spec(f"{DP_UTILS}:coordinate_batch_across_dp", "coordinate_dp", _bind_dp(f"{DP_UTILS}:coordinate_batch_across_dp"),
           ([3, 4], [4, 4], [1, 1], [1, 1], [0, 0], [3, 4], 2, (2, 2), [2, 4, 8], None)),
     _Spec(f"{MRV2_DP_UTILS}:sync_cudagraph_and_dp_padding", "coordinate_dp",

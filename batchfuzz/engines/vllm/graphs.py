@@ -25,6 +25,8 @@ import numpy as np
 from batchfuzz import bind
 from batchfuzz.bind import Stub
 from batchfuzz.engines.vllm._release import _Built, _Release
+from batchfuzz.preconditions import assumes
+from batchfuzz.reference import capture_grid as grid_oracle
 
 CG_UTILS = "vllm/v1/worker/gpu/cudagraph_utils.py"
 _METHODS = ("_init_candidates", "dispatch", "_resolve_effective_loras", "_build_lora_dispatch_map", "_maybe_ubatch_twin")
@@ -112,3 +114,85 @@ def _bind_graph_dispatch(rel: _Release, tokens: bool = False) -> _Built:
     return bind_graph_dispatch(rel.loader(get_offloader=bind.unreachable("get_offloader"),
                                           build_dynamic_sd_schedule_lookup=bind.unreachable("dynamic SD")),
                                tokens)
+
+
+# Contract O: the capture grid, derived by VllmConfig._set_cudagraph_sizes (every release) and, from 0.34.0, split into
+# prefill and decode sizes by _split_cudagraph_capture_sizes with the grids of config/compilation.py.
+CONFIG = "vllm/config/vllm.py"
+COMPILATION = "vllm/config/compilation.py"
+_CONFIG_METHODS = ("_set_cudagraph_sizes", "get_decode_cudagraph_query_lens", "_split_cudagraph_capture_sizes",
+                   "update_sizes_for_sequence_parallelism", "get_draft_decode_cudagraph_request_sizes",
+                   "get_varlen_decode_cudagraph_token_sizes")
+GRID_ASSUMED = ("platform: not data-centre Blackwell (current_platform.is_device_capability_family(100) is False: "
+                "the 512-token default ceiling)",
+                "no capture sizes configured (cudagraph_capture_sizes, max_cudagraph_capture_size and 0.34.0's "
+                "prefill/decode size fields all None)",
+                "cudagraph_mode=FULL_AND_PIECEWISE, enforce_eager=False, performance_mode=balanced",
+                "speculative decoding (q > 1): num_speculative_tokens=q-1, method=ngram, static (no dynamic schedule), "
+                "no adaptive verification")
+
+
+def _config(methods: dict[str, Callable[..., Any]], post_init: Callable[..., Any], modes: Any,
+            args: tuple[int, int, int, int, bool]) -> Stub:
+    """A stand-in ``VllmConfig`` for the case ``(S, B, q, tp, sp)``, its compilation config's sizes unset."""
+    s, b, q, t, sp = args
+    compilation = Stub("compilation_config", methods={"post_init_cudagraph_sizes": post_init},
+                       cudagraph_mode=modes.FULL_AND_PIECEWISE, cudagraph_capture_sizes=None,
+                       max_cudagraph_capture_size=None, compile_sizes=None, pass_config=Stub("pass_config", enable_sp=sp),
+                       prefill_cudagraph_capture_token_sizes=None, max_prefill_cudagraph_capture_tokens=None,
+                       decode_cudagraph_capture_request_sizes=None, max_decode_cudagraph_capture_requests=None,
+                       max_decode_cudagraph_capture_tokens=None)
+    speculative = None if q == 1 else Stub(
+        "speculative_config", num_speculative_tokens=q - 1, method="ngram", enable_adaptive_verification=False,
+        uses_dynamic_speculative_decoding=lambda: False)
+    return Stub("VllmConfig", methods=methods, compilation_config=compilation, model_config=Stub("model_config", enforce_eager=False),
+                scheduler_config=Stub("scheduler_config", max_num_seqs=s, max_num_batched_tokens=b),
+                parallel_config=Stub("parallel_config", tensor_parallel_size=t), speculative_config=speculative,
+                num_speculative_tokens=q - 1, uniform_decode_query_len=q, performance_mode="balanced")
+
+
+def _no_sequence_parallel(max_num_seqs: Any, max_num_batched_tokens: Any, decode_query_len: Any, tp_size: Any,
+                          sequence_parallel: Any) -> bool:
+    return not sequence_parallel
+
+
+def bind_capture_grid(loader: bind.Loader) -> tuple[Callable[..., Any], str]:
+    """``VllmConfig._set_cudagraph_sizes`` of the release ``loader`` reads, as contract O's target: the compilation
+    config's ``cudagraph_capture_sizes`` it resolves for the case's limits, on a stand-in config."""
+    f = loader.file(CONFIG)
+    methods: dict[str, Callable[..., Any]] = {}
+    for name in _CONFIG_METHODS:
+        try:
+            methods[name] = loader.load(f.piece(f"VllmConfig.{name}"))
+        except bind.Absent:
+            if name == "_set_cudagraph_sizes":
+                raise
+    post_init = loader.load(loader.file(COMPILATION).piece("CompilationConfig.post_init_cudagraph_sizes"))
+    modes = methods["_set_cudagraph_sizes"].__globals__.get("CUDAGraphMode")
+    if modes is None or not hasattr(modes, "FULL_AND_PIECEWISE"):
+        raise bind.Unbindable(f"{CONFIG}:VllmConfig._set_cudagraph_sizes no longer reads CUDAGraphMode.FULL_AND_PIECEWISE")
+    sp_filter = "update_sizes_for_sequence_parallelism" in methods
+
+    def capture_grid(max_num_seqs: Any, max_num_batched_tokens: Any, decode_query_len: Any, tp_size: Any,
+                     sequence_parallel: Any) -> list[int]:
+        args = grid_oracle.check_args(max_num_seqs, max_num_batched_tokens, decode_query_len, tp_size, sequence_parallel)
+        config = _config(methods, post_init, modes, args)
+        config._set_cudagraph_sizes()
+        return [int(x) for x in config.compilation_config.cudagraph_capture_sizes]
+
+    if not sp_filter:
+        # No sequence-parallel size filter (0.33.0 on): the release has no such pass, so SP cases are not its inputs.
+        capture_grid = assumes(_no_sequence_parallel)(capture_grid)
+    return capture_grid, (
+        f"{CONFIG}:VllmConfig._set_cudagraph_sizes (with the VllmConfig methods it calls and "
+        f"{COMPILATION}:CompilationConfig.post_init_cudagraph_sizes, the release's own) on a stand-in config: "
+        "max_num_seqs, max_num_batched_tokens, num_speculative_tokens = q - 1, tensor_parallel_size and "
+        "pass_config.enable_sp from the case; the result is compilation_config.cudagraph_capture_sizes"
+        + ("" if sp_filter else "; this release has no sequence-parallel size filter, so it assumes "
+           "sequence_parallel=False"))
+
+
+def _bind_capture_grid(rel: _Release) -> _Built:
+    loader = rel.loader(current_platform=Stub("current_platform", is_device_capability_family=lambda family: False),
+                        build_dynamic_sd_schedule_lookup=bind.unreachable("dynamic SD"))
+    return bind_capture_grid(loader)
