@@ -14,6 +14,8 @@ The bindings (paths inside the release, under ``vllm/v1/worker/``):
   (its ``num_scheduled_tokens``) and as ``make_dummy`` (stale ``DummyBuffers``
   copied into the engine's own ``InputBuffers``, built by its ``__init__``,
   and back);
+- ``cpu/input_batch.py:InputBatch.make_dummy`` (the CPU runner, 0.34.0) as
+  ``make_dummy``, the same way;
 - ``gpu/model_runner.py:GPUModelRunner._dummy_run`` (MRV2) as
   ``split_dummy_tokens``: the statements writing ``num_tokens_per_request``;
 - ``gpu/lora_utils.py:create_lora_capture_hook`` as ``split_dummy_tokens``: the
@@ -99,6 +101,7 @@ from batchfuzz.engines.vllm._release import (
 )
 from batchfuzz.engines.vllm.dp import _bind_dp, rank_function
 from batchfuzz.engines.vllm.dummy import (
+    CPU_INPUT_BATCH,
     _bind_lora_hook,
     _bind_make_dummy_layout,
     _bind_make_dummy_split,
@@ -170,6 +173,8 @@ _ORDER_PROBE = ([1, 0, 2, 3], [1, 3, 2, 1], [1, 4, 4, 5], [1, 2, None], 0)
 SPECS: tuple[_Spec, ...] = (
     _Spec(f"{INPUT_BATCH}:InputBatch.make_dummy", "split_dummy_tokens", _bind_make_dummy_split, (3, 5)),
     _Spec(f"{INPUT_BATCH}:InputBatch.make_dummy", "make_dummy", _bind_make_dummy_layout, (3, 5, "buffers")),
+    _Spec(f"{CPU_INPUT_BATCH}:InputBatch.make_dummy", "make_dummy",
+          functools.partial(_bind_make_dummy_layout, path=CPU_INPUT_BATCH), (3, 5, "buffers")),
     _Spec(f"{MRV2_RUNNER}:GPUModelRunner._dummy_run", "split_dummy_tokens", _bind_mrv2_dummy_run, (3, 5)),
     _Spec(f"{LORA_UTILS}:create_lora_capture_hook", "split_dummy_tokens", _bind_lora_hook, (3, 5)),
     _Spec(f"{V1_RUNNER}:GPUModelRunner._dummy_run", "split_dummy_tokens", _bind_v1_dummy_run, (3, 5)),
