@@ -41,21 +41,32 @@ ASSUMED = ("cudagraph_mode=FULL_DECODE_ONLY (uniform decode graphs, no mixed gra
 TOKEN_ASSUMED = ("cudagraph_mode=PIECEWISE (token-keyed graphs only), torch-compiled (use_breakable_cg=False)",
                  "capture token sizes = capture_bs * num_tokens_per_bs (cudagraph_capture_sizes up to 0.33.0, "
                  "prefill_cudagraph_capture_token_sizes from 0.34.0)", "uniform_token_count=None", *_COMMON)
+# The DBO twins (_maybe_ubatch_twin, 0.33.0 on): the same decode graphs captured again for a step split in two.
+TWIN_ASSUMED = ("cudagraph_mode=FULL_DECODE_ONLY (uniform decode graphs, no mixed graphs)",
+                "decode graph request sizes = capture_bs, query length num_tokens_per_bs",
+                "DBO on: a UBatchRunner, parallel_config.use_ubatching=True, num_ubatches=2, "
+                "dbo_decode_token_threshold=0 (every decode graph of >= 2 tokens has a twin; capture_bs[0] * T >= 2)",
+                "the step split in two: dispatch(..., num_ubatches=2)", *_COMMON[:2], "no LoRA, no speculative config")
 
 
-def _manager(methods: dict[str, Callable[..., Any]], modes: Any, sizes: list[int], q: int, tokens: bool) -> Stub:
+def _manager(methods: dict[str, Callable[..., Any]], modes: Any, sizes: list[int], q: int, tokens: bool,
+             ubatches: int = 1) -> Stub:
     """A stand-in ``CudaGraphManager`` for graphs of ``sizes`` requests of ``q`` tokens (``tokens``: token-keyed
-    PIECEWISE graphs of ``c * q`` tokens; else FULL uniform decode graphs), its tables built by the release's own
-    ``_init_candidates`` and marked captured (as ``capture()`` leaves them)."""
+    PIECEWISE graphs of ``c * q`` tokens; else FULL uniform decode graphs; ``ubatches > 1``: with DBO twins of that
+    many microbatches), its tables built by the release's own ``_init_candidates`` and marked captured (as
+    ``capture()`` leaves them)."""
     compilation = Stub("compilation_config", cudagraph_capture_sizes=[c * q for c in sizes],
                        prefill_cudagraph_capture_token_sizes=[c * q for c in sizes] if tokens else [],
                        decode_cudagraph_capture_request_sizes=list(sizes),
                        max_cudagraph_capture_size=sizes[-1] * q, max_decode_cudagraph_capture_tokens=None)
+    dbo = Stub("parallel_config", use_ubatching=ubatches > 1, num_ubatches=ubatches, dbo_decode_token_threshold=0,
+               dbo_prefill_token_threshold=0)
     config = Stub("vllm_config", speculative_config=None, uniform_decode_query_len=q,
-                  cache_config=Stub("cache_config", use_kda_recoverssm=False))
+                  cache_config=Stub("cache_config", use_kda_recoverssm=False), parallel_config=dbo)
     manager = Stub("CudaGraphManager", methods=methods, vllm_config=config, compilation_config=compilation,
                    cudagraph_mode=modes.PIECEWISE if tokens else modes.FULL_DECODE_ONLY, decode_request_sizes=None, max_num_reqs=sizes[-1],
-                   decode_max_reqs={q: sizes[-1]}, decode_query_len=q, varlen_decode=False, ubatch_runner=None,
+                   decode_max_reqs={q: sizes[-1]}, decode_query_len=q, varlen_decode=False,
+                   ubatch_runner=Stub("UBatchRunner") if ubatches > 1 else None,
                    lora_capture_cases=[0], _candidates={}, _decode_descs={}, _capture_descs={}, _graphs_captured=False,
                    _lora_dispatch_map={}, _max_lora_case=0, use_breakable_cg=False)
     manager._init_candidates()
@@ -71,16 +82,17 @@ def _padded(rows: np.ndarray, length: int, fill: int) -> np.ndarray:
     return out
 
 
-def bind_graph_dispatch(loader: bind.Loader, tokens: bool = False) -> tuple[Callable[..., Any], str]:
+def bind_graph_dispatch(loader: bind.Loader, tokens: bool = False, ubatches: int = 1) -> tuple[Callable[..., Any], str]:
     """``CudaGraphManager.dispatch`` of the release ``loader`` reads, as contract K's target: uniform decode steps
-    on FULL decode graphs, or (``tokens``) any step on token-keyed graphs, its bs the graph's tokens // T."""
+    on FULL decode graphs, or (``tokens``) any step on token-keyed graphs, its bs the graph's tokens // T, or
+    (``ubatches > 1``) uniform decode steps split in that many microbatches on the decode graphs' DBO twins."""
     f = loader.file(CG_UTILS)
     methods: dict[str, Callable[..., Any]] = {}
     for name in _METHODS:
         try:
             methods[name] = loader.load(f.piece(f"CudaGraphManager.{name}"))
         except bind.Absent:
-            if name in ("_init_candidates", "dispatch"):
+            if name in ("_init_candidates", "dispatch") or (ubatches > 1 and name == "_maybe_ubatch_twin"):
                 raise
     modes = methods["dispatch"].__globals__.get("CUDAGraphMode")
     if modes is None or not hasattr(modes, "FULL_DECODE_ONLY"):
@@ -92,7 +104,8 @@ def bind_graph_dispatch(loader: bind.Loader, tokens: bool = False) -> tuple[Call
                          seq_len_fill_value: Any, *_buffers: Any) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
         sizes = [int(x) for x in bind.int_array("capture_bs", capture_bs)]
         q, r = int(num_tokens_per_bs), len(seq_lens)
-        desc = _manager(methods, modes, sizes, q, tokens).dispatch(r, r * q, None if tokens else q, *loras)
+        split = {"num_ubatches": ubatches} if ubatches > 1 else {}
+        desc = _manager(methods, modes, sizes, q, tokens, ubatches).dispatch(r, r * q, None if tokens else q, *loras, **split)
         if tokens:
             bs = int(desc.num_tokens) // q if desc.cg_mode != modes.NONE else r
         else:
@@ -104,16 +117,29 @@ def bind_graph_dispatch(loader: bind.Loader, tokens: bool = False) -> tuple[Call
            "uniform_token_count=None); bs: the descriptor's num_tokens // T (R when eager)" if tokens else
            "FULL decode graphs of capture_bs requests; the step: R requests of T tokens, dispatch(R, R * T, "
            "uniform_token_count=T); bs: the descriptor's num_reqs (R when eager)")
+    if ubatches > 1:
+        how = (f"FULL decode graphs of capture_bs requests and their DBO twins of {ubatches} microbatches "
+               f"(_maybe_ubatch_twin); the step: R requests of T tokens, dispatch(R, R * T, uniform_token_count=T, "
+               f"num_ubatches={ubatches}); bs: the descriptor's num_reqs (R when eager); checked where every decode "
+               "graph has a twin (capture_bs[0] * T >= 2)")
+        pad_graph_replay = assumes(_every_graph_has_a_twin)(pad_graph_replay)
     return pad_graph_replay, (
         f"{CG_UTILS}:CudaGraphManager.dispatch over the graphs its _init_candidates builds (the release's own, with "
         f"the compilation config's capture-size helpers it calls), on a stand-in manager: {how}; the padded rows are "
         "batchfuzz's fill (vLLM fills them in prepare_inputs, contract C), on fresh arrays")
 
 
-def _bind_graph_dispatch(rel: _Release, tokens: bool = False) -> _Built:
+def _every_graph_has_a_twin(capture_bs: Any, seq_lens: Any, positions: Any, out_cache_loc: Any, num_tokens_per_bs: Any,
+                            *_rest: Any) -> bool:
+    """A decode graph of fewer tokens than microbatches has no twin (``_maybe_ubatch_twin``), and the engine splits
+    no such step; checked where the twins are exactly ``capture_bs``."""
+    return len(capture_bs) > 0 and int(capture_bs[0]) * int(num_tokens_per_bs) >= 2
+
+
+def _bind_graph_dispatch(rel: _Release, tokens: bool = False, ubatches: int = 1) -> _Built:
     return bind_graph_dispatch(rel.loader(get_offloader=bind.unreachable("get_offloader"),
                                           build_dynamic_sd_schedule_lookup=bind.unreachable("dynamic SD")),
-                               tokens)
+                               tokens, ubatches)
 
 
 # Contract O: the capture grid, derived by VllmConfig._set_cudagraph_sizes (every release) and, from 0.34.0, split into

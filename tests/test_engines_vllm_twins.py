@@ -1,0 +1,50 @@
+"""The DBO twins of vLLM's decode CUDA graphs (``CudaGraphManager._maybe_ubatch_twin``, 0.33.0 on) under contract K.
+
+The wheels are downloaded with pip into ``$BATCHFUZZ_CACHE/wheels`` once; the tests skip, saying why, when the
+package registry cannot be reached. An edited copy of 0.34.0's file plants a twin dropped for the smallest graphs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from batchfuzz import registry
+from tests.test_engines_vllm import bound_target, edited, hunt
+from tests.test_engines_vllm_graphs import _bind, _bound, _spec
+
+TWIN = "vllm/v1/worker/gpu/cudagraph_utils.py:CudaGraphManager._maybe_ubatch_twin"
+
+
+def _step(sizes: list[int], r: int, t: int) -> tuple[object, ...]:
+    top = sizes[-1]
+    return (np.array(sizes), np.full(r, 3), np.arange(r * t), np.arange(r * t), t, 1,
+            np.full(top, 9), np.full(top * t, 9), np.full(top * t, 9))
+
+
+def test_a_step_split_in_two_pads_to_the_smallest_twin_holding_it() -> None:
+    """0.34.0: three requests split in two microbatches take the twin of the 4-request decode graph (not eager, which
+    would leave bs = 3 uncaptured), and a derandomized search of K's properties finds nothing."""
+    bound, _files = _bound("0.34.0", TWIN)
+    assert bound.status == "bound", bound.reason
+    assert bound.assumed == _spec(TWIN).assumed
+    target = bound_target(bound)
+    assert target(*_step([2, 4, 8], 3, 2))[0] == 4
+    assert hunt(registry.get("pad_graph_replay"), target, 40, ("size_fits", "size_smallest"), domain="engine") is None
+
+
+def test_the_twins_are_absent_before_0_33_0() -> None:
+    bound, _files = _bound("0.28.0", TWIN)
+    assert bound.status == "absent" and "_maybe_ubatch_twin" in bound.reason
+
+
+def test_a_planted_missing_twin_is_caught(tmp_path: Path) -> None:
+    """0.34.0 with no twin for graphs under twice the microbatch count: a small split step pads past the smallest
+    captured graph holding it (size_smallest)."""
+    _bound_ok, files = _bound("0.34.0", TWIN)
+    planted = edited(tmp_path, files, TWIN.split(":")[0], "if desc.num_tokens < num_ubatches:",
+                     "if desc.num_tokens < 2 * num_ubatches:")
+    failure = hunt(registry.get("pad_graph_replay"), bound_target(_bind(planted, TWIN)), 40, ("size_smallest",),
+                   domain="engine")
+    assert failure is not None
