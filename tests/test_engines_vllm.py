@@ -164,6 +164,7 @@ def test_every_binding_is_bound_in_the_reference_release(release: Release) -> No
         (MRV2_QSL, "pad_query_start_loc"), (MRV2_SLICES, "split_uniform_ubatches"),
         (f"{CG}:CudaGraphManager.dispatch", "pad_graph_replay"), (f"{CG}:CudaGraphManager._init_candidates", "pad_graph_replay"),
         (f"{CG}:CudaGraphManager._maybe_ubatch_twin", "pad_graph_replay"),
+        (f"{CG}:CudaGraphManager.__init__", "pad_graph_replay"),
         ("vllm/config/vllm.py:VllmConfig._set_cudagraph_sizes", "capture_grid"),
         ("vllm/v1/worker/cpu/input_batch.py:InputBatch.make_dummy", "make_dummy")])
     uniform = table[(MRV2_SLICES, "split_uniform_ubatches")]
