@@ -170,6 +170,9 @@ def _probe_buffers() -> DummyBuffers:
 # A step with every region and two groups of different thresholds (no speculative tokens).
 _ORDER_PROBE = ([1, 0, 2, 3], [1, 3, 2, 1], [1, 4, 4, 5], [1, 2, None], 0)
 
+# One step of R = 1 request of T = 1 token on graphs of 2 and 4 requests (K's rows).
+_GRAPH_PROBE = tuple(np.asarray(v) if isinstance(v, list) else v for v in ([2, 4], [5], [3], [7], 1, 1, [9] * 4, [9] * 4, [9] * 4))
+
 SPECS: tuple[_Spec, ...] = (
     _Spec(f"{INPUT_BATCH}:InputBatch.make_dummy", "split_dummy_tokens", _bind_make_dummy_split, (3, 5)),
     _Spec(f"{INPUT_BATCH}:InputBatch.make_dummy", "make_dummy", _bind_make_dummy_layout, (3, 5, "buffers")),
@@ -211,19 +214,19 @@ SPECS: tuple[_Spec, ...] = (
     _Spec(f"{INPUT_BATCH}:combine_sampled_and_draft_tokens", "spec_decode_metadata", _bind_mrv2_spec_logits,
           ([2, 0, 1], [3, 4, 2])),
     _Spec(f"{_graphs.CG_UTILS}:CudaGraphManager.dispatch", "pad_graph_replay", _graphs._bind_graph_dispatch,
-          tuple(np.asarray(v) if isinstance(v, list) else v for v in ([2, 4], [5], [3], [7], 1, 1, [9] * 4, [9] * 4, [9] * 4)),
+          _GRAPH_PROBE,
           _graphs.ASSUMED),
     _Spec(f"{_graphs.CG_UTILS}:CudaGraphManager._init_candidates", "pad_graph_replay",
           functools.partial(_graphs._bind_graph_dispatch, row=_graphs.GraphRow(tokens=True)),
-          tuple(np.asarray(v) if isinstance(v, list) else v for v in ([2, 4], [5], [3], [7], 1, 1, [9] * 4, [9] * 4, [9] * 4)),
+          _GRAPH_PROBE,
           _graphs.TOKEN_ASSUMED),
     _Spec(f"{_graphs.CG_UTILS}:CudaGraphManager._maybe_ubatch_twin", "pad_graph_replay",
           functools.partial(_graphs._bind_graph_dispatch, row=_graphs.GraphRow(ubatches=2)),
-          tuple(np.asarray(v) if isinstance(v, list) else v for v in ([2, 4], [5], [3], [7], 1, 1, [9] * 4, [9] * 4, [9] * 4)),
+          _GRAPH_PROBE,
           _graphs.TWIN_ASSUMED),
     _Spec(f"{_graphs.CG_UTILS}:CudaGraphManager.__init__", "pad_graph_replay",
           functools.partial(_graphs._bind_graph_dispatch, row=_graphs.GraphRow(varlen=True)),
-          tuple(np.asarray(v) if isinstance(v, list) else v for v in ([2, 4], [5], [3], [7], 1, 1, [9] * 4, [9] * 4, [9] * 4)),
+          _GRAPH_PROBE,
           _graphs.VARLEN_ASSUMED),
     _Spec(f"{_graphs.CONFIG}:VllmConfig._set_cudagraph_sizes", "capture_grid", _graphs._bind_capture_grid,
           (4, 8192, 1, 1, False), _graphs.GRID_ASSUMED),

@@ -131,17 +131,26 @@ def _how(row: GraphRow) -> str:
             "uniform_token_count=T); bs: the descriptor's num_reqs (R when eager)")
 
 
+def _methods(loader: bind.Loader, path: str, cls: str, names: tuple[str, ...],
+             required: tuple[str, ...]) -> dict[str, Callable[..., Any]]:
+    """The methods ``names`` of class ``cls`` in ``path`` that the release has (a stand-in's ``methods``); Absent
+    when one of ``required`` is missing."""
+    f = loader.file(path)
+    methods: dict[str, Callable[..., Any]] = {}
+    for name in names:
+        try:
+            methods[name] = loader.load(f.piece(f"{cls}.{name}"))
+        except bind.Absent:
+            if name in required:
+                raise
+    return methods
+
+
 def _load_manager(loader: bind.Loader, row: GraphRow) -> dict[str, Callable[..., Any]]:
     """The release's ``CudaGraphManager`` methods a stand-in manager needs; Absent where the row's graphs are not
     in the release."""
-    f = loader.file(CG_UTILS)
-    methods: dict[str, Callable[..., Any]] = {}
-    for name in _METHODS:
-        try:
-            methods[name] = loader.load(f.piece(f"CudaGraphManager.{name}"))
-        except bind.Absent:
-            if name in ("_init_candidates", "dispatch") or (row.ubatches > 1 and name == "_maybe_ubatch_twin"):
-                raise
+    required = ("_init_candidates", "dispatch", *(("_maybe_ubatch_twin",) if row.ubatches > 1 else ()))
+    methods = _methods(loader, CG_UTILS, "CudaGraphManager", _METHODS, required)
     if row.varlen and "varlen_decode" not in methods["_init_candidates"].__code__.co_names:
         raise bind.Absent(f"{CG_UTILS}:CudaGraphManager._init_candidates captures no varlen decode graphs "
                           "(no varlen_decode) in this release")
@@ -236,14 +245,7 @@ def _no_sequence_parallel(max_num_seqs: Any, max_num_batched_tokens: Any, decode
 def bind_capture_grid(loader: bind.Loader) -> tuple[Callable[..., Any], str]:
     """``VllmConfig._set_cudagraph_sizes`` of the release ``loader`` reads, as contract O's target: the compilation
     config's ``cudagraph_capture_sizes`` it resolves for the case's limits, on a stand-in config."""
-    f = loader.file(CONFIG)
-    methods: dict[str, Callable[..., Any]] = {}
-    for name in _CONFIG_METHODS:
-        try:
-            methods[name] = loader.load(f.piece(f"VllmConfig.{name}"))
-        except bind.Absent:
-            if name == "_set_cudagraph_sizes":
-                raise
+    methods = _methods(loader, CONFIG, "VllmConfig", _CONFIG_METHODS, ("_set_cudagraph_sizes",))
     post_init = loader.load(loader.file(COMPILATION).piece("CompilationConfig.post_init_cudagraph_sizes"))
     modes = methods["_set_cudagraph_sizes"].__globals__.get("CUDAGraphMode")
     if modes is None or not hasattr(modes, "FULL_AND_PIECEWISE"):
