@@ -601,7 +601,8 @@ def test_a_removed_function_is_absent_and_a_changed_one_unbindable(release: Rele
                                 search=False))
     b = sig[(MAKE_DUMMY, "make_dummy")]
     assert b.status == "unbindable" and "missing 1 required positional argument: 'pin'" in b.reason and b.target is None
-    assert all(x.status == "bound" for k, x in sig.items() if k[0] != MAKE_DUMMY and k[1] != "split_uniform_ubatches")
+    cpu = "vllm/v1/worker/cpu/input_batch.py:InputBatch.make_dummy"  # absent in 0.33.0
+    assert all(x.status == "bound" for k, x in sig.items() if k[0] not in (MAKE_DUMMY, cpu) and k[1] != "split_uniform_ubatches")
 
 
 def test_resolve_rebuilds_a_target_in_a_fresh_process(release: Release, tmp_path: Path) -> None:
