@@ -14,6 +14,8 @@ The bindings (paths inside the release, under ``vllm/v1/worker/``):
   (its ``num_scheduled_tokens``) and as ``make_dummy`` (stale ``DummyBuffers``
   copied into the engine's own ``InputBuffers``, built by its ``__init__``,
   and back);
+- ``cpu/input_batch.py:InputBatch.make_dummy`` (the CPU runner, 0.34.0) as
+  ``make_dummy``, the same way;
 - ``gpu/model_runner.py:GPUModelRunner._dummy_run`` (MRV2) as
   ``split_dummy_tokens``: the statements writing ``num_tokens_per_request``;
 - ``gpu/lora_utils.py:create_lora_capture_hook`` as ``split_dummy_tokens``: the
@@ -50,7 +52,9 @@ The bindings (paths inside the release, under ``vllm/v1/worker/``):
   ``coordinate_dp``: rank functions (``rank_function(ref)``) run as one process
   per rank by ``batchfuzz.distributed``, their all-reduce on the real process
   group, the new model runner's CUDA-graph manager stood in by one built from the
-  case's capture sizes (docs/dp-coordination.md).
+  case's capture sizes (docs/dp-coordination.md);
+- ``vllm/config/vllm.py:VllmConfig._set_cudagraph_sizes`` as ``capture_grid``:
+  the capture sizes it resolves on a stand-in config (``graphs.py``).
 
 Then every copy of the split that ``split_search`` finds in the release, as
 ``split_dummy_tokens`` (docs/split-copies.md).
@@ -97,6 +101,7 @@ from batchfuzz.engines.vllm._release import (
 )
 from batchfuzz.engines.vllm.dp import _bind_dp, rank_function
 from batchfuzz.engines.vllm.dummy import (
+    CPU_INPUT_BATCH,
     _bind_lora_hook,
     _bind_make_dummy_layout,
     _bind_make_dummy_split,
@@ -165,9 +170,14 @@ def _probe_buffers() -> DummyBuffers:
 # A step with every region and two groups of different thresholds (no speculative tokens).
 _ORDER_PROBE = ([1, 0, 2, 3], [1, 3, 2, 1], [1, 4, 4, 5], [1, 2, None], 0)
 
+# One step of R = 1 request of T = 1 token on graphs of 2 and 4 requests (K's rows).
+_GRAPH_PROBE = tuple(np.asarray(v) if isinstance(v, list) else v for v in ([2, 4], [5], [3], [7], 1, 1, [9] * 4, [9] * 4, [9] * 4))
+
 SPECS: tuple[_Spec, ...] = (
     _Spec(f"{INPUT_BATCH}:InputBatch.make_dummy", "split_dummy_tokens", _bind_make_dummy_split, (3, 5)),
     _Spec(f"{INPUT_BATCH}:InputBatch.make_dummy", "make_dummy", _bind_make_dummy_layout, (3, 5, "buffers")),
+    _Spec(f"{CPU_INPUT_BATCH}:InputBatch.make_dummy", "make_dummy",
+          functools.partial(_bind_make_dummy_layout, path=CPU_INPUT_BATCH), (3, 5, "buffers")),
     _Spec(f"{MRV2_RUNNER}:GPUModelRunner._dummy_run", "split_dummy_tokens", _bind_mrv2_dummy_run, (3, 5)),
     _Spec(f"{LORA_UTILS}:create_lora_capture_hook", "split_dummy_tokens", _bind_lora_hook, (3, 5)),
     _Spec(f"{V1_RUNNER}:GPUModelRunner._dummy_run", "split_dummy_tokens", _bind_v1_dummy_run, (3, 5)),
@@ -204,12 +214,22 @@ SPECS: tuple[_Spec, ...] = (
     _Spec(f"{INPUT_BATCH}:combine_sampled_and_draft_tokens", "spec_decode_metadata", _bind_mrv2_spec_logits,
           ([2, 0, 1], [3, 4, 2])),
     _Spec(f"{_graphs.CG_UTILS}:CudaGraphManager.dispatch", "pad_graph_replay", _graphs._bind_graph_dispatch,
-          tuple(np.asarray(v) if isinstance(v, list) else v for v in ([2, 4], [5], [3], [7], 1, 1, [9] * 4, [9] * 4, [9] * 4)),
+          _GRAPH_PROBE,
           _graphs.ASSUMED),
     _Spec(f"{_graphs.CG_UTILS}:CudaGraphManager._init_candidates", "pad_graph_replay",
-          functools.partial(_graphs._bind_graph_dispatch, tokens=True),
-          tuple(np.asarray(v) if isinstance(v, list) else v for v in ([2, 4], [5], [3], [7], 1, 1, [9] * 4, [9] * 4, [9] * 4)),
+          functools.partial(_graphs._bind_graph_dispatch, row=_graphs.GraphRow(tokens=True)),
+          _GRAPH_PROBE,
           _graphs.TOKEN_ASSUMED),
+    _Spec(f"{_graphs.CG_UTILS}:CudaGraphManager._maybe_ubatch_twin", "pad_graph_replay",
+          functools.partial(_graphs._bind_graph_dispatch, row=_graphs.GraphRow(ubatches=2)),
+          _GRAPH_PROBE,
+          _graphs.TWIN_ASSUMED),
+    _Spec(f"{_graphs.CG_UTILS}:CudaGraphManager.__init__", "pad_graph_replay",
+          functools.partial(_graphs._bind_graph_dispatch, row=_graphs.GraphRow(varlen=True)),
+          _GRAPH_PROBE,
+          _graphs.VARLEN_ASSUMED),
+    _Spec(f"{_graphs.CONFIG}:VllmConfig._set_cudagraph_sizes", "capture_grid", _graphs._bind_capture_grid,
+          (4, 8192, 1, 1, False), _graphs.GRID_ASSUMED),
     _Spec(f"{DP_UTILS}:coordinate_batch_across_dp", "coordinate_dp", _bind_dp(f"{DP_UTILS}:coordinate_batch_across_dp"),
           ([3, 4], [4, 4], [1, 1], [1, 1], [0, 0], [3, 4], 2, (2, 2), [2, 4, 8], None)),
     _Spec(f"{MRV2_DP_UTILS}:sync_cudagraph_and_dp_padding", "coordinate_dp",

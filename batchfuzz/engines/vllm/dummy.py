@@ -18,9 +18,13 @@ from batchfuzz.reference.make_dummy import DummyBatch, DummyBuffers
 # ---------------------------------------------------------------- MRV2 InputBatch.make_dummy (A, B)
 
 
-def _make_dummy_parts(rel: _Release) -> tuple[Callable[..., Any], Callable[..., Any], str]:
+# The CPU model runner's own input batch (0.34.0): a copy of the new runner's InputBatch.make_dummy and InputBuffers.
+CPU_INPUT_BATCH = "vllm/v1/worker/cpu/input_batch.py"
+
+
+def _make_dummy_parts(rel: _Release, path: str = INPUT_BATCH) -> tuple[Callable[..., Any], Callable[..., Any], str]:
     loader = rel.loader()
-    f = loader.file(INPUT_BATCH)
+    f = loader.file(path)
     piece = f.piece("InputBatch.make_dummy")
     if piece.kind != "classmethod":
         raise bind.Unbindable(f"{piece.label} is no longer a classmethod")
@@ -70,8 +74,8 @@ def _layout_args(num_reqs: Any, num_tokens: Any, buffers: Any) -> tuple[int, int
 _BUFFER_FIELDS = ("seq_lens", "query_start_loc", "positions", "input_ids")
 
 
-def _bind_make_dummy_layout(rel: _Release) -> tuple[Callable[..., Any], str]:
-    make_dummy, init, detail = _make_dummy_parts(rel)
+def _bind_make_dummy_layout(rel: _Release, path: str = INPUT_BATCH) -> tuple[Callable[..., Any], str]:
+    make_dummy, init, detail = _make_dummy_parts(rel, path)
 
     def make_dummy_layout(num_reqs: Any, num_tokens: Any, buffers: DummyBuffers) -> DummyBatch:
         r, n = _layout_args(num_reqs, num_tokens, buffers)
