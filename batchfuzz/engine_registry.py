@@ -223,7 +223,7 @@ ENGINES_ENV_VAR = "BATCHFUZZ_ENGINES"
 ENTRY_POINT_GROUP = "batchfuzz.engines"
 ENGINES_PACKAGE = "batchfuzz.engines"  # the built-in engines: its modules
 # Modules of this package that are tools the engines share, not engines.
-_HARNESS_MODULES = frozenset({"base", "split_search", "locate", "follow"})
+_HARNESS_MODULES = frozenset({"base", "split_search", "locate", "follow", "live_dummy"})
 
 
 class UnknownEngine(LookupError):
@@ -238,7 +238,7 @@ def _engines_path() -> list[str]:
 
 def engine_modules() -> list[str]:
     """The modules that hold engines, in order: every module of this package
-    but the shared ones (``base``, ``split_search``, ``locate``, ``follow``) and private ones, then those the
+    but the shared ones (``base``, ``split_search``, ``locate``, ``follow``, ``live_dummy``) and private ones, then those the
     ``batchfuzz.engines`` entry-point group names, then
     ``$BATCHFUZZ_ENGINES`` (comma-separated)."""
     import pkgutil
