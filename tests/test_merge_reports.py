@@ -109,13 +109,17 @@ def _write_shard(root: Path, k: int, n: int, *, summary: dict[str, Any] | None =
                                                      shard=shard, **kwargs)
     s["shard"] = shard
     d = root / f"shard-{k}-of-{n}"
-    # The files merge-reports reads (merge.REPORT_FILES), as write_reports makes them; not the
-    # page, which it never reads: drawing its plots was most of this file's time (~2 s a shard).
-    d.mkdir(parents=True, exist_ok=True)
-    output.write_json_atomic(d / "summary.json", s)
-    output.write_text_atomic(d / "summary.md", report.render_markdown(s))
-    output.write_text_atomic(d / "junit.xml", report.render_junit(s))
+    _write_reports(d, s)
     return d
+
+
+def _write_reports(d: Path, summary: dict[str, Any]) -> None:
+    """The files merge-reports reads (merge.REPORT_FILES), as write_reports makes them; not the
+    page, which it never reads: drawing its plots was most of this file's time (~2 s a run)."""
+    d.mkdir(parents=True, exist_ok=True)
+    output.write_json_atomic(d / "summary.json", summary)
+    output.write_text_atomic(d / "summary.md", report.render_markdown(summary))
+    output.write_text_atomic(d / "junit.xml", report.render_junit(summary))
 
 
 def _merge_cli(*args: str | Path) -> int:
@@ -246,7 +250,7 @@ def test_an_empty_shard_is_merged_not_missing(tmp_path: Path) -> None:
 def test_an_unsharded_run_merges_as_shard_1_of_1(tmp_path: Path) -> None:
     d = tmp_path / "single"
     whole = _summary(_plan())  # "shard": null, as an unsharded fuzz run writes it
-    report.write_reports(d, whole)
+    _write_reports(d, whole)
     merged = merge.merge_dirs([d])
     assert merged.summary["shards"]["count"] == 1 and merged.missing == [] and not merged.summary["shards"]["given"][0]["sharded"]
     assert _canonical(merged.summary)["contracts"] == _canonical(whole)["contracts"]
