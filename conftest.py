@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -73,10 +74,37 @@ def _inner(nodeid: str) -> bool:
     return any(function == entry or nodeid.startswith(entry + "::") for entry in INNER)
 
 
+# The test modules that import vLLM in the test process (about 7 s of CPU each
+# time): one xdist worker runs them all (``loadgroup`` below), so a run pays
+# the import once rather than once per worker.
+VLLM_MODULES = ("tests/test_engine_steps.py", "tests/test_live_engine.py", "tests/test_matrix_steps.py")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own (also tryfirst), which makes "no" into "load"
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """``-n N`` without ``--dist`` distributes by ``loadgroup`` (xdist would
+    take ``load``): set here, not in pyproject's addopts, where ``--dist``
+    would be an unknown option under ``-p no:xdist`` (the mutation runs). A
+    worker parses the command line again, so it is told (``workerinput``)."""
+    if getattr(config, "workerinput", {}).get("loadgroup"):
+        config.option.loadgroup = True
+    elif getattr(config.option, "dist", None) == "no" and getattr(config.option, "numprocesses", None):
+        config.option.dist = "loadgroup"
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: absent under -p no:xdist
+def pytest_configure_node(node: Any) -> None:
+    node.workerinput["loadgroup"] = node.config.getvalue("dist") == "loadgroup"
+
+
+# First, so that xdist's worker sees the group when it names the test by it.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if _inner(item.nodeid):
             item.add_marker(pytest.mark.inner)
+        if getattr(config.option, "loadgroup", False) and item.nodeid.partition("::")[0] in VLLM_MODULES:
+            item.add_marker(pytest.mark.xdist_group("vllm"))
     device = config.getoption("--device")
     if device != "all":
         # --device cuda keeps only the GPU tests; --device cpu drops them.

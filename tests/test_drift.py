@@ -333,27 +333,26 @@ def _tables(text: str) -> str:
     return "\n".join(ln for ln in text.splitlines() if not ln.startswith("Made in "))
 
 
-def test_the_committed_tables_are_what_the_documented_commands_make(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+# One test per command (the nightly line's test checks there are three), so that xdist spreads them over workers.
+@pytest.mark.parametrize("number", range(3))
+def test_the_committed_tables_are_what_the_documented_commands_make(number: int, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch,
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
     """docs/where-it-lives.md's commands, run as written (in a folder of their own), give the committed files."""
     import shlex
 
     from batchfuzz.cli import main
 
-    lines = [ln for ln in _doc_commands("where-it-lives.md") if "--markdown docs/" in ln]
-    assert len(lines) == 3, lines
-    for line in lines:
-        argv = shlex.split(line)
-        for i in (i for i, a in enumerate(argv) if a == "--release"):
-            _wheel_or_skip(argv[i + 1], "sglang" if "sglang" in argv else "vllm")
+    line = [ln for ln in _doc_commands("where-it-lives.md") if "--markdown docs/" in ln][number]
+    argv = shlex.split(line)
+    for i in (i for i, a in enumerate(argv) if a == "--release"):
+        _wheel_or_skip(argv[i + 1], "sglang" if "sglang" in argv else "vllm")
     monkeypatch.chdir(tmp_path)
     (tmp_path / "docs").mkdir()
-    for line in lines:
-        argv = shlex.split(line)
-        assert main(argv[1:]) == 0, line
-        written = argv[argv.index("--markdown") + 1]
-        assert _tables((tmp_path / written).read_text()) == _tables((DOCS.parent / written).read_text()), (
-            f"{written} is not what `{line}` makes now: run it again and commit the result")
+    assert main(argv[1:]) == 0, line
+    written = argv[argv.index("--markdown") + 1]
+    assert _tables((tmp_path / written).read_text()) == _tables((DOCS.parent / written).read_text()), (
+        f"{written} is not what `{line}` makes now: run it again and commit the result")
     capsys.readouterr()
 
 

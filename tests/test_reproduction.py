@@ -76,10 +76,13 @@ def test_a_file_targets_reproduction_imports_it_and_turns_green_when_fixed(tmp_p
     assert _run(code, tmp_path).returncode == 0
 
 
+# The hang sleeps rather than spins: each of the ~19 timeouts its shrinking costs (1 s apiece) and the
+# reproduction's 5 s would otherwise take a core from the other test worker. A spinning hang is
+# tests/test_hostile.py's and tests/test_execution.py's (tests/hostile.py:hang).
 @pytest.mark.parametrize(("body", "kind"), [
     ("import ctypes\n    if num_reqs >= 3:\n        ctypes.string_at(0)", "crash"),
-    ("if num_tokens >= 40:\n        while True:\n            pass", "timeout"),
-])
+    ("import time\n    if num_tokens >= 40:\n        time.sleep(3600)", "timeout"),
+], ids=("crash", "timeout"))
 def test_crash_and_timeout_reproductions_run_the_call_in_a_subprocess(body: str, kind: str, tmp_path: Path) -> None:
     target = tmp_path / "hostile.py"
     target.write_text(f"def split(num_reqs, num_tokens):\n    {body}\n{textwrap.indent(textwrap.dedent(FIXED), '')}"

@@ -52,6 +52,7 @@ MAX_FILES = 60
 
 _COMMON = frozenset(dir(builtins)) | {"self", "cls", "np", "torch", "kwargs", "args"}
 _FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
+_DEF = re.compile(r"\bdef\s+(\w+)\s*\(")
 
 
 # ---------------------------------------------------------------- definitions of a file
@@ -91,11 +92,21 @@ class Definition:
 
     def structure(self) -> str:
         """Its syntax with every identifier erased: equal under any renaming."""
-        return _erased(self.node)
+        return self._structure
 
     def names(self) -> frozenset[str]:
         """The distinctive names its code uses: variables, attributes, keywords,
         parameters (builtins, ``self`` and names under 3 characters left out)."""
+        return self._names
+
+    # Both are asked for thousands of times per drift (every pool member against
+    # every removed function): worked out once per definition.
+    @functools.cached_property
+    def _structure(self) -> str:
+        return _erased(self.node)
+
+    @functools.cached_property
+    def _names(self) -> frozenset[str]:
         out = set()
         for n in ast.walk(self.node):
             name = (n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute)
@@ -169,6 +180,7 @@ class _Files:
     def __init__(self, source: ReleaseSource) -> None:
         self.source = source
         self._defs: dict[str, dict[str, Definition]] = {}
+        self._defined: dict[str, list[str]] | None = None
 
     def defs(self, path: str) -> dict[str, Definition]:
         if path not in self._defs:
@@ -179,6 +191,15 @@ class _Files:
     def find(self, function: str) -> Definition | None:
         path, _, qual = function.partition(":")
         return self.defs(path).get(qual.split("#", 1)[0])
+
+    def defining(self, name: str) -> list[str]:
+        """The paths whose text has a ``def name(`` (one scan of the release, the first time)."""
+        if self._defined is None:
+            self._defined = {}
+            for path, text in self.texts():
+                for found in dict.fromkeys(_DEF.findall(text)):
+                    self._defined.setdefault(found, []).append(path)
+        return self._defined.get(name, [])
 
     def texts(self) -> Iterator[tuple[str, str]]:
         for path in self.source.paths():
@@ -352,9 +373,7 @@ def _compare(old: Definition, new: Definition) -> tuple[str, str]:
 
 def _by_name(files: _Files, old: Definition) -> list[Definition]:
     """The newer release's functions of the same name, any file."""
-    pattern = re.compile(r"\bdef\s+" + re.escape(old.name) + r"\s*\(")
-    return [d for path, text in files.texts() if pattern.search(text)
-            for d in files.defs(path).values() if d.name == old.name]
+    return [d for path in files.defining(old.name) for d in files.defs(path).values() if d.name == old.name]
 
 
 def _pool(files: _Files, old: Definition) -> list[Definition]:
