@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from batchfuzz import registry
+from batchfuzz.case import Case
+from batchfuzz.execution import FAILED, evaluate
 from tests.test_engines_vllm import bound_target, edited, hunt
 from tests.test_engines_vllm_graphs import _bind, _bound, _spec
 
@@ -48,9 +50,15 @@ def test_a_planted_missing_twin_is_caught(tmp_path: Path) -> None:
     _bound_ok, files = _bound("0.34.0", TWIN)
     planted = edited(tmp_path, files, TWIN.split(":")[0], "if desc.num_tokens < num_ubatches:",
                      "if desc.num_tokens < 2 * num_ubatches:")
-    failure = hunt(registry.get("pad_graph_replay"), bound_target(_bind(planted, TWIN)), 40, ("size_smallest",),
-                   domain="engine")
-    assert failure is not None
+    target = bound_target(_bind(planted, TWIN))
+    # Two one-token requests, split in two: the 2-request graph's twin holds them, the planted manager pads to 4.
+    step = _step([2, 4, 8], 2, 1)
+    assert target(*step)[0] == 4 and bound_target(_bound_ok)(*step)[0] == 2
+    case = Case(dict(zip(registry.get("pad_graph_replay").arguments, step, strict=True)))
+    outcome = evaluate(registry.get("pad_graph_replay"), target, "size_smallest", case)
+    assert outcome.status == FAILED, outcome
+    # And a search finds it (300 examples: 40 found it in 5 of 20 random seeds, 300 in 19 of 20).
+    assert hunt(registry.get("pad_graph_replay"), target, 300, ("size_smallest",), domain="engine") is not None
 
 
 def test_a_varlen_decode_step_pads_to_the_smallest_varlen_graph_holding_it() -> None:
