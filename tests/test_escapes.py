@@ -19,6 +19,11 @@ from batchfuzz.execution import PASSED, Isolated
 
 from . import hostile
 
+# The sleeper checks look at every process of the machine (``_sleepers``), so two of these tests on two
+# xdist workers at once would count each other's sleepers: one worker runs them all (``--dist loadgroup``,
+# conftest.py).
+pytestmark = pytest.mark.xdist_group("sleepers")
+
 CONTRACT = "split_dummy_tokens"
 HOSTILE = Path(hostile.__file__)
 REPO = HOSTILE.resolve().parent.parent
