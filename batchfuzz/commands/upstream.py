@@ -128,9 +128,9 @@ def _cells(upstream: Any, found: Any, source: Any, patch: str) -> int:
     unjudged = [c for c in run.changes if c.outcome == "not compared"]
     print(("the finding's property passes" if gone else f"the finding's property {found.prop} still fails: a documented "
            "choice (a policy difference; the reproduction passes)" if policy else "the finding's property still fails")
-          + "; " + ("nothing else changed" if not others else f"{len(others)} other propert(ies) changed")
+          + "; " + ("nothing else changed" if not others else f"other properties changed: {len(others)}")
           + "".join(f"; {key}'s replayed case still fails (not fixed by this patch)" for key in still)
-          + (f"; {len(unjudged)} propert(ies) with no verdict on a tree, not compared" if unjudged else ""))
+          + (f"; properties with no verdict on a tree, not compared: {len(unjudged)}" if unjudged else ""))
     if unjudged and not others and (gone or policy):
         return ExitCode.INCOMPLETE
     return ExitCode.OK if (gone or policy) and not others else ExitCode.COUNTEREXAMPLE

@@ -70,6 +70,7 @@ class Finding:
     kernel: str = ""  # what the engine's kernel does with the case (a `batchfuzz confirm` result), where one exists
     counterexample: dict[str, Any] | None = None  # the matrix's shrunk case (codec.encode_case), replayed by --cells
     row: str = ""  # where the cell is a split-search row, its name after the qualname ("#...")
+    checked: str = ""  # what `--patch FIX --cells` gave for ``fix`` (the runs: docs/upstream-reports.md)
 
     @property
     def label(self) -> str:
@@ -559,6 +560,11 @@ FINDINGS: tuple[Finding, ...] = (
         rule=(Quote("the fixed copy of the same split, new model runner", "vllm/v1/worker/gpu/input_batch.py",
                     "InputBatch.make_dummy", "base_tokens = num_tokens // num_reqs"),),
         script=_POOLER_SCRIPT, fix=_POOLER_FIX, files=(_V1_RUNNER,), counterexample=_POOLER_CASE,
+        checked="on 0.33.0 (exit 3 on a loaded machine: one spec-decode property ran out of its budget on the release's "
+                "tree). `matches_oracle`, `max_is_ceil`, `within_max_model_len` and `dummy_attention_in_bounds` go from "
+                "fail to pass and this case passes; nothing else changed. The v1 `_dummy_run`'s own copy of the split "
+                "still fails the same properties, and the dummy run's and the reorder threshold's cases still fail: their"
+                " own fixes.",
         row="#num_scheduled_tokens_np=num_tokens/num_reqs",
     ),
     Finding(
@@ -589,6 +595,11 @@ FINDINGS: tuple[Finding, ...] = (
               Quote("how a builder asks for `1 + k`", "vllm/v1/attention/backend.py",
                     "AttentionMetadataBuilder._init_reorder_batch_threshold", "speculative_config = ")),
         script=_THRESHOLD_SCRIPT, fix=_THRESHOLD_FIX, files=(_V1_RUNNER,), counterexample=_THRESHOLD_CASE,
+        checked="on 0.33.0 (exit 3 on a loaded machine: three spec-decode properties ran out of their budget on the "
+                "patched tree). `spec_rows_are_decodes` goes from fail to pass; `threshold_matches_oracle` and this case "
+                "still fail, as a documented choice: the contract's oracle refuses the configuration, the fix raises the "
+                "threshold, and the reproduction accepts both (a policy difference). Nothing else changed; the file's "
+                "other findings' cases still fail: their own fixes.",
     ),
     Finding(
         key="sglang-tbo-child-without-token", engine="SGLang", package="sglang", release="0.5.23", path=_TBO,
@@ -613,6 +624,9 @@ FINDINGS: tuple[Finding, ...] = (
         rule=(Quote("the two-chunk rule and its guard", _TBO, "_is_two_chunk_split_enabled",
                     "split_seq_index = _split_array_by_cum_less_than_half"),),
         script=_TBO_SCRIPT, fix=_TBO_FIX, files=(_TBO,), counterexample=_TBO_CASE,
+        checked="on 0.5.23 (exit 0): `cut_request_in_both` and `matches_oracle` go from fail to pass and the stored case "
+                "(`seq_lens=[1, 2, 1, 1, 2]`) passes; the other 14 properties of the file's three cells are the same on "
+                "both trees.",
     ),
     Finding(
         key="vllm-dp-ubatch-graph-for-eager-ranks", engine="vLLM", package="vllm", release="0.33.0", path=_DP,
@@ -636,6 +650,11 @@ FINDINGS: tuple[Finding, ...] = (
               Quote("the split path's dispatch", _DP, "sync_cudagraph_and_dp_padding",
                     "ubatch_desc = cudagraph_manager.dispatch(")),
         script=_DP_EAGER_SCRIPT, fix=_DP_EAGER_FIX, files=(_DP, _UBATCH), counterexample=_DP_EAGER_CASE,
+        checked="on 0.33.0 (exit 0): `graph_runnable` goes from fail to pass and this case passes; `matches_oracle` and "
+                "`no_empty_microbatch` (both documented choices) fail on both trees, and the empty-microbatch finding's "
+                "case, in the same function, still fails: that is the other report's fix. `dispatch_cg_and_sync_dp` fails"
+                " `sound_under_engine_splits` and `sound_under_adversarial_splits` on both trees, unchanged; 9 other "
+                "properties the same.",
     ),
     Finding(
         key="vllm-dp-ubatch-empty-microbatch-graph", engine="vLLM", package="vllm", release="0.33.0", path=_DP,
@@ -662,6 +681,13 @@ FINDINGS: tuple[Finding, ...] = (
               Quote("empty microbatches, by design", _DP, "sync_cudagraph_and_dp_padding",
                     "ubatch_num_tokens = int(num_tokens_across_dp.max())")),
         script=_DP_EMPTY_SCRIPT, fix=_DP_EMPTY_FIX, files=(_DP, _UBATCH), counterexample=_DP_EMPTY_CASE,
+        checked="on 0.33.0 (exit 0): this case (two ranks of 2 FULL decode tokens, a graph at 4) passes, but "
+                "`no_empty_microbatch` still fails the search, as a documented choice: with this fix and the eager-ranks "
+                "fix both applied, its counterexample is an eager split of ranks of 2 and 4 tokens, rank 0's second "
+                "microbatch padding only, run as a dummy batch, as the engine's comment intends. With this fix alone the "
+                "eager-ranks case still fails `graph_runnable` (the command names it): the function needs both fixes. "
+                "Nothing else changed; `matches_oracle` (choice) and `dispatch_cg_and_sync_dp`'s two split properties "
+                "fail on both trees.",
         tracker=TrackerFix(
             url="https://github.com/vllm-project/vllm/pull/57020", diff=_DP_EMPTY_57020, fixes=False,
             note="it makes the guard `<=`: the two-microbatch case runs eagerly, split at 2, and passes; the "
@@ -704,6 +730,16 @@ FINDINGS: tuple[Finding, ...] = (
               Quote("the mixed dummy batch of this method", _V1_RUNNER, "GPUModelRunner._dummy_run",
                     "if dcp_dummy_context_len > 0:")),
         script=_DUMMY_RUN_SCRIPT, fix=_DUMMY_RUN_FIX, files=(_V1_RUNNER,), counterexample=_DUMMY_RUN_CASE,
+        checked="on 0.33.0 (exit 3 on a loaded machine: 20 properties of other cells ran out of their budget on one "
+                "tree). `_dummy_run` under `make_dummy`: `seq_lens_layout`, `seq_lens_within_max_model_len` and "
+                "`num_scheduled_tokens_is_split` go from fail to pass, and this case passes; under `split_dummy_tokens` "
+                "`max_is_ceil`, `within_max_model_len` and `dummy_attention_in_bounds` go from fail to pass. "
+                "`independent_of_stale_buffers` (safety), `positions_and_input_ids_zero` and `matches_oracle` (choices) "
+                "fail on both trees, unchanged: the dummy run feeds the model the `input_ids` and `positions` the last "
+                "step left in the persistent buffers (`self.input_ids.gpu[:num_tokens_padded]`, "
+                "`self.positions[:num_tokens_padded]`), which any in-range value makes safe; not a separate bug, and not "
+                "the stale `query_start_loc[0]` of vLLM#40003 (every writer leaves it 0). The pooler's and the reorder "
+                "threshold's cases, in the same file, still fail: their own fixes.",
         tracker=TrackerFix(
             url="https://github.com/vllm-project/vllm/pull/53671", diff=_DUMMY_RUN_53671, fixes=True,
             note="it clamps the seq_lens to `max_model_len` (written here as its description states it): the "
