@@ -274,3 +274,43 @@ def test_a_stored_case_fails_its_property_on_the_release(key: str, vllm_trees: t
 def test_cells_without_a_patch_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["upstream", KEYS[0], "--cells"]) == 2
     assert "--cells needs --patch" in capsys.readouterr().err
+
+
+def _judge(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, key: str, changes: list[cells.PropertyChange],
+           replays: list[cells.Replay]) -> int:
+    """The command's verdict on a made-up --cells run of ``key``'s fix."""
+    from batchfuzz.commands import upstream as command
+
+    monkeypatch.setattr(cells, "cells_on_patch", lambda *args, **kwargs: cells.PatchCells(changes, replays))
+    diff = tmp_path / "fix.diff"
+    diff.write_text(upstream.finding(key).fix)
+    return command._cells(upstream, upstream.finding(key), None, str(diff))
+
+
+def test_the_cells_verdict_names_what_the_fix_leaves(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    fail, passing = cells.Verdict("fail", "violation PropertyViolation"), cells.Verdict("pass")
+    eager, empty = upstream.finding("vllm-dp-ubatch-graph-for-eager-ranks"), upstream.finding("vllm-dp-ubatch-empty-microbatch-graph")
+    cell = f"{eager.path}:{eager.qualname}"
+    fixed = cells.PropertyChange(cell, eager.contract, eager.prop, "safety", fail, passing)
+    already = cells.PropertyChange(cell, eager.contract, empty.prop, "choice", fail, fail)
+    both = [cells.Replay(eager.key, eager.prop, fail, passing), cells.Replay(empty.key, empty.prop, fail, fail)]
+    assert _judge(monkeypatch, tmp_path, eager.key, [fixed, already], both) == 0
+    out = capsys.readouterr().out
+    assert "unchanged (already failing)" in out and f"{empty.key}'s replayed case still fails" in out
+    worse = cells.PropertyChange(cell, eager.contract, "ranks_agree", "safety", passing, fail)
+    assert _judge(monkeypatch, tmp_path, eager.key, [fixed, worse], both[:1]) == 1
+    unrun = cells.PropertyChange(cell, eager.contract, "ranks_agree", "safety", cells.Verdict("incomplete"), passing)
+    assert _judge(monkeypatch, tmp_path, eager.key, [fixed, unrun], both[:1]) == 3
+
+
+def test_a_documented_choice_still_failing_is_a_policy_difference(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    f = upstream.finding("vllm-reorder-threshold-min")
+    fail = cells.Verdict("fail", "violation PropertyViolation")
+    same = cells.PropertyChange(f"{f.path}:{f.qualname}", f.contract, f.prop, "choice", fail, fail)
+    assert _judge(monkeypatch, tmp_path, f.key, [same], [cells.Replay(f.key, f.prop, fail, fail)]) == 0
+    assert "a documented choice (a policy difference" in capsys.readouterr().out
+    safety = upstream.finding("vllm-dp-ubatch-graph-for-eager-ranks")
+    stuck = cells.PropertyChange(f"{safety.path}:{safety.qualname}", safety.contract, safety.prop, "safety", fail, fail)
+    assert _judge(monkeypatch, tmp_path, safety.key, [stuck], []) == 1

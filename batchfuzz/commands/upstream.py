@@ -104,7 +104,9 @@ def _check(upstream: Any, found: Any, source: Any, patch: str) -> int:
 
 def _cells(upstream: Any, found: Any, source: Any, patch: str) -> int:
     """Every property of the touched files' cells and the touched findings'
-    stored cases, on both trees; the verdict as docs/upstream-reports.md says."""
+    stored cases, on both trees; the verdict as docs/upstream-reports.md says.
+    Run only once the reproduction passes patched: a documented choice still
+    failing is then a policy difference."""
     from batchfuzz.registry import CHOICE
     from batchfuzz.upstream import cells
 

@@ -19,10 +19,10 @@ from hypothesis import Phase, settings
 
 from batchfuzz import matrix, profiles, registry, runner
 from batchfuzz.codec import decode_case
-from batchfuzz.engines import Bound, ReleaseSource, engine
+from batchfuzz.engines import Bound, ReleaseSource
 from batchfuzz.execution import LoadTimeout, executor_for
 from batchfuzz.targets import parse
-from batchfuzz.upstream import apply_patch
+from batchfuzz.upstream import apply_patch, engine_module
 from batchfuzz.upstream.findings import Finding
 
 _TIMEOUT_S = 10.0  # one call of the engine's function
@@ -133,7 +133,7 @@ def _properties(bound: Bound, *, budget_s: float, max_examples: int, seed: int) 
 def finding_ref(f: Finding, tree: Path) -> str:
     """The ``Bound.ref`` of ``f``'s own function in the package at ``tree``
     (``Finding.row`` names a split-search row's copy)."""
-    source = engine(f.package).ReleaseSource.from_dir(tree)
+    source = engine_module(f).ReleaseSource.from_dir(tree)
     return f"{f.package}::{source.ref}::{f.path}:{f.qualname}{f.row}::{f.contract}"
 
 
