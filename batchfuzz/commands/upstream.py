@@ -20,7 +20,8 @@ def register(sub: Any) -> None:
         description="Write a finding up for the engine's maintainers: the rule in the engine's own words (read from the "
                     "release), the property broken, the shrunk case and a reproduction that needs no batchfuzz; or, with "
                     "--patch, check a fix on a patched copy of the release. Exit codes: 0 done (the patch fixes it), "
-                    "1 the patch does not fix it, 2 usage error.",
+                    "1 the patch does not fix it (or, with --cells, another property changed), 2 usage error, "
+                    "3 (--cells) a property reached no verdict on a tree.",
     )
     p.add_argument("finding", nargs="?", metavar="FINDING", help="a finding (see --list)")
     p.add_argument("--list", action="store_true", help="list the findings with a report")
@@ -33,8 +34,9 @@ def register(sub: Any) -> None:
     p.add_argument("--out", metavar="FILE", help="write the report here instead of printing it")
     p.add_argument("--patch", metavar="DIFF", help="a unified diff (-p1) to check: the reproduction before and after it")
     p.add_argument("--cells", action="store_true",
-                   help="with --patch, also run every matrix cell of the files the patch touches on both trees "
-                        "(seed 1, 200 examples a property, 20 s a cell) and show what changed")
+                   help="with --patch, also run every property of every matrix cell of the files the patch touches "
+                        "on both trees (seed 1, 200 examples and at most 20 s a property) and replay the stored case of "
+                        "every finding in them; show what changed")
     p.set_defaults(func=run)
 
 

@@ -110,7 +110,8 @@ def _verdict(r: runner.HuntResult) -> Verdict:
 
 def _properties(bound: Bound, *, budget_s: float, max_examples: int, seed: int) -> dict[str, Verdict]:
     """Every property of ``bound``'s cell, ``max_examples`` each, not
-    stopping at a failure (the matrix stops at its first)."""
+    stopping at a failure (the matrix stops at its first), within
+    ``budget_s`` a property (a ceiling: the counts decide)."""
     contract = registry.get(bound.contract)
     if bound.status != "bound":
         return {p.name: Verdict(bound.status, detail=bound.reason) for p in contract.properties}
@@ -121,7 +122,8 @@ def _properties(bound: Bound, *, budget_s: float, max_examples: int, seed: int) 
             results = runner.hunt_in_rounds(
                 contract, executor, contract.properties,
                 runner.HuntOptions(base, seed=seed, domain="engine", example_timeout_s=_TIMEOUT_S),
-                runner.Rounds(budget_s=budget_s, round_examples=max_examples, max_rounds=1, stop_on_failure=False),
+                runner.Rounds(budget_s=budget_s * len(contract.properties), round_examples=max_examples, max_rounds=1,
+                              stop_on_failure=False),
                 target_name=target)
     except LoadTimeout as exc:
         return {p.name: Verdict("incomplete", detail=f"the cell did not start: {exc}") for p in contract.properties}
