@@ -560,11 +560,10 @@ FINDINGS: tuple[Finding, ...] = (
         rule=(Quote("the fixed copy of the same split, new model runner", "vllm/v1/worker/gpu/input_batch.py",
                     "InputBatch.make_dummy", "base_tokens = num_tokens // num_reqs"),),
         script=_POOLER_SCRIPT, fix=_POOLER_FIX, files=(_V1_RUNNER,), counterexample=_POOLER_CASE,
-        checked="on 0.33.0 (exit 3 on a loaded machine: one spec-decode property ran out of its budget on the release's "
-                "tree). `matches_oracle`, `max_is_ceil`, `within_max_model_len` and `dummy_attention_in_bounds` go from "
-                "fail to pass and this case passes; nothing else changed. The v1 `_dummy_run`'s own copy of the split "
-                "still fails the same properties, and the dummy run's and the reorder threshold's cases still fail: their"
-                " own fixes.",
+        checked="on 0.33.0 (exit 0). `matches_oracle`, `max_is_ceil`, `within_max_model_len` and `dummy_attention_in_bounds` "
+        "go from fail to pass and this case passes; nothing else changed. The v1 `_dummy_run`'s own copy of the split "
+        "still fails the same properties, and the dummy run's and the reorder threshold's cases still fail: their "
+        "own fixes.",
         row="#num_scheduled_tokens_np=num_tokens/num_reqs",
     ),
     Finding(
@@ -595,11 +594,10 @@ FINDINGS: tuple[Finding, ...] = (
               Quote("how a builder asks for `1 + k`", "vllm/v1/attention/backend.py",
                     "AttentionMetadataBuilder._init_reorder_batch_threshold", "speculative_config = ")),
         script=_THRESHOLD_SCRIPT, fix=_THRESHOLD_FIX, files=(_V1_RUNNER,), counterexample=_THRESHOLD_CASE,
-        checked="on 0.33.0 (exit 3 on a loaded machine: three spec-decode properties ran out of their budget on the "
-                "patched tree). `spec_rows_are_decodes` goes from fail to pass; `threshold_matches_oracle` and this case "
-                "still fail, as a documented choice: the contract's oracle refuses the configuration, the fix raises the "
-                "threshold, and the reproduction accepts both (a policy difference). Nothing else changed; the file's "
-                "other findings' cases still fail: their own fixes.",
+        checked="on 0.33.0 (exit 0). `spec_rows_are_decodes` goes from fail to pass; `threshold_matches_oracle` and "
+        "this case still fail, as a documented choice: the contract's oracle refuses the configuration, the fix raises "
+        "the threshold, and the reproduction accepts both (a policy difference). Nothing else changed; the file's "
+        "other findings' cases still fail: their own fixes.",
     ),
     Finding(
         key="sglang-tbo-child-without-token", engine="SGLang", package="sglang", release="0.5.23", path=_TBO,
@@ -730,16 +728,17 @@ FINDINGS: tuple[Finding, ...] = (
               Quote("the mixed dummy batch of this method", _V1_RUNNER, "GPUModelRunner._dummy_run",
                     "if dcp_dummy_context_len > 0:")),
         script=_DUMMY_RUN_SCRIPT, fix=_DUMMY_RUN_FIX, files=(_V1_RUNNER,), counterexample=_DUMMY_RUN_CASE,
-        checked="on 0.33.0 (exit 3 on a loaded machine: 20 properties of other cells ran out of their budget on one "
-                "tree). `_dummy_run` under `make_dummy`: `seq_lens_layout`, `seq_lens_within_max_model_len` and "
-                "`num_scheduled_tokens_is_split` go from fail to pass, and this case passes; under `split_dummy_tokens` "
-                "`max_is_ceil`, `within_max_model_len` and `dummy_attention_in_bounds` go from fail to pass. "
-                "`independent_of_stale_buffers` (safety), `positions_and_input_ids_zero` and `matches_oracle` (choices) "
-                "fail on both trees, unchanged: the dummy run feeds the model the `input_ids` and `positions` the last "
-                "step left in the persistent buffers (`self.input_ids.gpu[:num_tokens_padded]`, "
-                "`self.positions[:num_tokens_padded]`), which any in-range value makes safe; not a separate bug, and not "
-                "the stale `query_start_loc[0]` of vLLM#40003 (every writer leaves it 0). The pooler's and the reorder "
-                "threshold's cases, in the same file, still fail: their own fixes.",
+        checked="on 0.33.0 (exit 3: the split search's row of this method's split is unbindable on the patched tree, so "
+                "it is not compared). "
+        "`_dummy_run` under `make_dummy`: `seq_lens_layout`, `seq_lens_within_max_model_len` and "
+        "`num_scheduled_tokens_is_split` go from fail to pass, and this case passes; under `split_dummy_tokens` "
+        "`max_is_ceil`, `within_max_model_len` and `dummy_attention_in_bounds` go from fail to pass. "
+        "`independent_of_stale_buffers` (safety), `positions_and_input_ids_zero` and `matches_oracle` (choices) fail "
+        "on both trees, unchanged: the dummy run feeds the model the `input_ids` and `positions` the last step left "
+        "in the persistent buffers (`self.input_ids.gpu[:num_tokens_padded]`, `self.positions[:num_tokens_padded]`), "
+        "which any in-range value makes safe; not a separate bug, and not the stale `query_start_loc[0]` of "
+        "vLLM#40003 (every writer leaves it 0). The pooler's and the reorder threshold's cases, in the same file, "
+        "still fail: their own fixes.",
         tracker=TrackerFix(
             url="https://github.com/vllm-project/vllm/pull/53671", diff=_DUMMY_RUN_53671, fixes=True,
             note="it clamps the seq_lens to `max_model_len` (written here as its description states it): the "
