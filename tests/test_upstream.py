@@ -298,6 +298,10 @@ def test_the_cells_verdict_names_what_the_fix_leaves(monkeypatch: pytest.MonkeyP
     assert _judge(monkeypatch, tmp_path, eager.key, [fixed, already], both) == 0
     out = capsys.readouterr().out
     assert "unchanged (already failing)" in out and f"{empty.key}'s replayed case still fails" in out
+    # The release's search missed it; its replayed case did not.
+    missed = cells.PropertyChange(cell, eager.contract, eager.prop, "safety", passing, passing)
+    assert _judge(monkeypatch, tmp_path, eager.key, [missed], both[:1]) == 0
+    assert _judge(monkeypatch, tmp_path, eager.key, [missed], []) == 1
     worse = cells.PropertyChange(cell, eager.contract, "ranks_agree", "safety", passing, fail)
     assert _judge(monkeypatch, tmp_path, eager.key, [fixed, worse], both[:1]) == 1
     unrun = cells.PropertyChange(cell, eager.contract, "ranks_agree", "safety", cells.Verdict("incomplete"), passing)

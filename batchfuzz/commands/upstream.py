@@ -124,7 +124,10 @@ def _cells(upstream: Any, found: Any, source: Any, patch: str) -> int:
               + ("" if r.before.status == "fail" else ": the stored case does not fail the release"))
     target = [c for c in run.changes if c.of(found.qualname, found.contract) and c.prop == found.prop]
     own = [r for r in run.replays if r.finding == found.key]
-    gone = bool(target) and all(c.outcome == "fixed" for c in target) and all(r.after.status == "pass" for r in own)
+    # Gone: the search or the replayed case failed on the release, and neither fails patched.
+    failed = any(c.outcome == "fixed" for c in target) or any(r.before.status == "fail" for r in own)
+    gone = (failed and all(c.outcome in ("fixed", "same") for c in target)
+            and all(r.after.status == "pass" for r in own))
     policy = (not gone and found.label == CHOICE and bool(target)
               and all(c.outcome in ("fixed", "unchanged (already failing)") for c in target))
     others = [c for c in run.changes if c not in target and c.changed]
