@@ -21,6 +21,7 @@ from batchfuzz.upstream import cells
 
 REPORTS = Path(__file__).resolve().parent.parent / "docs" / "reports"
 KEYS = [f.key for f in upstream.FINDINGS]
+_V1_RUNNER = "vllm/v1/worker/gpu_model_runner.py"
 
 # Runs a script as __main__ and fails if it imported any batchfuzz module.
 _NO_BATCHFUZZ = ("import runpy, sys\n"
@@ -207,26 +208,113 @@ def test_the_documented_commands_run_as_printed(tmp_path: Path, monkeypatch: pyt
 
 
 def test_the_fix_passes_the_failing_cell_and_changes_no_other() -> None:
-    """SGLang's fix on the matrix: every cell of two_batch_overlap.py, on the
-    release and patched (the smallest run that still fails the release)."""
+    """SGLang's fix on the matrix: every property of every cell of
+    two_batch_overlap.py, on the release and patched, and the finding's
+    stored case replayed on both (the smallest run that still fails the release)."""
     f = upstream.finding("sglang-tbo-child-without-token")
     source = _source(f)
-    # 100 examples a property decide the verdict; the budget is only a ceiling, wide for a loaded machine.
-    changes = cells.cells_on_patch(upstream.engine_module(f), source, f.fix, upstream.touched(f.fix), max_examples=100,
-                                   budget_s=240)
-    target = [c for c in changes if c.of(f.qualname, f.contract)]
-    assert [(c.before, c.after) for c in target] == [(f"fail {f.prop} [choice]", "pass")]
-    assert len(changes) >= 3 and not [c for c in changes if c.changed and c not in target], changes
+    # 40 examples a property decide the verdict (seeded); the budget is only a ceiling, wide for a loaded machine.
+    run = cells.cells_on_patch(upstream.engine_module(f), source, f.fix, upstream.touched(f.fix), max_examples=40,
+                               budget_s=240, findings=upstream.FINDINGS)
+    target = [c for c in run.changes if c.of(f.qualname, f.contract) and c.prop == f.prop]
+    assert [(str(c.before), str(c.after), c.outcome) for c in target] == [
+        ("fail (violation PropertyViolation)", "pass", "fixed")]
+    assert len({(c.function, c.contract) for c in run.changes}) >= 3 and not [c for c in run.changes if c.changed]
+    assert [(r.finding, r.before.status, r.after.status) for r in run.replays] == [(f.key, "fail", "pass")]
 
 
-def test_a_cell_failing_only_a_documented_choice_has_no_safety_failure() -> None:
-    def change(after: str) -> cells.CellChange:
-        return cells.CellChange("pkg/mod.py:f", "tbo_split", "fail cut_request_in_both [choice]", after)
+def _outcome(before: cells.Verdict, after: cells.Verdict) -> str:
+    return cells.PropertyChange("pkg/mod.py:f", "tbo_split", "cut_request_in_both", "choice", before, after).outcome
 
-    assert change("pass").safe_after and change("fail matches_oracle [choice]").safe_after
-    assert not change("fail indices_in_range [safety]").safe_after and not change("incomplete").safe_after
+
+def test_a_property_is_compared_by_its_kind_of_failure() -> None:
+    violation, index_error = cells.Verdict("fail", "violation PropertyViolation"), cells.Verdict("fail", "exception IndexError")
+    passing = cells.Verdict("pass")
+    assert _outcome(violation, cells.Verdict("fail", "violation PropertyViolation", "another case")) == (
+        "unchanged (already failing)")
+    assert _outcome(violation, index_error) == "changed" and _outcome(passing, violation) == "new failure"
+    assert _outcome(violation, passing) == "fixed" and _outcome(passing, passing) == "same"
+    assert _outcome(violation, cells.Verdict("incomplete")) == "not compared"
+
+
+@pytest.fixture(scope="module")
+def vllm_trees(tmp_path_factory: pytest.TempPathFactory) -> tuple[ReleaseSource, Path, Path]:
+    """vLLM 0.33.0's package, as released and with the empty-microbatch fix alone applied."""
+    f = upstream.finding("vllm-dp-ubatch-empty-microbatch-graph")
+    source = _source(f)
+    base, patched = cells.trees(source, f.fix, upstream.touched(f.fix), tmp_path_factory.mktemp("trees"))
+    assert (base / f.path).read_text() == source.read(f.path) != (patched / f.path).read_text()
+    return source, base, patched
+
+
+def test_one_fix_alone_leaves_the_other_finding_of_its_function_failing(
+        vllm_trees: tuple[ReleaseSource, Path, Path]) -> None:
+    """The empty-microbatch fix touches sync_cudagraph_and_dp_padding, which
+    holds the eager-ranks bug too: its stored case still fails patched."""
+    _, base, patched = vllm_trees
+    empty = upstream.finding("vllm-dp-ubatch-empty-microbatch-graph")
+    eager = upstream.finding("vllm-dp-ubatch-graph-for-eager-ranks")
+    assert cells.touched_findings(upstream.touched(empty.fix), upstream.FINDINGS) == [eager, empty]
+    verdicts = {(f.key, tree.name): cells.replay(f, cells.finding_ref(f, tree)) for f in (eager, empty)
+                for tree in (base, patched)}
+    assert {k: v.status for k, v in verdicts.items()} == {
+        (eager.key, base.name): "fail", (eager.key, patched.name): "fail",
+        (empty.key, base.name): "fail", (empty.key, patched.name): "pass"}
+    assert "can run only mode 0" in verdicts[(eager.key, patched.name)].detail
+
+
+@pytest.mark.parametrize("key", [f.key for f in upstream.FINDINGS if f.package == "vllm" and f.path == _V1_RUNNER])
+def test_a_stored_case_fails_its_property_on_the_release(key: str, vllm_trees: tuple[ReleaseSource, Path, Path]) -> None:
+    """The v1 model runner's findings (the DP ones: the test above; SGLang's:
+    the cells test), each replayed alone on the release."""
+    f = upstream.finding(key)
+    assert f.counterexample is not None and cells.replay(f, cells.finding_ref(f, vllm_trees[1])).status == "fail"
 
 
 def test_cells_without_a_patch_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["upstream", KEYS[0], "--cells"]) == 2
     assert "--cells needs --patch" in capsys.readouterr().err
+
+
+def _judge(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, key: str, changes: list[cells.PropertyChange],
+           replays: list[cells.Replay]) -> int:
+    """The command's verdict on a made-up --cells run of ``key``'s fix."""
+    from batchfuzz.commands import upstream as command
+
+    monkeypatch.setattr(cells, "cells_on_patch", lambda *args, **kwargs: cells.PatchCells(changes, replays))
+    diff = tmp_path / "fix.diff"
+    diff.write_text(upstream.finding(key).fix)
+    return command._cells(upstream, upstream.finding(key), None, str(diff))
+
+
+def test_the_cells_verdict_names_what_the_fix_leaves(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    fail, passing = cells.Verdict("fail", "violation PropertyViolation"), cells.Verdict("pass")
+    eager, empty = upstream.finding("vllm-dp-ubatch-graph-for-eager-ranks"), upstream.finding("vllm-dp-ubatch-empty-microbatch-graph")
+    cell = f"{eager.path}:{eager.qualname}"
+    fixed = cells.PropertyChange(cell, eager.contract, eager.prop, "safety", fail, passing)
+    already = cells.PropertyChange(cell, eager.contract, empty.prop, "choice", fail, fail)
+    both = [cells.Replay(eager.key, eager.prop, fail, passing), cells.Replay(empty.key, empty.prop, fail, fail)]
+    assert _judge(monkeypatch, tmp_path, eager.key, [fixed, already], both) == 0
+    out = capsys.readouterr().out
+    assert "unchanged (already failing)" in out and f"{empty.key}'s replayed case still fails" in out
+    # The release's search missed it; its replayed case did not.
+    missed = cells.PropertyChange(cell, eager.contract, eager.prop, "safety", passing, passing)
+    assert _judge(monkeypatch, tmp_path, eager.key, [missed], both[:1]) == 0
+    assert _judge(monkeypatch, tmp_path, eager.key, [missed], []) == 1
+    worse = cells.PropertyChange(cell, eager.contract, "ranks_agree", "safety", passing, fail)
+    assert _judge(monkeypatch, tmp_path, eager.key, [fixed, worse], both[:1]) == 1
+    unrun = cells.PropertyChange(cell, eager.contract, "ranks_agree", "safety", cells.Verdict("incomplete"), passing)
+    assert _judge(monkeypatch, tmp_path, eager.key, [fixed, unrun], both[:1]) == 3
+
+
+def test_a_documented_choice_still_failing_is_a_policy_difference(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    f = upstream.finding("vllm-reorder-threshold-min")
+    fail = cells.Verdict("fail", "violation PropertyViolation")
+    same = cells.PropertyChange(f"{f.path}:{f.qualname}", f.contract, f.prop, "choice", fail, fail)
+    assert _judge(monkeypatch, tmp_path, f.key, [same], [cells.Replay(f.key, f.prop, fail, fail)]) == 0
+    assert "a documented choice (a policy difference" in capsys.readouterr().out
+    safety = upstream.finding("vllm-dp-ubatch-graph-for-eager-ranks")
+    stuck = cells.PropertyChange(f"{safety.path}:{safety.qualname}", safety.contract, safety.prop, "safety", fail, fail)
+    assert _judge(monkeypatch, tmp_path, safety.key, [stuck], []) == 1

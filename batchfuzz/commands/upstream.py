@@ -1,19 +1,7 @@
-"""``batchfuzz upstream``: a finding written up for the engine's maintainers.
-
-``batchfuzz upstream --list`` lists the findings with a report;
-``batchfuzz upstream FINDING`` prints the report (Markdown) of the finding on
-its release (``--release``, ``--wheel``, ``--source`` or ``--installed`` for
-another), or writes it with ``--out FILE``; ``--patch DIFF`` instead applies
-a unified diff to a copy of the release's files and runs the reproduction on
-both (docs/upstream-reports.md).
-
-Exit codes: 0 the report is written, or the patch removes the failure (with
-``--cells``: and the finding's cell no longer fails a safety property, and
-no other cell changed); 1 the patch leaves the reproduction
-failing, the release does not fail it, or (``--cells``) another cell changed;
-2 a usage error (an unknown finding, a release that cannot be opened, a patch
-that does not apply, an unwritable output); 3 (``--cells``) the rest holds but
-a cell was incomplete on a tree.
+"""``batchfuzz upstream``: a finding written up for the engine's maintainers
+(its report, with a reproduction that needs no batchfuzz), or a fix for it
+checked on a patched copy of the release (``--patch``, ``--cells``). What a
+report holds, how a fix is judged and the exit codes: docs/upstream-reports.md.
 """
 
 from __future__ import annotations
@@ -32,7 +20,8 @@ def register(sub: Any) -> None:
         description="Write a finding up for the engine's maintainers: the rule in the engine's own words (read from the "
                     "release), the property broken, the shrunk case and a reproduction that needs no batchfuzz; or, with "
                     "--patch, check a fix on a patched copy of the release. Exit codes: 0 done (the patch fixes it), "
-                    "1 the patch does not fix it, 2 usage error.",
+                    "1 the patch does not fix it (or, with --cells, another property changed), 2 usage error, "
+                    "3 (--cells) a property reached no verdict on a tree.",
     )
     p.add_argument("finding", nargs="?", metavar="FINDING", help="a finding (see --list)")
     p.add_argument("--list", action="store_true", help="list the findings with a report")
@@ -45,8 +34,9 @@ def register(sub: Any) -> None:
     p.add_argument("--out", metavar="FILE", help="write the report here instead of printing it")
     p.add_argument("--patch", metavar="DIFF", help="a unified diff (-p1) to check: the reproduction before and after it")
     p.add_argument("--cells", action="store_true",
-                   help="with --patch, also run every matrix cell of the files the patch touches on both trees "
-                        "(seed 1, 200 examples a property, 20 s a cell) and show what changed")
+                   help="with --patch, also run every property of every matrix cell of the files the patch touches "
+                        "on both trees (seed 1, 200 examples and at most 20 s a property) and replay the stored case of "
+                        "every finding in them; show what changed")
     p.set_defaults(func=run)
 
 
@@ -115,21 +105,39 @@ def _check(upstream: Any, found: Any, source: Any, patch: str) -> int:
 
 
 def _cells(upstream: Any, found: Any, source: Any, patch: str) -> int:
+    """Every property of the touched files' cells and the touched findings'
+    stored cases, on both trees; the verdict as docs/upstream-reports.md says.
+    Run only once the reproduction passes patched: a documented choice still
+    failing is then a policy difference."""
+    from batchfuzz.registry import CHOICE
     from batchfuzz.upstream import cells
 
     diff = Path(patch).read_text(encoding="utf-8")
-    changes = cells.cells_on_patch(upstream.engine_module(found), source, diff, upstream.touched(diff))
-    for c in changes:
-        print(f"  {c.function} ({c.contract}): {c.before} -> {c.after}")
-    target = [c for c in changes if c.of(found.qualname, found.contract)]
-    others = [c for c in changes if c not in target and c.changed]
-    unjudged = [c for c in changes if not c.conclusive]
-    gone = bool(target) and all(c.before.startswith("fail") and c.safe_after for c in target)
-    passes = gone and all(c.after == "pass" for c in target)
-    print(("the failing cell passes" if passes else "the failing cell fails a documented choice only (a policy "
-           "difference)" if gone else "the failing cell does not pass") + "; "
-          + ("nothing else changed" if not others else f"{len(others)} other cell(s) changed")
-          + (f"; {len(unjudged)} cell(s) incomplete or in error on a tree, not compared" if unjudged else ""))
-    if unjudged and not others and gone:
+    run = cells.cells_on_patch(upstream.engine_module(found), source, diff, upstream.touched(diff),
+                               findings=upstream.FINDINGS)
+    for c in run.changes:
+        if c.outcome != "same":
+            print(f"  {c.function} ({c.contract}) {c.prop} [{c.label}]: {c.before} -> {c.after}: {c.outcome}")
+    print(f"  {sum(c.outcome == 'same' for c in run.changes)} other properties the same on both trees")
+    for r in run.replays:
+        print(f"  replayed case of {r.finding} ({r.prop}): {r.before} -> {r.after}"
+              + ("" if r.before.status == "fail" else ": the stored case does not fail the release"))
+    target = [c for c in run.changes if c.of(found.qualname, found.contract) and c.prop == found.prop]
+    own = [r for r in run.replays if r.finding == found.key]
+    # Gone: the search or the replayed case failed on the release, and neither fails patched.
+    failed = any(c.outcome == "fixed" for c in target) or any(r.before.status == "fail" for r in own)
+    gone = (failed and all(c.outcome in ("fixed", "same") for c in target)
+            and all(r.after.status == "pass" for r in own))
+    policy = (not gone and found.label == CHOICE and bool(target)
+              and all(c.outcome in ("fixed", "unchanged (already failing)") for c in target))
+    others = [c for c in run.changes if c not in target and c.changed]
+    still = [r.finding for r in run.replays if r.finding != found.key and r.after.status == "fail"]
+    unjudged = [c for c in run.changes if c.outcome == "not compared"]
+    print(("the finding's property passes" if gone else f"the finding's property {found.prop} still fails: a documented "
+           "choice (a policy difference; the reproduction passes)" if policy else "the finding's property still fails")
+          + "; " + ("nothing else changed" if not others else f"other properties changed: {len(others)}")
+          + "".join(f"; {key}'s replayed case still fails (not fixed by this patch)" for key in still)
+          + (f"; properties with no verdict on a tree, not compared: {len(unjudged)}" if unjudged else ""))
+    if unjudged and not others and (gone or policy):
         return ExitCode.INCOMPLETE
-    return ExitCode.OK if gone and not others else ExitCode.COUNTEREXAMPLE
+    return ExitCode.OK if (gone or policy) and not others else ExitCode.COUNTEREXAMPLE

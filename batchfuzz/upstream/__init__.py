@@ -119,8 +119,9 @@ def report(f: Finding, source: ReleaseSource) -> str:
     rules = "\n".join(f"- {q.where} (`{q.path}`, `{q.qualname}`): \"{quote(source, q)}\"" for q in f.rule)
     tracker = "" if f.tracker is None else _TRACKER.format(t=f.tracker)
     kernel = f"\n**What the kernel does with it:** {f.kernel}\n" if f.kernel else ""
+    checked = _CHECKED.format(f=f) if f.checked else ""
     return _REPORT.format(f=f, version=source.version, label=label, rules=rules, script=reproduction(f).rstrip(),
-                          tracker=tracker, kernel=kernel)
+                          tracker=tracker, kernel=kernel, checked=checked)
 
 
 @dataclass(frozen=True)
@@ -233,6 +234,12 @@ _TRACKER = """
 ```
 """
 
+_CHECKED = """
+**The fix, checked** (batchfuzz's `--patch` and `--cells` on the diff above: every property of every batchfuzz cell of
+the touched files, on the release's files and on a copy with the fix applied, and the shrunk case of every finding
+there, replayed): {f.checked}
+"""
+
 _REPORT = """\
 # {f.engine} {version}: {f.title}
 
@@ -263,7 +270,7 @@ It fails with an `AssertionError` while the bug is there and passes once it is f
 ```diff
 {f.fix}
 ```
-{tracker}
+{checked}{tracker}
 *Found by batchfuzz (property-based checking of engines' batch metadata); the function runs from the release's
 own source, as the reproduction shows.*
 """

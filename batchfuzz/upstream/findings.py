@@ -10,6 +10,7 @@ the engine's function reads, as plain Python, and asserts the property.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from batchfuzz import registry
 
@@ -67,6 +68,9 @@ class Finding:
     files: tuple[str, ...] = ()
     tracker: TrackerFix | None = None
     kernel: str = ""  # what the engine's kernel does with the case (a `batchfuzz confirm` result), where one exists
+    counterexample: dict[str, Any] | None = None  # the matrix's shrunk case (codec.encode_case), replayed by --cells
+    row: str = ""  # where the cell is a split-search row, its name after the qualname ("#...")
+    checked: str = ""  # what `--patch FIX --cells` gave for ``fix`` (the runs: docs/upstream-reports.md)
 
     @property
     def label(self) -> str:
@@ -139,6 +143,8 @@ assert max(split) <= largest, f"a dummy request gets {max(split)} tokens, more t
 assert token_ids_shape[1] >= max(split), f"prompt_token_ids rows hold {token_ids_shape[1]} tokens, prompt_lens reach {max(split)}"
 '''
 
+_POOLER_CASE = {"args": {"num_reqs": 3, "num_tokens": 5}, "context": {"max_model_len": 2}}
+
 _POOLER_FIX = '''\
 --- a/vllm/v1/worker/gpu_model_runner.py
 +++ b/vllm/v1/worker/gpu_model_runner.py
@@ -197,6 +203,9 @@ assert runner.reorder_batch_threshold >= 1 + num_speculative_tokens, (
     "speculative rows as decodes does not get them reordered into the decode region")
 '''
 
+_THRESHOLD_CASE = {"args": {"num_computed_tokens": [0], "num_scheduled_tokens": [1], "num_prompt_tokens": [1], "thresholds": [1, 2],
+                            "num_speculative_tokens": 1}, "context": {}}
+
 _THRESHOLD_FIX = '''\
 --- a/vllm/v1/worker/gpu_model_runner.py
 +++ b/vllm/v1/worker/gpu_model_runner.py
@@ -236,6 +245,9 @@ assert sum(extend_lens[:last]) < token, (
     f"child A holds request {last} but none of its tokens: its tokens start at {sum(extend_lens[:last])}, "
     f"child A ends at {token}")
 '''
+
+_TBO_CASE = {"args": {"forward_mode": "extend", "seq_lens": {"ndarray": [1, 2, 1, 1, 2], "dtype": "int32"}, "threshold": 0.48},
+             "context": {}}
 
 _TBO_FIX = '''\
 --- a/sglang/srt/batch_overlap/two_batch_overlap.py
@@ -327,6 +339,11 @@ assert max(seq_lens) <= max_model_len, (
     f"cdiv({max(seq_lens)}, block_size) blocks through a block-table row sized for {max_model_len} tokens")
 '''
 
+_DUMMY_RUN_CASE = {"args": {"num_reqs": 2, "num_tokens": 2, "buffers": {"dataclass": "DummyBuffers", "fields": {
+    "seq_lens": {"ndarray": [0, 0], "dtype": "int32"}, "query_start_loc": {"ndarray": [0, 0, 0], "dtype": "int32"},
+    "positions": {"ndarray": [0, 0], "dtype": "int32"}, "input_ids": {"ndarray": [0, 0], "dtype": "int32"}}}},
+    "context": {"max_model_len": 1}}
+
 # The seq_lens alone are not enough: with the remainder split (finding A of
 # the README) a one-request seq_len still passes max_model_len (--cells).
 _DUMMY_RUN_FIX = '''\
@@ -360,6 +377,7 @@ _DP_RANKS = '''
 import enum
 import types
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -475,6 +493,24 @@ check([2, 2], graph_sizes=[4], num_ubatches=2)
 check([10, 16], graph_sizes=[16], num_ubatches=3)
 '''
 
+def _dp_case(num_tokens_padded: list[int], cudagraph_mode: list[int], uniform_decode_len: list[int],
+             num_reqs: list[int], capture_sizes: list[int], ubatch_capture_sizes: list[int]) -> dict[str, Any]:
+    """A coordinate_dp case of two ranks of 2 tokens that allow two microbatches (codec.encode_case's form)."""
+    def arr(values: list[int]) -> dict[str, Any]:
+        return {"ndarray": values, "dtype": "int32"}
+
+    return {"args": {"num_tokens": arr([2, 2]), "num_tokens_padded": arr(num_tokens_padded), "allow_microbatching": arr([1, 1]),
+                     "cudagraph_mode": arr(cudagraph_mode), "uniform_decode_len": arr(uniform_decode_len),
+                     "num_reqs": arr(num_reqs), "num_ubatches": 2, "ubatch_thresholds": {"tuple": [2, 2]},
+                     "capture_sizes": capture_sizes, "ubatch_capture_sizes": ubatch_capture_sizes},
+            "context": {"kind": "engine"}}
+
+
+# The matrix's shrunk cases (seed 1, 200 examples a property): both ranks ask for NONE; and, found with the
+# eager-ranks fix applied so that it is this bug's alone, both ranks ask for FULL over a graph at 4.
+_DP_EAGER_CASE = _dp_case([2, 2], [0, 0], [0, 0], [1, 1], [2, 4, 8], [2])
+_DP_EMPTY_CASE = _dp_case([4, 4], [2, 2], [1, 1], [2, 2], [4, 8], [4])
+
 _DP_EAGER_FIX = '''\
 --- a/vllm/v1/worker/gpu/dp_utils.py
 +++ b/vllm/v1/worker/gpu/dp_utils.py
@@ -523,7 +559,12 @@ FINDINGS: tuple[Finding, ...] = (
                    "tokens over `max_num_seqs=3`: `[2, 2, 4]`).",
         rule=(Quote("the fixed copy of the same split, new model runner", "vllm/v1/worker/gpu/input_batch.py",
                     "InputBatch.make_dummy", "base_tokens = num_tokens // num_reqs"),),
-        script=_POOLER_SCRIPT, fix=_POOLER_FIX, files=(_V1_RUNNER,),
+        script=_POOLER_SCRIPT, fix=_POOLER_FIX, files=(_V1_RUNNER,), counterexample=_POOLER_CASE,
+        checked="on 0.33.0 (exit 0). `matches_oracle`, `max_is_ceil`, `within_max_model_len` and `dummy_attention_in_bounds` "
+        "go from fail to pass and this case passes; nothing else changed. The v1 `_dummy_run`'s own copy of the split "
+        "still fails the same properties, and the dummy run's and the reorder threshold's cases still fail: their "
+        "own fixes.",
+        row="#num_scheduled_tokens_np=num_tokens/num_reqs",
     ),
     Finding(
         key="vllm-reorder-threshold-min", engine="vLLM", package="vllm", release="0.33.0", path=_V1_RUNNER,
@@ -552,7 +593,11 @@ FINDINGS: tuple[Finding, ...] = (
         rule=(Quote("the method's docstring", _V1_RUNNER, "GPUModelRunner.calculate_reorder_batch_threshold"),
               Quote("how a builder asks for `1 + k`", "vllm/v1/attention/backend.py",
                     "AttentionMetadataBuilder._init_reorder_batch_threshold", "speculative_config = ")),
-        script=_THRESHOLD_SCRIPT, fix=_THRESHOLD_FIX, files=(_V1_RUNNER,),
+        script=_THRESHOLD_SCRIPT, fix=_THRESHOLD_FIX, files=(_V1_RUNNER,), counterexample=_THRESHOLD_CASE,
+        checked="on 0.33.0 (exit 0). `spec_rows_are_decodes` goes from fail to pass; `threshold_matches_oracle` and "
+        "this case still fail, as a documented choice: the contract's oracle refuses the configuration, the fix raises "
+        "the threshold, and the reproduction accepts both (a policy difference). Nothing else changed; the file's "
+        "other findings' cases still fail: their own fixes.",
     ),
     Finding(
         key="sglang-tbo-child-without-token", engine="SGLang", package="sglang", release="0.5.23", path=_TBO,
@@ -576,7 +621,10 @@ FINDINGS: tuple[Finding, ...] = (
                     "3 tokens.",
         rule=(Quote("the two-chunk rule and its guard", _TBO, "_is_two_chunk_split_enabled",
                     "split_seq_index = _split_array_by_cum_less_than_half"),),
-        script=_TBO_SCRIPT, fix=_TBO_FIX, files=(_TBO,),
+        script=_TBO_SCRIPT, fix=_TBO_FIX, files=(_TBO,), counterexample=_TBO_CASE,
+        checked="on 0.5.23 (exit 0): `cut_request_in_both` and `matches_oracle` go from fail to pass and the stored case "
+                "(`seq_lens=[1, 2, 1, 1, 2]`) passes; the other 14 properties of the file's three cells are the same on "
+                "both trees.",
     ),
     Finding(
         key="vllm-dp-ubatch-graph-for-eager-ranks", engine="vLLM", package="vllm", release="0.33.0", path=_DP,
@@ -599,7 +647,12 @@ FINDINGS: tuple[Finding, ...] = (
                     "if synced_cg_mode == CUDAGraphMode.NONE:"),
               Quote("the split path's dispatch", _DP, "sync_cudagraph_and_dp_padding",
                     "ubatch_desc = cudagraph_manager.dispatch(")),
-        script=_DP_EAGER_SCRIPT, fix=_DP_EAGER_FIX, files=(_DP, _UBATCH),
+        script=_DP_EAGER_SCRIPT, fix=_DP_EAGER_FIX, files=(_DP, _UBATCH), counterexample=_DP_EAGER_CASE,
+        checked="on 0.33.0 (exit 0): `graph_runnable` goes from fail to pass and this case passes; `matches_oracle` and "
+                "`no_empty_microbatch` (both documented choices) fail on both trees, and the empty-microbatch finding's "
+                "case, in the same function, still fails: that is the other report's fix. `dispatch_cg_and_sync_dp` fails"
+                " `sound_under_engine_splits` and `sound_under_adversarial_splits` on both trees, unchanged; 9 other "
+                "properties the same.",
     ),
     Finding(
         key="vllm-dp-ubatch-empty-microbatch-graph", engine="vLLM", package="vllm", release="0.33.0", path=_DP,
@@ -625,7 +678,14 @@ FINDINGS: tuple[Finding, ...] = (
         rule=(Quote("the guard's comment", _DP, "sync_cudagraph_and_dp_padding", "                    ubatch_desc = None"),
               Quote("empty microbatches, by design", _DP, "sync_cudagraph_and_dp_padding",
                     "ubatch_num_tokens = int(num_tokens_across_dp.max())")),
-        script=_DP_EMPTY_SCRIPT, fix=_DP_EMPTY_FIX, files=(_DP, _UBATCH),
+        script=_DP_EMPTY_SCRIPT, fix=_DP_EMPTY_FIX, files=(_DP, _UBATCH), counterexample=_DP_EMPTY_CASE,
+        checked="on 0.33.0 (exit 0): this case (two ranks of 2 FULL decode tokens, a graph at 4) passes, but "
+                "`no_empty_microbatch` still fails the search, as a documented choice: with this fix and the eager-ranks "
+                "fix both applied, its counterexample is an eager split of ranks of 2 and 4 tokens, rank 0's second "
+                "microbatch padding only, run as a dummy batch, as the engine's comment intends. With this fix alone the "
+                "eager-ranks case still fails `graph_runnable` (the command names it): the function needs both fixes. "
+                "Nothing else changed; `matches_oracle` (choice) and `dispatch_cg_and_sync_dp`'s two split properties "
+                "fail on both trees.",
         tracker=TrackerFix(
             url="https://github.com/vllm-project/vllm/pull/57020", diff=_DP_EMPTY_57020, fixes=False,
             note="it makes the guard `<=`: the two-microbatch case runs eagerly, split at 2, and passes; the "
@@ -667,7 +727,18 @@ FINDINGS: tuple[Finding, ...] = (
                     "base_tokens = num_tokens // num_reqs"),
               Quote("the mixed dummy batch of this method", _V1_RUNNER, "GPUModelRunner._dummy_run",
                     "if dcp_dummy_context_len > 0:")),
-        script=_DUMMY_RUN_SCRIPT, fix=_DUMMY_RUN_FIX, files=(_V1_RUNNER,),
+        script=_DUMMY_RUN_SCRIPT, fix=_DUMMY_RUN_FIX, files=(_V1_RUNNER,), counterexample=_DUMMY_RUN_CASE,
+        checked="on 0.33.0 (exit 3: the split search's row of this method's split is unbindable on the patched tree, so "
+                "it is not compared). "
+        "`_dummy_run` under `make_dummy`: `seq_lens_layout`, `seq_lens_within_max_model_len` and "
+        "`num_scheduled_tokens_is_split` go from fail to pass, and this case passes; under `split_dummy_tokens` "
+        "`max_is_ceil`, `within_max_model_len` and `dummy_attention_in_bounds` go from fail to pass. "
+        "`independent_of_stale_buffers` (safety), `positions_and_input_ids_zero` and `matches_oracle` (choices) fail "
+        "on both trees, unchanged: the dummy run feeds the model the `input_ids` and `positions` the last step left "
+        "in the persistent buffers (`self.input_ids.gpu[:num_tokens_padded]`, `self.positions[:num_tokens_padded]`), "
+        "which any in-range value makes safe; not a separate bug, and not the stale `query_start_loc[0]` of "
+        "vLLM#40003 (every writer leaves it 0). The pooler's and the reorder threshold's cases, in the same file, "
+        "still fail: their own fixes.",
         tracker=TrackerFix(
             url="https://github.com/vllm-project/vllm/pull/53671", diff=_DUMMY_RUN_53671, fixes=True,
             note="it clamps the seq_lens to `max_model_len` (written here as its description states it): the "
