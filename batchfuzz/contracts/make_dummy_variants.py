@@ -152,7 +152,7 @@ VARIANTS = (
             ("seq_lens_layout", "independent_of_stale_buffers", "matches_oracle"),
             {"num_reqs": 1, "num_tokens": 1, "buffers": _stale_padded_seq_len()}),
     Variant("positions_stale", "positions[:N] not cleared", positions_stale, "mutant",
-            ("positions_and_input_ids_zero", "independent_of_stale_buffers", "matches_oracle"),
+            ("positions_and_input_ids_zero", "matches_oracle"),
             {"num_reqs": 1, "num_tokens": 1, "buffers": _B(1, 1, positions=1)}),
     Variant("qsl_exclusive_sum", "running sum shifted by one request (exclusive instead of inclusive)", qsl_exclusive_sum,
             "mutant", ("query_start_loc_diff", "query_start_loc_layout", "matches_oracle"), _ONE),

@@ -733,7 +733,7 @@ FINDINGS: tuple[Finding, ...] = (
         "`_dummy_run` under `make_dummy`: `seq_lens_layout`, `seq_lens_within_max_model_len` and "
         "`num_scheduled_tokens_is_split` go from fail to pass, and this case passes; under `split_dummy_tokens` "
         "`max_is_ceil`, `within_max_model_len` and `dummy_attention_in_bounds` go from fail to pass. "
-        "`independent_of_stale_buffers` (safety), `positions_and_input_ids_zero` and `matches_oracle` (choices) fail "
+        "`positions_and_input_ids_zero` and `matches_oracle` (choices) fail "
         "on both trees, unchanged: the dummy run feeds the model the `input_ids` and `positions` the last step left "
         "in the persistent buffers (`self.input_ids.gpu[:num_tokens_padded]`, `self.positions[:num_tokens_padded]`), "
         "which any in-range value makes safe; not a separate bug, and not the stale `query_start_loc[0]` of "
