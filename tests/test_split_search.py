@@ -48,6 +48,13 @@ class Runner:
         split = [n // r + (i >= r - n % r) for i in range(r)]
         return split
 
+    def by_loop(self, num_tokens, num_reqs):
+        per = num_tokens // num_reqs
+        out = [per] * num_reqs
+        for i in range(num_reqs - num_tokens % num_reqs, num_reqs):
+            out[i] += 1  # the loop binds i: no local from outside the split
+        return out
+
     def uniform(self, num_tokens, q):
         num_reqs = cdiv(num_tokens, q)
         out = [q] * num_reqs
@@ -104,12 +111,13 @@ def test_the_search_finds_every_shape_and_only_those(tree: vllm.ReleaseSource) -
     sites = {s.function: s for s in split_search.search(tree)}
     assert sorted(sites) == sorted(f"{F}:{q}" for q in (
         "Runner.dummy#counts=num_tokens/num_reqs", "Runner.fixed#lens=num_tokens/num_reqs",
-        "Runner.by_comprehension#split=n/r", "Runner.uniform#out=num_tokens/q",
+        "Runner.by_comprehension#split=n/r", "Runner.by_loop#out=num_tokens/num_reqs", "Runner.uniform#out=num_tokens/q",
         "Runner.from_attributes#each=self.num_tokens/self.num_reqs", "Runner.reads_a_local#parts=num_tokens/num_reqs",
         "make_hook.<locals>.hook#sched=num_tokens/num_reqs"))  # not blocks (no per-request container), not lanes (a literal)
     assert {f for f, s in sites.items() if not s.problem} == {f"{F}:{q}" for q in (
         "Runner.dummy#counts=num_tokens/num_reqs", "Runner.fixed#lens=num_tokens/num_reqs",
-        "Runner.by_comprehension#split=n/r", "make_hook.<locals>.hook#sched=num_tokens/num_reqs")}
+        "Runner.by_comprehension#split=n/r", "Runner.by_loop#out=num_tokens/num_reqs",
+        "make_hook.<locals>.hook#sched=num_tokens/num_reqs")}
     assert sites[f"{F}:Runner.uniform#out=num_tokens/q"].problem.startswith("a ceil split: the request count is ceil(num_tokens / q)")
     assert "the operand self.num_tokens is an expression" in sites[f"{F}:Runner.from_attributes#each=self.num_tokens/self.num_reqs"].problem
     lines = textwrap.dedent(RUNNER).splitlines()
@@ -125,14 +133,14 @@ def test_the_search_finds_every_shape_and_only_those(tree: vllm.ReleaseSource) -
 
 def test_found_copies_are_bound_to_contract_a_and_resolve(tree: vllm.ReleaseSource) -> None:
     bounds = {b.function: b for b in vllm.bindings(tree) if "#" in b.function}
-    assert len(bounds) == 7 and all(b.contract == "split_dummy_tokens" for b in bounds.values())
+    assert len(bounds) == 8 and all(b.contract == "split_dummy_tokens" for b in bounds.values())
     bad = bounds[f"{F}:Runner.uniform#out=num_tokens/q"]
     assert bad.status == "unbindable" and bad.target is None and "a ceil split" in bad.reason
     last = bounds[f"{F}:Runner.dummy#counts=num_tokens/num_reqs"]
     assert last.status == "bound" and last.detail.startswith("found by the split search")
     assert last.target is not None and list(last.target(3, 5)) == [1, 1, 3]  # the remainder on the last request
     for name in ("Runner.fixed#lens=num_tokens/num_reqs", "Runner.by_comprehension#split=n/r",
-                 "make_hook.<locals>.hook#sched=num_tokens/num_reqs"):
+                 "Runner.by_loop#out=num_tokens/num_reqs", "make_hook.<locals>.hook#sched=num_tokens/num_reqs"):
         fn = bounds[f"{F}:{name}"].target
         assert fn is not None
         for r in range(1, 7):
@@ -230,7 +238,7 @@ def test_release_sources_list_their_python_files(tree: vllm.ReleaseSource, tmp_p
     w = vllm.ReleaseSource.from_wheel(whl)
     assert w.paths() == [F] and w.paths(suffix=".txt") == ["vllm/README.txt"]
     first = [s.function for s in split_search.search(w, under="vllm/worker")]
-    assert first[0] == f"{F}:Runner.dummy#counts=num_tokens/num_reqs" and len(first) == 7
+    assert first[0] == f"{F}:Runner.dummy#counts=num_tokens/num_reqs" and len(first) == 8
     memo, = (tmp_path / "cache" / "split-search").iterdir()  # the wheel's files that hold sites, remembered
     assert json.loads(memo.read_text())["paths"] == [F]
     assert [s.function for s in split_search.search(w, under="vllm/worker")] == first

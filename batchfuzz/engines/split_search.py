@@ -237,6 +237,12 @@ def _reads(stmt: ast.AST) -> set[str]:
     return {n.id for n in _own_nodes(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - _comprehension_names(stmt)
 
 
+def _loop_names(stmt: ast.AST) -> set[str]:
+    """The names a ``for`` inside ``stmt`` binds: the loop sets them before its body reads them."""
+    return {t.id for n in ast.walk(stmt) if isinstance(n, (ast.For, ast.AsyncFor))
+            for t in ast.walk(n.target) if isinstance(t, ast.Name)}
+
+
 def _writes(stmt: ast.stmt, name: str) -> bool:
     """``stmt`` writes ``name`` (``bind.Writes``), or is a compound statement holding such a write."""
     pattern = bind.Writes(name)
@@ -328,7 +334,7 @@ def _sites_in_function(path: str, qualname: str, fn: ast.FunctionDef | ast.Async
                 else:
                     defined: set[str] = set()
                     for s in stmts:
-                        outside = sorted((_reads(s) - defined - given) & locals_)
+                        outside = sorted((_reads(s) - defined - given - _loop_names(s)) & locals_)
                         if outside:
                             problem = (f"line {s.lineno} reads {', '.join(outside)}: parameter(s) or local(s) of "
                                        f"{qualname} besides the two counts, set outside the split's statements")
