@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -78,6 +79,10 @@ def _inner(nodeid: str) -> bool:
 # time): one xdist worker runs them all (``loadgroup`` below), so a run pays
 # the import once rather than once per worker.
 VLLM_MODULES = ("tests/test_engine_steps.py", "tests/test_live_engine.py", "tests/test_matrix_steps.py")
+# The modules whose module fixtures take seconds (a night of two shards, a
+# vLLM release read and bound, a wheel built): a fixture is made once per
+# worker that runs one of its tests, so each module runs on one worker.
+ONE_WORKER_MODULES = ("tests/test_nightly_shards.py", "tests/test_engines_vllm.py", "tests/test_packaging.py")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own (also tryfirst), which makes "no" into "load"
@@ -103,8 +108,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if _inner(item.nodeid):
             item.add_marker(pytest.mark.inner)
-        if getattr(config.option, "loadgroup", False) and item.nodeid.partition("::")[0] in VLLM_MODULES:
+        module = item.nodeid.partition("::")[0]
+        if getattr(config.option, "loadgroup", False) and module in VLLM_MODULES:
             item.add_marker(pytest.mark.xdist_group("vllm"))
+        elif getattr(config.option, "loadgroup", False) and module in ONE_WORKER_MODULES:
+            item.add_marker(pytest.mark.xdist_group(Path(module).stem))
     device = config.getoption("--device")
     if device != "all":
         # --device cuda keeps only the GPU tests; --device cpu drops them.

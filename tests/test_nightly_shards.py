@@ -51,6 +51,9 @@ NIGHT_SEED, NEXT_NIGHT_SEED = 1, 2
 # The budget includes the job process's start-up (4 to 7 s here for two shards starting at once
 # on 2 loaded cores), which also eats the first item's first slice.
 BUDGET, NEXT_NIGHT_BUDGET = "12s", "10s"
+# A shard ends once each of its items has run this many examples or failed (within the budget):
+# the planted bug fails within tens, and a passing item then need not spin until the budget ends.
+EXAMPLES = "200"
 # Targets run inside the job processes: an isolated executor's start-up (seconds on a
 # loaded 2-core machine) would eat the first slices. Isolation has its own end-to-end
 # tests (tests/test_fuzz_job.py, tests/test_execution.py).
@@ -116,8 +119,8 @@ def _start(work: Path, name: str, shard: str, url: str, seed: int, budget: str =
     root = work / name
     root.mkdir()
     argv = [sys.executable, "-m", "batchfuzz", "fuzz", "--profile", "nightly", *PLAN_ARGS, "--shard", shard,
-            "--seed", str(seed), "--budget", budget, *ISOLATION, "--database", url, "--report", str(root / "report"),
-            "--corpus", str(root / "corpus"), "--progress", "lines"]
+            "--seed", str(seed), "--budget", budget, "--max-examples", EXAMPLES, *ISOLATION, "--database", url,
+            "--report", str(root / "report"), "--corpus", str(root / "corpus"), "--progress", "lines"]
     launched = time.time()
     proc = subprocess.Popen(argv, cwd=work, env=_env(root / "local-db"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
