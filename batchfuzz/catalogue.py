@@ -366,15 +366,19 @@ def _round(x: float | None) -> float | None:
 class _Counting(InProcess):
     """The variant run in this process, its checks counted: the index and time
     of the first failing example are what the catalogue reports as the cost
-    of finding the bug (Hypothesis and the runner see the property as it is)."""
+    of finding the bug (Hypothesis and the runner see the property as it is).
+    The time counts from the first check, as the search's own ``seconds``
+    count from its start: the search's set-up (its domain, say) is in neither."""
 
     def __init__(self, contract: Contract, target: Target, name: str) -> None:
         super().__init__(contract, target, name)
         self.calls = 0
         self.first: tuple[int, float] | None = None
-        self.start = time.perf_counter()
+        self.start: float | None = None
 
     def check(self, prop_name: str, case: Case, timeout_s: float | None = None, *, scores: bool = False) -> Any:
+        if self.start is None:
+            self.start = time.perf_counter()
         outcome = super().check(prop_name, case, timeout_s, scores=scores)
         if not prop_name.startswith("__") and outcome.status != "rejected":
             self.calls += 1
