@@ -105,13 +105,14 @@ def pytest_configure_node(node: Any) -> None:
 # First, so that xdist's worker sees the group when it names the test by it.
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    loadgroup = getattr(config.option, "loadgroup", False)
     for item in items:
         if _inner(item.nodeid):
             item.add_marker(pytest.mark.inner)
         module = item.nodeid.partition("::")[0]
-        if getattr(config.option, "loadgroup", False) and module in VLLM_MODULES:
+        if loadgroup and module in VLLM_MODULES:
             item.add_marker(pytest.mark.xdist_group("vllm"))
-        elif getattr(config.option, "loadgroup", False) and module in ONE_WORKER_MODULES:
+        elif loadgroup and module in ONE_WORKER_MODULES:
             item.add_marker(pytest.mark.xdist_group(Path(module).stem))
     device = config.getoption("--device")
     if device != "all":
