@@ -101,6 +101,13 @@ def test_jobs_must_be_a_positive_integer(value: str, capsys: pytest.CaptureFixtu
     assert f"argument --jobs: must be a positive integer, got '{value}'" in capsys.readouterr().err
 
 
+def _sigint_as_in_a_terminal() -> None:
+    """SIGINT at its default, as a terminal's shell starts a command: a test run
+    started in the background (``pytest &`` from a script) ignores SIGINT, and
+    the command would inherit that and rightly go on ignoring it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _in_session(sid: int) -> dict[int, int]:
     """The live processes of session ``sid``: pid -> process group."""
     found = {}
@@ -122,7 +129,8 @@ def test_ctrl_c_ends_the_command_and_every_worker(tmp_path: Path) -> None:
     tree = _tree(tmp_path, {"a": FINE, "b": FINE, "c": FINE})
     proc = subprocess.Popen([sys.executable, "-m", "batchfuzz", "vllm", "--source", str(tree), "--contract",
                              "split_dummy_tokens", "--budget", "600", "--seed", "1", "--jobs", "2"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=_sigint_as_in_a_terminal)
     try:
         for _ in range(600):  # the two cells' workers are up (each leads its own group): at most a minute
             if sum(group == pid for pid, group in _in_session(proc.pid).items() if pid != proc.pid) >= 2:
