@@ -17,7 +17,7 @@ runs") says what each survives and why; one module per concern:
 from batchfuzz.execution.evaluation import evaluate, guarded, signature_error
 from batchfuzz.execution.executor import Executor
 from batchfuzz.execution.factory import executor_for, wrap
-from batchfuzz.execution.fork_server import process_context, start_fork_server, watch_owner, without_main_module
+from batchfuzz.execution.fork_server import process_context, share_fork_server, start_fork_server, watch_owner, without_main_module
 from batchfuzz.execution.harness import TAMPERED, HarnessSnapshot, snapshot_harness, tampering
 from batchfuzz.execution.in_process import InProcess
 from batchfuzz.execution.isolated import START_TIMEOUT_S, Isolated, LoadTimeout
@@ -27,6 +27,6 @@ from batchfuzz.execution.processes import OUTPUT_TAIL_BYTES
 __all__ = [
     "CRASH", "FAILED", "OUTPUT_TAIL_BYTES", "PASSED", "PSEUDO_PROPERTIES", "RAISES", "REJECTED", "START_TIMEOUT_S",
     "TAMPERED", "TIMEOUT", "Executor", "HarnessSnapshot", "InProcess", "Isolated", "LoadTimeout", "Outcome",
-    "checked_property", "evaluate", "executor_for", "guarded", "process_context", "signature_error",
-    "snapshot_harness", "start_fork_server", "tampering", "watch_owner", "without_main_module", "wrap",
+    "checked_property", "evaluate", "executor_for", "guarded", "process_context", "share_fork_server",
+    "signature_error", "snapshot_harness", "start_fork_server", "tampering", "watch_owner", "without_main_module", "wrap",
 ]

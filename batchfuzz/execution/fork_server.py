@@ -39,6 +39,46 @@ def start_fork_server() -> None:
         forkserver.ensure_running()
 
 
+# The Python versions whose multiprocessing.forkserver internals share_fork_server was read against.
+_SHARING_CHECKED = ((3, 10), (3, 13))
+
+
+def share_fork_server() -> bool:
+    """Fork this process's processes from the fork server it was itself
+    forked from, rather than start another (a second of imports per fuzz job
+    process). multiprocessing's ``ensure_running`` would start a fresh one, so
+    it is replaced by its resource-tracker part, on the Pythons this was read
+    against (docs/fuzz-loop.md, "Where the target runs"). Returns whether it
+    shares; :func:`forget_fork_server` ends that once the server is gone."""
+    if process_context().get_start_method() != "forkserver":
+        return False
+    if not _SHARING_CHECKED[0] <= sys.version_info[:2] <= _SHARING_CHECKED[1]:
+        return False
+    from multiprocessing import forkserver, resource_tracker
+
+    server: Any = forkserver._forkserver
+    if server._forkserver_pid is not None or server._forkserver_address is None or server._forkserver_alive_fd is None:
+        return False  # this process started a server of its own, or was not forked from one
+    server.ensure_running = resource_tracker.ensure_running
+    return True
+
+
+def forget_fork_server() -> None:
+    """Forget a fork server found gone (a target killed it): the next process
+    starts from a fresh one of this process's own."""
+    from multiprocessing import forkserver
+
+    server: Any = forkserver._forkserver
+    if "ensure_running" in vars(server):  # shared (share_fork_server): the server is its parent's, not to wait for
+        del server.ensure_running
+        with contextlib.suppress(OSError, TypeError):
+            os.close(server._forkserver_alive_fd)
+        server._forkserver_address = server._forkserver_alive_fd = None
+    else:
+        with contextlib.suppress(Exception):
+            server._stop()
+
+
 @contextlib.contextmanager
 def without_main_module() -> Iterator[None]:
     """Start a process without re-running the caller's ``__main__``.

@@ -15,7 +15,7 @@ from typing import Any
 from batchfuzz import registry
 from batchfuzz.case import Case
 from batchfuzz.execution.executor import Executor
-from batchfuzz.execution.fork_server import process_context, without_main_module
+from batchfuzz.execution.fork_server import forget_fork_server, process_context, without_main_module
 from batchfuzz.execution.outcome import CRASH, TIMEOUT, Outcome
 from batchfuzz.execution.processes import OUTPUT_TAIL_BYTES, _process_state, _started_by, _Tail
 from batchfuzz.execution.worker import WorkerSpec, _serve
@@ -101,12 +101,9 @@ class Isolated(Executor):
         try:
             return _started(ctx.Process(target=_serve, args=args, daemon=True))
         except (OSError, EOFError) as exc:
-            from multiprocessing import forkserver
-
             if ctx.get_start_method() != "forkserver":
                 raise
-            with contextlib.suppress(Exception):
-                forkserver._forkserver._stop()  # type: ignore[attr-defined]
+            forget_fork_server()
             try:
                 return _started(ctx.Process(target=_serve, args=args, daemon=True))
             except (OSError, EOFError):

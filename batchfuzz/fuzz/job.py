@@ -542,14 +542,14 @@ def job_process_main(conn: Any, job_path: str, worker: str, owner: int, database
     ``(item index, status, seconds its target took to get ready)``. The
     deadline of a task is the job's as the controller has it then (it moves
     by the start-up it does not charge)."""
-    from batchfuzz.execution import start_fork_server, watch_owner
+    from batchfuzz.execution import share_fork_server, start_fork_server, watch_owner
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the controller decides when to stop (the STOP file)
     watch_owner(owner)
     job = Job.load(job_path)
     job.database = database
-    if job.isolate:
-        start_fork_server()  # this process's own (the controller's is not reachable from here): start it early
+    if job.isolate and not share_fork_server():  # the controller's, this process was forked from
+        start_fork_server()  # else this process's own: started early
     try:
         import torch
 
