@@ -71,7 +71,7 @@ def forget_fork_server() -> None:
     server: Any = forkserver._forkserver
     if "ensure_running" in vars(server):  # shared (share_fork_server): the server is its parent's, not to wait for
         del server.ensure_running
-        with contextlib.suppress(OSError, TypeError):
+        with contextlib.suppress(OSError):
             os.close(server._forkserver_alive_fd)
         server._forkserver_address = server._forkserver_alive_fd = None
     else:

@@ -548,8 +548,10 @@ def job_process_main(conn: Any, job_path: str, worker: str, owner: int, database
     watch_owner(owner)
     job = Job.load(job_path)
     job.database = database
-    if job.isolate and not share_fork_server():  # the controller's, this process was forked from
-        start_fork_server()  # else this process's own: started early
+    # Workers fork from the controller's fork server, which this process came from; where that cannot be shared,
+    # from one of this process's own, started now so that its imports overlap this process's.
+    if job.isolate and not share_fork_server():
+        start_fork_server()
     try:
         import torch
 
