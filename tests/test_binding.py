@@ -339,6 +339,23 @@ def test_only_allowed_real_modules_are_imported() -> None:
         sc.load(sc.file("eng/m.py").piece("f"))
 
 
+def test_an_import_of_the_engine_inside_a_function_binds_the_stand_in() -> None:
+    """vLLM's ``VllmConfig._set_cudagraph_sizes`` imports ``current_platform``
+    in its body: the binding's stand-in is what it gets, not the installed
+    engine's (another release) or an ImportError (none installed). An import
+    whose names are not all stood in for, or of another package, is left alone."""
+    tree = bind.TextTree({"eng/m.py": "def f(x):\n    from eng.platforms import current_platform as p\n"
+                                      "    return p.scale * x\n\n"
+                                      "def g(x):\n    from eng.platforms import current_platform, other\n    return x\n\n"
+                                      "def h(x):\n    if x:\n        from .platforms import current_platform\n"
+                                      "        return current_platform.scale\n    return 0\n"})
+    sc = bind.Loader(tree, "eng", stand_ins={"p": Stub("p", scale=3), "current_platform": Stub("cp", scale=5)})
+    assert sc.load(sc.file("eng/m.py").piece("f"))(2) == 6
+    assert sc.load(sc.file("eng/m.py").piece("h"))(1) == 5
+    with pytest.raises(ModuleNotFoundError, match="eng"):
+        sc.load(sc.file("eng/m.py").piece("g"))(1)
+
+
 # ---------------------------------------------------------------- engine result types and tuples
 
 

@@ -109,7 +109,8 @@ class Loader:
             first, last = piece.lines
             ret = ast.Return(ast.Call(ast.Name("locals", ast.Load()), [], []))
             ast.copy_location(ret, ast.Pass(lineno=last, col_offset=0, end_lineno=last, end_col_offset=0))
-            body: list[ast.stmt] = [*copy.deepcopy([n for n in piece.nodes if isinstance(n, ast.stmt)]), ret]
+            stand_in = _StandInImports(self.package, self.stand_ins, ns)
+            body: list[ast.stmt] = [*(stand_in.visit(copy.deepcopy(n)) for n in piece.nodes if isinstance(n, ast.stmt)), ret]
             args = ast.arguments(posonlyargs=[], args=[ast.arg(p) for p in piece.params] + [ast.arg(n) for n, _ in defaults],
                                  kwonlyargs=[], kw_defaults=[], defaults=[ast.Constant(None)] * len(defaults))
             name = "__fragment__"
@@ -124,7 +125,7 @@ class Loader:
                 fn.__defaults__ = tuple(v for _, v in defaults)
             fn.__qualname__ = f"{piece.qualname}[{piece.note}]"
             return fn
-        node = copy.deepcopy(piece.nodes[0])
+        node = _StandInImports(self.package, self.stand_ins, ns).visit(copy.deepcopy(piece.nodes[0]))
         if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             raise TypeError(f"a {piece.kind} piece must hold a def or a class, got {type(node).__name__}")
         if not isinstance(node, ast.ClassDef):
@@ -279,3 +280,24 @@ def _is_constant_expression(node: ast.AST) -> bool:
     """Literals, operators and names only (``(1 << 64) - 1``, ``A * 2``): an
     expression that computes a constant without calling anything."""
     return all(isinstance(n, _CONSTANT_NODES) for n in ast.walk(node))
+
+
+class _StandInImports(ast.NodeTransformer):
+    """An import of the engine's package inside a piece, all of whose names the
+    binding stands in for, binds those stand-ins, as the lookup order says for
+    the names a piece reads: at call time it would import the installed engine
+    (another release, or none), not what the binding gave."""
+
+    NAME = "__batchfuzz_stand_ins__"  # the namespace entry the rewritten statements read
+
+    def __init__(self, package: str, stand_ins: Mapping[str, Any], ns: dict[str, Any]) -> None:
+        self.package, self.stand_ins, self.ns = package, stand_ins, ns
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> Any:
+        ours = node.level > 0 or (node.module or "").split(".")[0] == self.package
+        names = [import_binds(a) for a in node.names]
+        if not ours or not all(n in self.stand_ins for n in names):
+            return node
+        self.ns[self.NAME] = self.stand_ins
+        return [ast.fix_missing_locations(ast.copy_location(ast.Assign([ast.Name(n, ast.Store())], ast.Subscript(
+            ast.Name(self.NAME, ast.Load()), ast.Constant(n), ast.Load())), node)) for n in names]
