@@ -16,7 +16,9 @@ class LazyModule:
         self._name = name
 
     def __getattr__(self, attr: str) -> Any:
-        if attr.startswith("__") and attr.endswith("__"):  # what pytest asks of every module attribute (__test__)
+        # What pytest asks of every module attribute while it collects: __test__, and from pytest 9.2 _mock_name
+        # (a fixture wrapped by a mock); neither is a module's.
+        if (attr.startswith("__") and attr.endswith("__")) or attr == "_mock_name":
             raise AttributeError(attr)
         return getattr(importlib.import_module(self._name), attr)
 

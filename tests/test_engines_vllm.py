@@ -586,6 +586,7 @@ def test_spec_decode_metadata_bindings_match_the_oracle(release: Release) -> Non
 
 
 def test_a_removed_function_is_absent_and_a_changed_one_unbindable(release: Release, tmp_path: Path) -> None:
+    pytest.importorskip("triton", reason="the new runner's logits indices are a Triton kernel; Triton is not installed")
     files = release[2]
     gone = by_key(vllm.bindings(edited(tmp_path / "a", files, V1, "def _allow_microbatching(", "def _allow_microbatching_v2("),
                                 search=False))
